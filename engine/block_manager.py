@@ -1,0 +1,498 @@
+"""The block manager: where every token's K/V lives.
+
+It owns the device ``BlockPool`` (with the prefix cache), the host swap pool, one
+``BlockTable`` per sequence, the named budgets and the pinned prefixes. It moves no
+tensor: operations that need data moved return the moves (copy on write, swap out,
+swap in) as ``(src, dst)`` block-id pairs for ``KVCache`` to perform. Contract: perform
+the moves an operation returns before the next call into the manager, since the blocks
+it released may be handed out again by that call.
+
+Every operation comes as a check/act pair: ``can_allocate`` returns a ``Fit`` (a typed
+refusal with the numbers), ``allocate`` raises the matching ``CapacityError`` and changes
+nothing when it does not fit. No operation ever allocates partially or goes past the
+pool, a budget or a sequence's token ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from engine.block import KVCacheBlock
+from engine.block_pool import BlockPool
+from engine.block_results import (
+    Allocation,
+    AppendResult,
+    BlockMove,
+    BlockStats,
+    Fit,
+    PinnedPrefix,
+    Shortfall,
+    refusal,
+)
+from engine.block_table import BlockTable, SequenceState
+from engine.budget import BudgetRegistry
+from engine.errors import (
+    DuplicateSequenceError,
+    InvalidRequestError,
+    OutOfBlocksError,
+    OutOfSwapSpaceError,
+    SequenceStateError,
+    UnknownPinError,
+    UnknownSequenceError,
+)
+from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_blocks, root_hash
+from engine.validation import require_int, require_token_ids
+
+__all__ = ["BlockManager"]
+
+_FITS = Fit()
+
+
+@dataclass(frozen=True, slots=True)
+class _AllocationPlan:
+    fit: Fit
+    hits: list[KVCacheBlock]
+    hashes: list[bytes]
+
+
+class BlockManager:
+    def __init__(
+        self,
+        *,
+        num_blocks: int,
+        block_size: int = 16,
+        num_host_blocks: int = 0,
+        enable_prefix_caching: bool = True,
+    ) -> None:
+        require_int("num_blocks", num_blocks, minimum=1)
+        require_int("block_size", block_size, minimum=1)
+        require_int("num_host_blocks", num_host_blocks, minimum=0)
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks=num_blocks, enable_caching=enable_prefix_caching)
+        self.host_pool = BlockPool(num_blocks=num_host_blocks, enable_caching=False)
+        self._tables: dict[Hashable, BlockTable] = {}
+        self.budgets = BudgetRegistry()
+        self._pins: dict[int, list[KVCacheBlock]] = {}
+        self._next_pin_id = 0
+        self._prefix_queries = 0
+        self._prefix_hits = 0
+
+    # -- prefix cache -----------------------------------------------------------------
+    def block_hashes(
+        self,
+        token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        extra_keys: Sequence[ExtraKey] = (),
+    ) -> list[bytes]:
+        """The chained hashes of the full blocks of ``token_ids``."""
+        return hash_blocks(
+            token_ids,
+            self.block_size,
+            parent=root_hash(cache_salt),
+            extra=encode_extra_keys(extra_keys),
+        )
+
+    def longest_cached_prefix(
+        self,
+        token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        extra_keys: Sequence[ExtraKey] = (),
+    ) -> int:
+        """How many leading tokens of ``token_ids`` have their K/V in the cache."""
+        hashes = self.block_hashes(token_ids, cache_salt=cache_salt, extra_keys=extra_keys)
+        return len(self.pool.match(hashes)) * self.block_size
+
+    def mark_computed(self, seq_id: Hashable, num_tokens: int) -> None:
+        """The K/V of the first ``num_tokens`` tokens is written: cache their full blocks.
+
+        Blocks enter the prefix cache only here, never at allocation, so no other
+        sequence can be handed a block whose K/V has not been computed yet.
+        """
+        table = self._resident(seq_id, "mark computed")
+        if not 0 <= num_tokens <= table.num_tokens:
+            raise InvalidRequestError(
+                f"num_tokens must be within 0..{table.num_tokens} for sequence {seq_id!r}, "
+                f"got {num_tokens}"
+            )
+        num_full = num_tokens // self.block_size
+        hashes = table.block_hashes
+        if num_full > len(hashes):
+            parent = hashes[-1] if hashes else root_hash(table.cache_salt)
+            hashes += hash_blocks(
+                table.token_ids[: num_full * self.block_size],
+                self.block_size,
+                parent=parent,
+                extra=table.extra,
+                start_block=len(hashes),
+            )
+        for i in range(table.num_cached_blocks, num_full):
+            self.pool.cache(table.blocks[i], hashes[i])
+        table.num_cached_blocks = max(table.num_cached_blocks, num_full)
+
+    # -- allocate -----------------------------------------------------------------------
+    def can_allocate(
+        self,
+        token_ids: Sequence[int],
+        *,
+        budget: str | None = None,
+        ceiling_tokens: int | None = None,
+        cache_salt: str | None = None,
+        extra_keys: Sequence[ExtraKey] = (),
+    ) -> Fit:
+        return self._plan_allocate(token_ids, budget, ceiling_tokens, cache_salt, extra_keys).fit
+
+    def allocate(
+        self,
+        seq_id: Hashable,
+        token_ids: Sequence[int],
+        *,
+        budget: str | None = None,
+        ceiling_tokens: int | None = None,
+        cache_salt: str | None = None,
+        extra_keys: Sequence[ExtraKey] = (),
+    ) -> Allocation:
+        """Give a new sequence blocks for ``token_ids``, reusing its longest cached prefix.
+
+        The cached prefix stops short of the last token: the caller must compute at
+        least one token to get logits.
+        """
+        if seq_id in self._tables:
+            raise DuplicateSequenceError(seq_id)
+        plan = self._plan_allocate(token_ids, budget, ceiling_tokens, cache_salt, extra_keys)
+        group = self.budgets.get(budget) if budget is not None else None
+        if not plan.fit:
+            raise refusal(plan.fit, seq_id, group, ceiling_tokens)
+        pool = self.pool
+        for block in plan.hits:
+            pool.touch(block)
+        blocks = list(plan.hits)
+        prev = blocks[-1] if blocks else None
+        for _ in range(self._num_blocks_for(len(token_ids)) - len(blocks)):
+            prev = pool.allocate_after(prev)
+            blocks.append(prev)
+        table = BlockTable(
+            seq_id=seq_id,
+            token_ids=list(token_ids),
+            blocks=blocks,
+            ceiling_tokens=ceiling_tokens,
+            budget=group,
+            cache_salt=cache_salt,
+            extra=encode_extra_keys(extra_keys),
+            block_hashes=plan.hashes,
+            num_cached_blocks=len(plan.hits),
+        )
+        self._tables[seq_id] = table
+        if group is not None:
+            group.num_blocks += len(blocks)
+            group.seq_ids.add(seq_id)
+        num_cached_tokens = len(plan.hits) * self.block_size
+        self._prefix_queries += len(token_ids)
+        self._prefix_hits += num_cached_tokens
+        return Allocation(block_ids=tuple(table.block_ids), num_cached_tokens=num_cached_tokens)
+
+    def _plan_allocate(
+        self,
+        token_ids: Sequence[int],
+        budget: str | None,
+        ceiling_tokens: int | None,
+        cache_salt: str | None,
+        extra_keys: Sequence[ExtraKey],
+    ) -> _AllocationPlan:
+        require_token_ids(token_ids, allow_empty=False)
+        if ceiling_tokens is not None:
+            require_int("ceiling_tokens", ceiling_tokens, minimum=1)
+        group = self.budgets.get(budget) if budget is not None else None
+        num_tokens = len(token_ids)
+        if ceiling_tokens is not None and num_tokens > ceiling_tokens:
+            return _AllocationPlan(Fit(Shortfall.CEILING, num_tokens, ceiling_tokens), [], [])
+        num_blocks = self._num_blocks_for(num_tokens)
+        if group is not None and num_blocks > group.num_free_blocks:
+            fit = Fit(Shortfall.BUDGET, num_blocks, group.num_free_blocks)
+            return _AllocationPlan(fit, [], [])
+        # Only full blocks before the last token may come from the cache.
+        hashes = (
+            self.block_hashes(
+                token_ids[: num_tokens - 1], cache_salt=cache_salt, extra_keys=extra_keys
+            )
+            if self.enable_prefix_caching
+            else []
+        )
+        hits = self.pool.match(hashes)
+        num_free_hits = sum(1 for block in hits if block.ref_cnt == 0)
+        needed = num_blocks - len(hits) + num_free_hits
+        if needed > self.pool.num_free_blocks:
+            return _AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
+        return _AllocationPlan(_FITS, hits, hashes[: len(hits)])
+
+    # -- append -------------------------------------------------------------------------
+    def can_append(self, seq_id: Hashable, num_new_tokens: int = 1) -> Fit:
+        table = self._resident(seq_id, "append to")
+        return self._plan_append(table, num_new_tokens)[0]
+
+    def append(self, seq_id: Hashable, token_ids: Sequence[int]) -> AppendResult:
+        """Append tokens: a new block only when the last one is full.
+
+        Writing into a partly filled block that another sequence shares (after a fork)
+        first moves this sequence onto a private copy; the copy is returned to perform.
+        """
+        table = self._resident(seq_id, "append to")
+        require_token_ids(token_ids, allow_empty=True)
+        fit, copy_on_write, num_new_blocks = self._plan_append(table, len(token_ids))
+        if not fit:
+            raise refusal(fit, seq_id, table.budget, table.ceiling_tokens)
+        pool = self.pool
+        blocks = table.blocks
+        copies: tuple[BlockMove, ...] = ()
+        if copy_on_write:
+            shared = blocks[-1]
+            private = pool.allocate_after(blocks[-2] if len(blocks) > 1 else None)
+            blocks[-1] = private
+            pool.free(shared)
+            copies = ((shared.block_id, private.block_id),)
+        new_ids = []
+        prev = blocks[-1] if blocks else None
+        for _ in range(num_new_blocks):
+            prev = pool.allocate_after(prev)
+            blocks.append(prev)
+            new_ids.append(prev.block_id)
+        if table.budget is not None:
+            table.budget.num_blocks += num_new_blocks
+        table.token_ids.extend(token_ids)
+        return AppendResult(new_block_ids=tuple(new_ids), copies=copies)
+
+    def _plan_append(self, table: BlockTable, num_new_tokens: int) -> tuple[Fit, bool, int]:
+        require_int("num_new_tokens", num_new_tokens, minimum=0)
+        total = table.num_tokens + num_new_tokens
+        if table.ceiling_tokens is not None and total > table.ceiling_tokens:
+            return Fit(Shortfall.CEILING, total, table.ceiling_tokens), False, 0
+        num_new_blocks = self._num_blocks_for(total) - len(table.blocks)
+        budget = table.budget
+        if budget is not None and num_new_blocks > budget.num_free_blocks:
+            return Fit(Shortfall.BUDGET, num_new_blocks, budget.num_free_blocks), False, 0
+        copy_on_write = (
+            num_new_tokens > 0
+            and table.num_tokens % self.block_size != 0
+            and table.blocks[-1].ref_cnt > 1
+        )
+        needed = num_new_blocks + copy_on_write
+        if needed > self.pool.num_free_blocks:
+            return Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), False, 0
+        return _FITS, copy_on_write, num_new_blocks
+
+    # -- fork / free --------------------------------------------------------------------
+    def can_fork(self, parent_id: Hashable) -> Fit:
+        table = self._resident(parent_id, "fork")
+        budget = table.budget
+        if budget is not None and len(table.blocks) > budget.num_free_blocks:
+            return Fit(Shortfall.BUDGET, len(table.blocks), budget.num_free_blocks)
+        return _FITS
+
+    def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
+        """The child shares every block of the parent (in the parent's budget)."""
+        if child_id in self._tables:
+            raise DuplicateSequenceError(child_id)
+        fit = self.can_fork(parent_id)
+        parent = self._tables[parent_id]
+        if not fit:
+            raise refusal(fit, parent_id, parent.budget, parent.ceiling_tokens)
+        for block in parent.blocks:
+            self.pool.touch(block)
+        self._tables[child_id] = BlockTable(
+            seq_id=child_id,
+            token_ids=list(parent.token_ids),
+            blocks=list(parent.blocks),
+            ceiling_tokens=parent.ceiling_tokens,
+            budget=parent.budget,
+            cache_salt=parent.cache_salt,
+            extra=parent.extra,
+            block_hashes=list(parent.block_hashes),
+            num_cached_blocks=parent.num_cached_blocks,
+        )
+        if parent.budget is not None:
+            parent.budget.num_blocks += len(parent.blocks)
+            parent.budget.seq_ids.add(child_id)
+
+    def free(self, seq_id: Hashable) -> None:
+        """Return every block of the sequence, tail first, so a chain's tail is evicted
+        before its head (a later request is likelier to share the head)."""
+        table = self._table(seq_id)
+        pool = self.pool if table.state is SequenceState.RESIDENT else self.host_pool
+        for block in reversed(table.blocks):
+            pool.free(block)
+        del self._tables[seq_id]
+        if table.budget is not None:
+            table.budget.num_blocks -= len(table.blocks)
+            table.budget.seq_ids.discard(seq_id)
+
+    # -- swap ---------------------------------------------------------------------------
+    def can_swap_out(self, seq_id: Hashable) -> Fit:
+        table = self._resident(seq_id, "swap out")
+        needed, available = len(table.blocks), self.host_pool.num_free_blocks
+        if needed > available:
+            return Fit(Shortfall.HOST_POOL, needed, available)
+        return _FITS
+
+    def swap_out(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
+        """Move the sequence to host blocks; returns (device, host) moves to perform.
+
+        Its device blocks go back to the pool; computed full blocks stay cached there,
+        so a swap-in soon after may find them and skip the copy back.
+        """
+        fit = self.can_swap_out(seq_id)
+        if not fit:
+            raise OutOfSwapSpaceError(fit.needed, fit.available)
+        table = self._tables[seq_id]
+        host_blocks = [self.host_pool.allocate() for _ in table.blocks]
+        moves = tuple(
+            (dev.block_id, host.block_id)
+            for dev, host in zip(table.blocks, host_blocks, strict=True)
+        )
+        for block in reversed(table.blocks):
+            self.pool.free(block)
+        table.blocks = host_blocks
+        table.state = SequenceState.SWAPPED
+        return moves
+
+    def can_swap_in(self, seq_id: Hashable) -> Fit:
+        table = self._swapped(seq_id, "swap in")
+        return self._plan_swap_in(table)[0]
+
+    def swap_in(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
+        """Bring the sequence back; returns (host, device) moves for blocks not found in
+        the prefix cache (cached full blocks are reused without a copy)."""
+        table = self._swapped(seq_id, "swap in")
+        fit, hits = self._plan_swap_in(table)
+        if not fit:
+            raise OutOfBlocksError(fit.needed, fit.available)
+        pool = self.pool
+        for block in hits:
+            if block is not None:
+                pool.touch(block)
+        device_blocks: list[KVCacheBlock] = []
+        moves: list[BlockMove] = []
+        prev: KVCacheBlock | None = None
+        for i, (host, hit) in enumerate(zip(table.blocks, hits, strict=True)):
+            if hit is None:
+                prev = pool.allocate_after(prev)
+                moves.append((host.block_id, prev.block_id))
+                if i < table.num_cached_blocks:
+                    pool.cache(prev, table.block_hashes[i])
+            else:
+                prev = hit
+            device_blocks.append(prev)
+        for host in reversed(table.blocks):
+            self.host_pool.free(host)
+        table.blocks = device_blocks
+        table.state = SequenceState.RESIDENT
+        return tuple(moves)
+
+    def _plan_swap_in(self, table: BlockTable) -> tuple[Fit, list[KVCacheBlock | None]]:
+        lookup = self.pool.cached.get
+        hits: list[KVCacheBlock | None] = [
+            lookup(table.block_hashes[i]) if i < table.num_cached_blocks else None
+            for i in range(len(table.blocks))
+        ]
+        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0)
+        if needed > self.pool.num_free_blocks:
+            return Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), hits
+        return _FITS, hits
+
+    # -- pins ---------------------------------------------------------------------------
+    def pin(self, seq_id: Hashable, num_tokens: int | None = None) -> PinnedPrefix:
+        """Pin the computed full blocks of the sequence's first ``num_tokens`` tokens (a
+        shared system prompt or tool schema): they are never evicted until ``unpin``,
+        and outlive the sequence."""
+        table = self._resident(seq_id, "pin")
+        num_tokens = table.num_tokens if num_tokens is None else num_tokens
+        require_int("num_tokens", num_tokens, minimum=0)
+        num_full = min(num_tokens, table.num_tokens) // self.block_size
+        if num_full == 0:
+            raise InvalidRequestError(
+                f"a pinned prefix needs at least one full block of {self.block_size} tokens"
+            )
+        if num_full > table.num_cached_blocks:
+            raise SequenceStateError(
+                seq_id,
+                f"computed up to block {table.num_cached_blocks}",
+                f"pin {num_full} block(s) of",
+                "call mark_computed() once its K/V is written",
+            )
+        blocks = table.blocks[:num_full]
+        for block in blocks:
+            self.pool.pin(block)
+        pin_id = self._next_pin_id
+        self._next_pin_id += 1
+        self._pins[pin_id] = blocks
+        return PinnedPrefix(
+            pin_id=pin_id,
+            block_ids=tuple(b.block_id for b in blocks),
+            num_tokens=num_full * self.block_size,
+        )
+
+    def unpin(self, prefix: PinnedPrefix) -> None:
+        blocks = self._pins.pop(prefix.pin_id, None)
+        if blocks is None:
+            raise UnknownPinError(prefix.pin_id)
+        for block in reversed(blocks):
+            self.pool.unpin(block)
+
+    # -- introspection ------------------------------------------------------------------
+    def __contains__(self, seq_id: Hashable) -> bool:
+        return seq_id in self._tables
+
+    def block_ids(self, seq_id: Hashable) -> list[int]:
+        """Physical ids, of device blocks when resident or of host blocks when swapped."""
+        return self._table(seq_id).block_ids
+
+    def num_tokens(self, seq_id: Hashable) -> int:
+        return self._table(seq_id).num_tokens
+
+    def sequence_state(self, seq_id: Hashable) -> SequenceState:
+        return self._table(seq_id).state
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def stats(self) -> BlockStats:
+        tables = self._tables.values()
+        return BlockStats(
+            num_blocks=self.pool.num_blocks,
+            num_empty=self.pool.num_empty,
+            num_cached=self.pool.num_cached,
+            num_in_use=self.pool.num_in_use,
+            num_pinned=self.pool.num_pinned,
+            num_host_blocks=self.host_pool.num_blocks,
+            num_swapped=self.host_pool.num_in_use,
+            num_sequences=len(self._tables),
+            num_tokens=sum(t.num_tokens for t in tables),
+            num_allocated_slots=sum(len(t.blocks) for t in tables) * self.block_size,
+            prefix_cache_queries=self._prefix_queries,
+            prefix_cache_hits=self._prefix_hits,
+        )
+
+    # -- helpers ------------------------------------------------------------------------
+    def _num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _table(self, seq_id: Hashable) -> BlockTable:
+        try:
+            return self._tables[seq_id]
+        except KeyError:
+            raise UnknownSequenceError(seq_id) from None
+
+    def _resident(self, seq_id: Hashable, action: str) -> BlockTable:
+        table = self._table(seq_id)
+        if table.state is not SequenceState.RESIDENT:
+            raise SequenceStateError(seq_id, "swapped out", action, "swap it in first")
+        return table
+
+    def _swapped(self, seq_id: Hashable, action: str) -> BlockTable:
+        table = self._table(seq_id)
+        if table.state is not SequenceState.SWAPPED:
+            raise SequenceStateError(seq_id, "resident", action, "swap it out first")
+        return table

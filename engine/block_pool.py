@@ -1,0 +1,177 @@
+"""The pool of physical blocks: allocation, reference counts, the prefix cache, pins.
+
+Plain Python on the hot path: ``allocate`` and ``free`` touch a handful of slots on
+preallocated ``KVCacheBlock`` objects and create no Python object. Every block is in
+exactly one of three conditions at any time:
+
+- in use:  ``ref_cnt > 0`` (held by block tables and/or pins);
+- cached:  free, but still the prefix cache's entry for its hash (evictable);
+- empty:   free, no cached content.
+
+``num_empty + num_cached + num_in_use == num_blocks`` always holds. The same class
+serves as the host swap pool with caching off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.block import KVCacheBlock
+from engine.errors import DoubleFreeError, InvalidRequestError, PinnedBlockError
+from engine.free_block_queue import FreeBlockQueue
+
+__all__ = ["BlockPool"]
+
+
+class BlockPool:
+    __slots__ = (
+        "_free_queue",
+        "blocks",
+        "cached",
+        "enable_caching",
+        "num_blocks",
+        "num_cached",
+        "num_pinned",
+    )
+
+    def __init__(self, *, num_blocks: int, enable_caching: bool = True) -> None:
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 0:
+            raise InvalidRequestError(f"num_blocks must be a non-negative int, got {num_blocks!r}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.blocks = [KVCacheBlock(block_id=i) for i in range(num_blocks)]
+        self._free_queue = FreeBlockQueue(self.blocks)
+        self.cached: dict[bytes, KVCacheBlock] = {}  # hash -> its one canonical block
+        self.num_cached = 0  # free blocks that still hold cached content
+        self.num_pinned = 0  # blocks with at least one pin
+
+    # -- counts ---------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks an allocation can take: empty plus evictable cached blocks."""
+        return self._free_queue.num_free_blocks
+
+    @property
+    def num_empty(self) -> int:
+        return self._free_queue.num_free_blocks - self.num_cached
+
+    @property
+    def num_in_use(self) -> int:
+        return self.num_blocks - self._free_queue.num_free_blocks
+
+    # -- allocate / free ------------------------------------------------------------
+    def allocate(self) -> KVCacheBlock:
+        """Take one free block (empty first, then the least recently used cached one).
+
+        The caller checks ``num_free_blocks`` first; an empty pool here is a bug.
+        """
+        block = self._free_queue.popleft()
+        if block.block_hash is not None:
+            self._evict(block)
+        block.ref_cnt = 1
+        return block
+
+    def allocate_after(self, prev: KVCacheBlock | None) -> KVCacheBlock:
+        """Like ``allocate`` but prefer the block right after ``prev`` when it is empty.
+
+        A sequence whose blocks sit in one contiguous run can be attended as a zero-copy
+        view of the cache, so a growing sequence keeps extending its run when it can.
+        Cached blocks are not taken out of turn: their content may still be reused.
+        """
+        if prev is not None:
+            nxt_id = prev.block_id + 1
+            if nxt_id < self.num_blocks:
+                block = self.blocks[nxt_id]
+                if block.ref_cnt == 0 and block.block_hash is None:
+                    self._free_queue.remove(block)
+                    block.ref_cnt = 1
+                    return block
+        return self.allocate()
+
+    def free(self, block: KVCacheBlock) -> None:
+        """Drop one table's reference; at zero the block joins the free queue."""
+        ref = block.ref_cnt
+        if ref <= block.num_pins:
+            self._raise_bad_free(block)
+        ref -= 1
+        block.ref_cnt = ref
+        if ref == 0:
+            if block.block_hash is None:
+                self._free_queue.appendleft(block)
+            else:
+                self._free_queue.append(block)
+                self.num_cached += 1
+
+    def _raise_bad_free(self, block: KVCacheBlock) -> None:
+        if block.ref_cnt == 0:
+            raise DoubleFreeError(block.block_id)
+        raise PinnedBlockError(block.block_id)
+
+    def touch(self, block: KVCacheBlock) -> None:
+        """Take one more reference on a block found in the prefix cache."""
+        if block.ref_cnt == 0:
+            self._free_queue.remove(block)
+            if block.block_hash is not None:
+                self.num_cached -= 1
+        block.ref_cnt += 1
+
+    # -- prefix cache ---------------------------------------------------------------
+    def lookup(self, block_hash: bytes) -> KVCacheBlock | None:
+        return self.cached.get(block_hash)
+
+    def match(self, hashes: Sequence[bytes]) -> list[KVCacheBlock]:
+        """The cached blocks of the longest prefix of ``hashes`` (chained hashes, so a
+        miss ends the prefix)."""
+        lookup = self.cached.get
+        hits: list[KVCacheBlock] = []
+        for block_hash in hashes:
+            block = lookup(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def cache(self, block: KVCacheBlock, block_hash: bytes) -> None:
+        """Make an in-use, computed, full block reusable under ``block_hash``.
+
+        If another block already holds that content, it stays the canonical one and this
+        block remains uncached (it is freed as empty): no merging after the fact.
+        """
+        assert block.ref_cnt > 0, "only blocks in use are cached"
+        if not self.enable_caching or block.block_hash is not None:
+            return
+        if block_hash not in self.cached:
+            self.cached[block_hash] = block
+            block.block_hash = block_hash
+
+    def _evict(self, block: KVCacheBlock) -> None:
+        # Called on a block just taken out of the free queue.
+        del self.cached[block.block_hash]  # type: ignore[arg-type]
+        block.block_hash = None
+        self.num_cached -= 1
+
+    def reset_cache(self) -> int:
+        """Drop every evictable cached block's content; returns how many were dropped."""
+        dropped = 0
+        for block in self.blocks:
+            if block.ref_cnt == 0 and block.block_hash is not None:
+                self._free_queue.remove(block)
+                self._evict(block)
+                self._free_queue.appendleft(block)
+                dropped += 1
+        return dropped
+
+    # -- pins -----------------------------------------------------------------------
+    def pin(self, block: KVCacheBlock) -> None:
+        """A pin is a reference that no table owns: the block cannot be evicted."""
+        self.touch(block)
+        block.num_pins += 1
+        if block.num_pins == 1:
+            self.num_pinned += 1
+
+    def unpin(self, block: KVCacheBlock) -> None:
+        assert block.num_pins > 0, f"block {block.block_id} is not pinned"
+        block.num_pins -= 1
+        if block.num_pins == 0:
+            self.num_pinned -= 1
+        self.free(block)

@@ -1,0 +1,47 @@
+"""A sequence's token ids and its block table (logical block i -> physical block)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from engine.block import KVCacheBlock
+from engine.budget import Budget
+
+__all__ = ["BlockTable", "SequenceState"]
+
+
+class SequenceState(Enum):
+    RESIDENT = "resident"  # blocks on the device
+    SWAPPED = "swapped"  # blocks in host swap space
+
+
+@dataclass(slots=True, eq=False)
+class BlockTable:
+    """Owned by ``BlockManager``; callers read it through the manager.
+
+    ``blocks`` holds device blocks while resident and host blocks while swapped, so its
+    length is always ``ceil(num_tokens / block_size)``. ``block_hashes[i]`` is the chained
+    hash of full block ``i``, computed once it is known to be computed; the first
+    ``num_cached_blocks`` of those were offered to the prefix cache.
+    """
+
+    seq_id: Hashable
+    token_ids: list[int]
+    blocks: list[KVCacheBlock] = field(default_factory=list)
+    state: SequenceState = SequenceState.RESIDENT
+    ceiling_tokens: int | None = None
+    budget: Budget | None = None
+    cache_salt: str | None = None
+    extra: bytes = b""
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_cached_blocks: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def block_ids(self) -> list[int]:
+        return [block.block_id for block in self.blocks]

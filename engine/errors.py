@@ -1,0 +1,179 @@
+"""Errors raised by the engine.
+
+Every error a caller can provoke is typed, carries the numbers that explain it as
+fields, and says in its message what to do about it. ``assert`` is kept for the
+engine's own invariants.
+
+    EngineError
+    ├── InvalidRequestError          bad argument: fix the call
+    │   ├── UnknownSequenceError     no sequence with that id
+    │   ├── DuplicateSequenceError   a sequence with that id already exists
+    │   ├── UnknownBudgetError       no budget with that name
+    │   ├── DuplicateBudgetError     a budget with that name is already open
+    │   ├── BudgetInUseError         closing a budget that sequences still use
+    │   ├── DoubleFreeError          freeing a block nobody holds
+    │   ├── PinnedBlockError         freeing a reference that belongs to a pin
+    │   ├── UnknownPinError          unpinning a prefix that is not pinned
+    │   └── SequenceStateError       wrong state for the call, e.g. append while swapped
+    └── CapacityError                the request is valid but does not fit
+        ├── OutOfBlocksError         the device pool has too few free blocks
+        ├── OutOfSwapSpaceError      the host pool has too few free blocks
+        ├── BudgetExceededError      a named budget would be exceeded
+        └── CeilingExceededError     a sequence's token ceiling would be exceeded
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceededError",
+    "BudgetInUseError",
+    "CapacityError",
+    "CeilingExceededError",
+    "DoubleFreeError",
+    "DuplicateBudgetError",
+    "DuplicateSequenceError",
+    "EngineError",
+    "InvalidRequestError",
+    "OutOfBlocksError",
+    "OutOfSwapSpaceError",
+    "PinnedBlockError",
+    "SequenceStateError",
+    "UnknownBudgetError",
+    "UnknownPinError",
+    "UnknownSequenceError",
+]
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class InvalidRequestError(EngineError, ValueError):
+    """The call itself is wrong (bad size, unknown id, wrong state)."""
+
+
+class UnknownSequenceError(InvalidRequestError, KeyError):
+    def __init__(self, seq_id: object) -> None:
+        self.seq_id = seq_id
+        super().__init__(
+            f"no sequence {seq_id!r}: it was never allocated or was already freed; "
+            "allocate it first or check the id"
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
+        return str(self.args[0])
+
+
+class DuplicateSequenceError(InvalidRequestError):
+    def __init__(self, seq_id: object) -> None:
+        self.seq_id = seq_id
+        super().__init__(f"sequence {seq_id!r} already exists; free it first or use a new id")
+
+
+class UnknownBudgetError(InvalidRequestError, KeyError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no budget named {name!r}; open it with open_budget() first")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DuplicateBudgetError(InvalidRequestError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"budget {name!r} is already open; close it first or pick another name")
+
+
+class BudgetInUseError(InvalidRequestError):
+    def __init__(self, name: str, num_sequences: int) -> None:
+        self.name = name
+        self.num_sequences = num_sequences
+        super().__init__(
+            f"budget {name!r} still has {num_sequences} sequence(s); free them before closing it"
+        )
+
+
+class DoubleFreeError(InvalidRequestError):
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        super().__init__(
+            f"block {block_id} is already free; each allocation must be freed exactly once"
+        )
+
+
+class PinnedBlockError(InvalidRequestError):
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        super().__init__(
+            f"block {block_id} is held only by pins; release it with unpin(), not free()"
+        )
+
+
+class UnknownPinError(InvalidRequestError):
+    def __init__(self, pin_id: int) -> None:
+        self.pin_id = pin_id
+        super().__init__(
+            f"prefix pin {pin_id} is not held: it was never pinned here or was already unpinned"
+        )
+
+
+class SequenceStateError(InvalidRequestError):
+    def __init__(self, seq_id: object, state: str, action: str, hint: str) -> None:
+        self.seq_id = seq_id
+        self.state = state
+        self.action = action
+        super().__init__(f"cannot {action} sequence {seq_id!r} while it is {state}; {hint}")
+
+
+class CapacityError(EngineError):
+    """A valid request that does not fit; ``needed`` and ``available`` say by how much."""
+
+    def __init__(self, message: str, *, needed: int, available: int) -> None:
+        self.needed = needed
+        self.available = available
+        super().__init__(message)
+
+
+class OutOfBlocksError(CapacityError):
+    def __init__(self, needed: int, available: int) -> None:
+        super().__init__(
+            f"need {needed} free KV block(s) but only {available} are free; free or swap out "
+            "sequences, or give the engine more KV blocks",
+            needed=needed,
+            available=available,
+        )
+
+
+class OutOfSwapSpaceError(CapacityError):
+    def __init__(self, needed: int, available: int) -> None:
+        super().__init__(
+            f"need {needed} free host block(s) to swap out but only {available} are free; "
+            "raise the swap space or recompute instead of swapping",
+            needed=needed,
+            available=available,
+        )
+
+
+class BudgetExceededError(CapacityError):
+    def __init__(self, name: str, needed: int, available: int, max_blocks: int) -> None:
+        self.name = name
+        self.max_blocks = max_blocks
+        super().__init__(
+            f"budget {name!r} caps its sequences at {max_blocks} block(s); this needs {needed} "
+            f"more with {available} left; free sequences in it or open a larger budget",
+            needed=needed,
+            available=available,
+        )
+
+
+class CeilingExceededError(CapacityError):
+    def __init__(self, seq_id: object, needed: int, ceiling_tokens: int) -> None:
+        self.seq_id = seq_id
+        self.ceiling_tokens = ceiling_tokens
+        super().__init__(
+            f"sequence {seq_id!r} would hold {needed} tokens, above its ceiling of "
+            f"{ceiling_tokens}; compact its context or raise the ceiling",
+            needed=needed,
+            available=ceiling_tokens,
+        )

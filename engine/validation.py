@@ -1,0 +1,30 @@
+"""Checks of caller arguments, shared by the engine's public entry points."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+from engine.errors import InvalidRequestError
+
+__all__ = ["require_int", "require_token_ids"]
+
+
+def require_int(name: str, value: object, *, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, else an error naming the argument."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidRequestError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def require_token_ids(token_ids: Sequence[int], *, allow_empty: bool) -> None:
+    if not token_ids:
+        if allow_empty:
+            return
+        raise InvalidRequestError("token_ids is empty; a sequence needs at least one token")
+    try:
+        array("q", token_ids)
+    except (TypeError, OverflowError):
+        raise InvalidRequestError("token_ids must be a sequence of ints in 0..2**63-1") from None
+    if min(token_ids) < 0:
+        raise InvalidRequestError(f"token ids must be non-negative, got {min(token_ids)}")

@@ -54,6 +54,7 @@ class _AllocationPlan:
     fit: Fit
     hits: list[KVCacheBlock]
     hashes: list[bytes]
+    extra: bytes = b""
 
 
 class BlockManager:
@@ -110,12 +111,15 @@ class BlockManager:
         """The K/V of the first ``num_tokens`` tokens is written: cache their full blocks.
 
         Blocks enter the prefix cache only here, never at allocation, so no other
-        sequence can be handed a block whose K/V has not been computed yet.
+        sequence can be handed a block whose K/V has not been computed yet. A block whose
+        content is already cached in another block is swapped for that block (its K/V
+        is identical), so the table may change: rebuild block tables after this call.
         """
         table = self._resident(seq_id, "mark computed")
-        if not 0 <= num_tokens <= table.num_tokens:
+        require_int("num_tokens", num_tokens, minimum=0)
+        if num_tokens > table.num_tokens:
             raise InvalidRequestError(
-                f"num_tokens must be within 0..{table.num_tokens} for sequence {seq_id!r}, "
+                f"num_tokens must be at most {table.num_tokens} for sequence {seq_id!r}, "
                 f"got {num_tokens}"
             )
         num_full = num_tokens // self.block_size
@@ -129,8 +133,17 @@ class BlockManager:
                 extra=table.extra,
                 start_block=len(hashes),
             )
+        pool = self.pool
         for i in range(table.num_cached_blocks, num_full):
-            self.pool.cache(table.blocks[i], hashes[i])
+            block, canonical = table.blocks[i], pool.lookup(hashes[i])
+            if canonical is None:
+                pool.cache(block, hashes[i])
+            elif canonical is not block:
+                # Equal prompts admitted together computed the same block twice: keep the
+                # cached copy and return this one, so every holder shares (and can pin) it.
+                pool.touch(canonical)
+                table.blocks[i] = canonical
+                pool.free(block)
         table.num_cached_blocks = max(table.num_cached_blocks, num_full)
 
     # -- allocate -----------------------------------------------------------------------
@@ -181,7 +194,7 @@ class BlockManager:
             ceiling_tokens=ceiling_tokens,
             budget=group,
             cache_salt=cache_salt,
-            extra=encode_extra_keys(extra_keys),
+            extra=plan.extra,
             block_hashes=plan.hashes,
             num_cached_blocks=len(plan.hits),
         )
@@ -205,6 +218,12 @@ class BlockManager:
         require_token_ids(token_ids, allow_empty=False)
         if ceiling_tokens is not None:
             require_int("ceiling_tokens", ceiling_tokens, minimum=1)
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidRequestError(f"cache_salt must be a str or None, got {cache_salt!r}")
+        try:
+            extra = encode_extra_keys(extra_keys)
+        except TypeError as exc:
+            raise InvalidRequestError(str(exc)) from None
         group = self.budgets.get(budget) if budget is not None else None
         num_tokens = len(token_ids)
         if ceiling_tokens is not None and num_tokens > ceiling_tokens:
@@ -215,8 +234,11 @@ class BlockManager:
             return _AllocationPlan(fit, [], [])
         # Only full blocks before the last token may come from the cache.
         hashes = (
-            self.block_hashes(
-                token_ids[: num_tokens - 1], cache_salt=cache_salt, extra_keys=extra_keys
+            hash_blocks(
+                token_ids[: num_tokens - 1],
+                self.block_size,
+                parent=root_hash(cache_salt),
+                extra=extra,
             )
             if self.enable_prefix_caching
             else []
@@ -226,7 +248,7 @@ class BlockManager:
         needed = num_blocks - len(hits) + num_free_hits
         if needed > self.pool.num_free_blocks:
             return _AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
-        return _AllocationPlan(_FITS, hits, hashes[: len(hits)])
+        return _AllocationPlan(_FITS, hits, hashes[: len(hits)], extra)
 
     # -- append -------------------------------------------------------------------------
     def can_append(self, seq_id: Hashable, num_new_tokens: int = 1) -> Fit:

@@ -22,7 +22,11 @@ __all__ = ["DIGEST_SIZE", "encode_extra_keys", "hash_blocks", "root_hash"]
 
 DIGEST_SIZE = 16
 _TOKEN_BYTES = 8  # array typecode "q"
-_ROOT = blake2b(b"kvgov-block-root", digest_size=DIGEST_SIZE).digest()
+# Roots and blocks hash under different personalizations, so no token content can ever
+# produce a tenant's root (and so enter that tenant's chain).
+_ROOT_PERSON = b"kvgov-root"
+_BLOCK_PERSON = b"kvgov-block"
+_ROOT = blake2b(b"", digest_size=DIGEST_SIZE, person=_ROOT_PERSON).digest()
 
 ExtraKey = str | int | bytes
 
@@ -31,7 +35,9 @@ def root_hash(cache_salt: str | None = None) -> bytes:
     """The parent hash of block 0: a constant, or one derived from the tenant's salt."""
     if cache_salt is None:
         return _ROOT
-    return blake2b(_ROOT + b"salt:" + cache_salt.encode(), digest_size=DIGEST_SIZE).digest()
+    return blake2b(
+        b"salt:" + cache_salt.encode(), digest_size=DIGEST_SIZE, person=_ROOT_PERSON
+    ).digest()
 
 
 def encode_extra_keys(extra_keys: Sequence[ExtraKey] = ()) -> bytes:
@@ -73,7 +79,9 @@ def hash_blocks(
     append = hashes.append
     for offset in range(0, len(raw), stride):
         parent = blake2b(
-            parent + raw[offset : offset + stride] + extra, digest_size=DIGEST_SIZE
+            parent + raw[offset : offset + stride] + extra,
+            digest_size=DIGEST_SIZE,
+            person=_BLOCK_PERSON,
         ).digest()
         append(parent)
     return hashes

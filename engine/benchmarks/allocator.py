@@ -106,7 +106,7 @@ def _waste(*, seed: int) -> Iterator[Measurement]:
     rng = random.Random(seed)
     lengths = [rng.randint(1_500, 4_500) for _ in range(8)]
     manager = BlockManager(num_blocks=sum(lengths) // _BLOCK_SIZE + 16, block_size=_BLOCK_SIZE)
-    for seq_id, length in enumerate(lengths):
+    for seq_id in range(len(lengths)):
         manager.allocate(seq_id, [rng.randrange(100_000) for _ in range(500)])
     for seq_id, length in enumerate(lengths):  # decode: one token at a time
         for _ in range(length - 500):

@@ -80,9 +80,14 @@ class BlockManagerMachine(RuleBasedStateMachine):
         assert before == after
 
     # -- rules -----------------------------------------------------------------------
-    @rule(target=seqs, prefix=st.sampled_from(PREFIXES + [[]]), tail=tokens_st,
-          salt=st.sampled_from(SALTS), budget=st.sampled_from(BUDGETS + [None]),
-          ceiling=st.sampled_from([None, 8, 20, 40]))
+    @rule(
+        target=seqs,
+        prefix=st.sampled_from([*PREFIXES, []]),
+        tail=tokens_st,
+        salt=st.sampled_from(SALTS),
+        budget=st.sampled_from([*BUDGETS, None]),
+        ceiling=st.sampled_from([None, 8, 20, 40]),
+    )
     def allocate(self, prefix, tail, salt, budget, ceiling):
         tokens = prefix + tail or [0]
         if budget is not None and budget not in {b.name for b in self.mgr.budgets}:
@@ -253,9 +258,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TestBlockManagerStateful = BlockManagerMachine.TestCase
-TestBlockManagerStateful.settings = settings(
-    max_examples=200, stateful_step_count=50, **_common
-)
+TestBlockManagerStateful.settings = settings(max_examples=200, stateful_step_count=50, **_common)
 
 
 class _SlowMachine(BlockManagerMachine):

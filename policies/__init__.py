@@ -1,0 +1,9 @@
+"""Decisions the governor delegates: summarize, compact, admit, park or offload, preempt.
+
+One small class per file, each satisfying a protocol that governor/ defines. Policies
+use governor's public types only, never engine/ or integrations/.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

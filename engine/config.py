@@ -1,0 +1,65 @@
+"""Engine configuration: which model, where, and how much KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from engine.errors import InvalidRequestError
+
+__all__ = ["EngineConfig", "PreemptionMode"]
+
+_MIB = 1 << 20
+
+
+class PreemptionMode(Enum):
+    SWAP = "swap"  # swap to host while swap space lasts, then recompute
+    RECOMPUTE = "recompute"  # always free and recompute later
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """KV capacity is set by exactly one of ``num_blocks``, ``kv_cache_bytes`` or
+    ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU and 90%
+    of free memory on a GPU."""
+
+    model: str = "tiny-random"  # a preset name or a local Hugging Face folder
+    tokenizer: str | None = None  # "tiktoken:<encoding>" or a folder; None: the model's own
+    device: str = "auto"
+    dtype: str | None = None  # "float32" | "bfloat16" | "float16"; None: per device
+    block_size: int = 16
+    num_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_fraction: float | None = None
+    swap_space_bytes: int = 64 * _MIB
+    preemption_mode: PreemptionMode = PreemptionMode.SWAP
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048  # per-step token budget (chunked prefill)
+    max_model_len: int | None = None  # None: the model's maximum positions
+    enable_prefix_caching: bool = True
+    attention: str = "auto"  # "auto" | "fast" | "reference"
+    seed: int = 0  # for the random weights of presets
+
+    def __post_init__(self) -> None:
+        sizing = [self.num_blocks, self.kv_cache_bytes, self.kv_cache_fraction]
+        if sum(value is not None for value in sizing) > 1:
+            raise InvalidRequestError(
+                "set at most one of num_blocks, kv_cache_bytes and kv_cache_fraction"
+            )
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidRequestError(f"{name} must be a positive int, got {value!r}")
+        for name in ("num_blocks", "kv_cache_bytes", "max_model_len"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InvalidRequestError(f"{name} must be a positive int, got {value!r}")
+        if self.swap_space_bytes < 0:
+            raise InvalidRequestError("swap_space_bytes must be >= 0")
+        fraction = self.kv_cache_fraction
+        if fraction is not None and not 0 < fraction <= 1:
+            raise InvalidRequestError(f"kv_cache_fraction must be in (0, 1], got {fraction}")
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise InvalidRequestError(
+                f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}"
+            )

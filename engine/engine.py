@@ -1,0 +1,401 @@
+"""The engine: requests in, tokens out, every KV block accounted for.
+
+``Engine`` is synchronous and single-threaded: one caller owns it and drives
+``step()``. Many agents share one engine through ``EngineLoop``, which owns an engine
+on one thread and takes requests from any thread or event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from engine.attention.select import get_attention_backend
+from engine.block_manager import BlockManager
+from engine.block_results import PinnedPrefix
+from engine.budget import BudgetInfo
+from engine.config import EngineConfig, PreemptionMode
+from engine.device import default_dtype, resolve_device
+from engine.errors import (
+    BudgetExceededError,
+    CeilingExceededError,
+    InvalidRequestError,
+    OutOfBlocksError,
+    SequenceStateError,
+    UnknownSequenceError,
+)
+from engine.kv_cache import KVCache
+from engine.model_config import ModelConfig
+from engine.model_runner import ModelRunner
+from engine.outputs import Capacity, Completion, EngineMetrics, RequestOutput
+from engine.presets import PRESETS, build_preset_model
+from engine.request import FinishReason, Request, RequestStatus
+from engine.sampling import SamplingParams, request_generator
+from engine.scheduler import Scheduler
+from engine.stop import TokenStopChecker
+from engine.tokenizer import Tokenizer, load_tokenizer
+from engine.weights import load_model
+
+__all__ = ["Engine"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CPU_DEFAULT_KV_BYTES = 256 << 20
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config = config or EngineConfig()
+        self.device = resolve_device(config.device)
+        self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
+        self.attention = get_attention_backend(config.attention, device=self.device)
+        if config.model in PRESETS:
+            preset = PRESETS[config.model]
+            self.model_config: ModelConfig = preset.config
+            self.model = build_preset_model(
+                config.model,
+                attention=self.attention,
+                device=self.device,
+                dtype=self.dtype,
+                seed=config.seed,
+            )
+            self.tokenizer: Tokenizer = load_tokenizer(config.tokenizer or preset.tokenizer)
+        else:
+            self.model_config = ModelConfig.from_pretrained(config.model)
+            self.model = load_model(
+                config.model, attention=self.attention, device=self.device, dtype=self.dtype
+            )
+            self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        self.model.eval()
+        mc = self.model_config
+        self.max_model_len = config.max_model_len or mc.max_position_embeddings
+        bytes_per_block = (
+            2
+            * mc.num_layers
+            * config.block_size
+            * mc.num_kv_heads
+            * mc.head_dim
+            * self.dtype.itemsize
+        )
+        num_blocks = self._num_kv_blocks(bytes_per_block)
+        self.kv_cache = KVCache(
+            num_layers=mc.num_layers,
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            num_kv_heads=mc.num_kv_heads,
+            head_dim=mc.head_dim,
+            num_host_blocks=config.swap_space_bytes // bytes_per_block,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self.block_manager = BlockManager(
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            num_host_blocks=self.kv_cache.num_host_blocks,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        self.scheduler = Scheduler(
+            block_manager=self.block_manager,
+            kv_cache=self.kv_cache,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            allow_swap=config.preemption_mode is PreemptionMode.SWAP,
+        )
+        self.runner = ModelRunner(
+            model=self.model,
+            attention=self.attention,
+            kv_cache=self.kv_cache,
+            block_manager=self.block_manager,
+        )
+        self._requests: dict[str, Request] = {}
+        self._stops: dict[str, TokenStopChecker] = {}
+        self._arrivals = itertools.count()
+        self._prefix_ids = itertools.count()
+
+    @classmethod
+    def from_pretrained(cls, path_or_preset: str = "tiny-random", **overrides: object) -> Engine:
+        return cls(replace(EngineConfig(), model=path_or_preset, **overrides))  # type: ignore[arg-type]
+
+    def _num_kv_blocks(self, bytes_per_block: int) -> int:
+        config = self.config
+        if config.num_blocks is not None:
+            return config.num_blocks
+        if config.kv_cache_bytes is not None:
+            nbytes = config.kv_cache_bytes
+        elif self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            nbytes = int(free * (config.kv_cache_fraction or 0.9))
+        elif config.kv_cache_fraction is not None:
+            nbytes = int(
+                os.sysconf("SC_AVPHYS_PAGES")
+                * os.sysconf("SC_PAGE_SIZE")
+                * config.kv_cache_fraction
+            )
+        else:
+            nbytes = _CPU_DEFAULT_KV_BYTES
+        num_blocks = nbytes // bytes_per_block
+        if num_blocks < 1:
+            raise InvalidRequestError(
+                f"the KV cache gets {nbytes} bytes but one block needs {bytes_per_block}; "
+                "give it more memory or a smaller block_size"
+            )
+        return num_blocks
+
+    # -- requests -------------------------------------------------------------------
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        ceiling_tokens: int | None = None,
+        budget: str | None = None,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> str:
+        """Queue a request; refuse it at once (typed error) if it can never fit."""
+        sampling = sampling or SamplingParams()
+        token_ids = self._token_ids(prompt)
+        request_id = request_id if request_id is not None else f"req-{next(self._arrivals)}"
+        if request_id in self._requests:
+            raise InvalidRequestError(f"request id {request_id!r} is in use; pick another")
+        ceiling = min(ceiling_tokens or self.max_model_len, self.max_model_len)
+        if len(token_ids) >= ceiling:
+            raise CeilingExceededError(request_id, len(token_ids) + 1, ceiling)
+        num_blocks = math.ceil(len(token_ids) / self.config.block_size)
+        if budget is not None:
+            info = self.block_manager.budgets.get(budget).info()
+            if num_blocks > info.max_blocks:
+                raise BudgetExceededError(budget, num_blocks, info.max_blocks, info.max_blocks)
+        capacity = self.block_manager.pool.num_blocks - self.block_manager.pool.num_pinned
+        if num_blocks > capacity:
+            raise OutOfBlocksError(num_blocks, capacity)
+        generator = request_generator(sampling, device=self.device)
+        request = Request(
+            request_id=request_id,
+            token_ids=token_ids,
+            num_prompt_tokens=len(token_ids),
+            sampling=sampling,
+            arrival=next(self._arrivals),
+            priority=priority,
+            ceiling_tokens=ceiling,
+            budget=budget,
+            cache_salt=cache_salt,
+            generator=generator,
+            arrival_time=time.perf_counter(),
+        )
+        self._requests[request_id] = request
+        self._stops[request_id] = TokenStopChecker(self.tokenizer, sampling)
+        self.scheduler.add(request)
+        return request_id
+
+    def _token_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not token_ids:
+            raise InvalidRequestError("the prompt is empty; send at least one token")
+        vocab = self.model_config.vocab_size
+        bad = [
+            t
+            for t in token_ids
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab
+        ]
+        if bad:
+            raise InvalidRequestError(
+                f"token ids must be ints in 0..{vocab - 1} for this model; got {bad[:5]}"
+                + (
+                    " (the tokenizer's vocabulary is larger than the model's)"
+                    if isinstance(prompt, str)
+                    else ""
+                )
+            )
+        return token_ids
+
+    def abort(self, request_id: str) -> None:
+        """End a request now and return every block it holds."""
+        request = self._request(request_id)
+        self.scheduler.finish(request, FinishReason.ABORT)
+        request.finish_time = time.perf_counter()
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def step(self) -> list[RequestOutput]:
+        """Run one batch: schedule, compute, sample, and report what changed."""
+        scheduled = self.scheduler.schedule()
+        sampled = self.runner.execute(scheduled.chunks)
+        outputs: list[RequestOutput] = []
+        now = time.perf_counter()
+        for chunk, token in zip(scheduled.chunks, sampled, strict=True):
+            request = chunk.request
+            request.num_computed_tokens += chunk.num_tokens
+            self.block_manager.mark_computed(request.request_id, request.num_computed_tokens)
+            if token is None:
+                continue
+            if request.first_token_time is None:
+                request.first_token_time = now
+            request.token_ids.append(token)
+            outputs.append(self._advance(request, token))
+        for request in scheduled.finished:
+            request.finish_time = now
+            outputs.append(self._final_output(request, ()))
+        return outputs
+
+    def _advance(self, request: Request, token: int) -> RequestOutput:
+        result = self._stops[request.request_id].push(token)
+        new_text = result.text
+        request.output_text += new_text
+        request.stop_text = result.stop_string
+        sampling = request.sampling
+        reason = FinishReason.STOP if result.stopped else None
+        if reason is None:
+            if request.num_output_tokens >= sampling.max_tokens:
+                reason = FinishReason.LENGTH
+            elif request.num_tokens >= request.ceiling_tokens:  # type: ignore[operator]
+                reason = FinishReason.CEILING
+        if reason is None:
+            return RequestOutput(request.request_id, (token,), new_text, False, None)
+        self.scheduler.finish(request, reason)
+        request.finish_time = time.perf_counter()
+        return self._final_output(request, (token,), new_text)
+
+    def _final_output(
+        self, request: Request, tokens: tuple[int, ...], new_text: str = ""
+    ) -> RequestOutput:
+        tail = self._stops[request.request_id].flush()
+        request.output_text += tail
+        return RequestOutput(
+            request.request_id, tokens, new_text + tail, True, request.finish_reason
+        )
+
+    def generate(
+        self,
+        prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
+        sampling: SamplingParams | None = None,
+        **options: object,
+    ) -> list[Completion]:
+        """Run a batch of prompts to completion, continuously batched with whatever else
+        is queued; completions come back in prompt order."""
+        batch = [prompts] if _is_single_prompt(prompts) else list(prompts)  # type: ignore[list-item]
+        ids = [self.add_request(prompt, sampling, **options) for prompt in batch]  # type: ignore[arg-type]
+        pending = set(ids)
+        while pending:
+            for output in self.step():
+                if output.finished:
+                    pending.discard(output.request_id)
+        return [self.pop_completion(request_id) for request_id in ids]
+
+    def pop_completion(self, request_id: str) -> Completion:
+        """The finished request's completion; the engine forgets the request."""
+        request = self._request(request_id)
+        if request.status is not RequestStatus.FINISHED:
+            raise SequenceStateError(request_id, request.status.value, "collect", "step() on")
+        del self._requests[request_id]
+        del self._stops[request_id]
+        ttft = None
+        if request.first_token_time is not None:
+            ttft = request.first_token_time - request.arrival_time
+        return Completion(
+            request_id=request_id,
+            prompt_token_ids=tuple(request.token_ids[: request.num_prompt_tokens]),
+            token_ids=tuple(request.output_token_ids),
+            text=request.output_text,
+            finish_reason=request.finish_reason,  # type: ignore[arg-type]
+            num_cached_tokens=request.num_cached_tokens,
+            num_preemptions=request.num_preemptions,
+            time_to_first_token_s=ttft,
+            latency_s=(request.finish_time or time.perf_counter()) - request.arrival_time,
+        )
+
+    def _request(self, request_id: str) -> Request:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise UnknownSequenceError(request_id) from None
+
+    # -- budgets, prefixes, offload -----------------------------------------------------
+    def open_budget(self, name: str, max_blocks: int) -> BudgetInfo:
+        return self.block_manager.budgets.open(name, max_blocks=max_blocks)
+
+    def resize_budget(self, name: str, max_blocks: int) -> BudgetInfo:
+        return self.block_manager.budgets.resize(name, max_blocks=max_blocks)
+
+    def close_budget(self, name: str) -> None:
+        self.block_manager.budgets.close(name)
+
+    def pin_prefix(
+        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+    ) -> PinnedPrefix:
+        """Compute a shared prefix (system prompt, tool schemas) once and pin its full
+        blocks: every later request that starts with it reuses them."""
+        token_ids = self._token_ids(prefix)
+        seq_id = f"__prefix-{next(self._prefix_ids)}"
+        allocation = self.block_manager.allocate(seq_id, token_ids, cache_salt=cache_salt)
+        try:
+            start = allocation.num_cached_tokens
+            self.runner.forward(
+                [(token_ids, start, len(token_ids) - start, list(allocation.block_ids))]
+            )
+            self.block_manager.mark_computed(seq_id, len(token_ids))
+            return self.block_manager.pin(seq_id)
+        finally:
+            self.block_manager.free(seq_id)
+
+    def unpin(self, prefix: PinnedPrefix) -> None:
+        self.block_manager.unpin(prefix)
+
+    def offload(self, request_id: str) -> None:
+        """Move a request's KV to host memory now and keep it there until ``restore``."""
+        request = self._request(request_id)
+        self.scheduler.offload(request)
+
+    def restore(self, request_id: str) -> None:
+        """Bring an offloaded request's KV back (now if it fits, else as room frees)."""
+        request = self._request(request_id)
+        self.scheduler.restore(request)
+
+    def requests_in_budget(self, name: str) -> list[str]:
+        return [r.request_id for r in self._requests.values() if r.budget == name]
+
+    # -- introspection --------------------------------------------------------------
+    def capacity(self) -> Capacity:
+        pool = self.block_manager.pool
+        return Capacity(
+            block_size=self.config.block_size,
+            num_blocks=pool.num_blocks,
+            num_free_blocks=pool.num_free_blocks,
+            num_pinned_blocks=pool.num_pinned,
+            num_host_blocks=self.block_manager.host_pool.num_blocks,
+            bytes_per_block=self.kv_cache.bytes_per_block,
+            max_model_len=self.max_model_len,
+        )
+
+    def metrics(self) -> EngineMetrics:
+        stats = self.block_manager.stats()
+        return EngineMetrics(
+            num_blocks=stats.num_blocks,
+            num_blocks_in_use=stats.num_in_use,
+            num_blocks_free=stats.num_free,
+            num_blocks_cached=stats.num_cached,
+            num_blocks_pinned=stats.num_pinned,
+            num_blocks_swapped=stats.num_swapped,
+            num_requests_running=len(self.scheduler.running),
+            num_requests_waiting=len(self.scheduler.waiting),
+            num_requests_swapped=len(self.scheduler.swapped),
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_cache_queries=stats.prefix_cache_queries,
+            prefix_cache_hits=stats.prefix_cache_hits,
+            tokens_per_sequence={
+                rid: r.num_tokens for rid, r in self._requests.items() if not r.is_finished
+            },
+        )
+
+
+def _is_single_prompt(prompts: object) -> bool:
+    if isinstance(prompts, str):
+        return True
+    return isinstance(prompts, Sequence) and bool(prompts) and isinstance(prompts[0], int)

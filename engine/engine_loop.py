@@ -1,0 +1,220 @@
+"""One thread owns the engine; any thread or event loop may submit to it.
+
+Concurrency model: ``Engine`` is single-threaded. ``EngineLoop`` runs it on a
+dedicated thread that alternates between draining a command queue (new requests,
+aborts, budget and prefix calls, all executed on that thread in arrival order) and
+running ``engine.step()`` while work remains. Results travel back through per-request
+sinks: a thread-safe queue for blocking callers, ``call_soon_threadsafe`` into an
+``asyncio.Queue`` for coroutines. A consumer that stops listening (a cancelled task, a
+dropped HTTP client) aborts its request, so its blocks return at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from engine.engine import Engine
+from engine.errors import EngineError
+from engine.outputs import Completion, RequestOutput
+from engine.sampling import SamplingParams
+
+__all__ = ["EngineLoop", "EngineLoopClosedError", "RequestStream"]
+
+T = TypeVar("T")
+_DONE = object()
+
+
+class EngineLoopClosedError(EngineError):
+    def __init__(self) -> None:
+        super().__init__("the engine loop is closed; start a new EngineLoop")
+
+
+class RequestStream:
+    """Outputs of one request as they are produced, then its completion."""
+
+    def __init__(self, request_id: str, sink: Callable[[object], None] | None = None) -> None:
+        self.request_id = request_id
+        self._items: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._sink = sink or self._items.put
+        self._completion: Future[Completion] = Future()
+
+    def _push(self, item: RequestOutput) -> None:
+        self._sink(item)
+
+    def _finish(self, completion: Completion | None, error: BaseException | None) -> None:
+        if error is not None:
+            self._completion.set_exception(error)
+            self._sink(error)
+        else:
+            self._completion.set_result(completion)  # type: ignore[arg-type]
+            self._sink(_DONE)
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        while True:
+            item = self._items.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    def result(self, timeout: float | None = None) -> Completion:
+        return self._completion.result(timeout)
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, *, idle_wait_s: float = 0.05) -> None:
+        self.engine = engine
+        self._idle_wait_s = idle_wait_s
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._streams: dict[str, RequestStream] = {}
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvgov-engine", daemon=True)
+        self._thread.start()
+
+    # -- lifecycle ------------------------------------------------------------------
+    def close(self) -> None:
+        """Abort every request (returning its blocks) and stop the thread."""
+        if self._closed.is_set():
+            return
+        self.call(self._abort_all)
+        self._closed.set()
+        self._commands.put(lambda: None)  # wake the thread
+        self._thread.join()
+
+    def __enter__(self) -> EngineLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls from any thread ------------------------------------------------------
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the engine thread and return its result."""
+        return self.call_soon(fn, *args, **kwargs).result()
+
+    def call_soon(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        if self._closed.is_set():
+            raise EngineLoopClosedError()
+        future: Future[T] = Future()
+
+        def command() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # handed to the caller, who re-raises it
+                    future.set_exception(exc)
+
+        self._commands.put(command)
+        return future
+
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams | None = None,
+        *,
+        _sink: Callable[[object], None] | None = None,
+        **options: Any,
+    ) -> RequestStream:
+        """Queue a request; bad input raises here, in the caller's thread."""
+
+        def add() -> RequestStream:
+            request_id = self.engine.add_request(prompt, sampling, **options)
+            stream = self._streams[request_id] = RequestStream(request_id, _sink)
+            return stream
+
+        return self.call(add)
+
+    def generate(
+        self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
+    ) -> Completion:
+        return self.submit(prompt, sampling, **options).result()
+
+    def abort(self, request_id: str) -> None:
+        self.call_soon(self._abort, request_id)
+
+    # -- calls from coroutines ------------------------------------------------------
+    async def astream(
+        self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
+    ) -> AsyncIterator[RequestOutput]:
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[object] = asyncio.Queue()
+
+        def sink(item: object) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+
+        stream = await asyncio.to_thread(self.submit, prompt, sampling, _sink=sink, **options)
+        finished = False
+        try:
+            while True:
+                item = await items.get()
+                if item is _DONE:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            if not finished:  # the consumer went away: free its blocks now
+                self.abort(stream.request_id)
+
+    async def agenerate(
+        self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
+    ) -> Completion:
+        stream = await asyncio.to_thread(self.submit, prompt, sampling, **options)
+        try:
+            return await asyncio.wrap_future(stream._completion)
+        except asyncio.CancelledError:
+            self.abort(stream.request_id)
+            raise
+
+    # -- the engine thread ----------------------------------------------------------
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            self._drain(block=not self.engine.has_unfinished())
+            if self._closed.is_set() or not self.engine.has_unfinished():
+                continue
+            try:
+                outputs = self.engine.step()
+            except BaseException as exc:  # an engine bug: fail every caller, free every block
+                self._abort_all(error=exc)
+                continue
+            for output in outputs:
+                stream = self._streams.get(output.request_id)
+                if stream is None:
+                    continue
+                stream._push(output)
+                if output.finished:
+                    self._complete(output.request_id)
+
+    def _drain(self, *, block: bool) -> None:
+        try:
+            command = self._commands.get(timeout=self._idle_wait_s) if block else None
+            if command is not None:
+                command()
+            while True:
+                self._commands.get_nowait()()
+        except queue.Empty:
+            return
+
+    def _complete(self, request_id: str) -> None:
+        stream = self._streams.pop(request_id)
+        stream._finish(self.engine.pop_completion(request_id), None)
+
+    def _abort(self, request_id: str) -> None:
+        if request_id in self._streams:
+            self.engine.abort(request_id)
+            self._complete(request_id)
+
+    def _abort_all(self, error: BaseException | None = None) -> None:
+        for request_id in list(self._streams):
+            self.engine.abort(request_id)
+            stream = self._streams.pop(request_id)
+            completion = self.engine.pop_completion(request_id)
+            stream._finish(None if error else completion, error)

@@ -1,0 +1,105 @@
+"""Turns a scheduled step into tensors, runs the model and samples.
+
+Torch lives here and below (layers, models, attention); the scheduler and block manager
+above stay plain Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from engine.attention.backend import AttentionBackend
+from engine.attention.metadata import AttentionMetadata
+from engine.block_manager import BlockManager
+from engine.kv_cache import KVCache
+from engine.models.llama import LlamaForCausalLM
+from engine.sampling import Sampler
+from engine.scheduler import ScheduledChunk
+
+__all__ = ["ModelRunner"]
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        *,
+        model: LlamaForCausalLM,
+        attention: AttentionBackend,
+        kv_cache: KVCache,
+        block_manager: BlockManager,
+    ) -> None:
+        self.model = model
+        self.attention = attention
+        self.kv_cache = kv_cache
+        self.manager = block_manager
+        self.device = kv_cache.device
+        self.sampler = Sampler()
+
+    @torch.inference_mode()
+    def execute(self, chunks: Sequence[ScheduledChunk]) -> list[int | None]:
+        """Compute every chunk's tokens; for chunks that complete their request's known
+        tokens, sample the next token (``None`` for the others)."""
+        if not chunks:
+            return []
+        hidden = self.forward(
+            [
+                (
+                    chunk.request.token_ids,
+                    chunk.request.num_computed_tokens,
+                    chunk.num_tokens,
+                    self.manager.block_ids(chunk.request.request_id),
+                )
+                for chunk in chunks
+            ]
+        )
+        ends, sampling_rows = [], []
+        end = 0
+        for chunk in chunks:
+            end += chunk.num_tokens
+            if chunk.completes:
+                ends.append(end - 1)
+                sampling_rows.append(chunk.request)
+        results: list[int | None] = [None] * len(chunks)
+        if not ends:
+            return results
+        logits = self.model.compute_logits(hidden[torch.tensor(ends, device=self.device)])
+        sampled = self.sampler.sample(
+            logits,
+            [request.sampling for request in sampling_rows],
+            [request.generator for request in sampling_rows],
+        ).tolist()
+        row = 0
+        for index, chunk in enumerate(chunks):
+            if chunk.completes:
+                results[index] = sampled[row]
+                row += 1
+        return results
+
+    @torch.inference_mode()
+    def forward(
+        self, items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]
+    ) -> torch.Tensor:
+        """Run the model over ``(token_ids, start, num_tokens, block_ids)`` items: the
+        tokens ``token_ids[start : start + num_tokens]`` of each sequence, whose blocks
+        already hold the K/V of every earlier token. Returns hidden states [T, hidden]."""
+        input_ids: list[int] = []
+        positions: list[int] = []
+        for token_ids, start, num_tokens, _ in items:
+            input_ids.extend(token_ids[start : start + num_tokens])
+            positions.extend(range(start, start + num_tokens))
+        metadata = AttentionMetadata.build(
+            block_size=self.kv_cache.block_size,
+            query_lens=[num for _, _, num, _ in items],
+            seq_lens=[start + num for _, start, num, _ in items],
+            block_tables=[blocks for _, _, _, blocks in items],
+            device=self.device,
+        )
+        self.attention.prepare(metadata)
+        return self.model(
+            torch.tensor(input_ids, dtype=torch.int64, device=self.device),
+            torch.tensor(positions, dtype=torch.int64, device=self.device),
+            self.kv_cache,
+            metadata,
+        )

@@ -1,0 +1,75 @@
+"""What the engine hands back: per-step outputs, completions, capacity and metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine.request import FinishReason
+
+__all__ = ["Capacity", "Completion", "EngineMetrics", "RequestOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """One step's news for one request: the tokens and text it produced this step."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    new_text: str
+    finished: bool
+    finish_reason: FinishReason | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # generated tokens
+    text: str
+    finish_reason: FinishReason
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+    num_preemptions: int
+    time_to_first_token_s: float | None
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    block_size: int
+    num_blocks: int
+    num_free_blocks: int
+    num_pinned_blocks: int
+    num_host_blocks: int
+    bytes_per_block: int
+    max_model_len: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.bytes_per_block // self.block_size
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Blocks that leases can be sized from: the pool less pinned prefixes."""
+        return self.num_blocks - self.num_pinned_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    num_blocks: int
+    num_blocks_in_use: int
+    num_blocks_free: int
+    num_blocks_cached: int
+    num_blocks_pinned: int
+    num_blocks_swapped: int
+    num_requests_running: int
+    num_requests_waiting: int
+    num_requests_swapped: int
+    num_preemptions: int
+    prefix_cache_queries: int  # tokens
+    prefix_cache_hits: int  # tokens
+    tokens_per_sequence: Mapping[str, int]
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.num_blocks_in_use / self.num_blocks if self.num_blocks else 0.0

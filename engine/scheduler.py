@@ -1,0 +1,235 @@
+"""Continuous batching: which requests run this step, and with how many tokens.
+
+Each step schedules, within a per-step token budget:
+
+1. running requests, highest priority and oldest first: a decode token, or the next
+   chunk of a prefill;
+2. swapped-out requests coming back (unless this step had to preempt);
+3. waiting requests, admitted whole (their blocks cover every known token, so a long
+   prompt cannot be preempted halfway) and computed chunk by chunk.
+
+Requests join and leave between steps. When the pool cannot give a running request its
+next block, the lowest-priority, newest running request is preempted: swapped to host
+while swap space lasts, else freed and recomputed later (its prefix is likely still
+cached). A request that reaches its ceiling or its budget ends with that finish reason;
+it never raises mid-batch. KV moves are performed on the cache as soon as the block
+manager returns them, as its contract requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.block_manager import BlockManager
+from engine.block_results import Shortfall
+from engine.errors import OutOfSwapSpaceError
+from engine.kv_cache import KVCache
+from engine.request import FinishReason, Request, RequestStatus
+
+__all__ = ["ScheduledChunk", "Scheduler", "SchedulerOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    request: Request
+    num_tokens: int  # computed this step, from request.num_computed_tokens on
+
+    @property
+    def completes(self) -> bool:
+        """Whether this chunk reaches the last known token, so a token is sampled."""
+        return self.request.num_computed_tokens + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)  # ended by ceiling or budget
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(chunk.num_tokens for chunk in self.chunks)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        block_manager: BlockManager,
+        kv_cache: KVCache,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        allow_swap: bool = True,
+    ) -> None:
+        self.manager = block_manager
+        self.allow_swap = allow_swap
+        self.kv_cache = kv_cache
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.swapped: list[Request] = []
+        self.num_preemptions = 0
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        self.running.sort(key=Request.sort_key)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            scheduled = self._schedule_running(request, budget, out)
+            if scheduled is None:  # preempted or finished: the list shrank
+                continue
+            budget -= scheduled
+            i += 1
+        if not out.preempted:
+            budget = self._swap_in(budget, out)
+            self._admit(budget, out)
+        return out
+
+    def _schedule_running(self, request: Request, budget: int, out: SchedulerOutput) -> int | None:
+        """Schedule a running request's next tokens, preempting others for room."""
+        rid = request.request_id
+        num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+        in_table = self.manager.num_tokens(rid)
+        to_append = max(0, request.num_computed_tokens + num_new - in_table)
+        while True:
+            fit = self.manager.can_append(rid, to_append)
+            if fit:
+                result = self.manager.append(
+                    rid, request.token_ids[in_table : in_table + to_append]
+                )
+                if result.copies:
+                    self.kv_cache.copy_blocks(result.copies)
+                out.chunks.append(ScheduledChunk(request, num_new))
+                return num_new
+            if fit.shortfall is Shortfall.CEILING:
+                self.finish(request, FinishReason.CEILING)
+                out.finished.append(request)
+                return None
+            if fit.shortfall is Shortfall.BUDGET:
+                self.finish(request, FinishReason.BUDGET)
+                out.finished.append(request)
+                return None
+            victim = self.running[-1]
+            if victim is request and len(self.running) == 1:
+                # Alone and still out of blocks: the whole cache is its budget.
+                self.finish(request, FinishReason.BUDGET)
+                out.finished.append(request)
+                return None
+            self._preempt(victim, out)
+            if victim is request:
+                return None
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        self.running.remove(request)
+        rid = request.request_id
+        if self.allow_swap and self.manager.can_swap_out(rid):
+            self.kv_cache.swap_out(self.manager.swap_out(rid))
+            request.status = RequestStatus.SWAPPED
+            self.swapped.append(request)
+        else:
+            self.manager.free(rid)
+            request.num_computed_tokens = 0
+            request.status = RequestStatus.WAITING
+            self.waiting.append(request)
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(request)
+
+    def _swap_in(self, budget: int, out: SchedulerOutput) -> int:
+        self.swapped.sort(key=Request.sort_key)
+        for request in list(self.swapped):
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                break
+            if request.held:
+                continue
+            if not self.manager.can_swap_in(request.request_id):
+                break
+            self.kv_cache.swap_in(self.manager.swap_in(request.request_id))
+            self.swapped.remove(request)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled = self._schedule_running(request, budget, out)
+            if scheduled is not None:
+                budget -= scheduled
+        return budget
+
+    def _admit(self, budget: int, out: SchedulerOutput) -> None:
+        self.waiting.sort(key=Request.sort_key)
+        for request in list(self.waiting):
+            if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                return
+            if request.held:
+                continue
+            fit = self.manager.can_allocate(
+                request.token_ids,
+                budget=request.budget,
+                ceiling_tokens=request.ceiling_tokens,
+                cache_salt=request.cache_salt,
+            )
+            if not fit:
+                if fit.shortfall is Shortfall.POOL:
+                    return  # first come, first served within a priority: no overtaking
+                continue  # its budget is busy with its siblings; others may still fit
+            allocation = self.manager.allocate(
+                request.request_id,
+                request.token_ids,
+                budget=request.budget,
+                ceiling_tokens=request.ceiling_tokens,
+                cache_salt=request.cache_salt,
+            )
+            if request.num_preemptions == 0:
+                request.num_cached_tokens = allocation.num_cached_tokens
+            request.num_computed_tokens = allocation.num_cached_tokens
+            self.waiting.remove(request)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            out.chunks.append(ScheduledChunk(request, num_new))
+            budget -= num_new
+
+    def offload(self, request: Request) -> None:
+        """Swap a running request out now and hold it there until ``restore``."""
+        if request.status is RequestStatus.RUNNING:
+            fit = self.manager.can_swap_out(request.request_id)
+            if not fit:
+                raise OutOfSwapSpaceError(fit.needed, fit.available)
+            self.kv_cache.swap_out(self.manager.swap_out(request.request_id))
+            self.running.remove(request)
+            request.status = RequestStatus.SWAPPED
+            self.swapped.append(request)
+        request.held = True
+
+    def restore(self, request: Request) -> None:
+        """Release the hold; swap back in now when it fits, else when room frees up."""
+        request.held = False
+        rid = request.request_id
+        if request.status is RequestStatus.SWAPPED and self.manager.can_swap_in(rid):
+            self.kv_cache.swap_in(self.manager.swap_in(rid))
+            self.swapped.remove(request)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+
+    def finish(self, request: Request, reason: FinishReason) -> None:
+        """End a request and return all of its blocks at once."""
+        if request.status is RequestStatus.FINISHED:
+            return
+        queue = {
+            RequestStatus.WAITING: self.waiting,
+            RequestStatus.RUNNING: self.running,
+            RequestStatus.SWAPPED: self.swapped,
+        }[request.status]
+        queue.remove(request)
+        if request.request_id in self.manager:
+            self.manager.free(request.request_id)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason

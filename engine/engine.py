@@ -27,6 +27,7 @@ from engine.errors import (
     CeilingExceededError,
     InvalidRequestError,
     OutOfBlocksError,
+    OutOfSwapSpaceError,
     SequenceStateError,
     UnknownSequenceError,
 )
@@ -348,18 +349,31 @@ class Engine:
     def unpin(self, prefix: PinnedPrefix) -> None:
         self.block_manager.unpin(prefix)
 
-    def offload(self, request_id: str) -> None:
-        """Move a request's KV to host memory now and keep it there until ``restore``."""
-        request = self._request(request_id)
-        self.scheduler.offload(request)
+    def offload(self, request_id: str | None = None, *, budget: str | None = None) -> None:
+        """Move a request's KV (or that of every request in a budget) to host memory now,
+        and keep it there until ``restore``: an agent parked on a tool call frees its
+        device blocks without losing its context."""
+        targets = self._targets(request_id, budget)
+        running = [r for r in targets if r.status is RequestStatus.RUNNING]
+        needed = sum(len(self.block_manager.block_ids(r.request_id)) for r in running)
+        available = self.block_manager.host_pool.num_free_blocks
+        if needed > available:  # all or nothing: no budget is left half offloaded
+            raise OutOfSwapSpaceError(needed, available)
+        for request in targets:
+            self.scheduler.offload(request)
 
-    def restore(self, request_id: str) -> None:
-        """Bring an offloaded request's KV back (now if it fits, else as room frees)."""
-        request = self._request(request_id)
-        self.scheduler.restore(request)
+    def restore(self, request_id: str | None = None, *, budget: str | None = None) -> None:
+        """Bring offloaded KV back (now if it fits, else as soon as room frees up)."""
+        for request in self._targets(request_id, budget):
+            self.scheduler.restore(request)
 
-    def requests_in_budget(self, name: str) -> list[str]:
-        return [r.request_id for r in self._requests.values() if r.budget == name]
+    def _targets(self, request_id: str | None, budget: str | None) -> list[Request]:
+        if (request_id is None) == (budget is None):
+            raise InvalidRequestError("name exactly one of request_id and budget")
+        if request_id is not None:
+            return [self._request(request_id)]
+        self.block_manager.budgets.get(budget)  # type: ignore[arg-type]
+        return [r for r in self._requests.values() if r.budget == budget and not r.is_finished]
 
     # -- introspection --------------------------------------------------------------
     def capacity(self) -> Capacity:

@@ -14,11 +14,13 @@ engine's fused parameters.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from engine.attention.backend import AttentionBackend
 from engine.device import default_dtype, resolve_device
@@ -26,7 +28,7 @@ from engine.errors import ModelLoadError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 
-__all__ = ["hf_tensor_views", "load_model"]
+__all__ = ["hf_tensor_views", "load_model", "save_model"]
 
 INDEX_FILE = "model.safetensors.index.json"
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
@@ -205,3 +207,16 @@ def _check_tensors(
             mismatched=mismatched,
             bad_dtypes=bad_dtypes,
         )
+
+
+def save_model(model: LlamaForCausalLM, path: str | os.PathLike[str]) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` in the Hugging Face layout, so
+    transformers (or ``load_model``) reads back this same model, e.g. a preset."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2))
+    tensors = {
+        name: view.detach().contiguous().cpu() for name, view in hf_tensor_views(model).items()
+    }
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder

@@ -12,12 +12,16 @@ import torch
 VOCAB = 512
 
 
-@pytest.fixture(scope="session")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _checkpoint(factory: pytest.TempPathFactory, family: str) -> Path:
     transformers = pytest.importorskip("transformers")
-    path = tmp_path_factory.mktemp("llama-tiny")
+    config_cls, model_cls, extra = {
+        "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 24}),
+    }[family]
+    path = factory.mktemp(f"{family}-tiny")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+    config = getattr(transformers, config_cls)(
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
@@ -26,9 +30,20 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_key_value_heads=2,
         max_position_embeddings=2048,
         tie_word_embeddings=False,
+        **extra,
     )
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    getattr(transformers, model_cls)(config).save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _checkpoint(tmp_path_factory, "llama")
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2", "qwen3"])
+def family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _checkpoint(tmp_path_factory, request.param)
 
 
 @pytest.fixture(scope="session")

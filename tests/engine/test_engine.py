@@ -14,6 +14,7 @@ from engine.errors import (
     CeilingExceededError,
     InvalidRequestError,
     OutOfBlocksError,
+    OutOfSwapSpaceError,
     UnknownBudgetError,
     UnknownSequenceError,
 )
@@ -62,10 +63,14 @@ def test_one_continuous_batch_equals_each_prompt_alone(
     assert_released(engine)
 
 
-def test_greedy_matches_transformers_generate(llama_dir: Path, prompts: list[list[int]]) -> None:
+def test_greedy_matches_transformers_generate(
+    family_dir: Path, prompts: list[list[int]]
+) -> None:
+    """Llama, Qwen2 and Qwen3: 8 prompts as one continuous batch, 32 greedy tokens each."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    hf = transformers.LlamaForCausalLM.from_pretrained(llama_dir, dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(family_dir, dtype=torch.float32)
+    hf.eval()
     hf.generation_config.eos_token_id = None
     expected = []
     for prompt in prompts:
@@ -73,7 +78,7 @@ def test_greedy_matches_transformers_generate(llama_dir: Path, prompts: list[lis
         with torch.no_grad():
             out = hf.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0)
         expected.append(tuple(out[0, len(prompt) :].tolist()))
-    engine = make_engine(llama_dir)
+    engine = make_engine(family_dir)
     sampling = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
     assert [c.token_ids for c in engine.generate(prompts, sampling)] == expected
 
@@ -250,4 +255,38 @@ def test_tiny_random_preset_answers_text_prompts() -> None:
     done = engine.generate("Hello, world", SamplingParams(max_tokens=4, temperature=0))[0]
     assert done.prompt_token_ids == tuple(engine.tokenizer.encode("Hello, world"))
     assert len(done.token_ids) == 4 and done.text == engine.tokenizer.decode(done.token_ids)
+    assert_released(engine)
+
+
+def test_offload_a_whole_budget_and_restore_it(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    engine.open_budget("planner", 64)
+    ids = [engine.add_request(p, GREEDY, budget="planner") for p in prompts[:2]]
+    for _ in range(2):
+        engine.step()
+    engine.offload(budget="planner")
+    assert engine.metrics().num_requests_swapped == 2
+    assert engine.metrics().num_blocks_in_use == 0
+    engine.step()  # held: nothing runs
+    engine.restore(budget="planner")
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.pop_completion(i).token_ids for i in ids] == baseline[:2]
+    with pytest.raises(InvalidRequestError, match="exactly one"):
+        engine.offload()
+    assert_released(engine)
+
+
+def test_offload_without_swap_space_changes_nothing(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir, swap_space_bytes=0)
+    rid = engine.add_request(prompts[3], GREEDY)
+    engine.step()
+    with pytest.raises(OutOfSwapSpaceError):
+        engine.offload(rid)
+    assert engine.metrics().num_requests_running == 1
+    engine.abort(rid)
     assert_released(engine)

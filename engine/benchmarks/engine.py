@@ -1,0 +1,176 @@
+"""``kvgov bench engine``: throughput and time to first token of the bundled engine.
+
+Everything runs on the same ``tiny-random`` weights (exported to a Hugging Face folder
+for transformers) and the same prompts, and every comparison first checks that the
+greedy outputs are identical. Figures (targets from the engine issue, 2-core CPU):
+
+- ``batch_scaling``: aggregate decode tokens/s with 8 concurrent sequences over 1 (>= 5).
+- ``vs_hf_generate_batch``: our throughput over transformers' continuous batching
+  (``generate_batch``, 16-token pages, ``num_blocks`` given) on 8 prompts (>= 3).
+- ``vs_hf_generate``: our throughput over plain transformers ``generate``, one prompt
+  at a time (>= 8).
+- ``prefix_hit_ttft_speedup``: time to first token of a 2,000-token prompt whose first
+  1,900 tokens are cached, over the same prompt cold (>= 5).
+
+transformers is imported only here, from the ``dev`` extra; without it the two
+comparisons with transformers are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+
+import torch
+
+from engine.benchmarks.measurement import Measurement
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.sampling import SamplingParams
+from engine.weights import save_model
+
+__all__ = ["run"]
+
+_BENCH = "engine"
+_VOCAB_HIGH = 100_000  # stay below cl100k's special and unused ids
+
+
+def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
+    num_new = 16 if quick else 64
+    repeats = 1 if quick else 3
+    engine = Engine(EngineConfig(num_blocks=1024, seed=seed))
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, _VOCAB_HIGH, (128,), generator=g).tolist() for _ in range(8)]
+    greedy = SamplingParams(max_tokens=num_new, temperature=0, ignore_eos=True)
+    _run_batch(engine, prompts[:1], greedy)  # warm up
+
+    single = statistics.median(_decode_rate(engine, prompts[:1], greedy) for _ in range(repeats))
+    batched = statistics.median(_decode_rate(engine, prompts, greedy) for _ in range(repeats))
+    yield Measurement(
+        bench=_BENCH,
+        metric="batch_scaling",
+        value=batched / single,
+        unit="x",
+        target=5,
+        note=f"decode tok/s: {batched:,.0f} with 8 sequences, {single:,.0f} with 1",
+    )
+
+    ours_s, ours_tokens = _timed(lambda: _run_batch(engine, prompts, greedy), repeats)
+    yield from _versus_transformers(engine, prompts, num_new, ours_s, ours_tokens, repeats)
+    yield _prefix_ttft(engine, g, repeats)
+
+
+def _run_batch(
+    engine: Engine, prompts: list[list[int]], sampling: SamplingParams
+) -> list[tuple[int, ...]]:
+    return [c.token_ids for c in engine.generate(prompts, sampling)]
+
+
+def _timed(fn, repeats: int):  # type: ignore[no-untyped-def]
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def _decode_rate(engine: Engine, prompts: list[list[int]], sampling: SamplingParams) -> float:
+    """Decode tokens per second once every prompt is prefilled (prefill not counted)."""
+    ids = [engine.add_request(p, sampling) for p in prompts]
+    while any(engine._requests[i].num_output_tokens == 0 for i in ids):
+        engine.step()
+    start, produced = time.perf_counter(), 0
+    while engine.has_unfinished():
+        produced += sum(len(out.new_token_ids) for out in engine.step())
+    elapsed = time.perf_counter() - start
+    for request_id in ids:
+        engine.pop_completion(request_id)
+    return produced / elapsed
+
+
+def _versus_transformers(
+    engine: Engine,
+    prompts: list[list[int]],
+    num_new: int,
+    ours_s: float,
+    ours_tokens: list[tuple[int, ...]],
+    repeats: int,
+) -> Iterator[Measurement]:
+    try:
+        import transformers
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    except ImportError:
+        for metric in ("vs_hf_generate_batch", "vs_hf_generate"):
+            yield Measurement(
+                bench=_BENCH,
+                metric=metric,
+                value=float("nan"),
+                unit="x",
+                note="skipped: transformers is not installed (pip install -e '.[dev]')",
+            )
+        return
+    transformers.logging.set_verbosity_error()
+    with tempfile.TemporaryDirectory() as folder:
+        save_model(engine.model, folder)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    hf.eval()
+    config = transformers.GenerationConfig(
+        max_new_tokens=num_new, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    pages = ContinuousBatchingConfig(num_blocks=1024, page_size=16)
+
+    def hf_batch() -> list[tuple[int, ...]]:
+        out = hf.generate_batch(
+            prompts, generation_config=config, continuous_batching_config=pages, warmup=False
+        )
+        by_prompt = {tuple(o.prompt_ids): tuple(o.generated_tokens) for o in out.values()}
+        return [by_prompt[tuple(p)] for p in prompts]
+
+    def hf_one_by_one() -> list[tuple[int, ...]]:
+        results = []
+        with torch.inference_mode():
+            for prompt in prompts:
+                ids = torch.tensor([prompt])
+                out = hf.generate(ids, generation_config=config)
+                results.append(tuple(out[0, len(prompt) :].tolist()))
+        return results
+
+    for metric, fn, target, what in (
+        ("vs_hf_generate_batch", hf_batch, 3, "transformers generate_batch"),
+        ("vs_hf_generate", hf_one_by_one, 8, "transformers generate, one prompt at a time"),
+    ):
+        hf_s, hf_tokens = _timed(fn, repeats)
+        assert hf_tokens == ours_tokens, f"{metric}: greedy outputs differ from transformers"
+        yield Measurement(
+            bench=_BENCH,
+            metric=metric,
+            value=hf_s / ours_s,
+            unit="x",
+            target=target,
+            note=f"8 prompts x {num_new} tokens: ours {ours_s:.2f} s, {what} {hf_s:.2f} s",
+        )
+
+
+def _prefix_ttft(engine: Engine, g: torch.Generator, repeats: int) -> Measurement:
+    one = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+
+    def ttft(prompt: list[int]) -> float:
+        return engine.generate(prompt, one)[0].time_to_first_token_s  # type: ignore[return-value]
+
+    cold, warm = [], []
+    for _ in range(repeats):
+        shared = torch.randint(0, _VOCAB_HIGH, (1_900,), generator=g).tolist()
+        cold.append(ttft(shared + torch.randint(0, _VOCAB_HIGH, (100,), generator=g).tolist()))
+        warm.append(ttft(shared + torch.randint(0, _VOCAB_HIGH, (100,), generator=g).tolist()))
+    cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+    return Measurement(
+        bench=_BENCH,
+        metric="prefix_hit_ttft_speedup",
+        value=cold_s / warm_s,
+        unit="x",
+        target=5,
+        note=f"2,000-token prompt: cold {cold_s * 1e3:.0f} ms, 1,900 cached {warm_s * 1e3:.0f} ms",
+    )

@@ -32,3 +32,12 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 def test_ci_script_is_strict_and_executable() -> None:
     assert os.access(CI_RUN, os.X_OK)
     assert "set -euo pipefail" in CI_RUN.read_text(encoding="utf-8").splitlines()
+
+
+def test_readme_python_examples_run() -> None:
+    """Every ```python block of the README runs as written (on the tiny-random preset)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})

@@ -33,6 +33,8 @@ __all__ = ["BENCHMARKS", "app"]
 BENCHMARKS: Mapping[str, str] = MappingProxyType(
     {
         "allocator": "engine.benchmarks.allocator",
+        "attention": "engine.benchmarks.attention",
+        "engine": "engine.benchmarks.engine",
     }
 )
 

@@ -10,8 +10,10 @@ bandwidth it has; on a CPU it costs about as much as the attention (see
 - Decodes (one query token each) are batched, bucketed by block count in powers of
   two so that padding at most doubles a bucket; grouped-query heads fold into the
   query axis, ``[R, Hkv, Hq / Hkv, D]``, so no kv head is repeated.
-- Prefill chunks run one sequence at a time (few per step) with a bottom-right causal
-  mask: query ``i`` of a chunk after ``C`` cached tokens sees positions ``0..C + i``.
+- Prefill chunks run one sequence at a time (few per step), bottom-right causal
+  (query ``i`` of a chunk after ``C`` cached tokens sees positions ``0..C + i``) through
+  torch's ``causal_lower_right`` bias, which fused kernels apply without a mask tensor;
+  kv heads are repeated for it, as its fused paths want equal head counts.
 
 All index and mask tensors are built on the device in ``prepare``, without a host sync.
 """
@@ -22,10 +24,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
-from engine.attention.torch_features import sdpa_enable_gqa
 
 __all__ = ["GatherAttention"]
 
@@ -41,8 +43,8 @@ class _Decodes:
 class _Prefill:
     first_row: int
     num_queries: int
+    seq_len: int
     blocks: torch.Tensor  # [W] int64
-    mask: torch.Tensor  # [1, 1, Q, seq_len] bool
 
 
 class GatherAttention:
@@ -70,14 +72,12 @@ class GatherAttention:
             if q_len == 1:
                 buckets.setdefault(1 << (num_blocks - 1).bit_length(), []).append(s)
                 continue
-            context = torch.arange(s_len - q_len, s_len, device=device)[:, None]  # [Q, 1]
-            visible = torch.arange(s_len, device=device)[None, :] <= context  # [Q, seq_len]
             prefills.append(
                 _Prefill(
                     first_row=first_rows[s],
                     num_queries=q_len,
+                    seq_len=s_len,
                     blocks=metadata.block_tables[s, :num_blocks],
-                    mask=visible[None, None],
                 )
             )
         decodes = []
@@ -116,9 +116,10 @@ class GatherAttention:
         write_kv(k, v, key_cache, value_cache, metadata.slot_mapping)
         kv_heads, head_dim = key_cache.shape[2:]
         out = torch.empty_like(q)
+        q = q.to(key_cache.dtype)  # SDPA wants one dtype
         folded = q.view(q.shape[0], kv_heads, -1, head_dim)  # [T, Hkv, G, D]
         for batch in self._decodes:
-            rows, width = batch.blocks.shape
+            rows = batch.blocks.shape[0]
             ids = batch.blocks.flatten()
             keys = key_cache.index_select(0, ids).view(rows, -1, kv_heads, head_dim)
             values = value_cache.index_select(0, ids).view(rows, -1, kv_heads, head_dim)
@@ -129,29 +130,17 @@ class GatherAttention:
                 attn_mask=batch.mask,
                 scale=scale,
             )  # [R, Hkv, G, D]
-            out.index_copy_(0, batch.rows, attended.flatten(1, 2))
+            out.index_copy_(0, batch.rows, attended.flatten(1, 2).to(out.dtype))
         for prefill in self._prefills:
-            seq_len = prefill.mask.shape[-1]
-            keys = key_cache.index_select(0, prefill.blocks).flatten(0, 1)[:seq_len]
-            values = value_cache.index_select(0, prefill.blocks).flatten(0, 1)[:seq_len]
+            keys = key_cache.index_select(0, prefill.blocks).flatten(0, 1)[: prefill.seq_len]
+            values = value_cache.index_select(0, prefill.blocks).flatten(0, 1)[: prefill.seq_len]
+            group = q.shape[1] // kv_heads
             rows = slice(prefill.first_row, prefill.first_row + prefill.num_queries)
-            out[rows] = _sdpa_gqa(
+            out[rows] = F.scaled_dot_product_attention(
                 q[rows].transpose(0, 1)[None],  # [1, Hq, Q, D]
-                keys.transpose(0, 1)[None],  # [1, Hkv, seq_len, D]
-                values.transpose(0, 1)[None],
-                mask=prefill.mask,
+                keys.repeat_interleave(group, dim=1).transpose(0, 1)[None],  # [1, Hq, L, D]
+                values.repeat_interleave(group, dim=1).transpose(0, 1)[None],
+                attn_mask=causal_lower_right(prefill.num_queries, prefill.seq_len),
                 scale=scale,
             )[0].transpose(0, 1)
         return out
-
-
-def _sdpa_gqa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor, scale: float
-) -> torch.Tensor:
-    group = q.shape[1] // k.shape[1]
-    if group == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    if sdpa_enable_gqa():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)

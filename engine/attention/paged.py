@@ -1,73 +1,78 @@
-"""Split-KV paged attention: runs attended in place, fragments gathered, merged by LSE.
+"""Split-KV paged attention: the fast backend for CPUs (correct on any device).
 
-The fast backend for CPUs. ``prepare`` plans the step once (``runs.plan_step``); each
-layer's ``forward`` then writes the new K/V, and for every query row attends
+``prepare`` plans the step once (``step_plan``). Each layer's ``forward`` then writes
+the new K/V into their slots and computes, for every query row, partial attention over
+disjoint parts of its keys, merged by log-sum-exp:
 
-- each long run of its sequence as a zero-copy strided view of the layer's cache
-  (one kernel call per run, however many sequences share the step);
-- its sequence's short runs through one gathered copy, batched across decodes;
+- decodes in staged tiles: a few MiB of gathered keys at a time, batched across
+  sequences, grouped-query heads folded into the query axis (``[R, Hkv, Hq / Hkv, D]``:
+  a decode sees its whole context, so no mask, and each kv head is read once);
+- prefill chunks per sequence: long runs of the cache attended in place as zero-copy
+  views, fragments gathered.
 
-and merges the partial results with their log-sum-exps. Decodes fold grouped-query
-heads into the query axis (``[Hkv, Hq / Hkv]`` query rows per kv head), which needs no
-mask since a decode token sees all of its context, and reads each K/V head once.
-
-Cache layout per layer: ``[N, B, Hkv, D]``, contiguous, so slot ``i`` (block
-``i // B``, offset ``i % B``) starts at element ``i * Hkv * D``.
+Cache layout per layer: ``[N, B, Hkv, D]``, contiguous, so slot ``i`` (block ``i // B``,
+offset ``i % B``) starts at element ``i * Hkv * D`` of the flat cache.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from engine.attention.gathered_keys import Workspace
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.partial import attend, merge_partials
 from engine.attention.reference import write_kv
-from engine.attention.runs import GatheredKeys, StepPlan, plan_step
+from engine.attention.step_plan import StepPlan, plan_step
+from engine.validation import require_int
 
 __all__ = ["PagedAttention"]
 
+_MIB = 1 << 20
+
 
 class PagedAttention:
-    """Paged attention over zero-copy runs, for CPUs (correct on any device).
+    """Paged attention through staged gathers and zero-copy runs.
 
-    ``min_run_tokens``: runs shorter than this are gathered instead of attended in
-    place (on a 2-core CPU one kernel call costs about as much as copying ~64 tokens
-    of K/V). ``kv_splits``: a long decode run is split into up to this many chunks in
-    one call so more threads share it; defaults to half of torch's intra-op threads.
+    - ``stage_bytes``: K and V bytes a decode tile gathers for one kernel call; small
+      enough to stay in the CPU's caches (4 MiB, an eighth of a 32 MiB L3, measured best).
+    - ``chunk_tokens``: the most positions of one sequence in one tile row; fewer when
+      needed for a tile to hold at least four rows (parallel work for the kernel).
+    - ``min_run_tokens``: prefill runs at least this long are attended in place; shorter
+      ones are gathered (one kernel call costs about as much as copying ~64 tokens).
     """
 
     name = "paged"
 
-    __slots__ = ("_kv_splits", "_min_run_tokens", "_plan", "_planned_for", "_workspace")
+    __slots__ = (
+        "_chunk_tokens",
+        "_metadata",
+        "_min_run_tokens",
+        "_plan",
+        "_stage_bytes",
+        "_token_bytes",
+        "_workspace",
+    )
 
-    def __init__(self, *, min_run_tokens: int = 128, kv_splits: int | None = None) -> None:
-        if min_run_tokens < 1:
-            raise ValueError(f"min_run_tokens must be >= 1, got {min_run_tokens}")
-        if kv_splits is not None and kv_splits < 1:
-            raise ValueError(f"kv_splits must be >= 1 or None, got {kv_splits}")
-        self._min_run_tokens = min_run_tokens
-        self._kv_splits = kv_splits
+    def __init__(
+        self,
+        *,
+        stage_bytes: int = 4 * _MIB,
+        chunk_tokens: int = 2048,
+        min_run_tokens: int = 128,
+    ) -> None:
+        self._stage_bytes = require_int("stage_bytes", stage_bytes, minimum=1)
+        self._chunk_tokens = require_int("chunk_tokens", chunk_tokens, minimum=1)
+        self._min_run_tokens = require_int("min_run_tokens", min_run_tokens, minimum=1)
+        self._metadata: AttentionMetadata | None = None
         self._plan: StepPlan | None = None
-        self._planned_for: AttentionMetadata | None = None
-        # Gathered K/V land here, reused by every layer and step: a fresh multi-MB tensor
-        # per layer would cost a page fault per 4 KiB on CPU, more than the copy itself.
-        self._workspace = torch.empty(0)
+        # K+V bytes per token of the layers seen so far: sizes the decode tiles. Until
+        # the first forward tells it, that forward plans the step instead of prepare.
+        self._token_bytes: int | None = None
+        self._workspace = Workspace()
 
     def prepare(self, metadata: AttentionMetadata) -> None:
-        splits = self._kv_splits or max(2, torch.get_num_threads())
-        self._plan = plan_step(metadata, min_run_tokens=self._min_run_tokens, kv_splits=splits)
-        self._planned_for = metadata
-
-    def _reserve(self, numel: int, like: torch.Tensor) -> torch.Tensor:
-        """The workspace, grown (never shrunk) to ``numel`` elements of ``like``'s dtype."""
-        ws = self._workspace
-        stale = ws.is_inference() and not torch.is_inference_mode_enabled()
-        if stale or ws.numel() < numel or ws.dtype != like.dtype or ws.device != like.device:
-            ws = torch.empty(max(numel, ws.numel()), dtype=like.dtype, device=like.device)
-            self._workspace = ws
-        return ws
+        self._metadata = metadata
+        self._plan = None if self._token_bytes is None else self._make_plan(metadata)
 
     def forward(
         self,
@@ -80,100 +85,67 @@ class PagedAttention:
         *,
         scale: float,
     ) -> torch.Tensor:  # [T, Hq, D]
-        if self._planned_for is not metadata:
-            self.prepare(metadata)  # a caller that skipped prepare still gets the right answer
+        assert key_cache.is_contiguous() and value_cache.is_contiguous()
+        token_bytes = 2 * key_cache[0, 0].numel() * key_cache.element_size()
         plan = self._plan
-        assert plan is not None and key_cache.is_contiguous() and value_cache.is_contiguous()
+        # Replan for a step that prepare did not see (or before the geometry was known).
+        if plan is None or self._metadata is not metadata or self._token_bytes != token_bytes:
+            self._token_bytes, self._metadata = token_bytes, metadata
+            plan = self._plan = self._make_plan(metadata)
         write_kv(k, v, key_cache, value_cache, metadata.slot_mapping)
         if plan.num_tokens == 0:
             return torch.empty_like(q)
+        out_dtype, q = q.dtype, q.to(key_cache.dtype)  # the kernel wants one dtype
         kv_heads, head_dim = key_cache.shape[2:]
-        slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
-        slots_v = value_cache.view(-1, kv_heads, head_dim)
-        block_numel = key_cache[0].numel()
-        workspace = self._reserve(2 * plan.num_gathered_blocks * block_numel, key_cache)
-        gather = _Gatherer(key_cache, value_cache, workspace, q.dtype)
+        workspace = self._workspace
+        workspace.reserve(2 * plan.max_gathered_blocks * key_cache[0].numel(), key_cache)
         outs: list[torch.Tensor] = []  # each [n, Hq, D]
         lses: list[torch.Tensor] = []  # each [n, Hq]
 
-        def keep(out: torch.Tensor, lse: torch.Tensor) -> None:
-            outs.append(out)
-            lses.append(lse)
+        folded = q.view(q.shape[0], kv_heads, -1, head_dim)  # [T, Hkv, G, D]
+        for tile in plan.decode_tiles:
+            keys, values, mask = workspace.gather(tile.keys, key_cache, value_cache, q.dtype)
+            query = folded.index_select(0, tile.rows)  # [R, Hkv, G, D]
+            out, lse = attend(query, keys, values, scale=scale, mask=mask)
+            outs.append(out.flatten(1, 2))
+            lses.append(lse.flatten(1, 2))
 
-        # Decodes: GQA folded, [T, Hkv, G, D]; row r's output heads flatten back in order.
-        folded = q.view(q.shape[0], kv_heads, -1, head_dim)
-        for run in plan.decode_runs:
-            shape = (run.num_chunks, kv_heads, run.chunk_tokens, head_dim)
-            stride = (run.chunk_tokens * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1)
-            offset = run.start_slot * kv_heads * head_dim
-            keys = slots_k.as_strided(shape, stride, slots_k.storage_offset() + offset)
-            values = slots_v.as_strided(shape, stride, slots_v.storage_offset() + offset)
-            query = folded[run.row].expand(run.num_chunks, *folded.shape[1:])
-            out, lse = attend(query, keys, values, scale=scale)
-            keep(out.flatten(1, 2), lse.flatten(1, 2))
-        for batch in plan.decode_batches:
-            keys, values, mask = gather(batch.keys)
-            out, lse = attend(
-                folded.index_select(0, batch.rows), keys, values, scale=scale, mask=mask
-            )
-            keep(out.flatten(1, 2), lse.flatten(1, 2))
-
+        slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
+        slots_v = value_cache.view(-1, kv_heads, head_dim)
         for prefill in plan.prefills:
             chunk = q[prefill.first_row : prefill.first_row + prefill.num_queries]  # [Q, Hq, D]
             for piece in prefill.pieces:
                 span = slice(piece.start_slot, piece.start_slot + piece.num_tokens)
                 out, lse = attend(
-                    chunk[piece.row_offset :].transpose(0, 1)[None],
+                    chunk[piece.row_offset :].transpose(0, 1)[None],  # [1, Hq, Q', D]
                     slots_k[span].transpose(0, 1)[None],  # [1, Hkv, n, D], a view
                     slots_v[span].transpose(0, 1)[None],
                     scale=scale,
                     causal=piece.causal,
                 )
-                keep(out[0].transpose(0, 1), lse[0].transpose(0, 1))
-            if prefill.gathered is not None:
-                keys, values, mask = gather(prefill.gathered)
-                query = chunk[prefill.gathered_row_offset :].transpose(0, 1)[None]
+                outs.append(out[0].transpose(0, 1))
+                lses.append(lse[0].transpose(0, 1))
+            for gathered in prefill.gathered:
+                keys, values, mask = workspace.gather(
+                    gathered.keys, key_cache, value_cache, q.dtype
+                )
+                query = chunk[gathered.row_offset :].transpose(0, 1)[None]
                 out, lse = attend(query, keys, values, scale=scale, mask=mask)
-                keep(out[0].transpose(0, 1), lse[0].transpose(0, 1))
+                outs.append(out[0].transpose(0, 1))
+                lses.append(lse[0].transpose(0, 1))
 
         parts = torch.cat(outs)  # [P, Hq, D]
-        if plan.one_partial_per_row:
-            return torch.empty_like(q).index_copy_(0, plan.partial_rows, parts.to(q.dtype))
-        merged = merge_partials(parts, torch.cat(lses), plan.partial_rows, num_rows=plan.num_tokens)
-        return merged.to(q.dtype)
+        if plan.merge.one_per_row:
+            out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+            return out.index_copy_(0, plan.merge.rows, parts.to(out_dtype))
+        return merge_partials(parts, torch.cat(lses), plan.merge).to(out_dtype)
 
-
-class _Gatherer:
-    """Copies gathered blocks into consecutive slices of the workspace."""
-
-    __slots__ = ("_dtype", "_key_cache", "_used", "_value_cache", "_workspace")
-
-    def __init__(
-        self,
-        key_cache: torch.Tensor,  # [N, B, Hkv, D]
-        value_cache: torch.Tensor,
-        workspace: torch.Tensor,  # flat, the cache's dtype
-        dtype: torch.dtype,
-    ) -> None:
-        self._key_cache, self._value_cache = key_cache, value_cache
-        self._workspace, self._dtype = workspace, dtype
-        self._used = 0
-
-    def __call__(
-        self, gathered: GatheredKeys
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # [R, Hkv, W * B, D] x 2, mask
-        rows = gathered.blocks.shape[0]
-        ids = gathered.blocks.flatten()
-        return (
-            self._copy(ids, self._key_cache, rows),
-            self._copy(ids, self._value_cache, rows),
-            gathered.mask.to(self._dtype),
+    def _make_plan(self, metadata: AttentionMetadata) -> StepPlan:
+        assert self._token_bytes is not None
+        stage_tokens = max(1, self._stage_bytes // self._token_bytes)
+        return plan_step(
+            metadata,
+            min_run_tokens=self._min_run_tokens,
+            chunk_tokens=max(1, min(self._chunk_tokens, stage_tokens // 4)),
+            stage_tokens=stage_tokens,
         )
-
-    def _copy(self, ids: torch.Tensor, cache: torch.Tensor, rows: int) -> torch.Tensor:
-        shape = (ids.numel(), *cache.shape[1:])
-        numel = math.prod(shape)
-        out = self._workspace[self._used : self._used + numel].view(shape)
-        self._used += numel
-        torch.index_select(cache, 0, ids, out=out)
-        return out.view(rows, -1, *cache.shape[2:]).transpose(1, 2)

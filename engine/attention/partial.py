@@ -1,12 +1,14 @@
 """Partial attention: attend over one slice of the keys, keep the log-sum-exp, merge.
 
-Split-KV, as flash-decoding does it: softmax attention over keys ``K1 ∪ K2 ∪ ...`` equals
-the partial results over each slice merged by their log-sum-exps,
+Split-KV, as flash-decoding does it: softmax attention over keys split into disjoint
+parts ``K1, K2, ...`` equals the partial results over each part merged by their
+log-sum-exps,
 
     lse = log Σ_i exp(lse_i)        out = Σ_i exp(lse_i - lse) · out_i
 
-so a sequence whose K/V lies in several runs of the paged cache is attended run by
-run, each run a zero-copy view, with no contiguous copy of the whole sequence.
+so a sequence's keys can be attended in parts wherever they lie in the paged cache
+(a zero-copy run, a staged copy of some blocks), and many sequences' parts batched
+into one kernel call, with no contiguous copy of any whole sequence.
 
 Invariant for callers: every query row handed to ``attend`` sees at least one key
 (torch's CPU kernel returns an LSE of 0, not -inf, for a fully masked row).
@@ -15,12 +17,13 @@ Invariant for callers: every query row handed to ``attend`` sees at least one ke
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from engine.attention.torch_features import flash_cpu_op, flash_cpu_shares_kv_heads
 
-__all__ = ["attend", "merge_partials"]
+__all__ = ["MergeLayout", "attend", "merge_partials"]
 
 
 def attend(
@@ -69,15 +72,63 @@ def _attend_math(
     return out.to(q.dtype), lse
 
 
+@dataclass(frozen=True, slots=True)
+class MergeLayout:
+    """Where each of ``P`` partial results goes, computed once per step.
+
+    Merging is dense when little padding is needed: partials scattered into a
+    ``[num_rows, width]`` grid (``width`` = the most partials of any row, holes at -inf)
+    and combined with one softmax, half the kernel calls of the sparse scatter merge.
+    """
+
+    rows: torch.Tensor  # [P] int64: the output row of each partial
+    slots: torch.Tensor | None  # [P] int64: row * width + rank in the row; None: sparse
+    num_rows: int
+    width: int
+    one_per_row: bool  # each row has exactly one partial: placement, no arithmetic
+
+    @classmethod
+    def build(cls, rows: torch.Tensor, *, num_rows: int) -> MergeLayout:
+        """``rows`` on the CPU; every row in ``0..num_rows - 1`` must have a partial."""
+        counts = torch.bincount(rows, minlength=num_rows)
+        width = int(counts.max()) if rows.numel() else 0
+        slots = None
+        if num_rows * width <= 2 * rows.numel():
+            order = torch.sort(rows, stable=True).indices
+            first = torch.cumsum(counts, 0) - counts  # [num_rows]
+            rank = torch.empty_like(rows)
+            rank[order] = torch.arange(rows.numel()) - first[rows[order]]
+            slots = rows * width + rank
+        return cls(rows=rows, slots=slots, num_rows=num_rows, width=width, one_per_row=width == 1)
+
+    def to(self, device: torch.device) -> MergeLayout:
+        slots = None if self.slots is None else self.slots.to(device, non_blocking=True)
+        return MergeLayout(
+            rows=self.rows.to(device, non_blocking=True),
+            slots=slots,
+            num_rows=self.num_rows,
+            width=self.width,
+            one_per_row=self.one_per_row,
+        )
+
+
 def merge_partials(
     outs: torch.Tensor,  # [P, H, D]: partial outputs, any dtype
     lses: torch.Tensor,  # [P, H] float32
-    rows: torch.Tensor,  # [P] int64: the output row each partial belongs to
-    *,
-    num_rows: int,
+    layout: MergeLayout,
 ) -> torch.Tensor:  # [num_rows, H, D] float32
-    """Combine the partials of each row; every row must have at least one."""
-    num_heads = lses.shape[1]
+    """Combine the partials of each row by their log-sum-exps."""
+    num_rows, num_heads = layout.num_rows, lses.shape[1]
+    if layout.slots is not None:
+        cells = num_rows * layout.width
+        grid_lse = torch.full((cells, num_heads), -math.inf, device=lses.device)
+        grid_lse.index_copy_(0, layout.slots, lses)
+        grid_out = torch.zeros((cells, *outs.shape[1:]), device=outs.device)
+        grid_out.index_copy_(0, layout.slots, outs.float())
+        weights = grid_lse.view(num_rows, layout.width, num_heads).softmax(dim=1)
+        grid = grid_out.view(num_rows, layout.width, *outs.shape[1:])
+        return (grid * weights[..., None]).sum(dim=1)
+    rows = layout.rows
     index = rows[:, None].expand(-1, num_heads)
     peak = torch.full((num_rows, num_heads), -math.inf, device=lses.device)
     peak.scatter_reduce_(0, index, lses, "amax")

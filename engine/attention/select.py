@@ -1,7 +1,8 @@
 """Choosing an attention backend by name for a device.
 
 - ``"reference"``: ``ReferenceAttention``, the slow, plain-torch oracle.
-- ``"paged"``: ``PagedAttention``, split-KV over zero-copy runs; the fast CPU path.
+- ``"paged"``: ``PagedAttention``, split-KV: decodes in staged tiles batched across
+  sequences, prefill over zero-copy runs; the fast CPU path (correct anywhere).
 - ``"gather"``: ``GatherAttention``, gather-then-SDPA; the GPU path.
 - ``"fast"`` and ``"auto"``: the best of those for the device: ``paged`` on CPU,
   ``gather`` on CUDA/ROCm and anything else (its ops are device-agnostic torch).

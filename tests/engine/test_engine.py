@@ -63,9 +63,7 @@ def test_one_continuous_batch_equals_each_prompt_alone(
     assert_released(engine)
 
 
-def test_greedy_matches_transformers_generate(
-    family_dir: Path, prompts: list[list[int]]
-) -> None:
+def test_greedy_matches_transformers_generate(family_dir: Path, prompts: list[list[int]]) -> None:
     """Llama, Qwen2 and Qwen3: 8 prompts as one continuous batch, 32 greedy tokens each."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")

@@ -1,0 +1,99 @@
+"""One engine step's attention plan, made once in ``prepare`` and used by every layer.
+
+The step's query rows (tokens) get their attention as partial results over disjoint
+parts of their keys, each with its log-sum-exp, merged per row (see ``partial``):
+
+- decodes: staged tiles of gathered keys, batched across sequences (``decode_tiles``);
+- prefill chunks: one sequence at a time, long runs in place, fragments gathered
+  (``prefill_pieces``).
+
+``merge`` places every partial by its row, in the order the backend produces them:
+decode tiles first, then each prefill's pieces and its gathered fragments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.attention.decode_tiles import DecodeTile, plan_decode_tiles
+from engine.attention.metadata import AttentionMetadata
+from engine.attention.partial import MergeLayout
+from engine.attention.prefill_pieces import PrefillPlan, plan_prefill
+
+__all__ = ["StepPlan", "plan_step"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    num_tokens: int
+    decode_tiles: tuple[DecodeTile, ...]
+    prefills: tuple[PrefillPlan, ...]
+    merge: MergeLayout  # where each partial goes, in the order the backend makes them
+    max_gathered_blocks: int  # the most blocks any one gather copies (workspace size)
+
+
+def plan_step(
+    metadata: AttentionMetadata,
+    *,
+    min_run_tokens: int,
+    chunk_tokens: int,
+    stage_tokens: int,
+) -> StepPlan:
+    """Plan the step: ``min_run_tokens`` for prefill runs attended in place,
+    ``chunk_tokens``/``stage_tokens`` for decode rows and tiles (see ``decode_tiles``)."""
+    block_size = metadata.block_size
+    device = metadata.seq_lens.device
+    tables = _cpu_block_tables(metadata)  # [S, W]
+    seq_lens = torch.tensor(metadata.seq_lens_cpu, dtype=torch.int64)
+    query_lens = metadata.query_lens_cpu
+    first_rows = [0]
+    for n in query_lens:
+        first_rows.append(first_rows[-1] + n)
+
+    decoding = [s for s, n in enumerate(query_lens) if n == 1]
+    tiles = plan_decode_tiles(
+        tables=tables,
+        seq_lens=seq_lens,
+        seqs=torch.tensor(decoding, dtype=torch.int64),
+        token_rows=torch.tensor([first_rows[s] for s in decoding], dtype=torch.int64),
+        block_size=block_size,
+        chunk_blocks=max(1, chunk_tokens // block_size),
+        stage_tokens=stage_tokens,
+    )
+    prefills = [
+        plan_prefill(
+            table=tables[s, : -(-metadata.seq_lens_cpu[s] // block_size)],
+            first_row=first_rows[s],
+            num_queries=n,
+            seq_len=metadata.seq_lens_cpu[s],
+            block_size=block_size,
+            min_run_tokens=min_run_tokens,
+        )
+        for s, n in enumerate(query_lens)
+        if n > 1
+    ]
+
+    rows = [tile.rows for tile in tiles]
+    for prefill in prefills:
+        end = prefill.first_row + prefill.num_queries
+        for part in (*prefill.pieces, *prefill.gathered):
+            rows.append(torch.arange(prefill.first_row + part.row_offset, end))
+    partial_rows = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    gathers = [t.keys for t in tiles] + [g.keys for p in prefills for g in p.gathered]
+    return StepPlan(
+        num_tokens=first_rows[-1],
+        decode_tiles=tuple(t.to(device) for t in tiles),
+        prefills=tuple(p.to(device) for p in prefills),
+        merge=MergeLayout.build(partial_rows, num_rows=first_rows[-1]).to(device),
+        max_gathered_blocks=max((g.blocks.numel() for g in gathers), default=0),
+    )
+
+
+def _cpu_block_tables(metadata: AttentionMetadata) -> torch.Tensor:
+    if metadata.block_tables.device.type == "cpu":
+        return metadata.block_tables
+    width = max((len(t) for t in metadata.block_tables_cpu), default=0)
+    padded = [list(t) + [0] * (width - len(t)) for t in metadata.block_tables_cpu]
+    return torch.tensor(padded, dtype=torch.int64).reshape(len(padded), width)

@@ -1,0 +1,118 @@
+"""The step planner: decode tiles batched across sequences, prefill pieces per run."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention.decode_tiles import plan_decode_tiles
+from engine.attention.metadata import AttentionMetadata
+from engine.attention.prefill_pieces import PrefillPiece, plan_prefill
+from engine.attention.step_plan import plan_step
+
+
+def metadata(
+    block_size: int, query_lens: list[int], seq_lens: list[int], tables: list[list[int]]
+) -> AttentionMetadata:
+    return AttentionMetadata.build(
+        block_size=block_size,
+        query_lens=query_lens,
+        seq_lens=seq_lens,
+        block_tables=tables,
+        device=torch.device("cpu"),
+    )
+
+
+def test_many_decodes_take_a_few_kernel_calls_not_one_per_sequence() -> None:
+    gen = torch.Generator().manual_seed(0)
+    block_size, num_seqs = 16, 256
+    lens = torch.randint(1, 600, (num_seqs,), generator=gen).tolist()
+    tables, next_block = [], 0
+    for n in lens:  # fragmented: every other block
+        count = -(-n // block_size)
+        tables.append(list(range(next_block, next_block + 2 * count, 2)))
+        next_block += 2 * count
+    plan = plan_step(
+        metadata(block_size, [1] * num_seqs, lens, tables),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+    )
+    total = sum(tile.keys.blocks.numel() for tile in plan.decode_tiles) * block_size
+    assert len(plan.decode_tiles) <= 2 + total // 16_384  # rows packed ~16k tokens per call
+    assert total < 1.5 * sum(lens) + num_seqs * block_size  # padding stays small
+    assert plan.merge.num_rows == num_seqs and not plan.prefills
+
+
+def test_decode_rows_cover_each_sequence_once_in_chunks() -> None:
+    tables = torch.tensor([[7, 8, 9, 10, 11], [3, 1, 4, 0, 0]])
+    tiles = plan_decode_tiles(
+        tables=tables,
+        seq_lens=torch.tensor([18, 9]),
+        seqs=torch.tensor([0, 1]),
+        token_rows=torch.tensor([5, 2]),
+        block_size=4,
+        chunk_blocks=2,
+        stage_tokens=8,  # one two-block row per tile
+    )
+    seen: dict[int, list[int]] = {5: [], 2: []}
+    for tile in tiles:
+        num_rows, width = tile.keys.blocks.shape
+        assert width <= 2 and num_rows * width * 4 <= 8  # a tile holds at most stage_tokens
+        mask = tile.keys.mask
+        for r in range(num_rows):
+            for i, block in enumerate(tile.keys.blocks[r].tolist()):
+                if mask is None or bool((mask[r, 0, 0, i * 4 : i * 4 + 4] == 0).any()):
+                    seen[int(tile.rows[r])].append(block)
+    assert sorted(seen[5]) == [7, 8, 9, 10, 11]  # 18 tokens: 5 blocks, the last partial
+    assert sorted(seen[2]) == [1, 3, 4]
+
+
+def test_prefill_after_a_cached_prefix_splits_runs_at_the_first_new_token() -> None:
+    # 20 tokens, 12 cached; blocks of 4: runs [10, 11, 12] and [20, 21].
+    plan = plan_prefill(
+        table=torch.tensor([10, 11, 12, 20, 21]),
+        first_row=3,
+        num_queries=8,
+        seq_len=20,
+        block_size=4,
+        min_run_tokens=1,
+    )
+    assert plan.gathered == ()
+    assert plan.pieces == (
+        PrefillPiece(row_offset=0, start_slot=40, num_tokens=12, causal=False),  # cached
+        PrefillPiece(row_offset=0, start_slot=80, num_tokens=8, causal=True),  # the new ones
+    )
+    split = plan_prefill(
+        table=torch.tensor([10, 11, 12, 13, 30]),
+        first_row=0,
+        num_queries=8,
+        seq_len=18,
+        block_size=4,
+        min_run_tokens=1,
+    )
+    assert split.pieces == (
+        PrefillPiece(row_offset=0, start_slot=40, num_tokens=10, causal=False),
+        PrefillPiece(row_offset=0, start_slot=50, num_tokens=6, causal=True),
+        PrefillPiece(row_offset=6, start_slot=120, num_tokens=2, causal=True),
+    )
+
+
+def test_prefill_fragments_are_gathered_for_the_rows_that_see_them() -> None:
+    plan = plan_prefill(
+        table=torch.tensor([5, 9, 2, 7]),  # four one-block runs
+        first_row=0,
+        num_queries=6,
+        seq_len=14,
+        block_size=4,
+        min_run_tokens=8,
+    )
+    assert plan.pieces == ()
+    cached, new = plan.gathered
+    # Blocks 5 and 9 hold positions 0..7, all before the chunk: every row, no mask.
+    assert cached.row_offset == 0 and cached.keys.mask is None
+    assert cached.keys.blocks.tolist() == [[5, 9]]
+    # Blocks 2 and 7 hold positions 8..15 (13 is the last): row i sits at position 8 + i.
+    assert new.row_offset == 0 and new.keys.blocks.tolist() == [[2, 7]]
+    mask = new.keys.mask
+    assert mask is not None and mask.shape == (1, 1, 6, 8)
+    assert (mask[0, 0] == 0).sum(dim=1).tolist() == [1, 2, 3, 4, 5, 6]

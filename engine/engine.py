@@ -26,6 +26,7 @@ from engine.errors import (
     BudgetExceededError,
     CeilingExceededError,
     InvalidRequestError,
+    ModelConfigError,
     OutOfBlocksError,
     OutOfSwapSpaceError,
     SequenceStateError,
@@ -67,6 +68,11 @@ class Engine:
             )
             self.tokenizer: Tokenizer = load_tokenizer(config.tokenizer or preset.tokenizer)
         else:
+            if not os.path.exists(config.model):
+                raise ModelConfigError(
+                    f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
+                    "existing folder; pass a preset name or a local Hugging Face model folder"
+                )
             self.model_config = ModelConfig.from_pretrained(config.model)
             self.model = load_model(
                 config.model, attention=self.attention, device=self.device, dtype=self.dtype

@@ -288,3 +288,86 @@ def test_offload_without_swap_space_changes_nothing(
     assert engine.metrics().num_requests_running == 1
     engine.abort(rid)
     assert_released(engine)
+
+
+def test_preemption_takes_the_lowest_priority_newest_first(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir, num_blocks=14, swap_space_bytes=0)
+    important = engine.add_request(prompts[5], GREEDY, priority=10)
+    others = [engine.add_request(p, GREEDY) for p in prompts[2:5]]
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.metrics().num_preemptions > 0
+    top = engine.pop_completion(important)
+    assert top.num_preemptions == 0 and top.token_ids == baseline[5]
+    rest = [engine.pop_completion(i) for i in others]
+    assert [c.token_ids for c in rest] == baseline[2:5]
+    assert rest[-1].num_preemptions >= rest[0].num_preemptions  # newest goes first
+    assert_released(engine)
+
+
+def test_budgets_hold_after_every_step_under_pressure(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir, num_blocks=16)
+    engine.open_budget("a", 6)
+    engine.open_budget("b", 5)
+    sampling = SamplingParams(max_tokens=60, temperature=0, ignore_eos=True)
+    ids = [
+        engine.add_request(p, sampling, budget=("a", "b")[i % 2], ceiling_tokens=70)
+        for i, p in enumerate(prompts[:5])
+    ]
+    while engine.has_unfinished():
+        engine.step()
+        assert_within_limits(engine)
+        for name in ("a", "b"):
+            info = engine.block_manager.budgets.get(name).info()
+            assert info.num_blocks <= info.max_blocks
+    reasons = {engine.pop_completion(i).finish_reason for i in ids}
+    assert reasons <= {FinishReason.BUDGET, FinishReason.CEILING, FinishReason.LENGTH}
+    assert FinishReason.BUDGET in reasons
+    assert_released(engine)
+
+
+def test_capacity_and_metrics_report_the_pool(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir, num_blocks=32, swap_space_bytes=1 << 20)
+    cap = engine.capacity()
+    assert (cap.block_size, cap.num_blocks, cap.num_free_blocks) == (16, 32, 32)
+    assert cap.bytes_per_block == 2 * 2 * 2 * 16 * 16 * 4  # K+V x layers x kv heads x d x fp32
+    assert cap.num_host_blocks == (1 << 20) // cap.bytes_per_block
+    rid = engine.add_request(prompts[4], GREEDY)  # 50 tokens: 4 blocks
+    engine.step()
+    m = engine.metrics()
+    assert (m.num_blocks_in_use, m.num_requests_running) == (4, 1)
+    assert m.tokens_per_sequence == {rid: 51}
+    assert m.kv_cache_usage == 4 / 32
+    engine.abort(rid)
+    assert_released(engine)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(dtype="float64"), "dtype"),
+        (dict(num_blocks=8, kv_cache_bytes=1 << 20), "at most one"),
+        (dict(kv_cache_fraction=1.5), "kv_cache_fraction"),
+        (dict(block_size=0), "block_size"),
+        (dict(attention="flash-magic"), "attention backend"),
+        (dict(kv_cache_bytes=100), "one block needs"),
+    ],
+)
+def test_bad_engine_config_is_refused_with_a_clear_error(
+    llama_dir: Path, overrides: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        make_engine(llama_dir, **{"num_blocks": None, **overrides})
+
+
+def test_unknown_model_names_what_exists(tmp_path: Path) -> None:
+    from engine.errors import ModelError
+
+    with pytest.raises(ModelError, match="neither a preset"):
+        Engine(EngineConfig(model="tiny-randm"))
+    with pytest.raises(ModelError, match="config.json"):
+        Engine(EngineConfig(model=str(tmp_path)))

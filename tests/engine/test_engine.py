@@ -369,5 +369,5 @@ def test_unknown_model_names_what_exists(tmp_path: Path) -> None:
 
     with pytest.raises(ModelError, match="neither a preset"):
         Engine(EngineConfig(model="tiny-randm"))
-    with pytest.raises(ModelError, match="config.json"):
+    with pytest.raises(ModelError, match=r"config\.json"):
         Engine(EngineConfig(model=str(tmp_path)))

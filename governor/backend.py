@@ -1,0 +1,165 @@
+"""The ``Backend`` protocol: all the governor needs from an inference engine.
+
+The governor drives any engine through this protocol: the bundled engine in process
+(``LocalBackend``), a server speaking HTTP, or ``governor.testing.FakeBackend`` in
+tests. Capacity is counted in the engine's own KV blocks, so the governor's admission
+arithmetic matches what the engine can actually hold.
+
+Bookkeeping calls (capacity, budgets, prefixes, counting, offload, metrics) are
+synchronous and cheap. A model call comes as ``generate`` (blocking), ``agenerate`` and
+``astream``; all three are safe to call from any thread or event loop at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "Backend",
+    "BackendCapacity",
+    "BackendHealth",
+    "BackendMetrics",
+    "GenerationChunk",
+    "GenerationRequest",
+    "GenerationResult",
+    "Message",
+    "PrefixHandle",
+]
+
+Message = Mapping[str, Any]  # {"role": ..., "content": ...}, as chat templates take them
+
+
+@dataclass(frozen=True, slots=True)
+class BackendCapacity:
+    block_size: int  # tokens per KV block
+    num_blocks: int
+    num_free_blocks: int
+    num_pinned_blocks: int
+    bytes_per_block: int
+    max_model_len: int  # the model's maximum context, in tokens
+
+    @property
+    def num_available_blocks(self) -> int:
+        """What leases are sized from: every block less the pinned shared prefixes."""
+        return self.num_blocks - self.num_pinned_blocks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationRequest:
+    """One model call. Exactly one of ``messages`` (rendered with the backend's chat
+    template) and ``prompt`` (text or token ids) is set."""
+
+    messages: Sequence[Message] | None = None
+    prompt: str | Sequence[int] | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ceiling_tokens: int | None = None  # prompt plus output never exceed this
+    budget: str | None = None  # the engine budget (one per lease) that caps its blocks
+    cache_salt: str | None = None  # per tenant: no prefix-cache hits across tenants
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("set exactly one of messages and prompt")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop" | "length" | "ceiling" | "budget" | "abort"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """A piece of a streamed call; the last one has ``result`` set."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    result: GenerationResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHandle:
+    """A pinned shared prefix: its full blocks stay resident until unpinned."""
+
+    key: str  # the backend's own id for the pin
+    num_tokens: int  # tokens the prefix has
+    num_pinned_tokens: int  # of those, tokens in pinned full blocks
+    num_blocks: int
+    cache_salt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMetrics:
+    num_blocks_in_use: int
+    num_blocks_free: int
+    num_blocks_cached: int
+    num_blocks_pinned: int
+    num_blocks_swapped: int
+    num_requests_running: int
+    num_requests_waiting: int
+    num_preemptions: int
+    prefix_cache_queries: int  # tokens
+    prefix_cache_hits: int  # tokens
+
+
+@dataclass(frozen=True, slots=True)
+class BackendHealth:
+    ok: bool
+    detail: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    def capacity(self) -> BackendCapacity: ...
+
+    def open_budget(self, name: str, *, max_blocks: int) -> None: ...
+
+    def resize_budget(self, name: str, *, max_blocks: int) -> None: ...
+
+    def close_budget(self, name: str) -> None: ...
+
+    def pin_prefix(
+        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+    ) -> PrefixHandle: ...
+
+    def unpin_prefix(self, handle: PrefixHandle) -> None: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens the prompt of these messages takes, template overhead included."""
+        ...
+
+    def generate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]: ...
+
+    def offload(self, *, budget: str) -> None:
+        """Move the KV of the budget's in-flight calls to host memory until restore."""
+        ...
+
+    def restore(self, *, budget: str) -> None: ...
+
+    def metrics(self) -> BackendMetrics: ...
+
+    def health(self) -> BackendHealth: ...
+
+    def close(self) -> None: ...

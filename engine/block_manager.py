@@ -35,13 +35,12 @@ from engine.budget import BudgetRegistry
 from engine.errors import (
     DuplicateSequenceError,
     InvalidRequestError,
-    OutOfBlocksError,
-    OutOfSwapSpaceError,
     SequenceStateError,
     UnknownPinError,
     UnknownSequenceError,
 )
 from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_blocks, root_hash
+from engine.swap_space import SwapSpace
 from engine.validation import require_int, require_token_ids
 
 __all__ = ["BlockManager"]
@@ -73,6 +72,7 @@ class BlockManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks=num_blocks, enable_caching=enable_prefix_caching)
         self.host_pool = BlockPool(num_blocks=num_host_blocks, enable_caching=False)
+        self.swap_space = SwapSpace(device_pool=self.pool, host_pool=self.host_pool)
         self._tables: dict[Hashable, BlockTable] = {}
         self.budgets = BudgetRegistry()
         self._pins: dict[int, list[KVCacheBlock]] = {}
@@ -352,76 +352,18 @@ class BlockManager:
 
     # -- swap ---------------------------------------------------------------------------
     def can_swap_out(self, seq_id: Hashable) -> Fit:
-        table = self._resident(seq_id, "swap out")
-        needed, available = len(table.blocks), self.host_pool.num_free_blocks
-        if needed > available:
-            return Fit(Shortfall.HOST_POOL, needed, available)
-        return _FITS
+        return self.swap_space.can_swap_out(self._resident(seq_id, "swap out"))
 
     def swap_out(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
-        """Move the sequence to host blocks; returns (device, host) moves to perform.
-
-        Its device blocks go back to the pool; computed full blocks stay cached there,
-        so a swap-in soon after may find them and skip the copy back.
-        """
-        fit = self.can_swap_out(seq_id)
-        if not fit:
-            raise OutOfSwapSpaceError(fit.needed, fit.available)
-        table = self._tables[seq_id]
-        host_blocks = [self.host_pool.allocate() for _ in table.blocks]
-        moves = tuple(
-            (dev.block_id, host.block_id)
-            for dev, host in zip(table.blocks, host_blocks, strict=True)
-        )
-        for block in reversed(table.blocks):
-            self.pool.free(block)
-        table.blocks = host_blocks
-        table.state = SequenceState.SWAPPED
-        return moves
+        """Move the sequence to host blocks; returns (device, host) moves to perform."""
+        return self.swap_space.swap_out(self._resident(seq_id, "swap out"))
 
     def can_swap_in(self, seq_id: Hashable) -> Fit:
-        table = self._swapped(seq_id, "swap in")
-        return self._plan_swap_in(table)[0]
+        return self.swap_space.can_swap_in(self._swapped(seq_id, "swap in"))
 
     def swap_in(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
-        """Bring the sequence back; returns (host, device) moves for blocks not found in
-        the prefix cache (cached full blocks are reused without a copy)."""
-        table = self._swapped(seq_id, "swap in")
-        fit, hits = self._plan_swap_in(table)
-        if not fit:
-            raise OutOfBlocksError(fit.needed, fit.available)
-        pool = self.pool
-        for block in hits:
-            if block is not None:
-                pool.touch(block)
-        device_blocks: list[KVCacheBlock] = []
-        moves: list[BlockMove] = []
-        prev: KVCacheBlock | None = None
-        for i, (host, hit) in enumerate(zip(table.blocks, hits, strict=True)):
-            if hit is None:
-                prev = pool.allocate_after(prev)
-                moves.append((host.block_id, prev.block_id))
-                if i < table.num_cached_blocks:
-                    pool.cache(prev, table.block_hashes[i])
-            else:
-                prev = hit
-            device_blocks.append(prev)
-        for host in reversed(table.blocks):
-            self.host_pool.free(host)
-        table.blocks = device_blocks
-        table.state = SequenceState.RESIDENT
-        return tuple(moves)
-
-    def _plan_swap_in(self, table: BlockTable) -> tuple[Fit, list[KVCacheBlock | None]]:
-        lookup = self.pool.cached.get
-        hits: list[KVCacheBlock | None] = [
-            lookup(table.block_hashes[i]) if i < table.num_cached_blocks else None
-            for i in range(len(table.blocks))
-        ]
-        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0)
-        if needed > self.pool.num_free_blocks:
-            return Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), hits
-        return _FITS, hits
+        """Bring the sequence back; returns (host, device) moves to perform."""
+        return self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
 
     # -- pins ---------------------------------------------------------------------------
     def pin(self, seq_id: Hashable, num_tokens: int | None = None) -> PinnedPrefix:

@@ -1,0 +1,89 @@
+"""Host swap space: moving a sequence's blocks between the device pool and the host pool.
+
+The block manager resolves sequence ids and states; this file owns the block moves. A
+sequence swapped out gives its device blocks back to the pool, where its computed full
+blocks stay cached, so a swap-in soon after reuses them without a copy; only the others
+come back from host memory.
+"""
+
+from __future__ import annotations
+
+from engine.block import KVCacheBlock
+from engine.block_pool import BlockPool
+from engine.block_results import BlockMove, Fit, Shortfall
+from engine.block_table import BlockTable, SequenceState
+from engine.errors import OutOfBlocksError, OutOfSwapSpaceError
+
+__all__ = ["SwapSpace"]
+
+_FITS = Fit()
+
+
+class SwapSpace:
+    __slots__ = ("device_pool", "host_pool")
+
+    def __init__(self, *, device_pool: BlockPool, host_pool: BlockPool) -> None:
+        self.device_pool = device_pool
+        self.host_pool = host_pool
+
+    def can_swap_out(self, table: BlockTable) -> Fit:
+        needed, available = len(table.blocks), self.host_pool.num_free_blocks
+        if needed > available:
+            return Fit(Shortfall.HOST_POOL, needed, available)
+        return _FITS
+
+    def swap_out(self, table: BlockTable) -> tuple[BlockMove, ...]:
+        """(device, host) moves for every block; the device blocks return to the pool."""
+        fit = self.can_swap_out(table)
+        if not fit:
+            raise OutOfSwapSpaceError(fit.needed, fit.available)
+        host_blocks = [self.host_pool.allocate() for _ in table.blocks]
+        pairs = zip(table.blocks, host_blocks, strict=True)
+        moves = tuple((dev.block_id, host.block_id) for dev, host in pairs)
+        for block in reversed(table.blocks):
+            self.device_pool.free(block)
+        table.blocks = host_blocks
+        table.state = SequenceState.SWAPPED
+        return moves
+
+    def can_swap_in(self, table: BlockTable) -> Fit:
+        return self._plan_swap_in(table)[0]
+
+    def swap_in(self, table: BlockTable) -> tuple[BlockMove, ...]:
+        """(host, device) moves for the blocks the prefix cache no longer holds."""
+        fit, hits = self._plan_swap_in(table)
+        if not fit:
+            raise OutOfBlocksError(fit.needed, fit.available)
+        pool = self.device_pool
+        for block in hits:
+            if block is not None:
+                pool.touch(block)
+        device_blocks: list[KVCacheBlock] = []
+        moves: list[BlockMove] = []
+        prev: KVCacheBlock | None = None
+        for i, (host, hit) in enumerate(zip(table.blocks, hits, strict=True)):
+            if hit is None:
+                prev = pool.allocate_after(prev)
+                moves.append((host.block_id, prev.block_id))
+                if i < table.num_cached_blocks:  # its content is computed K/V again
+                    pool.cache(prev, table.block_hashes[i])
+            else:
+                prev = hit
+            device_blocks.append(prev)
+        for host in reversed(table.blocks):
+            self.host_pool.free(host)
+        table.blocks = device_blocks
+        table.state = SequenceState.RESIDENT
+        return tuple(moves)
+
+    def _plan_swap_in(self, table: BlockTable) -> tuple[Fit, list[KVCacheBlock | None]]:
+        lookup = self.device_pool.lookup
+        hits: list[KVCacheBlock | None] = [
+            lookup(table.block_hashes[i]) if i < table.num_cached_blocks else None
+            for i in range(len(table.blocks))
+        ]
+        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0)
+        available = self.device_pool.num_free_blocks
+        if needed > available:
+            return Fit(Shortfall.POOL, needed, available), hits
+        return _FITS, hits

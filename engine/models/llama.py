@@ -28,6 +28,7 @@ from engine.device import default_dtype, resolve_device
 from engine.errors import InvalidRequestError
 from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
+from engine.models.packed_linear import PackedLinear
 from engine.models.rope import RotaryEmbedding, apply_rotary
 
 __all__ = ["LlamaForCausalLM", "RMSNorm"]
@@ -205,6 +206,7 @@ class LlamaForCausalLM(nn.Module):
             output.weight = nn.Parameter(column_major, requires_grad=False)
         self.requires_grad_(False)
         self.eval()
+        object.__setattr__(self, "_logits_matmul", PackedLinear())  # no nn.Module state
 
     @property
     def device(self) -> torch.device:
@@ -230,4 +232,4 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., V]
         """float32 logits; the matmul runs in the model dtype, as in transformers."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        return self._logits_matmul(hidden, weight).float()

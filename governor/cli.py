@@ -114,6 +114,8 @@ def _table(measurements: Iterable[Measurement]) -> Table:
 
 def _format_number(value: float) -> str:
     """Thousands separators for large figures, three significant digits for small ones."""
+    if value != value:  # NaN: a figure that was skipped (its note says why)
+        return "—"
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}"

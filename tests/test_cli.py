@@ -96,3 +96,16 @@ def test_allocator_benchmark_quick_json() -> None:
         record = json.loads(line)
         assert {"bench", "metric", "value"} <= record.keys()
         assert record["bench"] == "allocator"
+
+
+def test_a_skipped_figure_prints_as_null_json_and_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = ModuleType("fake_skip_bench")
+    module.run = lambda *, quick=False: iter(  # type: ignore[attr-defined]
+        [Measurement(bench="x", metric="m", value=float("nan"), unit="x", target=3.0)]
+    )
+    monkeypatch.setitem(sys.modules, "fake_skip_bench", module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"x": "fake_skip_bench"})
+    runner = CliRunner()
+    line = runner.invoke(cli.app, ["bench", "x", "--json"]).stdout.strip()
+    assert json.loads(line)["value"] is None and json.loads(line)["met"] is None
+    assert "—" in runner.invoke(cli.app, ["bench", "x"]).stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -26,7 +27,7 @@ class Measurement:
     @property
     def met(self) -> bool | None:
         """Whether the target is met; ``None`` for figures reported without a target."""
-        if self.target is None:
+        if self.target is None or math.isnan(self.value):
             return None
         if self.direction is Direction.HIGHER_IS_BETTER:
             return self.value >= self.target
@@ -36,7 +37,7 @@ class Measurement:
         return {
             "bench": self.bench,
             "metric": self.metric,
-            "value": self.value,
+            "value": None if math.isnan(self.value) else self.value,  # NaN is not JSON
             "unit": self.unit,
             "target": self.target,
             "direction": self.direction.value,

@@ -1,0 +1,162 @@
+"""Errors raised by the governor.
+
+Every error a caller can provoke is typed, carries the numbers that explain it as
+fields, and says in its message what to do about it. ``assert`` is kept for the
+governor's own invariants.
+
+    GovernorError
+    ├── AdmissionRejected      a lease that can never be admitted (requested, possible)
+    ├── CeilingExceeded        an agent's context would pass its token ceiling
+    ├── LeaseError             a lease used wrongly
+    │   ├── LeaseNotFound      no lease with that id
+    │   └── LeaseReleased      the lease was already released
+    ├── TopologyError          a planner/worker topology that does not fit the budget
+    ├── BackendError           the backend (engine, server) failed
+    └── ConfigError            invalid configuration; also a ValueError
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "AdmissionRejected",
+    "BackendError",
+    "CeilingExceeded",
+    "ConfigError",
+    "GovernorError",
+    "LeaseError",
+    "LeaseNotFound",
+    "LeaseReleased",
+    "TopologyError",
+]
+
+
+class GovernorError(Exception):
+    """Base of every error the governor raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The constructors take fields, not the message that ends up in ``args``, so the
+        # default reduce (``cls(*args)``) cannot rebuild them: restore args and fields as
+        # they are. Errors cross process boundaries in worker pools.
+        return (_restore, (type(self), self.args), self.__dict__)
+
+
+def _restore(cls: type[GovernorError], args: tuple[Any, ...]) -> GovernorError:
+    return cls.__new__(cls, *args)
+
+
+class AdmissionRejected(GovernorError):
+    """``requested`` tokens of ceiling can never be admitted; ``possible`` is the most that can."""
+
+    def __init__(self, requested: int, possible: int, *, agent: str | None = None) -> None:
+        self.requested = requested
+        self.possible = possible
+        self.agent = agent
+        who = "" if agent is None else f" for agent {agent!r}"
+        if possible <= 0:
+            advice = (
+                "no ceiling fits at all; free memory (unpin shared prefixes, give the engine "
+                "more KV blocks) or raise safety_factor"
+            )
+        else:
+            advice = (
+                f"the largest ceiling possible is {possible:,} tokens; ask for at most that, "
+                "or free memory (unpin shared prefixes, give the engine more KV blocks)"
+            )
+        super().__init__(f"a ceiling of {requested:,} tokens{who} can never be admitted: {advice}")
+
+
+class CeilingExceeded(GovernorError):
+    """Agent ``agent`` would hold ``tokens`` tokens, over its ``ceiling``."""
+
+    def __init__(self, agent: str, tokens: int, ceiling: int) -> None:
+        self.agent = agent
+        self.tokens = tokens
+        self.ceiling = ceiling
+        super().__init__(
+            f"agent {agent!r} would hold {tokens:,} tokens, over its ceiling of {ceiling:,}; "
+            "compact or summarize its context, or ask for more with lease.grow()"
+        )
+
+
+class LeaseError(GovernorError):
+    """A lease was used in a way its state does not allow."""
+
+
+class LeaseNotFound(LeaseError):
+    def __init__(self, lease_id: object) -> None:
+        self.lease_id = lease_id
+        super().__init__(
+            f"no lease {lease_id!r}: this governor never granted it or has already forgotten "
+            "it; use the Lease that governor.lease() returned"
+        )
+
+
+class LeaseReleased(LeaseError):
+    def __init__(self, lease_id: object, *, agent: str | None = None) -> None:
+        self.lease_id = lease_id
+        self.agent = agent
+        who = "" if agent is None else f" of agent {agent!r}"
+        super().__init__(
+            f"lease {lease_id!r}{who} was already released; open a new one with governor.lease()"
+        )
+
+
+class TopologyError(GovernorError):
+    """A topology that cannot run: ``reason`` says why, ``suggestion`` what would fit."""
+
+    def __init__(self, reason: str, suggestion: str) -> None:
+        self.reason = reason
+        self.suggestion = suggestion
+        super().__init__(f"{reason}; {suggestion}")
+
+
+class BackendError(GovernorError):
+    """The backend failed; ``problem`` says how, ``backend`` names it when known."""
+
+    def __init__(self, problem: str, *, backend: str | None = None) -> None:
+        self.problem = problem
+        self.backend = backend
+        super().__init__(problem if backend is None else f"backend {backend}: {problem}")
+
+
+class ConfigError(GovernorError, ValueError):
+    """Invalid configuration, refused when it is constructed.
+
+    ``problem`` says what is wrong and what to do; ``setting`` names the setting, or is
+    None when the problem spans several. The class methods build the common cases so
+    that every part of the governor words them the same way.
+    """
+
+    def __init__(self, problem: str, *, setting: str | None = None) -> None:
+        self.problem = problem
+        self.setting = setting
+        super().__init__(problem)
+
+    @classmethod
+    def safety_factor_out_of_range(cls, value: object) -> ConfigError:
+        return cls(
+            f"safety_factor must be a number in (0, 1], got {value!r}; use a fraction such as "
+            "0.9 to keep 10% of the KV blocks in reserve, or 1.0 to use them all",
+            setting="safety_factor",
+        )
+
+    @classmethod
+    def below_minimum(cls, setting: str, value: object, minimum: int) -> ConfigError:
+        return cls(
+            f"{setting} must be a whole number of at least {minimum:,}, got {value!r}; "
+            f"pass {setting}={minimum} or more",
+            setting=setting,
+        )
+
+    @classmethod
+    def unknown_agent(cls, agent: str, known: Iterable[str]) -> ConfigError:
+        names = sorted(known)
+        listed = ", ".join(repr(name) for name in names) if names else "none yet"
+        return cls(
+            f"no agent named {agent!r} (known: {listed}); register it with "
+            f"AgentSpec(name={agent!r}, ...) or use a known name",
+            setting="agent",
+        )

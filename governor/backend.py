@@ -80,7 +80,8 @@ class GenerationResult:
 
 @dataclass(frozen=True, slots=True)
 class GenerationChunk:
-    """A piece of a streamed call; the last one has ``result`` set."""
+    """A piece of a streamed call. The last chunk carries only ``result`` (no text, no
+    token ids); the chunks before it join to ``result.text`` and ``result.token_ids``."""
 
     text: str
     token_ids: tuple[int, ...]

@@ -111,3 +111,42 @@ def test_close_aborts_what_is_in_flight(llama_dir: Path, prompts: list[list[int]
     assert metrics.num_blocks_in_use == 0
     with pytest.raises(EngineLoopClosedError):
         loop.submit(prompts[0], GREEDY)
+
+
+def test_the_engine_thread_survives_a_consumer_whose_event_loop_closed(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    long = SamplingParams(max_tokens=300, temperature=0, ignore_eos=True)
+
+    async def start_and_leave(loop: EngineLoop) -> None:
+        stream = loop.astream(prompts[2], long)
+        await stream.__anext__()  # then the event loop closes with the stream open
+
+    with EngineLoop(_engine(llama_dir)) as loop:
+        asyncio.run(start_and_leave(loop))
+        # The engine thread still answers, and every request finishes or is aborted.
+        done = loop.generate(prompts[0], GREEDY)
+        assert len(done.token_ids) == GREEDY.max_tokens
+        for rid in list(loop._streams):
+            loop.abort(rid)
+        loop.call(lambda: None)
+        assert _released(loop)
+
+
+def test_a_cancel_while_queueing_aborts_the_request(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    long = SamplingParams(max_tokens=500, temperature=0, ignore_eos=True)
+
+    async def main(loop: EngineLoop) -> None:
+        task = asyncio.ensure_future(loop.agenerate(prompts[4], long))
+        await asyncio.sleep(0)  # cancelled before the engine thread has queued it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with EngineLoop(_engine(llama_dir)) as loop:
+        asyncio.run(main(loop))
+        loop.call(lambda: None)  # the abort queued by the cancel has run
+        loop.call(lambda: None)
+        assert _released(loop)

@@ -1,0 +1,453 @@
+"""``LocalBackend``: the bundled engine, in process, behind the ``Backend`` protocol.
+
+The only governor module that touches engine/, and only lazily (inside functions or
+under ``TYPE_CHECKING``), so ``import governor`` never pulls in torch.
+
+Every engine call goes through one ``EngineLoop``: the engine lives on the loop's thread
+and each call runs there between steps, so any thread or event loop may use the backend
+at once. A bookkeeping call (capacity, budgets, pins, metrics) waits for the engine's
+current step to end. Tokenizing happens in the caller's thread (the tokenizer is
+immutable and thread-safe), which keeps long prompts from stalling the engine thread.
+
+Errors: an engine error keeps its own class, message and fields (``needed``,
+``available``, ``name``...) and is also a ``governor.errors.BackendError``. It is raised
+as a class derived from both, built once per engine class, with the original as
+``__cause__``: engine-aware code catches ``engine.errors.BudgetExceededError``,
+backend-agnostic code catches ``BackendError``, and neither loses information.
+Failures of the backend itself (closed, unknown prefix handle) are plain
+``BackendError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import itertools
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing, suppress
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from governor.backend import (
+    BackendCapacity,
+    BackendHealth,
+    BackendMetrics,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    PrefixHandle,
+)
+from governor.errors import BackendError, ConfigError
+from governor.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from engine.block_results import PinnedPrefix
+    from engine.engine import Engine
+    from engine.engine_loop import EngineLoop, RequestStream
+    from engine.outputs import Completion
+    from engine.sampling import SamplingParams
+
+__all__ = ["LocalBackend"]
+
+T = TypeVar("T")
+_NAME = "local"
+_HEALTH_TIMEOUT_S = 5.0
+_Prompt = list[int]
+_Options = dict[str, Any]
+
+
+class LocalBackend:
+    """The bundled engine as a ``Backend``.
+
+    ``LocalBackend()`` builds the ``tiny-random`` preset; ``config`` is a mapping of
+    ``EngineConfig`` fields (``{"model": "/models/qwen3", "num_blocks": 4096}``); or
+    hand over an ``Engine`` or an ``EngineLoop``. The backend owns what it is given, as
+    ``httpx.Client`` owns its transport: ``close()`` aborts every request in flight and
+    stops the loop. The engine's budgets and pins are left as they are, so an ``Engine``
+    passed in can be wrapped again.
+    """
+
+    def __init__(
+        self,
+        engine_or_loop: Engine | EngineLoop | None = None,
+        *,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from engine.engine import Engine
+        from engine.engine_loop import EngineLoop
+
+        if isinstance(engine_or_loop, EngineLoop):
+            if config is not None:
+                raise _config_and_engine()
+            self._loop = engine_or_loop
+        elif isinstance(engine_or_loop, Engine):
+            if config is not None:
+                raise _config_and_engine()
+            self._loop = EngineLoop(engine_or_loop)
+        elif engine_or_loop is None:
+            self._loop = EngineLoop(_build_engine(config or {}))
+        else:
+            raise ConfigError(
+                "LocalBackend takes an engine.Engine, an engine.EngineLoop or nothing, got "
+                f"{type(engine_or_loop).__name__}; pass config={{...}} to build an engine",
+                setting="engine_or_loop",
+            )
+        engine = self._loop.engine
+        self._engine = engine
+        self._tokenizer = engine.tokenizer
+        self._counter = TokenCounter(tokenizer=engine.tokenizer)
+        self._model = os.path.basename(os.path.normpath(engine.config.model))
+        self._lock = threading.Lock()
+        self._pins: dict[str, PinnedPrefix] = {}
+        self._pin_keys = itertools.count()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<LocalBackend model={self._model!r} device={self._engine.device.type}{state}>"
+
+    @property
+    def name(self) -> str:
+        return _NAME
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Abort every request in flight (their blocks return) and stop the engine thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._loop.close()
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def capacity(self) -> BackendCapacity:
+        cap = self._call(self._engine.capacity)
+        return BackendCapacity(
+            block_size=cap.block_size,
+            num_blocks=cap.num_blocks,
+            num_free_blocks=cap.num_free_blocks,
+            num_pinned_blocks=cap.num_pinned_blocks,
+            bytes_per_block=cap.bytes_per_block,
+            max_model_len=cap.max_model_len,
+        )
+
+    def open_budget(self, name: str, *, max_blocks: int) -> None:
+        self._call(self._engine.open_budget, name, max_blocks)
+
+    def resize_budget(self, name: str, *, max_blocks: int) -> None:
+        self._call(self._engine.resize_budget, name, max_blocks)
+
+    def close_budget(self, name: str) -> None:
+        self._call(self._engine.close_budget, name)
+
+    def pin_prefix(
+        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+    ) -> PrefixHandle:
+        token_ids = self._encode(prefix)
+        pinned = self._call(self._engine.pin_prefix, token_ids, cache_salt=cache_salt)
+        with self._lock:
+            key = f"{_NAME}-prefix-{next(self._pin_keys)}"
+            self._pins[key] = pinned
+        return PrefixHandle(
+            key=key,
+            num_tokens=len(token_ids),
+            num_pinned_tokens=pinned.num_tokens,
+            num_blocks=len(pinned.block_ids),
+            cache_salt=cache_salt,
+        )
+
+    def unpin_prefix(self, handle: PrefixHandle) -> None:
+        with self._lock:
+            pinned = self._pins.pop(handle.key, None)
+        if pinned is None:
+            raise BackendError(
+                f"prefix {handle.key!r} is not pinned here: it was already unpinned or was "
+                "pinned by another backend; unpin each handle once, on the backend that made it",
+                backend=_NAME,
+            )
+        self._call(self._engine.unpin, pinned)
+
+    def count_tokens(self, text: str) -> int:
+        return self._translated(self._counter.count, text)
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Exactly the prompt length ``generate`` prefills: the chat template's ids."""
+        return self._translated(self._counter.count_messages, messages)
+
+    def offload(self, *, budget: str) -> None:
+        self._call(self._engine.offload, budget=budget)
+
+    def restore(self, *, budget: str) -> None:
+        self._call(self._engine.restore, budget=budget)
+
+    def metrics(self) -> BackendMetrics:
+        m = self._call(self._engine.metrics)
+        return BackendMetrics(
+            num_blocks_in_use=m.num_blocks_in_use,
+            num_blocks_free=m.num_blocks_free,
+            num_blocks_cached=m.num_blocks_cached,
+            num_blocks_pinned=m.num_blocks_pinned,
+            num_blocks_swapped=m.num_blocks_swapped,
+            num_requests_running=m.num_requests_running,
+            num_requests_waiting=m.num_requests_waiting,
+            num_preemptions=m.num_preemptions,
+            prefix_cache_queries=m.prefix_cache_queries,
+            prefix_cache_hits=m.prefix_cache_hits,
+        )
+
+    def health(self) -> BackendHealth:
+        """Ok when the engine thread answers within a few seconds."""
+        engine = self._engine
+        if self._closed:
+            return BackendHealth(ok=False, detail="closed; create a new LocalBackend")
+        future = self._loop.call_soon(engine.capacity)
+        try:
+            cap = future.result(timeout=_HEALTH_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return BackendHealth(
+                ok=False, detail=f"the engine thread did not answer in {_HEALTH_TIMEOUT_S} s"
+            )
+        except Exception as exc:  # reported, not raised: a health check answers
+            return BackendHealth(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        return BackendHealth(
+            ok=True,
+            detail=(
+                f"model {self._model} on {engine.device} "
+                f"({str(engine.dtype).removeprefix('torch.')}); "
+                f"{cap.num_free_blocks}/{cap.num_blocks} blocks of {cap.block_size} tokens free"
+            ),
+        )
+
+    # -- model calls --------------------------------------------------------------------
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        prompt, sampling, options = self._prepare(request)
+        self._check_open()
+        completion = self._translated(self._loop.generate, prompt, sampling, **options)
+        return _result(completion)
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
+        async with aclosing(self.astream(request)) as chunks:
+            async for chunk in chunks:
+                if chunk.result is not None:
+                    return chunk.result
+        raise AssertionError("a stream always ends with a chunk that has the result")
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """A chunk per engine step with new tokens, then one with only the ``result``.
+
+        A consumer that stops early (``aclose()``, a cancelled task) aborts the request,
+        so its blocks return at once.
+        """
+        from engine.outputs import RequestOutput
+
+        prompt, sampling, options = self._prepare(request)
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[object] = asyncio.Queue()
+
+        def sink(item: object) -> None:
+            # Runs on the engine thread, which must survive a consumer whose event loop
+            # closed before its abort arrived: a raise here would end that thread.
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(items.put_nowait, item)
+
+        stream = await self._asubmit(prompt, sampling, sink, options)
+        finished = False
+        try:
+            while True:
+                item = await items.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    _reraise(item)
+                if not isinstance(item, RequestOutput):
+                    # The loop's end marker: it comes after the completion was set.
+                    finished = True
+                    yield GenerationChunk("", (), _result(stream.result()))
+                    return
+                if item.new_token_ids or item.new_text:
+                    yield GenerationChunk(item.new_text, item.new_token_ids)
+        finally:
+            if not finished:
+                self._abort(stream.request_id)
+
+    async def _asubmit(
+        self,
+        prompt: _Prompt,
+        sampling: SamplingParams,
+        sink: Callable[[object], None],
+        options: _Options,
+    ) -> RequestStream:
+        """Queue the request from a worker thread. A caller cancelled meanwhile would
+        leave it running to the end with nobody listening, so whichever side finishes
+        second (the queueing or the cancel) aborts it; no event loop needs to be alive."""
+        self._check_open()
+        lock = threading.Lock()
+        queued: list[RequestStream] = []
+        cancelled = False
+
+        def submit() -> RequestStream:
+            # The loop's ``sink`` hook rather than its astream: that one never hands back
+            # the Completion, which has the cached tokens.
+            stream = self._translated(self._loop.submit, prompt, sampling, sink=sink, **options)
+            with lock:
+                queued.append(stream)
+                orphaned = cancelled
+            if orphaned:
+                self._abort(stream.request_id)
+            return stream
+
+        try:
+            return await asyncio.to_thread(submit)
+        except asyncio.CancelledError:
+            with lock:
+                cancelled = True
+                orphan = queued[0] if queued else None
+            if orphan is not None:
+                self._abort(orphan.request_id)
+            raise
+
+    def _abort(self, request_id: str) -> None:
+        from engine.engine_loop import EngineLoopClosedError
+
+        with suppress(EngineLoopClosedError):  # closing aborted it already
+            self._loop.abort(request_id)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _prepare(self, request: GenerationRequest) -> tuple[_Prompt, SamplingParams, _Options]:
+        """The engine's view of a request: prompt ids, sampling, and add_request options."""
+        from engine.sampling import SamplingParams
+
+        if request.messages is not None:
+            prompt = self._translated(self._tokenizer.encode_chat, request.messages)
+        else:
+            prompt = self._encode(request.prompt)  # type: ignore[arg-type]
+        sampling = self._translated(
+            SamplingParams,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            stop=request.stop,
+        )
+        options = {
+            "ceiling_tokens": request.ceiling_tokens,
+            "budget": request.budget,
+            "cache_salt": request.cache_salt,
+            "priority": request.priority,
+        }
+        return prompt, sampling, options
+
+    def _encode(self, prompt: str | Sequence[int]) -> _Prompt:
+        if isinstance(prompt, str):
+            return self._translated(self._tokenizer.encode, prompt)
+        return list(prompt)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("this LocalBackend is closed; create a new one", backend=_NAME)
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` on the engine thread, between steps."""
+        self._check_open()
+        return self._translated(self._loop.call, fn, *args, **kwargs)
+
+    def _translated(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        from engine.errors import EngineError
+
+        try:
+            return fn(*args, **kwargs)
+        except EngineError as exc:
+            _reraise(exc)
+
+
+def _result(completion: Completion) -> GenerationResult:
+    return GenerationResult(
+        text=completion.text,
+        token_ids=completion.token_ids,
+        finish_reason=completion.finish_reason.value,
+        prompt_tokens=len(completion.prompt_token_ids),
+        completion_tokens=len(completion.token_ids),
+        cached_tokens=completion.num_cached_tokens,
+    )
+
+
+def _build_engine(config: Mapping[str, Any]) -> Engine:
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.errors import EngineError
+
+    known = {f.name for f in fields(EngineConfig)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown engine setting(s) {', '.join(map(repr, unknown))}; the settings are the "
+            f"fields of engine.EngineConfig: {', '.join(sorted(known))}",
+            setting="config",
+        )
+    try:
+        return Engine(EngineConfig(**config))
+    except EngineError as exc:
+        raise ConfigError(f"cannot build the engine from {dict(config)!r}: {exc}") from exc
+
+
+def _config_and_engine() -> ConfigError:
+    return ConfigError(
+        "pass either an engine (or engine loop) or config, not both; config only builds a "
+        "new engine",
+        setting="config",
+    )
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    """Raise an engine error as its class made a ``BackendError`` too, same message and
+    fields, from the original; anything else (an engine bug) as it is."""
+    from engine.engine_loop import EngineLoopClosedError
+    from engine.errors import EngineError
+
+    if isinstance(exc, EngineLoopClosedError):
+        raise BackendError("this LocalBackend is closed; create a new one", backend=_NAME) from exc
+    if not isinstance(exc, EngineError) or isinstance(exc, BackendError):
+        raise exc
+    cls = _backend_error_class(type(exc))
+    error = cls.__new__(cls, *exc.args)
+    error.__dict__.update(exc.__dict__)
+    error.problem = str(exc)
+    error.backend = _NAME
+    raise error from exc
+
+
+@functools.cache
+def _backend_error_class(engine_error: type[BaseException]) -> type[BaseException]:
+    return type(
+        engine_error.__name__,
+        (engine_error, BackendError),
+        {
+            "__module__": __name__,
+            "__doc__": engine_error.__doc__,
+            "__reduce__": _reduce_backend_error,
+        },
+    )
+
+
+def _reduce_backend_error(error: BaseException) -> tuple[Any, ...]:
+    engine_error = type(error).__mro__[1]  # the class was built as (engine class, BackendError)
+    return (_rebuild_backend_error, (engine_error, error.args), error.__dict__)
+
+
+def _rebuild_backend_error(engine_error: type[BaseException], args: tuple[Any, ...]) -> Any:
+    cls = _backend_error_class(engine_error)
+    return cls.__new__(cls, *args)

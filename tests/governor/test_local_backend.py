@@ -1,0 +1,192 @@
+"""``LocalBackend`` on the tiny-random preset: real threads, real event loops, real blocks."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.engine_loop import EngineLoop
+from engine.errors import BudgetExceededError, DuplicateBudgetError, EngineError
+from governor.backend import Backend, GenerationRequest
+from governor.errors import BackendError, ConfigError
+from governor.local_backend import LocalBackend
+
+SYSTEM = "You are a careful planner. Break every task into steps and name the files you touch."
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[LocalBackend]:
+    with LocalBackend(config={"num_blocks": 256}) as made:
+        yield made
+
+
+def _settled(backend: LocalBackend) -> Callable[[], bool]:
+    def check() -> bool:
+        m = backend.metrics()
+        return m.num_blocks_in_use == m.num_blocks_pinned and m.num_requests_running == 0
+
+    return check
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the engine to settle"
+        time.sleep(0.01)
+
+
+def test_it_wraps_an_engine_or_a_loop_and_owns_what_it_is_given() -> None:
+    engine = Engine(EngineConfig(num_blocks=32))
+    with LocalBackend(engine) as first:
+        assert isinstance(first, Backend)
+        assert (first.name, first.model) == ("local", "tiny-random")
+        first.open_budget("kept", max_blocks=2)
+    loop = EngineLoop(engine)
+    second = LocalBackend(loop)
+    with pytest.raises(DuplicateBudgetError):  # the engine's state outlives a backend
+        second.open_budget("kept", max_blocks=2)
+    second.close()
+    with pytest.raises(EngineError):  # closing the backend closed the loop it was given
+        loop.call(engine.capacity)
+    with pytest.raises(ConfigError, match="not both"):
+        LocalBackend(engine, config={"num_blocks": 8})
+
+
+def test_bad_configuration_fails_at_construction() -> None:
+    with pytest.raises(ConfigError, match=r"unknown engine setting.*'num_blockz'"):
+        LocalBackend(config={"num_blockz": 8})
+    with pytest.raises(ConfigError, match="cannot build the engine"):
+        LocalBackend(config={"model": "/no/such/model"})
+    with pytest.raises(ConfigError, match=r"takes an engine\.Engine"):
+        LocalBackend("tiny-random")  # type: ignore[arg-type]
+
+
+def test_engine_errors_are_backend_errors_with_their_fields(backend: LocalBackend) -> None:
+    backend.open_budget("tiny", max_blocks=1)
+    try:
+        with pytest.raises(BudgetExceededError) as caught:
+            backend.generate(GenerationRequest(prompt=list(range(1, 41)), budget="tiny"))
+    finally:
+        backend.close_budget("tiny")
+    error = caught.value
+    assert isinstance(error, BackendError)
+    assert (error.needed, error.available, error.name) == (3, 1, "tiny")
+    assert isinstance(error.__cause__, BudgetExceededError)
+    assert not isinstance(error.__cause__, BackendError)
+    assert str(error) == str(error.__cause__) == error.problem
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert (copy.needed, copy.available, str(copy)) == (3, 1, str(error))
+
+
+def test_health_names_the_model_and_the_device(backend: LocalBackend) -> None:
+    health = backend.health()
+    assert health.ok
+    assert "tiny-random" in health.detail and "cpu" in health.detail
+
+
+def test_asyncio_and_threads_share_the_engine_at_once(backend: LocalBackend) -> None:
+    requests = [
+        GenerationRequest(prompt=f"Agent {i} reports: step {i * 7} of the plan", max_tokens=8)
+        for i in range(12)
+    ]
+    expected = [backend.generate(r).token_ids for r in requests]
+    results: dict[int, tuple[int, ...]] = {}
+    go = threading.Event()
+
+    def worker(i: int) -> None:
+        go.wait()
+        results[i] = backend.generate(requests[i]).token_ids
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8, 12)]
+    for thread in threads:
+        thread.start()
+
+    async def main() -> None:
+        go.set()
+        done = await asyncio.gather(*(backend.agenerate(r) for r in requests[:8]))
+        results.update({i: result.token_ids for i, result in enumerate(done)})
+
+    asyncio.run(main())
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [results[i] for i in range(12)] == expected
+    _wait_until(_settled(backend))
+
+
+def test_a_cancelled_consumer_frees_its_blocks(backend: LocalBackend) -> None:
+    async def main() -> None:
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            request = GenerationRequest(prompt="Write a very long story.", max_tokens=2000)
+            async for _ in backend.astream(request):
+                first.set()
+
+        task = asyncio.create_task(consume())
+        await first.wait()
+        assert backend.metrics().num_blocks_in_use > 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    _wait_until(_settled(backend), timeout_s=5)
+
+
+def test_a_call_cancelled_while_it_is_being_queued_is_aborted(backend: LocalBackend) -> None:
+    async def main() -> None:
+        request = GenerationRequest(prompt="Count to a thousand.", max_tokens=2000)
+        task = asyncio.create_task(backend.agenerate(request))
+        await asyncio.sleep(0)  # it is now waiting on the engine thread to queue it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    _wait_until(_settled(backend), timeout_s=5)  # 2000 tokens would take far longer
+
+
+def test_a_pinned_text_prefix_serves_a_later_prompt(backend: LocalBackend) -> None:
+    handle = backend.pin_prefix(SYSTEM)
+    try:
+        assert handle.num_tokens == backend.count_tokens(SYSTEM)
+        assert handle.num_pinned_tokens == handle.num_blocks * 16 > 0
+        result = backend.generate(GenerationRequest(prompt=SYSTEM + " Plan it.", max_tokens=2))
+        assert result.cached_tokens == handle.num_pinned_tokens
+    finally:
+        backend.unpin_prefix(handle)
+
+
+def test_count_messages_is_the_prompt_a_chat_call_prefills(backend: LocalBackend) -> None:
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Rename utils.py to helpers.py everywhere."},
+        {"role": "assistant", "content": "Step 1: find the imports."},
+        {"role": "user", "content": "Go on."},
+    ]
+    result = backend.generate(GenerationRequest(messages=messages, max_tokens=3))
+    assert result.prompt_tokens == backend.count_messages(messages)
+    assert backend.count_messages(messages) > sum(
+        backend.count_tokens(m["content"]) for m in messages
+    )
+
+
+def test_the_engine_thread_outlives_event_loops_that_close_mid_stream(
+    backend: LocalBackend,
+) -> None:
+    async def first_chunk_only() -> None:
+        async for _ in backend.astream(GenerationRequest(prompt="Keep going", max_tokens=64)):
+            break
+
+    for _ in range(3):
+        asyncio.run(first_chunk_only())
+    _wait_until(_settled(backend))
+    assert backend.generate(GenerationRequest(prompt="still here", max_tokens=2)).completion_tokens

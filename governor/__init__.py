@@ -2,13 +2,88 @@
 
 governor/ drives any inference engine through its own small ``Backend`` protocol and
 never imports engine/ at module level; see DESIGN.md for the import rules.
+``import governor`` does not import torch: ``LocalBackend`` loads the bundled engine
+only when one is built.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["__version__"]
+from governor.backend import (
+    Backend,
+    BackendCapacity,
+    BackendHealth,
+    BackendMetrics,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    PrefixHandle,
+)
+from governor.errors import (
+    AdmissionRejected,
+    BackendError,
+    CeilingExceeded,
+    ConfigError,
+    GovernorError,
+    LeaseError,
+    LeaseNotFound,
+    LeaseReleased,
+    TopologyError,
+)
+from governor.local_backend import LocalBackend
+from governor.sizing import (
+    DEFAULT_SAFETY_FACTOR,
+    QWEN3_5_9B,
+    KVShape,
+    Scheme,
+    SchemeComparison,
+    SchemeSizing,
+    blocks_per_seq,
+    compare_schemes,
+    kv_shape_from_hf_config,
+    max_ceiling_tokens,
+    max_concurrent,
+)
+from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "DEFAULT_SAFETY_FACTOR",
+    "QWEN3_5_9B",
+    "AdmissionRejected",
+    "Backend",
+    "BackendCapacity",
+    "BackendError",
+    "BackendHealth",
+    "BackendMetrics",
+    "CeilingExceeded",
+    "ConfigError",
+    "GenerationChunk",
+    "GenerationRequest",
+    "GenerationResult",
+    "GovernorError",
+    "KVShape",
+    "LeaseError",
+    "LeaseNotFound",
+    "LeaseReleased",
+    "LocalBackend",
+    "Message",
+    "PrefixHandle",
+    "Scheme",
+    "SchemeComparison",
+    "SchemeSizing",
+    "TokenCounter",
+    "Tokenizes",
+    "TopologyError",
+    "__version__",
+    "blocks_per_seq",
+    "compare_schemes",
+    "kv_shape_from_hf_config",
+    "max_ceiling_tokens",
+    "max_concurrent",
+]
 
 try:
     __version__ = version("kvgov")

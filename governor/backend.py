@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from governor.errors import ConfigError
+
 __all__ = [
     "Backend",
     "BackendCapacity",
@@ -65,7 +67,7 @@ class GenerationRequest:
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
-            raise ValueError("set exactly one of messages and prompt")
+            raise ConfigError("set exactly one of messages and prompt", setting="prompt")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import torch
 
@@ -35,6 +35,7 @@ from engine.errors import (
 from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
 from engine.model_runner import ModelRunner
+from engine.models.llama import LlamaForCausalLM
 from engine.outputs import Capacity, Completion, EngineMetrics, RequestOutput
 from engine.presets import PRESETS, build_preset_model
 from engine.request import FinishReason, Request, RequestStatus
@@ -56,39 +57,11 @@ class Engine:
         self.device = resolve_device(config.device)
         self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
         self.attention = get_attention_backend(config.attention, device=self.device)
-        if config.model in PRESETS:
-            preset = PRESETS[config.model]
-            self.model_config: ModelConfig = preset.config
-            self.model = build_preset_model(
-                config.model,
-                attention=self.attention,
-                device=self.device,
-                dtype=self.dtype,
-                seed=config.seed,
-            )
-            self.tokenizer: Tokenizer = load_tokenizer(config.tokenizer or preset.tokenizer)
-        else:
-            if not os.path.exists(config.model):
-                raise ModelConfigError(
-                    f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
-                    "existing folder; pass a preset name or a local Hugging Face model folder"
-                )
-            self.model_config = ModelConfig.from_pretrained(config.model)
-            self.model = load_model(
-                config.model, attention=self.attention, device=self.device, dtype=self.dtype
-            )
-            self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        self.model_config, self.model, self.tokenizer = self._load(config)
         self.model.eval()
         mc = self.model_config
         self.max_model_len = config.max_model_len or mc.max_position_embeddings
-        bytes_per_block = (
-            2
-            * mc.num_layers
-            * config.block_size
-            * mc.num_kv_heads
-            * mc.head_dim
-            * self.dtype.itemsize
-        )
+        bytes_per_block = mc.kv_bytes_per_token(self.dtype) * config.block_size
         num_blocks = self._num_kv_blocks(bytes_per_block)
         self.kv_cache = KVCache(
             num_layers=mc.num_layers,
@@ -126,7 +99,35 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, path_or_preset: str = "tiny-random", **overrides: object) -> Engine:
+        """An engine for a preset or a local folder; ``overrides`` are EngineConfig fields."""
+        unknown = sorted(set(overrides) - {f.name for f in fields(EngineConfig)})
+        if unknown:
+            valid = ", ".join(f.name for f in fields(EngineConfig))
+            raise InvalidRequestError(f"unknown engine settings {unknown}; valid ones: {valid}")
         return cls(replace(EngineConfig(), model=path_or_preset, **overrides))  # type: ignore[arg-type]
+
+    def _load(self, config: EngineConfig) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
+        """The model config, weights and tokenizer, from a preset or a local folder."""
+        if config.model in PRESETS:
+            preset = PRESETS[config.model]
+            model = build_preset_model(
+                config.model,
+                attention=self.attention,
+                device=self.device,
+                dtype=self.dtype,
+                seed=config.seed,
+            )
+            return preset.config, model, load_tokenizer(config.tokenizer or preset.tokenizer)
+        if not os.path.exists(config.model):
+            raise ModelConfigError(
+                f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
+                "existing folder; pass a preset name or a local Hugging Face model folder"
+            )
+        model = load_model(
+            config.model, attention=self.attention, device=self.device, dtype=self.dtype
+        )
+        tokenizer = load_tokenizer(config.tokenizer or config.model)
+        return ModelConfig.from_pretrained(config.model), model, tokenizer
 
     def _num_kv_blocks(self, bytes_per_block: int) -> int:
         config = self.config

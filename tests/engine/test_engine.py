@@ -371,3 +371,9 @@ def test_unknown_model_names_what_exists(tmp_path: Path) -> None:
         Engine(EngineConfig(model="tiny-randm"))
     with pytest.raises(ModelError, match=r"config\.json"):
         Engine(EngineConfig(model=str(tmp_path)))
+
+
+def test_from_pretrained_names_unknown_settings() -> None:
+    with pytest.raises(InvalidRequestError, match="num_block") as info:
+        Engine.from_pretrained("tiny-random", num_block=8)
+    assert "valid ones" in str(info.value)

@@ -313,6 +313,7 @@ class Engine:
             token_ids=tuple(request.output_token_ids),
             text=request.output_text,
             finish_reason=request.finish_reason,  # type: ignore[arg-type]
+            stop_string=request.stop_text,
             num_cached_tokens=request.num_cached_tokens,
             num_preemptions=request.num_preemptions,
             time_to_first_token_s=ttft,

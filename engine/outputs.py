@@ -28,6 +28,7 @@ class Completion:
     token_ids: tuple[int, ...]  # generated tokens
     text: str
     finish_reason: FinishReason
+    stop_string: str | None  # the stop string that ended it, when one did
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_preemptions: int
     time_to_first_token_s: float | None

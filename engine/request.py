@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 import torch
@@ -53,7 +53,6 @@ class Request:
     first_token_time: float | None = None
     arrival_time: float = 0.0
     finish_time: float | None = None
-    new_token_ids: list[int] = field(default_factory=list)  # produced in the latest step
 
     @property
     def num_tokens(self) -> int:

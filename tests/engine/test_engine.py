@@ -377,3 +377,14 @@ def test_from_pretrained_names_unknown_settings() -> None:
     with pytest.raises(InvalidRequestError, match="num_block") as info:
         Engine.from_pretrained("tiny-random", num_block=8)
     assert "valid ones" in str(info.value)
+
+
+def test_a_stop_string_ends_the_text_and_is_reported() -> None:
+    engine = Engine(EngineConfig(num_blocks=64))
+    free_run = engine.generate("Hello", SamplingParams(max_tokens=12, temperature=0))[0]
+    assert len(free_run.text) > 2
+    stop = free_run.text[1:3]
+    done = engine.generate("Hello", SamplingParams(max_tokens=12, temperature=0, stop=(stop,)))[0]
+    assert done.finish_reason is FinishReason.STOP
+    assert done.stop_string == stop
+    assert done.text == free_run.text[: free_run.text.index(stop)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from governor.agent import AgentSpec
 from governor.backend import (
     Backend,
     BackendCapacity,
@@ -21,6 +22,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
     AdmissionRejected,
     BackendError,
@@ -52,7 +54,9 @@ __all__ = [
     "DEFAULT_ENCODING",
     "DEFAULT_SAFETY_FACTOR",
     "QWEN3_5_9B",
+    "AdmissionMode",
     "AdmissionRejected",
+    "AgentSpec",
     "Backend",
     "BackendCapacity",
     "BackendError",
@@ -63,6 +67,7 @@ __all__ = [
     "GenerationChunk",
     "GenerationRequest",
     "GenerationResult",
+    "GovernorConfig",
     "GovernorError",
     "KVShape",
     "LeaseError",

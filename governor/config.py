@@ -1,0 +1,73 @@
+"""How the governor admits, queues and sizes leases."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from governor.errors import ConfigError
+from governor.sizing import DEFAULT_SAFETY_FACTOR
+
+__all__ = ["AdmissionMode", "GovernorConfig"]
+
+
+class AdmissionMode(Enum):
+    GUARANTEED = "guaranteed"  # every active lease fits at its ceiling: never preempted
+    OVERCOMMIT = "overcommit"  # admit on live use plus headroom; park, offload, preempt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GovernorConfig:
+    """Keyword-only, validated at construction; every field has a sane default.
+
+    ``max_concurrent`` is derived from the backend's real capacity,
+    ``floor(available_blocks * safety_factor / blocks_per_seq)``; set it here only to cap
+    it lower. ``aging_s``: a waiting lease gains one priority level per ``aging_s``
+    seconds waited, so nobody starves behind a stream of higher-priority work.
+    """
+
+    mode: AdmissionMode = AdmissionMode.GUARANTEED
+    safety_factor: float = DEFAULT_SAFETY_FACTOR
+    headroom_ratio: float = 0.25  # overcommit: live use x (1 + headroom) must fit
+    default_ceiling_tokens: int = 8_192
+    max_concurrent: int | None = None
+    max_per_agent: int | None = None  # active leases of one agent name
+    max_per_tenant: int | None = None  # active leases of one tenant
+    aging_s: float = 10.0
+    admission_timeout_s: float | None = None  # None: wait as long as it takes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, AdmissionMode):
+            modes = ", ".join(m.value for m in AdmissionMode)
+            raise ConfigError(
+                f"mode must be an AdmissionMode ({modes}), got {self.mode!r}", setting="mode"
+            )
+        if not _number(self.safety_factor) or not 0 < self.safety_factor <= 1:
+            raise ConfigError.safety_factor_out_of_range(self.safety_factor)
+        if not _number(self.headroom_ratio) or self.headroom_ratio < 0:
+            raise ConfigError(
+                f"headroom_ratio must be a number >= 0, got {self.headroom_ratio!r}; 0.25 "
+                "keeps a quarter of the live use in reserve for growth",
+                setting="headroom_ratio",
+            )
+        _at_least("default_ceiling_tokens", self.default_ceiling_tokens, 1)
+        for setting in ("max_concurrent", "max_per_agent", "max_per_tenant"):
+            value = getattr(self, setting)
+            if value is not None:
+                _at_least(setting, value, 1)
+        for setting in ("aging_s", "admission_timeout_s"):
+            value = getattr(self, setting)
+            if value is not None and (not _number(value) or value <= 0):
+                raise ConfigError(
+                    f"{setting} must be a number of seconds > 0, got {value!r}", setting=setting
+                )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _at_least(setting: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError.below_minimum(setting, value, minimum)

@@ -25,6 +25,7 @@ from governor.backend import (
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
     AdmissionRejected,
+    AdmissionTimeout,
     BackendError,
     CeilingExceeded,
     ConfigError,
@@ -34,6 +35,8 @@ from governor.errors import (
     LeaseReleased,
     TopologyError,
 )
+from governor.governor import Governor, LeaseContext
+from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
 from governor.sizing import (
     DEFAULT_SAFETY_FACTOR,
@@ -56,6 +59,7 @@ __all__ = [
     "QWEN3_5_9B",
     "AdmissionMode",
     "AdmissionRejected",
+    "AdmissionTimeout",
     "AgentSpec",
     "Backend",
     "BackendCapacity",
@@ -67,12 +71,16 @@ __all__ = [
     "GenerationChunk",
     "GenerationRequest",
     "GenerationResult",
+    "Governor",
     "GovernorConfig",
     "GovernorError",
     "KVShape",
+    "Lease",
+    "LeaseContext",
     "LeaseError",
     "LeaseNotFound",
     "LeaseReleased",
+    "LeaseState",
     "LocalBackend",
     "Message",
     "PrefixHandle",

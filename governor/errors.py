@@ -6,6 +6,7 @@ governor's own invariants.
 
     GovernorError
     ├── AdmissionRejected      a lease that can never be admitted (requested, possible)
+    ├── AdmissionTimeout       a lease not admitted within the timeout; also a TimeoutError
     ├── CeilingExceeded        an agent's context would pass its token ceiling
     ├── LeaseError             a lease used wrongly
     │   ├── LeaseNotFound      no lease with that id
@@ -22,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "AdmissionRejected",
+    "AdmissionTimeout",
     "BackendError",
     "CeilingExceeded",
     "ConfigError",
@@ -66,6 +68,19 @@ class AdmissionRejected(GovernorError):
                 "or free memory (unpin shared prefixes, give the engine more KV blocks)"
             )
         super().__init__(f"a ceiling of {requested:,} tokens{who} can never be admitted: {advice}")
+
+
+class AdmissionTimeout(GovernorError, TimeoutError):
+    """A lease waited ``timeout_s`` without being admitted; it left the queue."""
+
+    def __init__(self, agent: str, timeout_s: float | None) -> None:
+        self.agent = agent
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"agent {agent!r} was not admitted within {timeout_s} s: every block it could "
+            "use is held by other leases; retry later, lower its ceiling, raise "
+            "admission_timeout_s, or use overcommit mode"
+        )
 
 
 class CeilingExceeded(GovernorError):

@@ -1,0 +1,207 @@
+"""Admission control: which leases may be active at once, from the backend's real capacity.
+
+A plain, synchronous core guarded by one lock, so threads and event loops can share a
+governor. Waiting leases queue by effective priority (priority plus one level per
+``aging_s`` waited, so nobody starves), then by arrival (first come, first served). A
+lease blocked only by a per-agent or per-tenant cap lets later leases pass; a lease
+blocked by memory holds the line, so a large request is not starved by small ones.
+
+- guaranteed: the ceilings of every active lease fit at once within
+  ``floor(available_blocks * safety_factor)``; nothing is ever preempted.
+- overcommit: live use (the blocks active leases' contexts hold now) times
+  ``1 + headroom_ratio`` must fit; under pressure the engine parks, offloads and
+  preempts, it never runs out of memory.
+
+Parked leases count against neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from governor.config import AdmissionMode, GovernorConfig
+from governor.errors import AdmissionRejected
+from governor.lease import Lease, LeaseState
+from governor.sizing import blocks_per_seq, max_ceiling_tokens
+
+__all__ = ["AdmissionController", "Waiter"]
+
+
+class Waiter:
+    """Wakes one waiting caller: a thread (an Event) or a coroutine (a future on its
+    own event loop, woken thread-safely)."""
+
+    __slots__ = ("_event", "_future", "_loop")
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._event = threading.Event() if loop is None else None
+        self._future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            return
+        assert self._loop is not None and self._future is not None
+        with contextlib.suppress(RuntimeError):  # its event loop is gone: nobody waits
+            self._loop.call_soon_threadsafe(_resolve, self._future)
+
+    def wait(self, timeout: float | None) -> bool:
+        assert self._event is not None
+        return self._event.wait(timeout)
+
+    async def await_(self, timeout: float | None) -> bool:
+        assert self._future is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._future), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclass(slots=True, eq=False)
+class _Queued:
+    lease: Lease
+    waiter: Waiter
+
+
+class AdmissionController:
+    def __init__(self, *, config: GovernorConfig, available_blocks: int, block_size: int) -> None:
+        self.config = config
+        self.available_blocks = available_blocks
+        self.block_size = block_size
+        self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._active: set[Lease] = set()
+        self._peak_active = 0
+        self._clock: Callable[[], float] = time.monotonic
+
+    # -- limits ---------------------------------------------------------------------
+    @property
+    def limit_blocks(self) -> int:
+        return math.floor(self.available_blocks * self.config.safety_factor)
+
+    def max_concurrent(self, ceiling_tokens: int) -> int:
+        """How many leases of this ceiling guaranteed mode runs at once."""
+        fit = self.limit_blocks // blocks_per_seq(ceiling_tokens, self.block_size)
+        cap = self.config.max_concurrent
+        return fit if cap is None else min(fit, cap)
+
+    def check_can_ever_fit(self, lease: Lease) -> None:
+        if lease.blocks_reserved > self.limit_blocks:
+            possible = max_ceiling_tokens(
+                self.available_blocks, self.block_size, self.config.safety_factor
+            )
+            raise AdmissionRejected(lease.ceiling_tokens, possible, agent=lease.agent.name)
+
+    def set_available_blocks(self, available_blocks: int) -> None:
+        """The backend's capacity changed (a prefix pinned or unpinned)."""
+        with self._lock:
+            self.available_blocks = available_blocks
+            self._pump()
+
+    # -- the queue ------------------------------------------------------------------
+    def enqueue(self, lease: Lease, waiter: Waiter) -> None:
+        """Queue the lease; its waiter wakes once it is ACTIVE (maybe at once)."""
+        with self._lock:
+            lease.state = LeaseState.WAITING
+            self._queue.append(_Queued(lease, waiter))
+            self._pump()
+
+    def cancel(self, lease: Lease) -> bool:
+        """Take a waiting lease off the queue. False when it was admitted meanwhile: the
+        caller then owns an active lease and must release it."""
+        with self._lock:
+            for i, queued in enumerate(self._queue):
+                if queued.lease is lease:
+                    del self._queue[i]
+                    lease.state = LeaseState.RELEASED
+                    self._pump()  # it may have held the line for others
+                    return True
+            return False
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            self._active.discard(lease)
+            lease.state = LeaseState.RELEASED
+            self._pump()
+
+    def park(self, lease: Lease) -> None:
+        with self._lock:
+            if lease.state is LeaseState.ACTIVE:
+                self._active.discard(lease)
+                lease.state = LeaseState.PARKED
+                self._pump()
+
+    def counts(self) -> tuple[int, int, int]:
+        """Active leases, waiting leases, peak active so far."""
+        with self._lock:
+            return len(self._active), len(self._queue), self._peak_active
+
+    def blocks_committed(self) -> int:
+        with self._lock:
+            return self._committed()
+
+    # -- decisions (under the lock) ---------------------------------------------------
+    def _pump(self) -> None:
+        now = self._clock()
+        aging = self.config.aging_s
+
+        def order(queued: _Queued) -> tuple[float, int]:
+            waited = now - queued.lease.requested_at
+            return (-(queued.lease.priority + waited / aging), queued.lease.arrival)
+
+        self._queue.sort(key=order)
+        admitted: list[_Queued] = []
+        for queued in self._queue:
+            verdict = self._verdict(queued.lease)
+            if verdict == "memory":
+                break
+            if verdict == "ok":
+                self._admit(queued.lease)
+                admitted.append(queued)
+        for queued in admitted:
+            self._queue.remove(queued)
+            queued.waiter.wake()
+
+    def _verdict(self, lease: Lease) -> str:
+        config = self.config
+        if config.max_concurrent is not None and len(self._active) >= config.max_concurrent:
+            return "memory"
+        if config.max_per_agent is not None:
+            same = sum(1 for a in self._active if a.agent.name == lease.agent.name)
+            if same >= config.max_per_agent:
+                return "cap"
+        if config.max_per_tenant is not None and lease.tenant is not None:
+            same = sum(1 for a in self._active if a.tenant == lease.tenant)
+            if same >= config.max_per_tenant:
+                return "cap"
+        if config.mode is AdmissionMode.GUARANTEED:
+            fits = self._committed() + lease.blocks_reserved <= self.limit_blocks
+        else:
+            live = self._committed() + lease.blocks_live
+            fits = live * (1 + config.headroom_ratio) <= self.limit_blocks
+        return "ok" if fits else "memory"
+
+    def _committed(self) -> int:
+        if self.config.mode is AdmissionMode.GUARANTEED:
+            return sum(lease.blocks_reserved for lease in self._active)
+        return sum(lease.blocks_live for lease in self._active)
+
+    def _admit(self, lease: Lease) -> None:
+        lease.state = LeaseState.ACTIVE
+        if lease.admitted_at is None:
+            lease.admitted_at = self._clock()
+        self._active.add(lease)
+        self._peak_active = max(self._peak_active, len(self._active))

@@ -1,0 +1,212 @@
+"""The governor: agents request context the way programs request memory.
+
+``governor.lease(agent, ...)`` waits for admission and yields an ACTIVE ``Lease``; the
+same call works as ``with`` (threads) and ``async with`` (event loops). Model calls go
+through ``complete`` / ``acomplete`` within the lease: tokens counted exactly with the
+backend's tokenizer, the ceiling checked before the call and enforced by the engine
+budget the lease owns (opened at its first call, closed at release). A cancelled or
+timed-out waiter leaves no trace; a released lease returns its budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from governor.admission import AdmissionController, Waiter
+from governor.agent import AgentSpec
+from governor.backend import Backend, GenerationRequest, GenerationResult, Message
+from governor.config import GovernorConfig
+from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
+from governor.lease import Lease, LeaseState
+
+__all__ = ["Governor", "LeaseContext"]
+
+
+class Governor:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        config: GovernorConfig | None = None,
+        agents: Iterable[AgentSpec] = (),
+    ) -> None:
+        self.backend = backend
+        self.config = config or GovernorConfig()
+        self.agents: dict[str, AgentSpec] = {}
+        for spec in agents:
+            self.register_agent(spec)
+        capacity = backend.capacity()
+        self.admission = AdmissionController(
+            config=self.config,
+            available_blocks=capacity.num_available_blocks,
+            block_size=capacity.block_size,
+        )
+        self._ids = itertools.count()
+        self._budgets_open: set[str] = set()
+
+    def register_agent(self, spec: AgentSpec) -> None:
+        self.agents[spec.name] = spec
+
+    def agent(self, name: str) -> AgentSpec:
+        try:
+            return self.agents[name]
+        except KeyError:
+            raise ConfigError.unknown_agent(name, self.agents) from None
+
+    # -- leases ---------------------------------------------------------------------
+    def lease(
+        self,
+        agent: str | AgentSpec,
+        *,
+        ceiling_tokens: int | None = None,
+        priority: int | None = None,
+        parent: Lease | None = None,
+        tenant: str | None = None,
+    ) -> LeaseContext:
+        """``with`` or ``async with``: an ACTIVE lease for the block, released after it.
+
+        Refused at once with ``AdmissionRejected`` when its ceiling can never fit.
+        """
+        spec = agent if isinstance(agent, AgentSpec) else self.agent(agent)
+        ceiling = spec.ceiling_tokens if ceiling_tokens is None else ceiling_tokens
+        if not isinstance(ceiling, int) or isinstance(ceiling, bool) or ceiling < 1:
+            raise ConfigError.below_minimum("ceiling_tokens", ceiling, 1)
+        number = next(self._ids)
+        lease = Lease(
+            lease_id=str(number),
+            agent=spec,
+            ceiling_tokens=ceiling,
+            priority=spec.priority if priority is None else priority,
+            block_size=self.admission.block_size,
+            arrival=number,
+            requested_at=time.monotonic(),
+            tenant=tenant,
+            parent=parent,
+        )
+        self.admission.check_can_ever_fit(lease)
+        return LeaseContext(self, lease)
+
+    def acquire(self, lease: Lease) -> Lease:
+        """Wait (blocking this thread) until the lease is ACTIVE."""
+        waiter = Waiter()
+        self.admission.enqueue(lease, waiter)
+        if not waiter.wait(self.config.admission_timeout_s) and self.admission.cancel(lease):
+            raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
+        return lease
+
+    async def aacquire(self, lease: Lease) -> Lease:
+        waiter = Waiter(loop=asyncio.get_running_loop())
+        self.admission.enqueue(lease, waiter)
+        try:
+            admitted = await waiter.await_(self.config.admission_timeout_s)
+        except asyncio.CancelledError:
+            if not self.admission.cancel(lease):  # admitted as we were cancelled
+                self.release(lease)
+            raise
+        if not admitted and self.admission.cancel(lease):
+            raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        """Return the lease's context and its engine budget (idempotent)."""
+        if lease.state is LeaseState.RELEASED:
+            return
+        self.admission.release(lease)
+        lease.released_at = time.monotonic()
+        if lease.budget in self._budgets_open:
+            self._budgets_open.discard(lease.budget)
+            self.backend.close_budget(lease.budget)
+
+    def park(self, lease: Lease) -> None:
+        """The lease waits on a tool or its children: it stops counting against limits."""
+        self.admission.park(lease)
+
+    def resume(self, lease: Lease) -> Lease:
+        if lease.state is LeaseState.PARKED:
+            return self.acquire(lease)
+        return lease
+
+    async def aresume(self, lease: Lease) -> Lease:
+        if lease.state is LeaseState.PARKED:
+            return await self.aacquire(lease)
+        return lease
+
+    # -- model calls ----------------------------------------------------------------
+    def complete(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> GenerationResult:
+        """One model call within the lease (resumed first if it was parked)."""
+        self.resume(lease)
+        result = self.backend.generate(self._request(lease, messages, options))
+        return self._record(lease, result)
+
+    async def acomplete(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> GenerationResult:
+        await self.aresume(lease)
+        result = await self.backend.agenerate(self._request(lease, messages, options))
+        return self._record(lease, result)
+
+    def _request(
+        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
+    ) -> GenerationRequest:
+        if lease.state is LeaseState.RELEASED:
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        prompt_tokens = self.backend.count_messages(messages)
+        if prompt_tokens >= lease.ceiling_tokens:
+            raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
+        if lease.budget not in self._budgets_open:
+            self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
+            self._budgets_open.add(lease.budget)
+        room = lease.ceiling_tokens - prompt_tokens
+        options["max_tokens"] = min(options.get("max_tokens", room), room)
+        return GenerationRequest(
+            messages=list(messages),
+            ceiling_tokens=lease.ceiling_tokens,
+            budget=lease.budget,
+            cache_salt=lease.tenant,
+            priority=lease.priority,
+            **options,
+        )
+
+    def _record(self, lease: Lease, result: GenerationResult) -> GenerationResult:
+        lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
+        lease.num_calls += 1
+        return result
+
+
+class LeaseContext:
+    """What ``Governor.lease`` returns: a context manager for ``with`` and ``async with``."""
+
+    __slots__ = ("governor", "lease")
+
+    def __init__(self, governor: Governor, lease: Lease) -> None:
+        self.governor = governor
+        self.lease = lease
+
+    def __enter__(self) -> Lease:
+        return self.governor.acquire(self.lease)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.governor.release(self.lease)
+
+    async def __aenter__(self) -> Lease:
+        return await self.governor.aacquire(self.lease)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.governor.release(self.lease)

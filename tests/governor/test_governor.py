@@ -1,0 +1,188 @@
+"""Leases and admission with real asyncio and threads, on FakeBackend (exact block
+accounting, no model) and on LocalBackend over the tiny-random engine."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+
+import pytest
+
+from governor import (
+    AdmissionMode,
+    AdmissionRejected,
+    AgentSpec,
+    CeilingExceeded,
+    GovernorConfig,
+    LocalBackend,
+)
+from governor.errors import AdmissionTimeout
+from governor.governor import Governor
+from governor.lease import LeaseState
+from governor.testing import FakeBackend
+
+WORKER = AgentSpec(name="worker", ceiling_tokens=1_600)  # 100 blocks of 16 tokens
+MESSAGES = [{"role": "user", "content": "Summarize the build log."}]
+
+
+def _governor(num_blocks: int = 900, **config: object) -> tuple[Governor, FakeBackend]:
+    backend = FakeBackend(num_blocks=num_blocks, block_size=16)
+    governor = Governor(backend, config=GovernorConfig(**config), agents=[WORKER])  # type: ignore[arg-type]
+    return governor, backend
+
+
+def _assert_nothing_held(governor: Governor, backend: FakeBackend) -> None:
+    active, waiting, _ = governor.admission.counts()
+    assert (active, waiting) == (0, 0)
+    assert not governor._budgets_open
+    assert backend.metrics().num_blocks_in_use == 0
+
+
+def test_fifty_agents_on_a_budget_for_eight() -> None:
+    governor, backend = _governor()  # floor(900 * 0.9 / 100) = 8 at a time
+    assert governor.admission.max_concurrent(WORKER.ceiling_tokens) == 8
+    seen_active: list[int] = []
+
+    async def agent(i: int) -> int:
+        async with governor.lease("worker") as lease:
+            seen_active.append(governor.admission.counts()[0])
+            result = await governor.acomplete(lease, MESSAGES, max_tokens=20)
+            assert lease.tokens_in_context == result.prompt_tokens + result.completion_tokens
+            return i
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(agent(i) for i in range(50)))
+
+    assert sorted(asyncio.run(main())) == list(range(50))
+    assert max(seen_active) <= 8 and governor.admission.counts()[2] == 8
+    assert backend.peak_blocks_in_use <= 900
+    _assert_nothing_held(governor, backend)
+
+
+def test_threads_use_the_sync_twin() -> None:
+    governor, backend = _governor()
+    done: list[int] = []
+
+    def agent(i: int) -> None:
+        with governor.lease("worker") as lease:
+            assert lease.state is LeaseState.ACTIVE
+            governor.complete(lease, MESSAGES, max_tokens=5)
+            done.append(i)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(done) == list(range(20))
+    assert governor.admission.counts()[2] <= 8
+    _assert_nothing_held(governor, backend)
+
+
+def test_cancelling_a_hundred_random_leases_leaks_nothing() -> None:
+    governor, backend = _governor()
+    rng = random.Random(7)
+
+    async def agent() -> None:
+        async with governor.lease("worker") as lease:
+            await governor.acomplete(lease, MESSAGES, max_tokens=10)
+            await asyncio.sleep(rng.random() * 0.01)
+
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(agent()) for _ in range(100)]
+        await asyncio.sleep(0)
+        for task in rng.sample(tasks, 100):
+            await asyncio.sleep(rng.random() * 0.002)
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    _assert_nothing_held(governor, backend)
+
+
+def test_a_ceiling_that_can_never_fit_is_refused_with_the_largest_possible() -> None:
+    governor, _ = _governor()
+    with pytest.raises(AdmissionRejected) as info:
+        governor.lease("worker", ceiling_tokens=20_000)
+    assert info.value.requested == 20_000
+    assert info.value.possible == 810 * 16
+
+
+def test_a_prompt_over_the_ceiling_is_refused_before_the_call() -> None:
+    governor, backend = _governor()
+    with (
+        governor.lease("worker", ceiling_tokens=8) as lease,
+        pytest.raises(CeilingExceeded) as info,
+    ):
+        governor.complete(lease, [{"role": "user", "content": "word " * 20}])
+    assert info.value.ceiling == 8
+    assert not backend.calls
+    _assert_nothing_held(governor, backend)
+
+
+def test_parking_lets_another_lease_in_and_resume_waits_its_turn() -> None:
+    governor, backend = _governor(num_blocks=120)  # room for one 100-block lease
+    planner = governor.lease("worker")
+    lease = planner.__enter__()
+    governor.park(lease)
+    assert lease.state is LeaseState.PARKED
+    with governor.lease("worker") as child:  # admitted only because the planner parked
+        assert child.state is LeaseState.ACTIVE
+        governor.complete(child, MESSAGES, max_tokens=3)
+    governor.resume(lease)
+    assert lease.state is LeaseState.ACTIVE
+    planner.__exit__(None, None, None)
+    _assert_nothing_held(governor, backend)
+
+
+def test_a_waiter_that_times_out_leaves_the_queue() -> None:
+    governor, backend = _governor(num_blocks=120, admission_timeout_s=0.05)
+    with governor.lease("worker"):
+        with pytest.raises(AdmissionTimeout), governor.lease("worker"):
+            pass
+        assert governor.admission.counts()[1] == 0
+    _assert_nothing_held(governor, backend)
+
+
+def test_overcommit_admits_far_more_than_guaranteed() -> None:
+    peaks = {}
+    for mode in AdmissionMode:
+        governor, backend = _governor(mode=mode)
+
+        async def agent(governor: Governor = governor) -> None:
+            async with governor.lease("worker") as lease:
+                await governor.acomplete(lease, MESSAGES, max_tokens=40)
+                await asyncio.sleep(0.01)
+
+        async def main() -> None:
+            await asyncio.gather(*(agent() for _ in range(60)))
+
+        asyncio.run(main())
+        peaks[mode] = governor.admission.counts()[2]
+        _assert_nothing_held(governor, backend)
+    assert peaks[AdmissionMode.GUARANTEED] == 8
+    assert peaks[AdmissionMode.OVERCOMMIT] >= 2.5 * peaks[AdmissionMode.GUARANTEED]
+
+
+def test_leases_on_the_bundled_engine() -> None:
+    backend = LocalBackend(config={"num_blocks": 96})
+    agent = AgentSpec(name="coder", ceiling_tokens=256)  # 16 blocks: 5 at a time
+    governor = Governor(backend, agents=[agent])
+    try:
+
+        async def run(i: int) -> str:
+            async with governor.lease("coder") as lease:
+                messages = [{"role": "user", "content": f"Task {i}: fix the test."}]
+                result = await governor.acomplete(lease, messages, max_tokens=8)
+                return result.finish_reason
+
+        async def main() -> list[str]:
+            return await asyncio.gather(*(run(i) for i in range(12)))
+
+        assert set(asyncio.run(main())) <= {"length", "stop"}
+        assert governor.admission.counts() == (0, 0, 5)
+        metrics = backend.metrics()
+        assert metrics.num_blocks_in_use == 0 and metrics.num_requests_running == 0
+    finally:
+        backend.close()

@@ -144,6 +144,26 @@ class AdmissionController:
                 lease.state = LeaseState.PARKED
                 self._pump()
 
+    def try_grow(self, lease: Lease, ceiling_tokens: int) -> bool:
+        """Raise an active lease's ceiling when that fits now; False when it must queue.
+        Raises ``AdmissionRejected`` when the larger ceiling can never fit."""
+        old = lease.ceiling_tokens
+        lease.ceiling_tokens = ceiling_tokens
+        try:
+            self.check_can_ever_fit(lease)
+        finally:
+            lease.ceiling_tokens = old
+        with self._lock:
+            if lease.state is not LeaseState.ACTIVE:
+                return False
+            self._active.discard(lease)
+            lease.ceiling_tokens = ceiling_tokens
+            fits = self._verdict(lease) == "ok"
+            if not fits:
+                lease.ceiling_tokens = old
+            self._active.add(lease)
+            return fits
+
     def counts(self) -> tuple[int, int, int]:
         """Active leases, waiting leases, peak active so far."""
         with self._lock:

@@ -87,6 +87,7 @@ class Governor:
             requested_at=time.monotonic(),
             tenant=tenant,
             parent=parent,
+            governor=self,
         )
         self.admission.check_can_ever_fit(lease)
         return LeaseContext(self, lease)
@@ -135,6 +136,18 @@ class Governor:
         if lease.state is LeaseState.PARKED:
             return await self.aacquire(lease)
         return lease
+
+    def grow(self, lease: Lease, tokens: int) -> None:
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+            raise ConfigError.below_minimum("tokens", tokens, 1)
+        if lease.state is LeaseState.RELEASED:
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        if not self.admission.try_grow(lease, lease.ceiling_tokens + tokens):
+            self.park(lease)  # queued: re-admitted at the larger size
+            lease.ceiling_tokens += tokens
+            self.acquire(lease)
+        if lease.budget in self._budgets_open:
+            self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
 
     # -- model calls ----------------------------------------------------------------
     def complete(

@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from governor.agent import AgentSpec
+
+if TYPE_CHECKING:
+    from governor.governor import Governor
 
 __all__ = ["Lease", "LeaseState"]
 
@@ -41,7 +45,7 @@ class Lease:
     admitted_at: float | None = None
     released_at: float | None = None
     num_calls: int = 0
-    children: list[Lease] = field(default_factory=list)
+    governor: Governor | None = field(default=None, repr=False)
 
     @property
     def budget(self) -> str:
@@ -68,3 +72,25 @@ class Lease:
     @property
     def counts_against_limits(self) -> bool:
         return self.state is LeaseState.ACTIVE
+
+    # -- the lease's own verbs, for the agent that holds it ---------------------------
+    def park(self) -> None:
+        """Waiting on a tool or on children: stop counting against the limits."""
+        self._owner().park(self)
+
+    def resume(self) -> None:
+        """Back to work: wait for admission again if parked."""
+        self._owner().resume(self)
+
+    async def aresume(self) -> None:
+        await self._owner().aresume(self)
+
+    def grow(self, tokens: int) -> None:
+        """Raise the ceiling by ``tokens``: granted at once when it fits, else queued
+        (parked and re-admitted at the larger size); refused with ``AdmissionRejected``
+        when the larger ceiling can never fit."""
+        self._owner().grow(self, tokens)
+
+    def _owner(self) -> Governor:
+        assert self.governor is not None, "a lease is made by Governor.lease()"
+        return self.governor

@@ -186,3 +186,30 @@ def test_leases_on_the_bundled_engine() -> None:
         assert metrics.num_blocks_in_use == 0 and metrics.num_requests_running == 0
     finally:
         backend.close()
+
+
+def test_grow_is_granted_queued_or_refused() -> None:
+    governor, backend = _governor(num_blocks=230)  # limit floor(230 * 0.9) = 207 blocks
+    with governor.lease("worker") as a:
+        a.grow(160)  # 110 blocks: fits beside nothing else
+        assert (a.ceiling_tokens, a.state) == (1_760, LeaseState.ACTIVE)
+        with pytest.raises(AdmissionRejected):
+            a.grow(2_000)  # 235 blocks can never fit
+        assert a.ceiling_tokens == 1_760
+        b_context = governor.lease("worker", ceiling_tokens=1_536)  # 96 blocks
+        b = b_context.__enter__()
+        grown = threading.Event()
+
+        def grow() -> None:
+            a.grow(32)  # 112 + 96 = 208 > 207: queued until b is released
+            grown.set()
+
+        thread = threading.Thread(target=grow)
+        thread.start()
+        assert not grown.wait(0.1)
+        assert a.state is LeaseState.WAITING
+        b_context.__exit__(None, None, None)
+        thread.join(timeout=10)
+        assert grown.is_set() and a.ceiling_tokens == 1_792 and a.state is LeaseState.ACTIVE
+        assert b.state is LeaseState.RELEASED
+    _assert_nothing_held(governor, backend)

@@ -22,6 +22,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.children import ChildContext
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
     AdmissionRejected,
@@ -35,6 +36,7 @@ from governor.errors import (
     LeaseReleased,
     TopologyError,
 )
+from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
@@ -52,9 +54,16 @@ from governor.sizing import (
     max_concurrent,
 )
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
+from governor.topology import (
+    DEFAULT_EXPECTED_USE,
+    TopologyFit,
+    TopologyReport,
+    check_topology,
+)
 
 __all__ = [
     "DEFAULT_ENCODING",
+    "DEFAULT_EXPECTED_USE",
     "DEFAULT_SAFETY_FACTOR",
     "QWEN3_5_9B",
     "AdmissionMode",
@@ -67,7 +76,11 @@ __all__ = [
     "BackendHealth",
     "BackendMetrics",
     "CeilingExceeded",
+    "ChildContext",
     "ConfigError",
+    "FanoutLimiter",
+    "FanoutSlot",
+    "FanoutTimeout",
     "GenerationChunk",
     "GenerationRequest",
     "GenerationResult",
@@ -90,8 +103,11 @@ __all__ = [
     "TokenCounter",
     "Tokenizes",
     "TopologyError",
+    "TopologyFit",
+    "TopologyReport",
     "__version__",
     "blocks_per_seq",
+    "check_topology",
     "compare_schemes",
     "kv_shape_from_hf_config",
     "max_ceiling_tokens",

@@ -20,9 +20,12 @@ from typing import Any
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
 from governor.backend import Backend, GenerationRequest, GenerationResult, Message
+from governor.children import ChildContext
 from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
+from governor.fanout import FanoutLimiter
 from governor.lease import Lease, LeaseState
+from governor.topology import TopologyReport, check_topology
 
 __all__ = ["Governor", "LeaseContext"]
 
@@ -48,6 +51,8 @@ class Governor:
         )
         self._ids = itertools.count()
         self._budgets_open: set[str] = set()
+        self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
+        self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
 
     def register_agent(self, spec: AgentSpec) -> None:
         self.agents[spec.name] = spec
@@ -92,6 +97,67 @@ class Governor:
         self.admission.check_can_ever_fit(lease)
         return LeaseContext(self, lease)
 
+    def child(
+        self,
+        parent: Lease,
+        agent: str | AgentSpec,
+        *,
+        ceiling_tokens: int | None = None,
+        priority: int | None = None,
+    ) -> ChildContext:
+        """A sub-agent's lease under ``parent``'s fan-out cap (``with``/``async with``);
+        the parent is parked while its children run."""
+        if parent.state is LeaseState.RELEASED:
+            raise LeaseReleased(parent.lease_id, agent=parent.agent.name)
+        lease = self.lease(
+            agent,
+            ceiling_tokens=ceiling_tokens,
+            priority=parent.priority if priority is None else priority,
+            parent=parent,
+            tenant=parent.tenant,
+        )
+        self._parents[parent.lease_id] = parent
+        slot = self.fanout_limiter.slot(
+            parent.lease_id, parent.agent.max_fanout, timeout_s=self.config.admission_timeout_s
+        )
+        return ChildContext(parent, slot, lease)
+
+    def fanout(
+        self, parent: Lease, agent: str | AgentSpec, n: int, **options: int | None
+    ) -> list[ChildContext]:
+        """``n`` child contexts for a fan-out; at most ``max_fanout`` run at once."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ConfigError.below_minimum("n", n, 0)
+        return [self.child(parent, agent, **options) for _ in range(n)]
+
+    def check_topology(
+        self,
+        *,
+        planner: str | AgentSpec,
+        worker: str | AgentSpec,
+        num_workers: int,
+        planners: int = 1,
+    ) -> TopologyReport:
+        """Before a run: whether planner(s) fanning out to ``num_workers`` workers fit
+        this backend in each admission mode, and if not, why and what would."""
+        p = planner if isinstance(planner, AgentSpec) else self.agent(planner)
+        w = worker if isinstance(worker, AgentSpec) else self.agent(worker)
+        return check_topology(
+            planner_ceiling=p.ceiling_tokens,
+            worker_ceiling=w.ceiling_tokens,
+            num_workers=num_workers,
+            max_fanout=p.max_fanout,
+            available_blocks=self.admission.available_blocks,
+            block_size=self.admission.block_size,
+            safety_factor=self.config.safety_factor,
+            planners=planners,
+        )
+
+    def _park_parent(self, parent_id: object) -> None:
+        parent = self._parents.get(str(parent_id))
+        if parent is not None:
+            self.park(parent)
+
     def acquire(self, lease: Lease) -> Lease:
         """Wait (blocking this thread) until the lease is ACTIVE."""
         waiter = Waiter()
@@ -118,6 +184,7 @@ class Governor:
         if lease.state is LeaseState.RELEASED:
             return
         self.admission.release(lease)
+        self._parents.pop(lease.lease_id, None)
         lease.released_at = time.monotonic()
         if lease.budget in self._budgets_open:
             self._budgets_open.discard(lease.budget)

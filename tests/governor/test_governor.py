@@ -213,3 +213,89 @@ def test_grow_is_granted_queued_or_refused() -> None:
         assert grown.is_set() and a.ceiling_tokens == 1_792 and a.state is LeaseState.ACTIVE
         assert b.state is LeaseState.RELEASED
     _assert_nothing_held(governor, backend)
+
+
+PLANNER = AgentSpec(name="planner", ceiling_tokens=1_600, max_fanout=3)
+
+
+def _planner_run(governor: Governor, num_workers: int) -> tuple[int, int]:
+    """A planner fans out to workers; returns (workers finished, most active at once)."""
+    active = 0
+    most = 0
+
+    async def work(child) -> None:  # type: ignore[no-untyped-def]
+        nonlocal active, most
+        async with child as lease:
+            active += 1
+            most = max(most, active)
+            await governor.acomplete(lease, MESSAGES, max_tokens=4)
+            await asyncio.sleep(0.005)
+            active -= 1
+
+    async def main() -> int:
+        async with governor.lease(PLANNER) as planner:
+            await governor.acomplete(planner, MESSAGES, max_tokens=4)
+            children = governor.fanout(planner, WORKER, num_workers)
+            await asyncio.gather(*(work(child) for child in children))
+            await governor.acomplete(planner, MESSAGES, max_tokens=4)  # resumed
+            assert planner.state is LeaseState.ACTIVE
+            return len(children)
+
+    return asyncio.run(main()), most
+
+
+def test_a_planner_with_twelve_workers_and_fanout_three_cannot_deadlock() -> None:
+    # Room for three 100-block leases: the planner and three workers fit only because
+    # the planner is parked while its workers run.
+    governor, backend = _governor(num_blocks=340)
+    report = governor.check_topology(planner=PLANNER, worker=WORKER, num_workers=12)
+    assert report.fit("guaranteed", parking=True).fits
+    assert not report.fit("guaranteed", parking=False).fits
+    finished, most = _planner_run(governor, 12)
+    assert (finished, most) == (12, 3)
+    assert governor.fanout_limiter.num_parents == 0
+    _assert_nothing_held(governor, backend)
+
+
+def test_on_the_bundled_engine_fifty_agents_and_a_planner_with_workers() -> None:
+    """The same guarantees with LocalBackend over the tiny-random engine."""
+    small_worker = AgentSpec(name="worker", ceiling_tokens=256)  # 16 blocks
+    small_planner = AgentSpec(name="planner", ceiling_tokens=256, max_fanout=3)
+    backend = LocalBackend(config={"num_blocks": 143})  # floor(143 * 0.9) = 128: 8 leases
+    governor = Governor(backend, agents=[small_worker, small_planner])
+    try:
+        assert governor.admission.max_concurrent(256) == 8
+
+        async def agent(i: int) -> str:
+            async with governor.lease("worker") as lease:
+                messages = [{"role": "user", "content": f"step {i}"}]
+                return (await governor.acomplete(lease, messages, max_tokens=4)).finish_reason
+
+        async def main() -> list[str]:
+            return await asyncio.gather(*(agent(i) for i in range(50)))
+
+        assert len(asyncio.run(main())) == 50
+        assert governor.admission.counts() == (0, 0, 8)
+
+        active = most = 0
+
+        async def work(child) -> None:  # type: ignore[no-untyped-def]
+            nonlocal active, most
+            async with child as lease:
+                active += 1
+                most = max(most, active)
+                await governor.acomplete(lease, MESSAGES, max_tokens=4)
+                active -= 1
+
+        async def planner_run() -> None:
+            async with governor.lease("planner") as planner:
+                await asyncio.gather(*(work(c) for c in governor.fanout(planner, "worker", 12)))
+                await governor.acomplete(planner, MESSAGES, max_tokens=4)
+
+        asyncio.run(planner_run())
+        assert most == 3
+        metrics = backend.metrics()
+        assert metrics.num_blocks_in_use == 0 and metrics.num_requests_running == 0
+        assert not governor._budgets_open
+    finally:
+        backend.close()

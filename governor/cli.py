@@ -16,7 +16,7 @@ import importlib
 import json
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -35,6 +35,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "allocator": "engine.benchmarks.allocator",
         "attention": "engine.benchmarks.attention",
         "engine": "engine.benchmarks.engine",
+        "governor": "governor.benchmarks.governor",
     }
 )
 
@@ -77,17 +78,33 @@ def bench(
     ] = False,
 ) -> None:
     """Run a benchmark and report each figure against its target."""
-    module_path = BENCHMARKS.get(name)
-    if module_path is None:
-        choices = ", ".join(BENCHMARKS)
+    if name != "all" and name not in BENCHMARKS:
+        choices = ", ".join([*BENCHMARKS, "all"])
         typer.echo(f"Error: unknown benchmark {name!r}; choose one of: {choices}.", err=True)
         raise typer.Exit(code=2)
-    measurements = importlib.import_module(module_path).run(quick=quick)
+    names = list(BENCHMARKS) if name == "all" else [name]
+    measurements = (
+        _as_measurement(item)
+        for each in names
+        for item in importlib.import_module(BENCHMARKS[each]).run(quick=quick)
+    )
     if json_lines:
         for measurement in measurements:
             typer.echo(json.dumps(measurement.to_json()))
     else:
         Console().print(_table(measurements))
+
+
+def _as_measurement(item: Measurement | Mapping[str, Any]) -> Measurement:
+    """Engine benchmarks yield ``Measurement``; the governor's, which may not import the
+    engine, yield mappings with the same fields."""
+    from engine.benchmarks import Direction, Measurement
+
+    if isinstance(item, Measurement):
+        return item
+    fields = dict(item)
+    fields["direction"] = Direction(fields.get("direction", "higher"))
+    return Measurement(**fields)
 
 
 def _table(measurements: Iterable[Measurement]) -> Table:

@@ -8,6 +8,7 @@ from enum import Enum
 
 from governor.errors import ConfigError
 from governor.sizing import DEFAULT_SAFETY_FACTOR
+from governor.topology import DEFAULT_EXPECTED_USE
 
 __all__ = ["AdmissionMode", "GovernorConfig"]
 
@@ -30,6 +31,7 @@ class GovernorConfig:
     mode: AdmissionMode = AdmissionMode.GUARANTEED
     safety_factor: float = DEFAULT_SAFETY_FACTOR
     headroom_ratio: float = 0.25  # overcommit: live use x (1 + headroom) must fit
+    expected_use: float = DEFAULT_EXPECTED_USE  # overcommit: a new lease's size, of its ceiling
     default_ceiling_tokens: int = 8_192
     max_concurrent: int | None = None
     max_per_agent: int | None = None  # active leases of one agent name
@@ -50,6 +52,12 @@ class GovernorConfig:
                 f"headroom_ratio must be a number >= 0, got {self.headroom_ratio!r}; 0.25 "
                 "keeps a quarter of the live use in reserve for growth",
                 setting="headroom_ratio",
+            )
+        if not _number(self.expected_use) or not 0 < self.expected_use <= 1:
+            raise ConfigError(
+                f"expected_use must be a fraction in (0, 1], got {self.expected_use!r}; it is "
+                "how much of its ceiling a new lease is expected to use (0.2: 3k of 16k)",
+                setting="expected_use",
             )
         _at_least("default_ceiling_tokens", self.default_ceiling_tokens, 1)
         for setting in ("max_concurrent", "max_per_agent", "max_per_tenant"):

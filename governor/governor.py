@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -93,6 +94,7 @@ class Governor:
             tenant=tenant,
             parent=parent,
             governor=self,
+            expected_tokens=math.ceil(ceiling * self.config.expected_use),
         )
         self.admission.check_can_ever_fit(lease)
         return LeaseContext(self, lease)

@@ -45,6 +45,7 @@ class Lease:
     admitted_at: float | None = None
     released_at: float | None = None
     num_calls: int = 0
+    expected_tokens: int = 0  # the context it is expected to reach, before its first call
     governor: Governor | None = field(default=None, repr=False)
 
     @property
@@ -59,8 +60,10 @@ class Lease:
 
     @property
     def blocks_live(self) -> int:
-        """KV blocks its context holds now (at least one once it is admitted)."""
-        return max(1, math.ceil(self.tokens_in_context / self.block_size))
+        """KV blocks its context holds now; before its first call, what it is expected
+        to hold (at least one block)."""
+        tokens = self.tokens_in_context if self.num_calls else self.expected_tokens
+        return max(1, math.ceil(tokens / self.block_size))
 
     @property
     def wait_s(self) -> float:

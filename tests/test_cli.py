@@ -52,7 +52,7 @@ def test_unknown_benchmark_is_a_one_line_error() -> None:
     result = runner.invoke(cli.app, ["bench", "nope"])
     assert result.exit_code == 2
     assert result.stdout == ""
-    choices = ", ".join(cli.BENCHMARKS)
+    choices = ", ".join([*cli.BENCHMARKS, "all"])
     assert result.stderr == f"Error: unknown benchmark 'nope'; choose one of: {choices}.\n"
 
 
@@ -109,3 +109,19 @@ def test_a_skipped_figure_prints_as_null_json_and_a_dash(monkeypatch: pytest.Mon
     line = runner.invoke(cli.app, ["bench", "x", "--json"]).stdout.strip()
     assert json.loads(line)["value"] is None and json.loads(line)["met"] is None
     assert "—" in runner.invoke(cli.app, ["bench", "x"]).stdout
+
+
+def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("first_fake", "second_fake"):
+        module = ModuleType(name)
+        module.run = lambda *, quick=False, name=name: iter(  # type: ignore[attr-defined]
+            [{"bench": name, "metric": "m", "value": 1.0, "unit": "x"}]
+        )
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"a": "first_fake", "b": "second_fake"})
+    result = runner.invoke(cli.app, ["bench", "all", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["bench"] for line in result.stdout.splitlines()] == [
+        "first_fake",
+        "second_fake",
+    ]

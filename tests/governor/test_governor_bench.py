@@ -1,0 +1,19 @@
+"""``kvgov bench governor --quick`` runs end to end and reports the figures the issue names."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from governor.cli import app
+
+
+def test_bench_governor_quick_json() -> None:
+    result = CliRunner().invoke(app, ["bench", "governor", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["metric"]: row for row in map(json.loads, result.stdout.splitlines())}
+    assert set(rows) == {"lease_overhead_us", "overcommit_admitted_ratio"}
+    assert rows["lease_overhead_us"]["value"] > 0
+    assert rows["overcommit_admitted_ratio"]["value"] >= 1
+    assert "0 lost" in rows["overcommit_admitted_ratio"]["note"]

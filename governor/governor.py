@@ -14,13 +14,19 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
-from governor.backend import Backend, GenerationRequest, GenerationResult, Message
+from governor.backend import (
+    Backend,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+)
 from governor.children import ChildContext
 from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
@@ -233,6 +239,16 @@ class Governor:
         await self.aresume(lease)
         result = await self.backend.agenerate(self._request(lease, messages, options))
         return self._record(lease, result)
+
+    async def astream(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> AsyncIterator[GenerationChunk]:
+        """A streamed model call within the lease; usage is recorded from the last chunk."""
+        await self.aresume(lease)
+        async for chunk in self.backend.astream(self._request(lease, messages, options)):
+            if chunk.result is not None:
+                self._record(lease, chunk.result)
+            yield chunk
 
     def _request(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]

@@ -276,6 +276,7 @@ def test_on_the_bundled_engine_fifty_agents_and_a_planner_with_workers() -> None
 
         assert len(asyncio.run(main())) == 50
         assert governor.admission.counts() == (0, 0, 8)
+        assert backend.metrics().num_preemptions == 0  # guaranteed mode never preempts
 
         active = most = 0
 
@@ -299,3 +300,18 @@ def test_on_the_bundled_engine_fifty_agents_and_a_planner_with_workers() -> None
         assert not governor._budgets_open
     finally:
         backend.close()
+
+
+def test_a_streamed_call_records_its_usage() -> None:
+    governor, backend = _governor()
+
+    async def main() -> tuple[str, int]:
+        async with governor.lease("worker") as lease:
+            text = ""
+            async for chunk in governor.astream(lease, MESSAGES, max_tokens=6):
+                text += chunk.text
+            return text, lease.tokens_in_context
+
+    text, tokens = asyncio.run(main())
+    assert text and tokens == backend.count_messages(MESSAGES) + 6
+    _assert_nothing_held(governor, backend)

@@ -138,8 +138,11 @@ class Backend(Protocol):
     def close_budget(self, name: str) -> None: ...
 
     def pin_prefix(
-        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
-    ) -> PrefixHandle: ...
+        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+    ) -> PrefixHandle:
+        """Pin a shared prefix. Messages are rendered with the chat template and no
+        generation prompt, so a chat call that starts with them reuses the blocks."""
+        ...
 
     def unpin_prefix(self, handle: PrefixHandle) -> None: ...
 

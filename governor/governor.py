@@ -26,6 +26,7 @@ from governor.backend import (
     GenerationRequest,
     GenerationResult,
     Message,
+    PrefixHandle,
 )
 from governor.children import ChildContext
 from governor.config import GovernorConfig
@@ -59,10 +60,68 @@ class Governor:
         self._ids = itertools.count()
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
+        # (name, cache salt) -> the prefix's messages and its pin; salt None when shared
+        self._prefixes: dict[tuple[str, str | None], tuple[list[Message], PrefixHandle]] = {}
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
 
     def register_agent(self, spec: AgentSpec) -> None:
         self.agents[spec.name] = spec
+
+    def register_prefix(
+        self,
+        name: str,
+        prefix: str | Sequence[Message],
+        *,
+        tenant: str | None = None,
+        shared: bool = False,
+    ) -> PrefixHandle:
+        """Pin a system prompt or tool schema once; every lease of an agent whose
+        ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks, which are
+        counted once (admission sizes from the blocks left after pins).
+
+        Prefixes are per tenant (pinned under the tenant's cache salt). ``shared=True``
+        pins one unsalted copy for every tenant: calls that start with it then run
+        unsalted, so tenants may observe each other's cache hits on what follows it.
+        Share only prefixes that no tenant's data follows, or accept that.
+        """
+        messages = (
+            [{"role": "system", "content": prefix}] if isinstance(prefix, str) else list(prefix)
+        )
+        key = (name, None if shared else tenant)
+        if key in self._prefixes:
+            raise ConfigError(
+                f"prefix {name!r} is already registered for this tenant; unregister it first",
+                setting="prefix",
+            )
+        handle = self.backend.pin_prefix(messages, cache_salt=key[1])
+        self._prefixes[key] = (messages, handle)
+        self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
+        return handle
+
+    def unregister_prefix(
+        self, name: str, *, tenant: str | None = None, shared: bool = False
+    ) -> None:
+        key = (name, None if shared else tenant)
+        entry = self._prefixes.pop(key, None)
+        if entry is None:
+            raise ConfigError(f"no prefix {name!r} is registered for this tenant", setting="prefix")
+        self.backend.unpin_prefix(entry[1])
+        self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
+
+    def _prefix_for(self, lease: Lease) -> tuple[list[Message], str | None] | None:
+        """The registered prefix the lease's agent starts with, and the salt to use."""
+        name = lease.agent.prefix
+        if name is None:
+            return None
+        for salt in (lease.tenant, None):
+            entry = self._prefixes.get((name, salt))
+            if entry is not None:
+                return entry[0], salt
+        raise ConfigError(
+            f"agent {lease.agent.name!r} starts with prefix {name!r}, which is not registered "
+            "for its tenant; call governor.register_prefix() first",
+            setting="prefix",
+        )
 
     def agent(self, name: str) -> AgentSpec:
         try:
@@ -255,6 +314,12 @@ class Governor:
     ) -> GenerationRequest:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        salt = lease.tenant
+        prefix = self._prefix_for(lease)
+        if prefix is not None:
+            prefix_messages, salt = prefix
+            if list(messages[: len(prefix_messages)]) != prefix_messages:
+                messages = [*prefix_messages, *messages]
         prompt_tokens = self.backend.count_messages(messages)
         if prompt_tokens >= lease.ceiling_tokens:
             raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
@@ -267,7 +332,7 @@ class Governor:
             messages=list(messages),
             ceiling_tokens=lease.ceiling_tokens,
             budget=lease.budget,
-            cache_salt=lease.tenant,
+            cache_salt=salt,
             priority=lease.priority,
             **options,
         )

@@ -155,9 +155,14 @@ class LocalBackend:
         self._call(self._engine.close_budget, name)
 
     def pin_prefix(
-        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
     ) -> PrefixHandle:
-        token_ids = self._encode(prefix)
+        if prefix and not isinstance(prefix, str) and isinstance(prefix[0], Mapping):
+            token_ids = self._translated(
+                self._tokenizer.encode_chat, list(prefix), add_generation_prompt=False
+            )
+        else:
+            token_ids = self._encode(prefix)  # type: ignore[arg-type]
         pinned = self._call(self._engine.pin_prefix, token_ids, cache_salt=cache_salt)
         with self._lock:
             key = f"{_NAME}-prefix-{next(self._pin_keys)}"

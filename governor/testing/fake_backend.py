@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 
 import tiktoken
@@ -170,9 +170,18 @@ class FakeBackend:
             self._pool.close_budget(name)
 
     def pin_prefix(
-        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
     ) -> PrefixHandle:
-        token_ids = self._encode(prefix) if isinstance(prefix, str) else list(prefix)
+        if isinstance(prefix, str):
+            token_ids = self._encode(prefix)
+        elif prefix and isinstance(prefix[0], Mapping):
+            # No chat template here: pin a rendering of the right length (chat calls never
+            # hit pins on this backend, but the blocks are accounted for).
+            messages: Sequence[Message] = prefix  # type: ignore[assignment]
+            token_ids = self._encode(" ".join(str(m.get("content", "")) for m in messages))
+            token_ids += [0] * max(0, self._counter.count_messages(messages) - len(token_ids))
+        else:
+            token_ids = list(prefix)  # type: ignore[arg-type]
         block_size = self._pool.block_size
         keys = block_keys(token_ids, block_size, cache_salt)
         if not keys:

@@ -14,6 +14,7 @@ from governor import (
     AdmissionRejected,
     AgentSpec,
     CeilingExceeded,
+    ConfigError,
     GovernorConfig,
     LocalBackend,
 )
@@ -315,3 +316,31 @@ def test_a_streamed_call_records_its_usage() -> None:
     text, tokens = asyncio.run(main())
     assert text and tokens == backend.count_messages(MESSAGES) + 6
     _assert_nothing_held(governor, backend)
+
+
+def test_a_registered_prefix_is_pinned_once_and_reused_by_every_lease() -> None:
+    backend = LocalBackend(config={"num_blocks": 200})
+    coder = AgentSpec(name="coder", ceiling_tokens=512, prefix="house-rules")
+    governor = Governor(backend, agents=[coder])
+    try:
+        before = governor.admission.available_blocks
+        rules = "You are a careful coding agent. Follow the house rules. " * 8
+        handle = governor.register_prefix("house-rules", rules, tenant="acme")
+        assert handle.num_blocks >= 2
+        assert governor.admission.available_blocks == before - handle.num_blocks
+        results = []
+        for task in ("fix the test", "write the docs"):
+            with governor.lease("coder", tenant="acme") as lease:
+                messages = [{"role": "user", "content": task}]
+                results.append(governor.complete(lease, messages, max_tokens=4))
+        assert all(r.cached_tokens >= handle.num_pinned_tokens for r in results)
+        with (
+            pytest.raises(ConfigError, match="not registered"),
+            governor.lease("coder", tenant="other") as lease,
+        ):
+            governor.complete(lease, [{"role": "user", "content": "hi"}])
+        governor.unregister_prefix("house-rules", tenant="acme")
+        assert governor.admission.available_blocks == before
+        assert backend.metrics().num_blocks_pinned == 0
+    finally:
+        backend.close()

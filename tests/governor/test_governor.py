@@ -344,3 +344,47 @@ def test_a_registered_prefix_is_pinned_once_and_reused_by_every_lease() -> None:
         assert backend.metrics().num_blocks_pinned == 0
     finally:
         backend.close()
+
+
+def test_per_agent_caps_let_other_agents_pass_and_priority_goes_first() -> None:
+    backend = FakeBackend(num_blocks=900)
+    reviewer = AgentSpec(name="reviewer", ceiling_tokens=160)
+    governor = Governor(backend, config=GovernorConfig(max_per_agent=1), agents=[WORKER, reviewer])
+    first = governor.lease("worker").__enter__()
+    blocked = governor.lease("worker")
+    order: list[str] = []
+
+    def take(context, name: str) -> None:  # type: ignore[no-untyped-def]
+        with context:
+            order.append(name)
+
+    thread = threading.Thread(target=take, args=(blocked, "worker-2"))
+    thread.start()
+    with governor.lease("reviewer") as review:  # not held back by the worker's cap
+        assert review.state is LeaseState.ACTIVE
+    assert order == []
+    governor.release(first)
+    thread.join(timeout=10)
+    assert order == ["worker-2"]
+    _assert_nothing_held(governor, backend)
+
+
+def test_higher_priority_waiters_are_admitted_first() -> None:
+    governor, backend = _governor(num_blocks=120)  # one lease at a time
+    holder = governor.lease("worker").__enter__()
+    order: list[int] = []
+
+    def take(priority: int) -> None:
+        with governor.lease("worker", priority=priority):
+            order.append(priority)
+
+    threads = [threading.Thread(target=take, args=(p,)) for p in (0, 5, 1)]
+    for thread in threads:
+        thread.start()
+        while governor.admission.counts()[1] < threads.index(thread) + 1:
+            pass  # queued in this order
+    governor.release(holder)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert order == [5, 1, 0]
+    _assert_nothing_held(governor, backend)

@@ -388,3 +388,31 @@ def test_higher_priority_waiters_are_admitted_first() -> None:
         thread.join(timeout=10)
     assert order == [5, 1, 0]
     _assert_nothing_held(governor, backend)
+
+
+def test_cancelling_a_hundred_leases_on_the_engine_leaks_nothing() -> None:
+    backend = LocalBackend(config={"num_blocks": 143})
+    governor = Governor(backend, agents=[AgentSpec(name="worker", ceiling_tokens=256)])
+    rng = random.Random(11)
+    try:
+
+        async def agent(i: int) -> None:
+            async with governor.lease("worker") as lease:
+                messages = [{"role": "user", "content": f"task {i}"}]
+                await governor.acomplete(lease, messages, max_tokens=rng.randint(1, 30))
+
+        async def main() -> None:
+            tasks = [asyncio.ensure_future(agent(i)) for i in range(100)]
+            for task in rng.sample(tasks, 100):
+                await asyncio.sleep(rng.random() * 0.003)
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run(main())
+        assert governor.admission.counts()[:2] == (0, 0)
+        assert not governor._budgets_open
+        backend._loop.call(lambda: None)  # aborts queued by cancelled streams have run
+        metrics = backend.metrics()
+        assert metrics.num_blocks_in_use == 0 and metrics.num_requests_running == 0
+    finally:
+        backend.close()

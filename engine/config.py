@@ -20,7 +20,7 @@ class PreemptionMode(Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """KV capacity is set by exactly one of ``num_blocks``, ``kv_cache_bytes`` or
-    ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU and 90%
+    ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU and 80%
     of free memory on a GPU."""
 
     model: str = "tiny-random"  # a preset name or a local Hugging Face folder

@@ -49,6 +49,9 @@ __all__ = ["Engine"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CPU_DEFAULT_KV_BYTES = 256 << 20
+# Of the memory free once the weights are loaded: the rest is for activations, the
+# attention workspace and allocator fragmentation.
+_GPU_DEFAULT_FRACTION = 0.8
 
 
 class Engine:
@@ -137,7 +140,7 @@ class Engine:
             nbytes = config.kv_cache_bytes
         elif self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            nbytes = int(free * (config.kv_cache_fraction or 0.9))
+            nbytes = int(free * (config.kv_cache_fraction or _GPU_DEFAULT_FRACTION))
         elif config.kv_cache_fraction is not None:
             nbytes = int(
                 os.sysconf("SC_AVPHYS_PAGES")

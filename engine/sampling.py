@@ -193,7 +193,9 @@ def _apply_top_k(logits: torch.Tensor, top_k: list[int]) -> torch.Tensor:
     index = _index(rows, logits.device)
     ks = torch.tensor([top_k[i] for i in rows], device=logits.device)
     chosen = logits[index]
-    kth = chosen.topk(int(ks.max()), dim=-1).values.gather(1, (ks - 1).unsqueeze(1))
+    # The largest k from the Python list: ks.max() would sync with the GPU every step.
+    largest = max(top_k[i] for i in rows)
+    kth = chosen.topk(largest, dim=-1).values.gather(1, (ks - 1).unsqueeze(1))
     logits = logits.clone()
     logits[index] = chosen.masked_fill(chosen < kth, -math.inf)
     return logits

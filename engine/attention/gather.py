@@ -13,7 +13,10 @@ bandwidth it has; on a CPU it costs about as much as the attention (see
 - Prefill chunks run one sequence at a time (few per step), bottom-right causal
   (query ``i`` of a chunk after ``C`` cached tokens sees positions ``0..C + i``) through
   torch's ``causal_lower_right`` bias, which fused kernels apply without a mask tensor;
-  kv heads are repeated for it, as its fused paths want equal head counts.
+  kv heads are repeated for it, as its fused paths want equal head counts. On ROCm a
+  chunk after cached tokens gets an explicit boolean mask instead: there torch's
+  lower-right bias reaches fused kernels that reject it ("Unsupported mask type on
+  ROCM") or may align the diagonal top-left.
 
 All index and mask tensors are built on the device in ``prepare``, without a host sync.
 """
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
+from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
@@ -45,6 +48,7 @@ class _Prefill:
     num_queries: int
     seq_len: int
     blocks: torch.Tensor  # [W] int64
+    mask: torch.Tensor | CausalBias  # [Q, L] bool (True: visible) or lower-right causal
 
 
 class GatherAttention:
@@ -78,6 +82,7 @@ class GatherAttention:
                     num_queries=q_len,
                     seq_len=s_len,
                     blocks=metadata.block_tables[s, :num_blocks],
+                    mask=_prefill_mask(q_len, s_len, device),
                 )
             )
         decodes = []
@@ -140,7 +145,25 @@ class GatherAttention:
                 q[rows].transpose(0, 1)[None],  # [1, Hq, Q, D]
                 keys.repeat_interleave(group, dim=1).transpose(0, 1)[None],  # [1, Hq, L, D]
                 values.repeat_interleave(group, dim=1).transpose(0, 1)[None],
-                attn_mask=causal_lower_right(prefill.num_queries, prefill.seq_len),
+                attn_mask=prefill.mask,
                 scale=scale,
             )[0].transpose(0, 1)
         return out
+
+
+def _explicit_causal_mask(device: torch.device) -> bool:
+    """Whether lower-right causal attention needs a mask tensor on ``device``: on ROCm
+    (torch 2.4 and some later releases) ``causal_lower_right`` dispatches to fused
+    kernels that raise "Unsupported mask type on ROCM" or may align the diagonal top-left."""
+    return device.type == "cuda" and bool(torch.version.hip)
+
+
+def _prefill_mask(
+    num_queries: int, seq_len: int, device: torch.device
+) -> torch.Tensor | CausalBias:
+    """Query ``i`` of a chunk after ``seq_len - num_queries`` cached tokens sees keys
+    ``0..seq_len - num_queries + i``; a square chunk is plain (top-left) causal."""
+    if num_queries == seq_len or not _explicit_causal_mask(device):
+        return causal_lower_right(num_queries, seq_len)
+    visible = torch.ones(num_queries, seq_len, dtype=torch.bool, device=device)
+    return visible.tril_(seq_len - num_queries)  # [Q, L], built on the device: no copy

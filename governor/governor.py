@@ -33,6 +33,7 @@ from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
 from governor.fanout import FanoutLimiter
 from governor.lease import Lease, LeaseState
+from governor.prefixes import PrefixRegistry
 from governor.topology import TopologyReport, check_topology
 
 __all__ = ["Governor", "LeaseContext"]
@@ -60,8 +61,7 @@ class Governor:
         self._ids = itertools.count()
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
-        # (name, cache salt) -> the prefix's messages and its pin; salt None when shared
-        self._prefixes: dict[tuple[str, str | None], tuple[list[Message], PrefixHandle]] = {}
+        self.prefixes = PrefixRegistry(backend)
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
 
     def register_agent(self, spec: AgentSpec) -> None:
@@ -77,51 +77,17 @@ class Governor:
     ) -> PrefixHandle:
         """Pin a system prompt or tool schema once; every lease of an agent whose
         ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks, which are
-        counted once (admission sizes from the blocks left after pins).
-
-        Prefixes are per tenant (pinned under the tenant's cache salt). ``shared=True``
-        pins one unsalted copy for every tenant: calls that start with it then run
-        unsalted, so tenants may observe each other's cache hits on what follows it.
-        Share only prefixes that no tenant's data follows, or accept that.
-        """
-        messages = (
-            [{"role": "system", "content": prefix}] if isinstance(prefix, str) else list(prefix)
-        )
-        key = (name, None if shared else tenant)
-        if key in self._prefixes:
-            raise ConfigError(
-                f"prefix {name!r} is already registered for this tenant; unregister it first",
-                setting="prefix",
-            )
-        handle = self.backend.pin_prefix(messages, cache_salt=key[1])
-        self._prefixes[key] = (messages, handle)
+        counted once: admission sizes from the blocks left after pins. Per tenant
+        unless ``shared`` (see ``governor.prefixes`` for what sharing costs)."""
+        handle = self.prefixes.register(name, prefix, tenant=tenant, shared=shared)
         self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
         return handle
 
     def unregister_prefix(
         self, name: str, *, tenant: str | None = None, shared: bool = False
     ) -> None:
-        key = (name, None if shared else tenant)
-        entry = self._prefixes.pop(key, None)
-        if entry is None:
-            raise ConfigError(f"no prefix {name!r} is registered for this tenant", setting="prefix")
-        self.backend.unpin_prefix(entry[1])
+        self.prefixes.unregister(name, tenant=tenant, shared=shared)
         self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
-
-    def _prefix_for(self, lease: Lease) -> tuple[list[Message], str | None] | None:
-        """The registered prefix the lease's agent starts with, and the salt to use."""
-        name = lease.agent.prefix
-        if name is None:
-            return None
-        for salt in (lease.tenant, None):
-            entry = self._prefixes.get((name, salt))
-            if entry is not None:
-                return entry[0], salt
-        raise ConfigError(
-            f"agent {lease.agent.name!r} starts with prefix {name!r}, which is not registered "
-            "for its tenant; call governor.register_prefix() first",
-            setting="prefix",
-        )
 
     def agent(self, name: str) -> AgentSpec:
         try:
@@ -315,11 +281,13 @@ class Governor:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         salt = lease.tenant
-        prefix = self._prefix_for(lease)
-        if prefix is not None:
-            prefix_messages, salt = prefix
-            if list(messages[: len(prefix_messages)]) != prefix_messages:
-                messages = [*prefix_messages, *messages]
+        if lease.agent.prefix is not None:
+            prefix = self.prefixes.lookup(
+                lease.agent.prefix, tenant=lease.tenant, agent=lease.agent.name
+            )
+            salt = prefix.cache_salt
+            if tuple(messages[: len(prefix.messages)]) != prefix.messages:
+                messages = [*prefix.messages, *messages]
         prompt_tokens = self.backend.count_messages(messages)
         if prompt_tokens >= lease.ceiling_tokens:
             raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)

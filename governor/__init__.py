@@ -54,6 +54,7 @@ from governor.sizing import (
     max_concurrent,
 )
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
+from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
 from governor.topology import (
     DEFAULT_EXPECTED_USE,
     TopologyFit,
@@ -102,6 +103,8 @@ __all__ = [
     "SchemeSizing",
     "TokenCounter",
     "Tokenizes",
+    "ToolOutputPolicy",
+    "ToolOutputReduction",
     "TopologyError",
     "TopologyFit",
     "TopologyReport",

@@ -6,4 +6,6 @@ use governor's public types only, never engine/ or integrations/.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from policies.extractive_summarizer import ExtractiveSummarizer
+
+__all__ = ["ExtractiveSummarizer"]

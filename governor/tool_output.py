@@ -1,0 +1,58 @@
+"""The tool-output protocol: a tool result over its budget is reduced before it is appended.
+
+The governor owns the protocol; implementations live in policies/ (``ExtractiveSummarizer``
+and, later, model-backed ones). Every reduction is a ``ToolOutputReduction``: the new text
+and a record of what it cost and what it removed, so that each decision is explicit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["ToolOutputPolicy", "ToolOutputReduction"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutputReduction:
+    """One reduced tool output and its record.
+
+    ``method`` names how it was reduced (``"none"`` when the text already fit);
+    ``elided`` lists what was removed as ``(what, count)`` pairs, such as
+    ``("lines", 1999)`` or ``("json items", 497)``, in the order first removed.
+    """
+
+    text: str
+    tokens_before: int
+    tokens_after: int
+    method: str
+    elapsed_s: float
+    elided: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+    @property
+    def changed(self) -> bool:
+        return self.method != "none"
+
+
+@runtime_checkable
+class ToolOutputPolicy(Protocol):
+    """Reduces a tool's output to at most ``budget_tokens`` tokens.
+
+    ``tool_name`` and ``arguments`` describe the call that produced the output, so a
+    policy can keep what the caller asked about. A policy never returns more than
+    ``budget_tokens`` tokens and raises ``ConfigError`` for a budget below 1.
+    """
+
+    def reduce(
+        self,
+        text: str,
+        *,
+        budget_tokens: int,
+        tool_name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> ToolOutputReduction: ...

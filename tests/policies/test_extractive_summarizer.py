@@ -1,0 +1,194 @@
+"""ExtractiveSummarizer on realistic tool outputs, with exact token counts and properties."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from governor import ConfigError, TokenCounter, ToolOutputPolicy
+from policies import ExtractiveSummarizer
+
+COUNTER = TokenCounter()
+SUMMARIZER = ExtractiveSummarizer(COUNTER)
+TRACEBACK = [
+    "tests/test_config.py::test_parse_config FAILED",
+    "Traceback (most recent call last):",
+    '  File "src/config.py", line 12, in parse_config',
+    '    raise ValueError("missing key: port")',
+    "ValueError: missing key: port",
+]
+
+
+def _passing(start: int, stop: int) -> list[str]:
+    return [
+        f"tests/test_mod.py::test_case_{i} PASSED [{i * 100 // 2000:3d}%]"
+        for i in range(start, stop)
+    ]
+
+
+def pytest_log() -> str:
+    summary = "=== 1 failed, 1999 passed in 3.20s ==="
+    return "\n".join([*_passing(0, 1000), *TRACEBACK, *_passing(1000, 1999), summary])
+
+
+def test_satisfies_the_protocol() -> None:
+    assert isinstance(SUMMARIZER, ToolOutputPolicy)
+
+
+def test_text_within_budget_is_returned_unchanged() -> None:
+    text = "total 3\nREADME.md\nsetup.py"
+    result = SUMMARIZER.reduce(text, budget_tokens=COUNTER.count(text))
+    assert (result.text, result.method, result.elided) == (text, "none", ())
+    assert result.tokens_before == result.tokens_after == COUNTER.count(text)
+    assert result.tokens_saved == 0 and not result.changed
+
+
+@pytest.mark.parametrize("budget", [0, -3, True, 2.5])
+def test_a_bad_budget_is_a_config_error(budget: object) -> None:
+    with pytest.raises(ConfigError, match="budget_tokens"):
+        SUMMARIZER.reduce("text", budget_tokens=budget)  # type: ignore[arg-type]
+
+
+def test_pytest_log_keeps_the_failure_and_collapses_passing_runs() -> None:
+    log = pytest_log()
+    result = SUMMARIZER.reduce(log, budget_tokens=200, arguments={"path": "src/config.py"})
+    assert result.method == "extractive"
+    assert result.tokens_before == COUNTER.count(log)
+    assert result.tokens_after == COUNTER.count(result.text) <= 200
+    for line in [*TRACEBACK, "=== 1 failed, 1999 passed in 3.20s ==="]:
+        assert line in result.text.split("\n")
+    assert (result.tokens_before, result.tokens_after) == (33_249, 149)
+    assert "[... 999 similar lines (16,183 tokens) elided ...]" in result.text
+    assert "[... 997 similar lines (16,949 tokens) elided ...]" in result.text
+    assert result.elided == (("similar lines", 1996),)
+    lines = result.text.split("\n")  # original order kept
+    assert lines.index(TRACEBACK[0]) < lines.index(TRACEBACK[-1]) < lines.index(lines[-1])
+
+
+def test_tight_budget_keeps_errors_before_anything_else() -> None:
+    result = SUMMARIZER.reduce(pytest_log(), budget_tokens=60)
+    assert result.tokens_after == COUNTER.count(result.text) <= 60
+    assert "ValueError: missing key: port" in result.text
+    assert "PASSED" not in result.text
+    assert "[... 1,004 lines (" in result.text
+
+
+def test_json_array_keeps_first_items_and_counts_the_rest() -> None:
+    body = {"data": [{"id": i, "name": f"user{i}", "active": i % 2 == 0} for i in range(500)]}
+    text = json.dumps({**body, "total": 500})
+    result = SUMMARIZER.reduce(text, budget_tokens=300)
+    assert result.method == "json"
+    assert result.tokens_after == COUNTER.count(result.text) <= 300
+    parsed = json.loads(result.text)
+    assert parsed["total"] == 500
+    assert parsed["data"][0] == {"id": 0, "name": "user0", "active": True}
+    kept = len(parsed["data"]) - 1
+    assert parsed["data"][-1] == f"[... {500 - kept:,} more items elided ...]"
+    assert result.elided == (("json items", 500 - kept),)
+
+
+def test_directory_listing_keeps_lines_that_mention_the_arguments() -> None:
+    listing = [f"-rw-r--r-- 1 dev dev {100 + i:6d} Jan  1 12:00 module_{i}.py" for i in range(800)]
+    listing[411] = "-rw-r--r-- 1 dev dev   4242 Jan  1 12:00 scheduler_core.py"
+    text = "total 3200\n" + "\n".join(listing)
+    result = SUMMARIZER.reduce(
+        text,
+        budget_tokens=120,
+        tool_name="ls",
+        arguments={"cmd": "ls -l src | grep scheduler_core"},
+    )
+    assert result.tokens_after == COUNTER.count(result.text) <= 120
+    assert listing[411] in result.text
+
+
+def test_stack_trace_keeps_the_traceback_and_exception() -> None:
+    frames = [
+        f'  File "app/layer{i}.py", line {i}, in call_{i}\n    return next_{i}()' for i in range(60)
+    ]
+    noise = [f"INFO request {i} served in {i % 7} ms" for i in range(300)]
+    text = "\n".join([*noise, "Traceback (most recent call last):", *frames, "KeyError: 'user_id'"])
+    result = SUMMARIZER.reduce(text, budget_tokens=150)
+    assert result.tokens_after == COUNTER.count(result.text) <= 150
+    assert "KeyError: 'user_id'" in result.text
+    assert "Traceback (most recent call last):" in result.text
+
+
+def test_web_page_text_is_reduced_within_budget() -> None:
+    paragraphs = [
+        f"Section {i}. " + "The quick brown fox jumps over the lazy dog. " * 8 for i in range(120)
+    ]
+    text = "Example Domain\n\n" + "\n\n".join(paragraphs) + "\n\nCopyright 2025"
+    result = SUMMARIZER.reduce(text, budget_tokens=400)
+    assert result.tokens_after == COUNTER.count(result.text) <= 400
+    assert result.text.startswith("Example Domain") or result.text.endswith("Copyright 2025")
+    assert "elided ...]" in result.text
+
+
+def test_one_long_line_falls_back_to_a_prefix() -> None:
+    text = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 300
+    result = SUMMARIZER.reduce(text, budget_tokens=50)
+    assert result.method == "truncate"
+    assert result.tokens_after == COUNTER.count(result.text) <= 50
+    assert result.text.startswith("Lorem ipsum")
+    tiny = SUMMARIZER.reduce(text, budget_tokens=1)
+    assert tiny.text == COUNTER.truncate(text, 1) and tiny.tokens_after == 1
+
+
+def test_ten_thousand_tokens_reduce_quickly() -> None:
+    lines = [f"line {i}: value={i * 7 % 13} status=ok path=/srv/data/{i}.bin" for i in range(1000)]
+    text = "\n".join(lines)
+    while COUNTER.count(text) < 10_000:
+        text += "\n" + text
+    SUMMARIZER.reduce(text, budget_tokens=500)  # warm the encoder
+    started = time.perf_counter()
+    result = SUMMARIZER.reduce(text, budget_tokens=500)
+    assert time.perf_counter() - started < 0.2
+    assert result.tokens_after <= 500
+
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=400)
+_LOG_LINE = st.one_of(
+    st.sampled_from(["ok", "PASSED test_a", "debug x=1", "", "    at frame()"]),
+    st.from_regex(r"[a-z ]{0,20}[0-9]{0,4}", fullmatch=True),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_TEXT, budget=st.integers(min_value=1, max_value=80))
+def test_output_is_always_within_budget(text: str, budget: int) -> None:
+    result = SUMMARIZER.reduce(text, budget_tokens=budget)
+    assert result.tokens_after == COUNTER.count(result.text) <= budget
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(_LOG_LINE, min_size=20, max_size=200),
+    where=st.integers(min_value=0, max_value=199),
+    slack=st.integers(min_value=0, max_value=30),
+)
+def test_error_lines_are_kept_while_they_fit(lines: list[str], where: int, slack: int) -> None:
+    error = "RuntimeError: disk quota exceeded on /dev/sda1"
+    lines.insert(where % len(lines), error)
+    text = "\n".join(lines)
+    marker = COUNTER.count("[... 99,999 lines (999,999 tokens) elided ...]")
+    budget = COUNTER.count(error) + 1 + 2 * (marker + 1) + slack
+    result = SUMMARIZER.reduce(text, budget_tokens=budget)
+    assert result.tokens_after <= budget
+    assert error in result.text.split("\n")
+
+
+@settings(max_examples=40, deadline=None)
+@given(lines=st.lists(_LOG_LINE, max_size=150), budget=st.integers(min_value=1, max_value=120))
+def test_deterministic_and_a_fitting_result_is_left_alone(lines: list[str], budget: int) -> None:
+    text = "\n".join(lines)
+    first = SUMMARIZER.reduce(text, budget_tokens=budget, arguments={"q": "test_a"})
+    again = ExtractiveSummarizer(COUNTER).reduce(
+        text, budget_tokens=budget, arguments={"q": "test_a"}
+    )
+    assert (first.text, first.method, first.elided) == (again.text, again.method, again.elided)
+    second = SUMMARIZER.reduce(first.text, budget_tokens=budget)
+    assert (second.text, second.method) == (first.text, "none")

@@ -22,6 +22,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.ceiling import CeilingPolicy, CompactionEvent
 from governor.children import ChildContext
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
@@ -77,7 +78,9 @@ __all__ = [
     "BackendHealth",
     "BackendMetrics",
     "CeilingExceeded",
+    "CeilingPolicy",
     "ChildContext",
+    "CompactionEvent",
     "ConfigError",
     "FanoutLimiter",
     "FanoutSlot",

@@ -1,0 +1,77 @@
+"""Shared by the compaction policies: splitting a conversation into atomic turns.
+
+Private to policies/. The head (every system message and the first user message) is
+always kept. The rest is split into units that are kept or removed whole: an assistant
+message with ``tool_calls`` together with the ``role: "tool"`` messages after it that
+answer one of its calls, or any other single message. A tool message that answers no
+call before it travels with the unit before it, so it is never kept alone. Units are
+grouped into turns; a turn starts at each user message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from governor import ConfigError
+
+Turn = list[int]  # indexes into the conversation, in order
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    head: list[int]  # system messages and the first user message
+    turns: list[Turn]  # the rest, oldest first
+
+
+def check_limits(ceiling_tokens: int, reserve_tokens: int) -> None:
+    if not _whole(ceiling_tokens) or ceiling_tokens < 1:
+        raise ConfigError.below_minimum("ceiling_tokens", ceiling_tokens, 1)
+    if not _whole(reserve_tokens) or reserve_tokens < 0:
+        raise ConfigError.below_minimum("reserve_tokens", reserve_tokens, 0)
+
+
+def check_setting(name: str, value: object, minimum: int) -> None:
+    if not _whole(value) or value < minimum:  # type: ignore[operator]
+        raise ConfigError.below_minimum(name, value, minimum)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def split(messages: Sequence[Mapping[str, Any]]) -> Split:
+    head: list[int] = []
+    seen_user = False
+    units: list[list[int]] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "system" or (role == "user" and not seen_user):
+            seen_user = seen_user or role == "user"
+            head.append(index)
+            continue
+        if role == "tool" and units:
+            # A result of the unit's call, or an orphan that answers no call before it:
+            # either way it stays with the unit before it.
+            units[-1].append(index)
+            continue
+        units.append([index])
+    turns: list[Turn] = []
+    for unit in units:
+        if not turns or messages[unit[0]].get("role") == "user":
+            turns.append([])
+        turns[-1].extend(unit)
+    return Split(head, turns)
+
+
+def call_ids(message: Mapping[str, Any]) -> set[str]:
+    ids: set[str] = set()
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping) and call.get("id") is not None:
+            ids.add(str(call["id"]))
+    return ids
+
+
+def pick(messages: Sequence[Mapping[str, Any]], indexes: Sequence[int]) -> list[dict[str, Any]]:
+    return [dict(messages[i]) for i in sorted(indexes)]

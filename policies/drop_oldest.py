@@ -1,0 +1,70 @@
+"""Compaction by forgetting: drop the oldest turns until the conversation fits.
+
+``DropOldest`` keeps every system message, the first user message and the latest turns
+(at most ``keep_last_turns``, fewer while they do not fit, never fewer than one), and
+drops whole turns from the oldest. A turn starts at a user message; an assistant message
+that calls tools is kept or dropped together with its tool results, so a result is never
+separated from its call. Nothing is marked in the text; the event counts what was dropped.
+When even the head and the last turn do not fit it raises ``CeilingExceeded``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from governor import CeilingExceeded, CompactionEvent, TokenCounter
+from policies._conversation import check_limits, check_setting, pick, split
+
+__all__ = ["DropOldest"]
+
+
+class DropOldest:
+    """A ``CeilingPolicy`` that keeps the head and as many of the latest turns as fit."""
+
+    def __init__(self, keep_last_turns: int = 4, *, agent: str = "agent") -> None:
+        check_setting("keep_last_turns", keep_last_turns, 1)
+        self._keep = keep_last_turns
+        self._agent = agent
+
+    def __repr__(self) -> str:
+        return f"DropOldest(keep_last_turns={self._keep}, agent={self._agent!r})"
+
+    def compact(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        ceiling_tokens: int,
+        reserve_tokens: int,
+        counter: TokenCounter,
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        check_limits(ceiling_tokens, reserve_tokens)
+        started = time.perf_counter()
+        before = counter.count_messages(messages)
+        room = ceiling_tokens - reserve_tokens
+
+        def event(method: str, kept: list[dict[str, Any]], after: int) -> CompactionEvent:
+            return CompactionEvent(
+                method=method,
+                tokens_before=before,
+                tokens_after=after,
+                messages_before=len(messages),
+                messages_after=len(kept),
+                dropped=len(messages) - len(kept),
+                summarized=0,
+                elapsed_s=time.perf_counter() - started,
+            )
+
+        if before <= room:
+            kept = [dict(message) for message in messages]
+            return kept, event("none", kept, before)
+        parts = split(messages)
+        tokens = before
+        for k in range(min(self._keep, len(parts.turns)), 0, -1):
+            indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
+            kept = pick(messages, indexes)
+            tokens = counter.count_messages(kept)
+            if tokens <= room:
+                return kept, event("drop_oldest", kept, tokens)
+        raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)

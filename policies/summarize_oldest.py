@@ -1,0 +1,149 @@
+"""Compaction by summary: fold the oldest turns into one running-summary message.
+
+``SummarizeOldest`` keeps every system message, the first user message and as many of
+the latest turns as fit, and replaces the turns before them with one message::
+
+    {"role": "user", "content": "[Summary of N earlier messages]\\n<summary>"}
+
+It is a user message rather than a system one because many chat templates accept a
+system message only at the start. ``N`` counts the original messages it stands for. The
+summary is the summarizer's reduction (``ExtractiveSummarizer`` over the counter in use
+by default) of the span's text, one ``role: content`` entry per message, within
+``summary_tokens`` tokens (fewer when less room is left). A running summary from an
+earlier compaction is folded into the next one, its count carried over. An assistant
+message that calls tools and its results are summarized or kept together. When even the
+head, a summary and the last turn do not fit it raises ``CeilingExceeded``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from governor import CeilingExceeded, CompactionEvent, TokenCounter, ToolOutputPolicy
+from policies._conversation import check_limits, check_setting, split
+from policies.extractive_summarizer import ExtractiveSummarizer
+
+__all__ = ["SummarizeOldest"]
+
+_SUMMARY = re.compile(r"\[Summary of (\d+) earlier messages?\]\n")
+
+
+class SummarizeOldest:
+    """A ``CeilingPolicy`` that replaces the oldest turns with one running summary."""
+
+    def __init__(
+        self,
+        summarizer: ToolOutputPolicy | None = None,
+        summary_tokens: int = 256,
+        *,
+        agent: str = "agent",
+    ) -> None:
+        check_setting("summary_tokens", summary_tokens, 1)
+        self._summarizer = summarizer
+        self._summary_tokens = summary_tokens
+        self._agent = agent
+
+    def __repr__(self) -> str:
+        return (
+            f"SummarizeOldest(summarizer={self._summarizer!r}, "
+            f"summary_tokens={self._summary_tokens}, agent={self._agent!r})"
+        )
+
+    def compact(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        ceiling_tokens: int,
+        reserve_tokens: int,
+        counter: TokenCounter,
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        check_limits(ceiling_tokens, reserve_tokens)
+        started = time.perf_counter()
+        before = counter.count_messages(messages)
+        room = ceiling_tokens - reserve_tokens
+
+        def event(method: str, kept: list[dict[str, Any]], after: int) -> CompactionEvent:
+            gone = len(messages) - len(kept) + (method != "none")
+            return CompactionEvent(
+                method=method,
+                tokens_before=before,
+                tokens_after=after,
+                messages_before=len(messages),
+                messages_after=len(kept),
+                dropped=gone,
+                summarized=gone,
+                elapsed_s=time.perf_counter() - started,
+            )
+
+        if before <= room:
+            kept = [dict(message) for message in messages]
+            return kept, event("none", kept, before)
+        summarizer = self._summarizer or ExtractiveSummarizer(counter)
+        parts = split(messages)
+        tokens = before
+        for k in range(len(parts.turns) - 1, 0, -1):
+            span = [i for turn in parts.turns[:-k] for i in turn]
+            kept_indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
+            folded, text = _span(messages, span)
+            empty = _build(messages, span, kept_indexes, folded, "")
+            budget = min(self._summary_tokens, room - counter.count_messages(empty))
+            while budget >= 1:
+                body = summarizer.reduce(text, budget_tokens=budget).text
+                kept = _build(messages, span, kept_indexes, folded, body)
+                tokens = counter.count_messages(kept)
+                if tokens <= room:
+                    return kept, event("summarize_oldest", kept, tokens)
+                budget -= tokens - room  # BPE merges at the seam: shrink and retry
+        raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
+
+
+def _build(
+    messages: Sequence[Mapping[str, Any]], span: list[int], keep: list[int], folded: int, body: str
+) -> list[dict[str, Any]]:
+    """The kept messages in their order, the summary where the span began."""
+    note = {"role": "user", "content": f"[Summary of {folded} earlier messages]\n{body}"}
+    placed = [(float(i), dict(messages[i])) for i in keep]
+    placed.append((span[0] - 0.5, note))
+    return [message for _, message in sorted(placed, key=lambda item: item[0])]
+
+
+def _span(messages: Sequence[Mapping[str, Any]], span: list[int]) -> tuple[int, str]:
+    """How many original messages the span stands for, and its text to summarize."""
+    folded = 0
+    lines: list[str] = []
+    for i in span:
+        message = messages[i]
+        role = str(message.get("role", ""))
+        content = _text(message.get("content"))
+        match = _SUMMARY.match(content) if role == "user" else None
+        if match is not None:  # an earlier running summary: fold it in
+            folded += int(match.group(1))
+            lines.append(content[match.end() :])
+            continue
+        folded += 1
+        if content:
+            label = f"tool ({message.get('tool_call_id')})" if role == "tool" else role
+            lines.append(f"{label}: {content}")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call) if isinstance(call, Mapping) else {}
+            arguments = function.get("arguments", function.get("args", ""))
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            lines.append(f"{role} called {function.get('name', '')}({arguments})")
+    return folded, "\n".join(lines)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type", "text") == "text"
+        )
+    return "" if content is None else str(content)

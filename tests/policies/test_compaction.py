@@ -1,0 +1,237 @@
+"""The ceiling policies on built conversations, with exact token counts and properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from governor import CeilingExceeded, CeilingPolicy, CompactionEvent, ConfigError, TokenCounter
+from policies import DropOldest, RaiseAtCeiling, SummarizeOldest
+
+COUNTER = TokenCounter()
+SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+TASK = {"role": "user", "content": "Fix the failing test in tests/test_config.py."}
+
+
+def tool_turn(n: int, results: int = 1, size: int = 40) -> list[dict]:
+    calls = [
+        {"id": f"call_{n}_{j}", "function": {"name": "run", "arguments": f'{{"cmd": "t{j}"}}'}}
+        for j in range(results)
+    ]
+    out: list[dict] = [
+        {"role": "user", "content": f"step {n}: go on"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+    ]
+    out += [
+        {"role": "tool", "tool_call_id": f"call_{n}_{j}", "content": f"line {n} {j}\n" * size}
+        for j in range(results)
+    ]
+    out.append({"role": "assistant", "content": f"done with step {n}"})
+    return out
+
+
+def conversation(turns: int, results: int = 1, size: int = 40) -> list[dict]:
+    out = [SYSTEM, TASK]
+    for n in range(turns):
+        out += tool_turn(n, results, size)
+    return out
+
+
+POLICIES = [RaiseAtCeiling(), DropOldest(), SummarizeOldest(summary_tokens=64)]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_satisfies_the_protocol_and_leaves_a_fitting_conversation_alone(policy) -> None:
+    assert isinstance(policy, CeilingPolicy)
+    messages = conversation(3)
+    tokens = COUNTER.count_messages(messages)
+    kept, event = policy.compact(
+        messages, ceiling_tokens=tokens + 100, reserve_tokens=100, counter=COUNTER
+    )
+    assert kept == messages and kept is not messages
+    assert event == CompactionEvent("none", tokens, tokens, 14, 14, 0, 0, event.elapsed_s)
+    assert not event.changed and event.tokens_saved == 0
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_limits_are_checked(policy) -> None:
+    with pytest.raises(ConfigError, match="ceiling_tokens"):
+        policy.compact([TASK], ceiling_tokens=0, reserve_tokens=0, counter=COUNTER)
+    with pytest.raises(ConfigError, match="reserve_tokens"):
+        policy.compact([TASK], ceiling_tokens=10, reserve_tokens=-1, counter=COUNTER)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="keep_last_turns"):
+        DropOldest(0)
+    with pytest.raises(ConfigError, match="summary_tokens"):
+        SummarizeOldest(summary_tokens=0)
+
+
+def test_raise_reports_the_agent_tokens_and_ceiling() -> None:
+    messages = conversation(2)
+    tokens = COUNTER.count_messages(messages)
+    with pytest.raises(CeilingExceeded) as caught:
+        RaiseAtCeiling(agent="planner").compact(
+            messages, ceiling_tokens=tokens, reserve_tokens=50, counter=COUNTER
+        )
+    assert (caught.value.agent, caught.value.tokens, caught.value.ceiling) == (
+        "planner",
+        tokens + 50,
+        tokens,
+    )
+
+
+def test_drop_oldest_keeps_the_head_and_the_last_turns_exactly() -> None:
+    messages = conversation(10)
+    last4 = [SYSTEM, TASK] + [m for n in range(6, 10) for m in tool_turn(n)]
+    ceiling = COUNTER.count_messages(last4) + 200
+    kept, event = DropOldest(4).compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=200, counter=COUNTER
+    )
+    assert kept == last4
+    assert event.method == "drop_oldest"
+    assert event.tokens_before == COUNTER.count_messages(messages)
+    assert event.tokens_after == COUNTER.count_messages(last4) == ceiling - 200
+    assert (event.messages_before, event.messages_after) == (42, 18)
+    assert (event.dropped, event.summarized) == (24, 0)
+    assert event.tokens_saved == event.tokens_before - event.tokens_after > 0
+
+
+def test_drop_oldest_keeps_fewer_turns_when_four_do_not_fit() -> None:
+    messages = conversation(10)
+    last2 = [SYSTEM, TASK] + [m for n in range(8, 10) for m in tool_turn(n)]
+    ceiling = COUNTER.count_messages(last2) + 1  # three turns do not fit
+    kept, event = DropOldest(4).compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=1, counter=COUNTER
+    )
+    assert kept == last2 and event.tokens_after == ceiling - 1
+
+
+def test_drop_oldest_raises_when_the_last_turn_does_not_fit() -> None:
+    messages = conversation(3)
+    last = [SYSTEM, TASK, *tool_turn(2)]
+    ceiling = COUNTER.count_messages(last) - 1
+    with pytest.raises(CeilingExceeded) as caught:
+        DropOldest(agent="w1").compact(
+            messages, ceiling_tokens=ceiling, reserve_tokens=0, counter=COUNTER
+        )
+    assert caught.value.agent == "w1" and caught.value.tokens == ceiling + 1
+
+
+def test_summarize_oldest_replaces_the_oldest_turns_with_one_message() -> None:
+    messages = conversation(10, size=60)
+    tokens = COUNTER.count_messages(messages)
+    ceiling = tokens // 2
+    kept, event = SummarizeOldest(summary_tokens=64).compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    assert kept[:2] == [SYSTEM, TASK]
+    note = kept[2]
+    assert note["role"] == "user"
+    assert note["content"].startswith(f"[Summary of {event.summarized} earlier messages]\n")
+    assert COUNTER.count(note["content"].split("\n", 1)[1]) <= 64
+    assert kept[3:] == messages[2 + event.summarized :]
+    assert event.method == "summarize_oldest" and event.dropped == event.summarized
+    assert event.tokens_before == tokens
+    assert event.tokens_after == COUNTER.count_messages(kept) <= ceiling - 100
+    assert event.messages_after == len(messages) - event.summarized + 1
+    # The next compaction folds the running summary into the new one.
+    more = kept + tool_turn(10, size=60) + tool_turn(11, size=60)
+    again, second = SummarizeOldest(summary_tokens=64).compact(
+        more, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    notes = [m for m in again if m["content"].startswith("[Summary of ")]
+    assert len(notes) == 1 and again[2] is not None and notes[0] is again[2]
+    folded = second.summarized - 1 + event.summarized  # the old note stood for its count
+    assert notes[0]["content"].startswith(f"[Summary of {folded} earlier messages]\n")
+    assert again[3:] == more[2 + second.summarized :]
+
+
+def test_summarize_oldest_uses_the_given_summarizer() -> None:
+    class Tiny:
+        def reduce(self, text, *, budget_tokens, tool_name=None, arguments=None):
+            from governor import ToolOutputReduction
+
+            return ToolOutputReduction("gist", COUNTER.count(text), 1, "tiny", 0.0)
+
+    messages = conversation(6)
+    kept, _ = SummarizeOldest(Tiny()).compact(
+        messages,
+        ceiling_tokens=COUNTER.count_messages(messages) // 2,
+        reserve_tokens=0,
+        counter=COUNTER,
+    )
+    assert kept[2]["content"].endswith("]\ngist")
+
+
+# --- properties -------------------------------------------------------------------------
+
+WORDS = st.text(alphabet="abcdefgh xyz\n", min_size=0, max_size=120)
+
+
+@st.composite
+def conversations(draw) -> list[dict]:
+    out: list[dict] = [
+        {"role": "system", "content": draw(WORDS)},
+        {"role": "user", "content": draw(WORDS)},
+    ]
+    for n in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["user", "assistant", "tools"]))
+        if kind != "tools":
+            out.append({"role": kind, "content": draw(WORDS)})
+            continue
+        ids = [f"c{n}_{j}" for j in range(draw(st.integers(1, 3)))]
+        calls = [{"id": i, "function": {"name": "f", "arguments": draw(WORDS)}} for i in ids]
+        out.append({"role": "assistant", "content": draw(WORDS), "tool_calls": calls})
+        out += [{"role": "tool", "tool_call_id": i, "content": draw(WORDS)} for i in ids]
+    for position, message in enumerate(out):
+        message["seq"] = position  # not counted: tells equal messages apart
+    return out
+
+
+def check_wellformed(original: list[dict], kept: list[dict]) -> None:
+    assert kept[:2] == original[:2]
+    positions = [m["seq"] for m in kept if "seq" in m]  # order is preserved
+    assert positions == sorted(positions)
+    assert all(original[m["seq"]] == m for m in kept if "seq" in m)
+    open_ids: set[str] = set()
+    for i, message in enumerate(kept):
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_ids
+        elif message.get("tool_calls"):
+            ids = [c["id"] for c in message["tool_calls"]]
+            after = [m.get("tool_call_id") for m in kept[i + 1 : i + 1 + len(ids)]]
+            assert after == ids  # every result is kept, right after its call
+            open_ids = set(ids)
+        else:
+            open_ids = set()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    messages=conversations(),
+    policy=st.sampled_from(POLICIES),
+    fraction=st.floats(0.3, 1.1),
+    reserve=st.integers(0, 40),
+)
+def test_any_conversation_fits_or_raises(messages, policy, fraction, reserve) -> None:
+    tokens = COUNTER.count_messages(messages)
+    ceiling = max(1, int(tokens * fraction))
+    try:
+        kept, event = policy.compact(
+            messages, ceiling_tokens=ceiling, reserve_tokens=reserve, counter=COUNTER
+        )
+    except CeilingExceeded as error:
+        assert error.ceiling == ceiling and error.tokens > ceiling
+        return
+    assert COUNTER.count_messages(kept) + reserve <= ceiling
+    assert event.tokens_before == tokens
+    assert event.tokens_after == COUNTER.count_messages(kept)
+    assert (event.messages_before, event.messages_after) == (len(messages), len(kept))
+    check_wellformed(messages, kept)
+    again, second = policy.compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=reserve, counter=COUNTER
+    )
+    assert again == kept and second.tokens_after == event.tokens_after  # deterministic

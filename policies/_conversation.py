@@ -10,11 +10,12 @@ grouped into turns; a turn starts at each user message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from governor import ConfigError
+from governor import CompactionEvent, ConfigError, TokenCounter
 
 Turn = list[int]  # indexes into the conversation, in order
 
@@ -23,6 +24,52 @@ Turn = list[int]  # indexes into the conversation, in order
 class Split:
     head: list[int]  # system messages and the first user message
     turns: list[Turn]  # the rest, oldest first
+
+
+@dataclass(slots=True)
+class Compaction:
+    """One ``compact`` call's measurements: what it started from, and its event."""
+
+    messages: Sequence[Mapping[str, Any]]
+    before: int  # tokens of the conversation as given
+    room: int  # tokens the result may take: the ceiling less the reply's reserve
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def start(
+        cls,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        ceiling_tokens: int,
+        reserve_tokens: int,
+        counter: TokenCounter,
+    ) -> Compaction:
+        check_limits(ceiling_tokens, reserve_tokens)
+        before = counter.count_messages(messages)
+        return cls(messages, before, ceiling_tokens - reserve_tokens)
+
+    @property
+    def fits(self) -> bool:
+        return self.before <= self.room
+
+    def unchanged(self) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        kept = [dict(message) for message in self.messages]
+        return kept, self.event("none", kept, self.before)
+
+    def event(
+        self, method: str, kept: Sequence[Mapping[str, Any]], after: int, *, summarized: int = 0
+    ) -> CompactionEvent:
+        return CompactionEvent(
+            method=method,
+            tokens_before=self.before,
+            tokens_after=after,
+            messages_before=len(self.messages),
+            messages_after=len(kept),
+            # A summary replaces what it summarizes: those count as dropped too.
+            dropped=summarized or len(self.messages) - len(kept),
+            summarized=summarized,
+            elapsed_s=time.perf_counter() - self.started,
+        )
 
 
 def check_limits(ceiling_tokens: int, reserve_tokens: int) -> None:

@@ -10,12 +10,11 @@ When even the head and the last turn do not fit it raises ``CeilingExceeded``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from governor import CeilingExceeded, CompactionEvent, TokenCounter
-from policies._conversation import check_limits, check_setting, pick, split
+from policies._conversation import Compaction, check_setting, pick, split
 
 __all__ = ["DropOldest"]
 
@@ -39,32 +38,18 @@ class DropOldest:
         reserve_tokens: int,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        check_limits(ceiling_tokens, reserve_tokens)
-        started = time.perf_counter()
-        before = counter.count_messages(messages)
-        room = ceiling_tokens - reserve_tokens
-
-        def event(method: str, kept: list[dict[str, Any]], after: int) -> CompactionEvent:
-            return CompactionEvent(
-                method=method,
-                tokens_before=before,
-                tokens_after=after,
-                messages_before=len(messages),
-                messages_after=len(kept),
-                dropped=len(messages) - len(kept),
-                summarized=0,
-                elapsed_s=time.perf_counter() - started,
-            )
-
-        if before <= room:
-            kept = [dict(message) for message in messages]
-            return kept, event("none", kept, before)
+        run = Compaction.start(
+            messages, ceiling_tokens=ceiling_tokens, reserve_tokens=reserve_tokens, counter=counter
+        )
+        if run.fits:
+            return run.unchanged()
+        room = run.room
         parts = split(messages)
-        tokens = before
+        tokens = run.before
         for k in range(min(self._keep, len(parts.turns)), 0, -1):
             indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
             kept = pick(messages, indexes)
             tokens = counter.count_messages(kept)
             if tokens <= room:
-                return kept, event("drop_oldest", kept, tokens)
+                return kept, run.event("drop_oldest", kept, tokens)
         raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)

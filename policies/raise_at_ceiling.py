@@ -7,12 +7,11 @@ agent, or ask for more with ``lease.grow()``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from governor import CeilingExceeded, CompactionEvent, TokenCounter
-from policies._conversation import check_limits
+from policies._conversation import Compaction
 
 __all__ = ["RaiseAtCeiling"]
 
@@ -34,19 +33,9 @@ class RaiseAtCeiling:
         reserve_tokens: int,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        check_limits(ceiling_tokens, reserve_tokens)
-        started = time.perf_counter()
-        tokens = counter.count_messages(messages)
-        if tokens + reserve_tokens > ceiling_tokens:
-            raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
-        event = CompactionEvent(
-            method="none",
-            tokens_before=tokens,
-            tokens_after=tokens,
-            messages_before=len(messages),
-            messages_after=len(messages),
-            dropped=0,
-            summarized=0,
-            elapsed_s=time.perf_counter() - started,
+        run = Compaction.start(
+            messages, ceiling_tokens=ceiling_tokens, reserve_tokens=reserve_tokens, counter=counter
         )
-        return [dict(message) for message in messages], event
+        if not run.fits:
+            raise CeilingExceeded(self._agent, run.before + reserve_tokens, ceiling_tokens)
+        return run.unchanged()

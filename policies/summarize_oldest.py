@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from governor import CeilingExceeded, CompactionEvent, TokenCounter, ToolOutputPolicy
-from policies._conversation import check_limits, check_setting, split
+from policies._conversation import Compaction, check_setting, split
 from policies.extractive_summarizer import ExtractiveSummarizer
 
 __all__ = ["SummarizeOldest"]
@@ -61,30 +60,15 @@ class SummarizeOldest:
         reserve_tokens: int,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        check_limits(ceiling_tokens, reserve_tokens)
-        started = time.perf_counter()
-        before = counter.count_messages(messages)
-        room = ceiling_tokens - reserve_tokens
-
-        def event(method: str, kept: list[dict[str, Any]], after: int) -> CompactionEvent:
-            gone = len(messages) - len(kept) + (method != "none")
-            return CompactionEvent(
-                method=method,
-                tokens_before=before,
-                tokens_after=after,
-                messages_before=len(messages),
-                messages_after=len(kept),
-                dropped=gone,
-                summarized=gone,
-                elapsed_s=time.perf_counter() - started,
-            )
-
-        if before <= room:
-            kept = [dict(message) for message in messages]
-            return kept, event("none", kept, before)
+        run = Compaction.start(
+            messages, ceiling_tokens=ceiling_tokens, reserve_tokens=reserve_tokens, counter=counter
+        )
+        if run.fits:
+            return run.unchanged()
+        room = run.room
         summarizer = self._summarizer or ExtractiveSummarizer(counter)
         parts = split(messages)
-        tokens = before
+        tokens = run.before
         for k in range(len(parts.turns) - 1, 0, -1):
             span = [i for turn in parts.turns[:-k] for i in turn]
             kept_indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
@@ -96,7 +80,8 @@ class SummarizeOldest:
                 kept = _build(messages, span, kept_indexes, folded, body)
                 tokens = counter.count_messages(kept)
                 if tokens <= room:
-                    return kept, event("summarize_oldest", kept, tokens)
+                    gone = len(messages) - len(kept) + 1  # the summary stands in for them
+                    return kept, run.event("summarize_oldest", kept, tokens, summarized=gone)
                 budget -= tokens - room  # BPE merges at the seam: shrink and retry
         raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
 

@@ -207,6 +207,34 @@ class BlockManager:
         self._prefix_hits += num_cached_tokens
         return Allocation(block_ids=tuple(table.block_ids), num_cached_tokens=num_cached_tokens)
 
+    def hold_cached(
+        self, seq_id: Hashable, token_ids: Sequence[int], *, cache_salt: str | None = None
+    ) -> int:
+        """Make ``seq_id`` a sequence of the cached full blocks that ``token_ids`` start
+        with: no new block, no compute, no budget charge. It keeps an idle context's K/V
+        resident (and swappable) until freed. Returns the tokens held, 0 for none."""
+        if seq_id in self._tables:
+            raise DuplicateSequenceError(seq_id)
+        require_token_ids(token_ids, allow_empty=True)
+        if not self.enable_prefix_caching:
+            return 0
+        hashes = self.block_hashes(token_ids, cache_salt=cache_salt)
+        hits = self.pool.match(hashes)
+        if not hits:
+            return 0
+        for block in hits:
+            self.pool.touch(block)
+        num_tokens = len(hits) * self.block_size
+        self._tables[seq_id] = BlockTable(
+            seq_id=seq_id,
+            token_ids=list(token_ids[:num_tokens]),
+            blocks=hits,
+            cache_salt=cache_salt,
+            block_hashes=hashes[: len(hits)],
+            num_cached_blocks=len(hits),
+        )
+        return num_tokens
+
     def _plan_allocate(
         self,
         token_ids: Sequence[int],

@@ -39,8 +39,9 @@ from engine.models.llama import LlamaForCausalLM
 from engine.outputs import Capacity, Completion, EngineMetrics, RequestOutput
 from engine.presets import PRESETS, build_preset_model
 from engine.request import FinishReason, Request, RequestStatus
+from engine.retention import RetainedContexts
 from engine.sampling import SamplingParams, request_generator
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledChunk, Scheduler
 from engine.stop import TokenStopChecker
 from engine.tokenizer import Tokenizer, load_tokenizer
 from engine.weights import load_model
@@ -95,6 +96,7 @@ class Engine:
             kv_cache=self.kv_cache,
             block_manager=self.block_manager,
         )
+        self.retained = RetainedContexts(self.block_manager, self.kv_cache)
         self._requests: dict[str, Request] = {}
         self._stops: dict[str, TokenStopChecker] = {}
         self._arrivals = itertools.count()
@@ -200,6 +202,10 @@ class Engine:
             generator=generator,
             arrival_time=time.perf_counter(),
         )
+        # An offloaded context must be back in the prefix cache when the request is
+        # allocated; without room for it now, whatever is still cached is reused instead.
+        if budget is not None and not self.retained.restore(budget):
+            self.retained.release(budget)
         self._requests[request_id] = request
         self._stops[request_id] = TokenStopChecker(self.tokenizer, sampling)
         self.scheduler.add(request)
@@ -238,6 +244,8 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one batch: schedule, compute, sample, and report what changed."""
         scheduled = self.scheduler.schedule()
+        if self.retained.held_budgets():
+            self._hand_over_retained(scheduled.chunks)
         sampled = self.runner.execute(scheduled.chunks)
         outputs: list[RequestOutput] = []
         now = time.perf_counter()
@@ -255,6 +263,15 @@ class Engine:
             request.finish_time = now
             outputs.append(self._final_output(request, ()))
         return outputs
+
+    def _hand_over_retained(self, chunks: Sequence[ScheduledChunk]) -> None:
+        """A retained context's hold ends once its budget's next request is allocated:
+        that request holds the blocks now."""
+        held = self.retained.held_budgets()
+        for chunk in chunks:
+            budget = chunk.request.budget
+            if budget in held:
+                self.retained.release(budget)
 
     def _advance(self, request: Request, token: int) -> RequestOutput:
         result = self._stops[request.request_id].push(token)
@@ -307,6 +324,8 @@ class Engine:
             raise SequenceStateError(request_id, request.status.value, "collect", "step() on")
         del self._requests[request_id]
         del self._stops[request_id]
+        if request.budget is not None:
+            self.retained.record(request.budget, request.token_ids, request.cache_salt)
         ttft = None
         if request.first_token_time is not None:
             ttft = request.first_token_time - request.arrival_time
@@ -338,6 +357,19 @@ class Engine:
 
     def close_budget(self, name: str) -> None:
         self.block_manager.budgets.close(name)
+        self.retained.forget(name)
+
+    def retain(self, budget: str) -> int:
+        """Keep the K/V of the budget's latest finished request resident until its next
+        request (or ``release_retained``): an agent waiting on a short tool call keeps its
+        context instead of letting it be evicted. Holds only blocks still cached; returns
+        the tokens held. ``offload``/``restore`` by budget move it to host and back."""
+        self.block_manager.budgets.get(budget)
+        return self.retained.retain(budget)
+
+    def release_retained(self, budget: str) -> None:
+        """End ``retain``: the blocks stay in the prefix cache, evictable again."""
+        self.retained.release(budget)
 
     def pin_prefix(
         self, prefix: str | Sequence[int], *, cache_salt: str | None = None
@@ -367,16 +399,23 @@ class Engine:
         targets = self._targets(request_id, budget)
         running = [r for r in targets if r.status is RequestStatus.RUNNING]
         needed = sum(len(self.block_manager.block_ids(r.request_id)) for r in running)
+        if budget is not None:
+            needed += self.retained.num_host_blocks_needed(budget)
         available = self.block_manager.host_pool.num_free_blocks
         if needed > available:  # all or nothing: no budget is left half offloaded
             raise OutOfSwapSpaceError(needed, available)
         for request in targets:
             self.scheduler.offload(request)
+        if budget is not None:
+            self.retained.offload(budget)
 
     def restore(self, request_id: str | None = None, *, budget: str | None = None) -> None:
-        """Bring offloaded KV back (now if it fits, else as soon as room frees up)."""
+        """Bring offloaded KV back (now if it fits, else as soon as room frees up; a
+        retained context that does not fit yet comes back with the budget's next request)."""
         for request in self._targets(request_id, budget):
             self.scheduler.restore(request)
+        if budget is not None:
+            self.retained.restore(budget)
 
     def _targets(self, request_id: str | None, budget: str | None) -> list[Request]:
         if (request_id is None) == (budget is None):

@@ -1,0 +1,117 @@
+"""Retained contexts: an idle agent's K/V, kept per budget between its calls.
+
+An agent's call finishes and it waits on a tool; its next call starts with the same
+context plus the tool's result. Left alone, that context's blocks sit in the prefix
+cache, first in line for eviction once they are the least recently used. ``retain``
+holds the cached full blocks of the budget's latest finished request (no copy, no
+compute), so the next call hits them for certain. Under pressure, ``offload`` moves a
+retained context to host memory, freeing its device blocks (they stay cached until
+something else needs them), and ``restore`` brings it back into the prefix cache before
+the next call; a context dropped instead is recomputed through whatever the prefix
+cache still holds. The next request of the budget takes the blocks over once it is
+allocated, and the hold ends.
+
+Holds are not charged to the budget: they are bounded by the context the budget's own
+request just held, and a charge would be counted twice when the next request reuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.block_table import SequenceState
+from engine.errors import OutOfSwapSpaceError
+from engine.kv_cache import KVCache
+
+__all__ = ["RetainedContexts"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    token_ids: tuple[int, ...]
+    cache_salt: str | None
+
+
+class RetainedContexts:
+    """The engine's record of each budget's latest context and the ones held."""
+
+    __slots__ = ("_held", "_latest", "kv_cache", "manager")
+
+    def __init__(self, manager: BlockManager, kv_cache: KVCache) -> None:
+        self.manager = manager
+        self.kv_cache = kv_cache
+        self._latest: dict[str, _Context] = {}
+        self._held: set[str] = set()
+
+    def record(self, budget: str, token_ids: Sequence[int], cache_salt: str | None) -> None:
+        """The budget's latest request finished with these tokens (prompt and output)."""
+        self._latest[budget] = _Context(tuple(token_ids), cache_salt)
+
+    def retain(self, budget: str) -> int:
+        """Hold the cached blocks of the budget's latest context; the tokens held."""
+        self.release(budget)
+        context = self._latest.get(budget)
+        if context is None:
+            return 0
+        num_tokens = self.manager.hold_cached(
+            _seq_id(budget), context.token_ids, cache_salt=context.cache_salt
+        )
+        if num_tokens:
+            self._held.add(budget)
+        return num_tokens
+
+    def num_tokens(self, budget: str) -> int:
+        return self.manager.num_tokens(_seq_id(budget)) if budget in self._held else 0
+
+    def is_offloaded(self, budget: str) -> bool:
+        return (
+            budget in self._held
+            and self.manager.sequence_state(_seq_id(budget)) is SequenceState.SWAPPED
+        )
+
+    def num_host_blocks_needed(self, budget: str) -> int:
+        """Host blocks ``offload`` needs for the held context (0 when none is resident)."""
+        if budget not in self._held or self.is_offloaded(budget):
+            return 0
+        return len(self.manager.block_ids(_seq_id(budget)))
+
+    def offload(self, budget: str) -> None:
+        """Move the held context to host memory (a no-op when none is resident)."""
+        if budget not in self._held or self.is_offloaded(budget):
+            return
+        seq_id = _seq_id(budget)
+        fit = self.manager.can_swap_out(seq_id)
+        if not fit:
+            raise OutOfSwapSpaceError(fit.needed, fit.available)
+        self.kv_cache.swap_out(self.manager.swap_out(seq_id))
+
+    def restore(self, budget: str) -> bool:
+        """Bring an offloaded context back into the prefix cache when the device has room;
+        False when it must stay on the host for now."""
+        if not self.is_offloaded(budget):
+            return True
+        seq_id = _seq_id(budget)
+        if not self.manager.can_swap_in(seq_id):
+            return False
+        self.kv_cache.swap_in(self.manager.swap_in(seq_id))
+        return True
+
+    def release(self, budget: str) -> None:
+        """End the hold: resident blocks stay in the prefix cache, host copies are freed."""
+        if budget in self._held:
+            self._held.discard(budget)
+            self.manager.free(_seq_id(budget))
+
+    def forget(self, budget: str) -> None:
+        """The budget is closed: release its hold and its latest context."""
+        self.release(budget)
+        self._latest.pop(budget, None)
+
+    def held_budgets(self) -> frozenset[str]:
+        return frozenset(self._held)
+
+
+def _seq_id(budget: str) -> tuple[str, str]:
+    return ("retained", budget)

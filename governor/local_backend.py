@@ -193,6 +193,12 @@ class LocalBackend:
         """Exactly the prompt length ``generate`` prefills: the chat template's ids."""
         return self._translated(self._counter.count_messages, messages)
 
+    def retain(self, *, budget: str) -> int:
+        return self._call(self._engine.retain, budget)
+
+    def release_retained(self, *, budget: str) -> None:
+        self._call(self._engine.release_retained, budget)
+
     def offload(self, *, budget: str) -> None:
         self._call(self._engine.offload, budget=budget)
 

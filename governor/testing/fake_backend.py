@@ -211,8 +211,22 @@ class FakeBackend:
     def count_messages(self, messages: Sequence[Message]) -> int:
         return self._counter.count_messages(messages)
 
+    def retain(self, *, budget: str) -> int:
+        """Hold the blocks of the budget's latest finished call until its next call (no
+        prefix cache here: the next call reports no cached tokens for them)."""
+        with self._lock:
+            self._check_open()
+            return self._pool.retain(budget)
+
+    def release_retained(self, *, budget: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._pool.release_retained(budget)
+            self._waiters.notify()
+
     def offload(self, *, budget: str) -> None:
-        """Swap the budget's calls in flight out to host blocks until ``restore``."""
+        """Swap the budget's calls in flight and its retained blocks out to host blocks
+        until ``restore``."""
         with self._lock:
             self._check_open()
             self._pool.offload(budget)

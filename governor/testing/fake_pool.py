@@ -46,6 +46,7 @@ class Call:
     budget: str | None
     num_pool_blocks: int  # device blocks it took from the pool
     shared: tuple[bytes, ...]  # keys of the pinned blocks it uses
+    num_tokens: int = 0  # prompt plus planned output
     swapped: bool = False
     held: bool = False  # offloaded on request: stays swapped until restore
     ended: bool = False
@@ -57,6 +58,9 @@ class _Budget:
     max_blocks: int
     num_blocks: int = 0
     num_calls: int = 0
+    latest_blocks: int = 0  # full blocks of K/V its latest finished call computed
+    retained: int = 0  # of those, blocks held by ``retain``
+    retained_swapped: bool = False
 
 
 class FakePool:
@@ -97,7 +101,11 @@ class FakePool:
     def num_in_use(self) -> int:
         # A block unpinned while calls still use it stays in use until they end.
         orphans = sum(key not in self._pinned for key in self._shared)
-        return len(self._pinned) + orphans + self._num_call_blocks
+        return len(self._pinned) + orphans + self._num_call_blocks + self._num_retained
+
+    @property
+    def _num_retained(self) -> int:
+        return sum(b.retained for b in self._budgets.values() if not b.retained_swapped)
 
     @property
     def num_free(self) -> int:
@@ -134,13 +142,32 @@ class FakePool:
                 f"budget {name!r} still has {budget.num_calls} call(s) in flight; let them "
                 "finish before closing it"
             )
+        self.release_retained(name)
         del self._budgets[name]
 
+    # -- retained contexts --------------------------------------------------------------
+    def retain(self, name: str) -> int:
+        """Hold the full blocks of the budget's latest finished call (as many as are free:
+        the engine holds only what its prefix cache still has); the tokens held."""
+        budget = self._budget(name)
+        self.release_retained(name)
+        budget.retained = min(budget.latest_blocks, self.num_free)
+        self.peak = max(self.peak, self.num_in_use)
+        return budget.retained * self.block_size
+
+    def release_retained(self, name: str) -> None:
+        budget = self._budget(name)
+        if budget.retained_swapped:
+            self.num_swapped -= budget.retained
+        budget.retained, budget.retained_swapped = 0, False
+
     def offload(self, budget: str) -> None:
-        """Swap the budget's calls in flight out to host blocks until ``restore``."""
-        self._budget(budget)
+        """Swap the budget's calls in flight and its retained blocks out to host blocks
+        until ``restore``."""
+        group = self._budget(budget)
         calls = [c for c in self._calls if c.budget == budget]
         needed = sum(c.num_pool_blocks for c in calls if not c.swapped)
+        needed += 0 if group.retained_swapped else group.retained
         available = self._num_host_blocks - self.num_swapped
         if needed > available:  # all or nothing, as in the engine
             raise fake_error(
@@ -154,10 +181,18 @@ class FakePool:
                 self._num_call_blocks -= call.num_pool_blocks
                 self.num_swapped += call.num_pool_blocks
             call.held = True
+        if group.retained and not group.retained_swapped:
+            group.retained_swapped = True
+            self.num_swapped += group.retained
 
     def restore(self, budget: str) -> None:
-        """Let the budget's calls come back, each once its blocks are free (``resume``)."""
-        self._budget(budget)
+        """Let the budget's calls come back, each once its blocks are free (``resume``);
+        its retained blocks now if they fit, else with its next call."""
+        group = self._budget(budget)
+        if group.retained_swapped and group.retained <= self.num_free:
+            group.retained_swapped = False
+            self.num_swapped -= group.retained
+            self.peak = max(self.peak, self.num_in_use)
         for call in self._calls:
             if call.budget == budget:
                 call.held = False
@@ -226,6 +261,7 @@ class FakePool:
         limit = pool_limit
         budget = None if request.budget is None else self._budget(request.budget)
         if budget is not None:
+            self.release_retained(request.budget)  # type: ignore[arg-type]  # the call takes over
             if num_prompt_blocks > budget.max_blocks:
                 raise fake_error(
                     f"budget {request.budget!r} caps its calls at {budget.max_blocks} block(s) "
@@ -249,7 +285,8 @@ class FakePool:
         num_pool_blocks = plan.num_table_blocks - num_shared
         if num_pool_blocks > self.num_free:
             return None
-        call = Call(plan, request.budget, num_pool_blocks, keys[:num_shared])
+        num_tokens = num_prompt + len(plan.token_ids)
+        call = Call(plan, request.budget, num_pool_blocks, keys[:num_shared], num_tokens)
         self._calls.add(call)
         for key in call.shared:
             self._shared[key] = self._shared.get(key, 0) + 1
@@ -297,6 +334,7 @@ class FakePool:
             budget = self._budgets[call.budget]
             budget.num_blocks -= call.plan.num_table_blocks
             budget.num_calls -= 1
+            budget.latest_blocks = (call.num_tokens - 1) // self.block_size
 
     def abort_all(self) -> None:
         """Mark every call in flight aborted; each ends at its next ``resume``."""

@@ -91,6 +91,7 @@ def test_budgets_open_resize_close(clean: Backend) -> None:
         lambda: clean.resize_budget("contract-a", max_blocks=2),
         lambda: clean.generate(GenerationRequest(prompt=_ids(100, 4), budget="contract-a")),
         lambda: clean.offload(budget="contract-a"),
+        lambda: clean.retain(budget="contract-a"),
     ):
         with pytest.raises(BackendError, match="no budget named"):
             misuse()
@@ -233,6 +234,39 @@ def test_offload_moves_a_budget_to_host_until_restore(clean: Backend) -> None:
         assert clean.metrics().num_blocks_swapped == 0
     finally:
         clean.close_budget("contract-parked")
+
+
+def test_a_retained_context_holds_blocks_until_the_next_call(clean: Backend) -> None:
+    clean.open_budget("contract-retained", max_blocks=16)
+    try:
+        assert clean.retain(budget="contract-retained") == 0  # nothing finished yet
+        first = clean.generate(
+            GenerationRequest(prompt=_ids(2000, 40), max_tokens=9, budget="contract-retained")
+        )
+        held = clean.retain(budget="contract-retained")
+        assert held == 48  # 40 + 9 tokens, 48 with K/V: three full blocks
+        in_use = clean.metrics().num_blocks_in_use
+        assert in_use == clean.metrics().num_blocks_pinned + 3
+        clean.offload(budget="contract-retained")
+        assert clean.metrics().num_blocks_swapped == 3
+        assert clean.metrics().num_blocks_in_use == in_use - 3
+        clean.restore(budget="contract-retained")
+        assert clean.metrics().num_blocks_in_use == in_use
+        context = [*_ids(2000, 40), *first.token_ids, *_ids(3000, 5)]
+        clean.generate(
+            GenerationRequest(prompt=context, max_tokens=4, budget="contract-retained")
+        )
+        m = clean.metrics()  # the call took the hold over and returned it
+        assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
+        clean.retain(budget="contract-retained")
+        clean.release_retained(budget="contract-retained")
+        assert clean.metrics().num_blocks_in_use == clean.metrics().num_blocks_pinned
+        clean.retain(budget="contract-retained")
+        clean.offload(budget="contract-retained")
+    finally:
+        clean.close_budget("contract-retained")  # drops a hold, even an offloaded one
+    m = clean.metrics()
+    assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
 
 
 def test_metrics_add_up(clean: Backend) -> None:

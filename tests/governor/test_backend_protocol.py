@@ -253,9 +253,7 @@ def test_a_retained_context_holds_blocks_until_the_next_call(clean: Backend) -> 
         clean.restore(budget="contract-retained")
         assert clean.metrics().num_blocks_in_use == in_use
         context = [*_ids(2000, 40), *first.token_ids, *_ids(3000, 5)]
-        clean.generate(
-            GenerationRequest(prompt=context, max_tokens=4, budget="contract-retained")
-        )
+        clean.generate(GenerationRequest(prompt=context, max_tokens=4, budget="contract-retained"))
         m = clean.metrics()  # the call took the hold over and returned it
         assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
         clean.retain(budget="contract-retained")

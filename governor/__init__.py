@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from governor.admission_policy import AdmissionPolicy, PriorityWithAging
 from governor.agent import AgentSpec
 from governor.backend import (
     Backend,
@@ -22,7 +23,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
-from governor.ceiling import CeilingPolicy, CompactionEvent
+from governor.ceiling import CeilingPolicy, CompactionEvent, RaiseAtCeiling
 from governor.children import ChildContext
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
@@ -37,10 +38,13 @@ from governor.errors import (
     LeaseReleased,
     TopologyError,
 )
+from governor.events import GovernorEvent
 from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
+from governor.policy_set import Policies
+from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
 from governor.sizing import (
     DEFAULT_SAFETY_FACTOR,
     QWEN3_5_9B,
@@ -55,6 +59,7 @@ from governor.sizing import (
     max_concurrent,
 )
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
+from governor.tool_calls import ToolCall
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
 from governor.topology import (
     DEFAULT_EXPECTED_USE,
@@ -62,6 +67,7 @@ from governor.topology import (
     TopologyReport,
     check_topology,
 )
+from governor.truncate import HeadTailTruncation
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -69,6 +75,7 @@ __all__ = [
     "DEFAULT_SAFETY_FACTOR",
     "QWEN3_5_9B",
     "AdmissionMode",
+    "AdmissionPolicy",
     "AdmissionRejected",
     "AdmissionTimeout",
     "AgentSpec",
@@ -91,6 +98,8 @@ __all__ = [
     "Governor",
     "GovernorConfig",
     "GovernorError",
+    "GovernorEvent",
+    "HeadTailTruncation",
     "KVShape",
     "Lease",
     "LeaseContext",
@@ -100,12 +109,19 @@ __all__ = [
     "LeaseState",
     "LocalBackend",
     "Message",
+    "Policies",
     "PrefixHandle",
+    "PressureChoice",
+    "PressureOrder",
+    "PressurePolicy",
+    "PriorityWithAging",
+    "RaiseAtCeiling",
     "Scheme",
     "SchemeComparison",
     "SchemeSizing",
     "TokenCounter",
     "Tokenizes",
+    "ToolCall",
     "ToolOutputPolicy",
     "ToolOutputReduction",
     "TopologyError",

@@ -1,10 +1,18 @@
 """Admission control: which leases may be active at once, from the backend's real capacity.
 
 A plain, synchronous core guarded by one lock, so threads and event loops can share a
-governor. Waiting leases queue by effective priority (priority plus one level per
-``aging_s`` waited, so nobody starves), then by arrival (first come, first served). A
-lease blocked only by a per-agent or per-tenant cap lets later leases pass; a lease
-blocked by memory holds the line, so a large request is not starved by small ones.
+governor. Waiting leases are tried in the order an admission policy gives
+(``governor.admission_policy``); the default, ``PriorityWithAging(aging_s=config.aging_s)``,
+orders by effective priority (priority plus one level per ``aging_s`` waited, so nobody
+starves), then by arrival (first come, first served). A lease blocked only by a per-agent
+or per-tenant cap lets later leases pass; a lease blocked by memory holds the line, so a
+large request is not starved by small ones.
+
+A policy that raises, or answers with anything but the waiting leases reordered (a
+``ConfigError``), fails the call that started the pass before anything is admitted: the
+queue is as it was, a lease being queued is taken off again, and a release, park or
+cancel has still happened. Fix or swap the policy (``controller.policy = ...``) and
+admission carries on.
 
 - guaranteed: the ceilings of every active lease fit at once within
   ``floor(available_blocks * safety_factor)``; nothing is ever preempted.
@@ -20,13 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import reprlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from governor.admission_policy import AdmissionPolicy, PriorityWithAging
 from governor.config import AdmissionMode, GovernorConfig
-from governor.errors import AdmissionRejected
+from governor.errors import AdmissionRejected, ConfigError
 from governor.lease import Lease, LeaseState
 from governor.sizing import blocks_per_seq, max_ceiling_tokens
 
@@ -77,15 +87,44 @@ class _Queued:
 
 
 class AdmissionController:
-    def __init__(self, *, config: GovernorConfig, available_blocks: int, block_size: int) -> None:
+    """``policy`` orders the waiting leases; None is ``PriorityWithAging`` at the
+    config's ``aging_s`` (another policy ignores ``aging_s`` unless it takes it)."""
+
+    def __init__(
+        self,
+        *,
+        config: GovernorConfig,
+        available_blocks: int,
+        block_size: int,
+        policy: AdmissionPolicy | None = None,
+    ) -> None:
         self.config = config
         self.available_blocks = available_blocks
         self.block_size = block_size
+        self._policy = PriorityWithAging(aging_s=config.aging_s) if policy is None else policy
+        _check_policy(self._policy)
         self._lock = threading.Lock()
-        self._queue: list[_Queued] = []
+        self._queue: list[_Queued] = []  # in the order queued; the policy orders each pass
         self._active: set[Lease] = set()
         self._peak_active = 0
         self._clock: Callable[[], float] = time.monotonic
+
+    @property
+    def policy(self) -> AdmissionPolicy:
+        """The order waiting leases are tried in. Setting it tries them again at once in
+        the new order; when that pass fails, the previous policy stays and the error rises."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: AdmissionPolicy) -> None:
+        _check_policy(policy)
+        with self._lock:
+            previous, self._policy = self._policy, policy
+            try:
+                self._pump()
+            except BaseException:
+                self._policy = previous
+                raise
 
     # -- limits ---------------------------------------------------------------------
     @property
@@ -115,9 +154,17 @@ class AdmissionController:
     def enqueue(self, lease: Lease, waiter: Waiter) -> None:
         """Queue the lease; its waiter wakes once it is ACTIVE (maybe at once)."""
         with self._lock:
+            previous = lease.state
             lease.state = LeaseState.WAITING
-            self._queue.append(_Queued(lease, waiter))
-            self._pump()
+            queued = _Queued(lease, waiter)
+            self._queue.append(queued)
+            try:
+                self._pump()
+            except BaseException:  # the policy failed: nobody waits for this lease
+                if queued in self._queue:
+                    self._queue.remove(queued)
+                    lease.state = previous
+                raise
 
     def cancel(self, lease: Lease) -> bool:
         """Take a waiting lease off the queue. False when it was admitted meanwhile: the
@@ -175,16 +222,10 @@ class AdmissionController:
 
     # -- decisions (under the lock) ---------------------------------------------------
     def _pump(self) -> None:
-        now = self._clock()
-        aging = self.config.aging_s
-
-        def order(queued: _Queued) -> tuple[float, int]:
-            waited = now - queued.lease.requested_at
-            return (-(queued.lease.priority + waited / aging), queued.lease.arrival)
-
-        self._queue.sort(key=order)
+        if not self._queue:
+            return
         admitted: list[_Queued] = []
-        for queued in self._queue:
+        for queued in self._ordered():
             verdict = self._verdict(queued.lease)
             if verdict == "memory":
                 break
@@ -194,6 +235,40 @@ class AdmissionController:
         for queued in admitted:
             self._queue.remove(queued)
             queued.waiter.wake()
+
+    def _ordered(self) -> list[_Queued]:
+        """The queue in the policy's order, checked to be exactly the waiting leases."""
+        waiting = {queued.lease: queued for queued in self._queue}
+        answer = self._policy.order(
+            list(waiting), active=frozenset(self._active), now=self._clock()
+        )
+        if not isinstance(answer, Iterable):
+            raise self._bad_order(f"it returned {reprlib.repr(answer)}")
+        items = list(answer)
+        remaining = dict(waiting)
+        ordered = []
+        for item in items:
+            queued = remaining.pop(item, None) if isinstance(item, Lease) else None
+            if queued is None:
+                if isinstance(item, Lease) and item in waiting:
+                    raise self._bad_order(f"it returned {_describe(item)} twice")
+                what = _describe(item) if isinstance(item, Lease) else reprlib.repr(item)
+                raise self._bad_order(f"it returned {what}, which is not waiting")
+            ordered.append(queued)
+        if remaining:
+            missing = next(iter(remaining))
+            raise self._bad_order(
+                f"it left out {len(remaining)} of them, {_describe(missing)} among them"
+            )
+        return ordered
+
+    def _bad_order(self, problem: str) -> ConfigError:
+        return ConfigError(
+            f"admission policy {self._policy!r}: order() must return the waiting leases, each "
+            f"exactly once, in the order to try them, but {problem}; fix the policy or set "
+            "another (nobody was admitted and the queue is unchanged)",
+            setting="policy",
+        )
 
     def _verdict(self, lease: Lease) -> str:
         config = self.config
@@ -225,3 +300,17 @@ class AdmissionController:
             lease.admitted_at = self._clock()
         self._active.add(lease)
         self._peak_active = max(self._peak_active, len(self._active))
+
+
+def _check_policy(policy: object) -> None:
+    if not isinstance(policy, AdmissionPolicy):
+        raise ConfigError(
+            f"an admission policy needs an order(waiting, *, active, now) method that returns "
+            f"the waiting leases in the order to try them, got {reprlib.repr(policy)}; use "
+            "PriorityWithAging() or a class from policies/",
+            setting="policy",
+        )
+
+
+def _describe(lease: Lease) -> str:
+    return f"lease {lease.lease_id!r} of agent {lease.agent.name!r}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from governor.errors import ConfigError
+from governor.tokens import TokenCounter
 
 __all__ = [
     "Backend",
@@ -145,6 +146,11 @@ class Backend(Protocol):
         ...
 
     def unpin_prefix(self, handle: PrefixHandle) -> None: ...
+
+    @property
+    def counter(self) -> TokenCounter:
+        """Counts exactly as this backend's tokenizer does (policies count with it)."""
+        ...
 
     def count_tokens(self, text: str) -> int: ...
 

@@ -1,20 +1,23 @@
 """The ceiling protocol: what happens when an agent's next call would exceed its ceiling.
 
-The governor owns the protocol; implementations live in policies/ (``RaiseAtCeiling``,
-``DropOldest`` and ``SummarizeOldest``). Every compaction is a ``CompactionEvent``: what
+The governor owns the protocol and ships the strictest policy as its default,
+``RaiseAtCeiling`` (never compact; refuse the call); the compacting ones live in
+policies/ (``DropOldest`` and ``SummarizeOldest``). Every compaction is a ``CompactionEvent``: what
 was done, the prompt's tokens and messages before and after, and how many messages were
 dropped or folded into a summary, so that each decision is explicit and can be logged.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from governor.errors import CeilingExceeded, ConfigError
 from governor.tokens import TokenCounter
 
-__all__ = ["CeilingPolicy", "CompactionEvent"]
+__all__ = ["CeilingPolicy", "CompactionEvent", "RaiseAtCeiling"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +66,46 @@ class CeilingPolicy(Protocol):
         reserve_tokens: int,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], CompactionEvent]: ...
+
+
+class RaiseAtCeiling:
+    """The governor's default ``CeilingPolicy``: never compact. Messages that fit with the
+    reply's reserve come back unchanged; otherwise ``CeilingExceeded`` for ``agent``, so
+    the caller decides: compact, end the agent, or ask for more with ``lease.grow()``."""
+
+    def __init__(self, *, agent: str = "agent") -> None:
+        self._agent = agent
+
+    def __repr__(self) -> str:
+        return f"RaiseAtCeiling(agent={self._agent!r})"
+
+    def compact(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        ceiling_tokens: int,
+        reserve_tokens: int,
+        counter: TokenCounter,
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        started = time.perf_counter()
+        for setting, value, minimum in (
+            ("ceiling_tokens", ceiling_tokens, 1),
+            ("reserve_tokens", reserve_tokens, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigError.below_minimum(setting, value, minimum)
+        tokens = counter.count_messages(messages)
+        if tokens + reserve_tokens > ceiling_tokens:
+            raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
+        kept = [dict(message) for message in messages]
+        n = len(kept)
+        return kept, CompactionEvent(
+            method="none",
+            tokens_before=tokens,
+            tokens_after=tokens,
+            messages_before=n,
+            messages_after=n,
+            dropped=0,
+            summarized=0,
+            elapsed_s=time.perf_counter() - started,
+        )

@@ -26,6 +26,12 @@ class GovernorConfig:
     ``floor(available_blocks * safety_factor / blocks_per_seq)``; set it here only to cap
     it lower. ``aging_s``: a waiting lease gains one priority level per ``aging_s``
     seconds waited, so nobody starves behind a stream of higher-priority work.
+
+    Idle agents: a lease waiting on a tool call or on its children for ``park_after_s``
+    is parked (it stops counting against the limits; 0 parks at once). Its context's KV
+    is held between calls for up to ``retain_s`` (0: never held), so the next call reuses
+    it; while blocks in use exceed ``pressure_watermark`` of the pool, held KV is
+    offloaded to host memory and restored before the lease's next call.
     """
 
     mode: AdmissionMode = AdmissionMode.GUARANTEED
@@ -38,6 +44,10 @@ class GovernorConfig:
     max_per_tenant: int | None = None  # active leases of one tenant
     aging_s: float = 10.0
     admission_timeout_s: float | None = None  # None: wait as long as it takes
+    park_after_s: float = 0.5  # a lease idle on a tool or its children this long is parked
+    retain_s: float = 5.0  # its KV is held between calls this long at most
+    pressure_watermark: float = 0.9  # of the pool: above it, idle KV is offloaded
+    reply_reserve_tokens: int = 256  # room kept for a reply when a call names no max_tokens
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, AdmissionMode):
@@ -60,6 +70,20 @@ class GovernorConfig:
                 setting="expected_use",
             )
         _at_least("default_ceiling_tokens", self.default_ceiling_tokens, 1)
+        _at_least("reply_reserve_tokens", self.reply_reserve_tokens, 1)
+        for setting in ("park_after_s", "retain_s"):
+            value = getattr(self, setting)
+            if not _number(value) or value < 0:
+                raise ConfigError(
+                    f"{setting} must be a number of seconds >= 0, got {value!r}", setting=setting
+                )
+        if not _number(self.pressure_watermark) or not 0 < self.pressure_watermark <= 1:
+            raise ConfigError(
+                f"pressure_watermark must be a fraction in (0, 1], got "
+                f"{self.pressure_watermark!r}; 0.9 offloads idle agents' KV once 90% of the "
+                "blocks are in use",
+                setting="pressure_watermark",
+            )
         for setting in ("max_concurrent", "max_per_agent", "max_per_tenant"):
             value = getattr(self, setting)
             if value is not None:

@@ -2,10 +2,15 @@
 
 ``governor.lease(agent, ...)`` waits for admission and yields an ACTIVE ``Lease``; the
 same call works as ``with`` (threads) and ``async with`` (event loops). Model calls go
-through ``complete`` / ``acomplete`` within the lease: tokens counted exactly with the
-backend's tokenizer, the ceiling checked before the call and enforced by the engine
-budget the lease owns (opened at its first call, closed at release). A cancelled or
-timed-out waiter leaves no trace; a released lease returns its budget.
+through ``complete`` / ``acomplete`` / ``astream`` within the lease: tokens counted
+exactly with the backend's tokenizer, the conversation compacted by the ceiling policy
+when the next call would exceed the ceiling, which the engine budget the lease owns
+enforces too (opened at its first call, closed at release). ``tool_call`` marks the
+lease idle while a tool runs: parked, its KV held, offloaded under pressure, restored
+before its next call (``governor.idle``); a tool's result is reduced to the agent's
+``tool_output_tokens`` by the tool-output policy. Every decision is published as a
+``GovernorEvent`` (``subscribe``). A cancelled or timed-out waiter leaves no trace; a
+released lease returns its budget and its held KV.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -28,13 +33,21 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.ceiling import CompactionEvent, RaiseAtCeiling
 from governor.children import ChildContext
 from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
+from governor.events import EventBus, GovernorEvent, Subscriber
 from governor.fanout import FanoutLimiter
+from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseState
+from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
+from governor.pressure import PressureOrder
+from governor.tool_calls import ToolCall
+from governor.tool_output import ToolOutputReduction
 from governor.topology import TopologyReport, check_topology
+from governor.truncate import HeadTailTruncation
 
 __all__ = ["Governor", "LeaseContext"]
 
@@ -46,9 +59,20 @@ class Governor:
         *,
         config: GovernorConfig | None = None,
         agents: Iterable[AgentSpec] = (),
+        policies: Policies | None = None,
     ) -> None:
+        """``policies``: the tool-output, ceiling, admission and pressure decisions
+        (``governor.Policies``); each left unset is the governor's default."""
+        if policies is not None and not isinstance(policies, Policies):
+            raise ConfigError(
+                f"policies must be a governor.Policies(tool_output=..., ceiling=..., "
+                f"admission=..., pressure=...), got {type(policies).__name__}",
+                setting="policies",
+            )
         self.backend = backend
         self.config = config or GovernorConfig()
+        self.policies = policies or Policies()
+        self.counter = backend.counter
         self.agents: dict[str, AgentSpec] = {}
         for spec in agents:
             self.register_agent(spec)
@@ -57,12 +81,27 @@ class Governor:
             config=self.config,
             available_blocks=capacity.num_available_blocks,
             block_size=capacity.block_size,
+            policy=self.policies.admission,
+        )
+        self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(self.counter)
+        self.events = EventBus()
+        self.idle = IdleKeeper(
+            backend=backend,
+            config=self.config,
+            pressure=self.policies.pressure or PressureOrder(),
+            events=self.events,
+            park=self.park,
         )
         self._ids = itertools.count()
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call ``subscriber(event)`` for every ``GovernorEvent``; returns the function
+        that unsubscribes it."""
+        return self.events.subscribe(subscriber)
 
     def register_agent(self, spec: AgentSpec) -> None:
         self.agents[spec.name] = spec
@@ -189,18 +228,23 @@ class Governor:
     def _park_parent(self, parent_id: object) -> None:
         parent = self._parents.get(str(parent_id))
         if parent is not None:
-            self.park(parent)
+            budget_open = parent.budget in self._budgets_open
+            self.idle.begin(parent, reason="children", budget_open=budget_open)
+            self.park(parent, reason="children")  # at once: its children need the room
 
     def acquire(self, lease: Lease) -> Lease:
         """Wait (blocking this thread) until the lease is ACTIVE."""
         waiter = Waiter()
+        started, resumed = time.monotonic(), lease.state is LeaseState.PARKED
         self.admission.enqueue(lease, waiter)
         if not waiter.wait(self.config.admission_timeout_s) and self.admission.cancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
+        self._admitted(lease, started, resumed)
         return lease
 
     async def aacquire(self, lease: Lease) -> Lease:
         waiter = Waiter(loop=asyncio.get_running_loop())
+        started, resumed = time.monotonic(), lease.state is LeaseState.PARKED
         self.admission.enqueue(lease, waiter)
         try:
             admitted = await waiter.await_(self.config.admission_timeout_s)
@@ -210,22 +254,133 @@ class Governor:
             raise
         if not admitted and self.admission.cancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
+        self._admitted(lease, started, resumed)
         return lease
 
+    def _admitted(self, lease: Lease, started: float, resumed: bool) -> None:
+        if self.events.active:
+            wait_s = time.monotonic() - started
+            kind = "resumed" if resumed else "admitted"
+            self._publish(kind, lease, wait_s=wait_s, ceiling_tokens=lease.ceiling_tokens)
+
     def release(self, lease: Lease) -> None:
-        """Return the lease's context and its engine budget (idempotent)."""
+        """Return the lease's context, its held KV and its engine budget (idempotent)."""
         if lease.state is LeaseState.RELEASED:
             return
         self.admission.release(lease)
+        self.idle.forget(lease)
         self._parents.pop(lease.lease_id, None)
         lease.released_at = time.monotonic()
         if lease.budget in self._budgets_open:
             self._budgets_open.discard(lease.budget)
             self.backend.close_budget(lease.budget)
+        self._publish(
+            "released", lease, tokens_in_context=lease.tokens_in_context, num_calls=lease.num_calls
+        )
 
-    def park(self, lease: Lease) -> None:
+    def park(self, lease: Lease, *, reason: str = "manual") -> None:
         """The lease waits on a tool or its children: it stops counting against limits."""
+        was_active = lease.state is LeaseState.ACTIVE
         self.admission.park(lease)
+        if was_active and lease.state is LeaseState.PARKED:
+            self._publish("parked", lease, reason=reason)
+
+    # -- tools ----------------------------------------------------------------------
+    def tool_call(
+        self,
+        lease: Lease,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        expected_s: float | None = None,
+    ) -> ToolCall:
+        """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
+        (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
+        ``expected_s`` to take longer). ``call.reduce(output)`` fits its result to the
+        agent's ``tool_output_tokens``."""
+        if lease.state is LeaseState.RELEASED:
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
+
+    def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
+        lease.tool = tool
+        budget_open = lease.budget in self._budgets_open
+        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
+
+    def _tool_ended(self, lease: Lease) -> None:
+        lease.tool = None
+        self.idle.end(lease)
+
+    def reduce_tool_output(
+        self,
+        lease: Lease,
+        text: str,
+        *,
+        tool: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> ToolOutputReduction:
+        """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
+        policy (unchanged, method ``"none"``, when the agent sets no such budget)."""
+        budget = lease.agent.tool_output_tokens
+        if budget is None:
+            tokens = self.counter.count(text)
+            return ToolOutputReduction(text, tokens, tokens, "none", 0.0)
+        reduction = self.tool_output_policy.reduce(
+            text, budget_tokens=budget, tool_name=tool, arguments=arguments
+        )
+        if reduction.changed:
+            lease.tokens_summarized += reduction.tokens_saved
+            self._publish("summarized", lease, record=reduction, tool=tool)
+        return reduction
+
+    # -- the ceiling ----------------------------------------------------------------
+    def compact(
+        self, lease: Lease, messages: Sequence[Message], *, max_tokens: int | None = None
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        """The conversation the lease's next call sends (its shared prefix first),
+        compacted by the ceiling policy when it and the reply's reserve (``max_tokens``,
+        else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
+        the result as the history, so later turns stay compacted."""
+        messages, _ = self._with_prefix(lease, messages)
+        return self._compact(lease, messages, self._reserve(lease, max_tokens))
+
+    def _compact(
+        self, lease: Lease, messages: Sequence[Message], reserve: int
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        policy = self.policies.ceiling or RaiseAtCeiling(agent=lease.agent.name)
+        compacted, event = policy.compact(
+            messages,
+            ceiling_tokens=lease.ceiling_tokens,
+            reserve_tokens=reserve,
+            counter=self.counter,
+        )
+        if event.changed:
+            lease.num_compactions += 1
+            lease.tokens_compacted += event.tokens_saved
+            self._publish("compacted", lease, record=event)
+        return compacted, event
+
+    def _reserve(self, lease: Lease, max_tokens: int | None) -> int:
+        if max_tokens is not None:
+            if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+                raise ConfigError.below_minimum("max_tokens", max_tokens, 1)
+            return max_tokens
+        return min(self.config.reply_reserve_tokens, max(1, lease.ceiling_tokens // 4))
+
+    def _publish(
+        self, kind: str, lease: Lease, *, record: object = None, **attributes: object
+    ) -> None:
+        if self.events.active:
+            self.events.publish(
+                GovernorEvent(
+                    kind,
+                    lease_id=lease.lease_id,
+                    agent=lease.agent.name,
+                    tenant=lease.tenant,
+                    attributes=attributes,
+                    record=record,
+                )
+            )
 
     def resume(self, lease: Lease) -> Lease:
         if lease.state is LeaseState.PARKED:
@@ -243,7 +398,7 @@ class Governor:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if not self.admission.try_grow(lease, lease.ceiling_tokens + tokens):
-            self.park(lease)  # queued: re-admitted at the larger size
+            self.park(lease, reason="grow")  # queued: re-admitted at the larger size
             lease.ceiling_tokens += tokens
             self.acquire(lease)
         if lease.budget in self._budgets_open:
@@ -253,16 +408,23 @@ class Governor:
     def complete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
-        """One model call within the lease (resumed first if it was parked)."""
+        """One model call within the lease (resumed first if it was parked; compacted by
+        the ceiling policy when it would not fit; its held KV restored)."""
         self.resume(lease)
-        result = self.backend.generate(self._request(lease, messages, options))
+        request = self._request(lease, messages, options)
+        if self.idle.has_work_before_call(lease):
+            self.idle.before_call(lease)
+        result = self.backend.generate(request)
         return self._record(lease, result)
 
     async def acomplete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
         await self.aresume(lease)
-        result = await self.backend.agenerate(self._request(lease, messages, options))
+        request = self._request(lease, messages, options)
+        if self.idle.has_work_before_call(lease):
+            await asyncio.to_thread(self.idle.before_call, lease)
+        result = await self.backend.agenerate(request)
         return self._record(lease, result)
 
     async def astream(
@@ -270,7 +432,10 @@ class Governor:
     ) -> AsyncIterator[GenerationChunk]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
         await self.aresume(lease)
-        async for chunk in self.backend.astream(self._request(lease, messages, options)):
+        request = self._request(lease, messages, options)
+        if self.idle.has_work_before_call(lease):
+            await asyncio.to_thread(self.idle.before_call, lease)
+        async for chunk in self.backend.astream(request):
             if chunk.result is not None:
                 self._record(lease, chunk.result)
             yield chunk
@@ -280,16 +445,12 @@ class Governor:
     ) -> GenerationRequest:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        salt = lease.tenant
-        if lease.agent.prefix is not None:
-            prefix = self.prefixes.lookup(
-                lease.agent.prefix, tenant=lease.tenant, agent=lease.agent.name
-            )
-            salt = prefix.cache_salt
-            if tuple(messages[: len(prefix.messages)]) != prefix.messages:
-                messages = [*prefix.messages, *messages]
-        prompt_tokens = self.backend.count_messages(messages)
-        if prompt_tokens >= lease.ceiling_tokens:
+        messages, salt = self._with_prefix(lease, messages)
+        messages, event = self._compact(
+            lease, messages, self._reserve(lease, options.get("max_tokens"))
+        )
+        prompt_tokens = event.tokens_after
+        if prompt_tokens >= lease.ceiling_tokens:  # a policy that broke its contract
             raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
         if lease.budget not in self._budgets_open:
             self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
@@ -304,6 +465,19 @@ class Governor:
             priority=lease.priority,
             **options,
         )
+
+    def _with_prefix(
+        self, lease: Lease, messages: Sequence[Message]
+    ) -> tuple[Sequence[Message], str | None]:
+        """The messages with the agent's registered prefix first, and the cache salt."""
+        if lease.agent.prefix is None:
+            return messages, lease.tenant
+        prefix = self.prefixes.lookup(
+            lease.agent.prefix, tenant=lease.tenant, agent=lease.agent.name
+        )
+        if tuple(messages[: len(prefix.messages)]) != prefix.messages:
+            messages = [*prefix.messages, *messages]
+        return messages, prefix.cache_salt
 
     def _record(self, lease: Lease, result: GenerationResult) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens

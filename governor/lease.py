@@ -46,6 +46,12 @@ class Lease:
     released_at: float | None = None
     num_calls: int = 0
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
+    tool: str | None = None  # the tool it waits on, if any
+    num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)
+    kv_offloaded: bool = False  # that KV sits in host memory until its next call
+    num_compactions: int = 0
+    tokens_compacted: int = 0  # tokens removed from its prompts by compaction
+    tokens_summarized: int = 0  # tokens removed from its tool results
     governor: Governor | None = field(default=None, repr=False)
 
     @property
@@ -64,6 +70,11 @@ class Lease:
         to hold (at least one block)."""
         tokens = self.tokens_in_context if self.num_calls else self.expected_tokens
         return max(1, math.ceil(tokens / self.block_size))
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Device blocks its retained context holds now (0 once offloaded)."""
+        return 0 if self.kv_offloaded else self.num_retained_tokens // self.block_size
 
     @property
     def wait_s(self) -> float:

@@ -186,6 +186,10 @@ class LocalBackend:
             )
         self._call(self._engine.unpin, pinned)
 
+    @property
+    def counter(self) -> TokenCounter:
+        return self._counter
+
     def count_tokens(self, text: str) -> int:
         return self._translated(self._counter.count, text)
 

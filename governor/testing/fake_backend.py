@@ -205,6 +205,10 @@ class FakeBackend:
             self._pool.unpin(handle.key)
             self._waiters.notify()
 
+    @property
+    def counter(self) -> TokenCounter:
+        return self._counter
+
     def count_tokens(self, text: str) -> int:
         return self._counter.count(text)
 

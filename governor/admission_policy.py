@@ -1,0 +1,84 @@
+"""The admission-policy protocol: in which order waiting leases are tried for admission.
+
+The admission controller (``governor.admission``) decides whether a lease fits; a policy
+decides only the order in which the waiting leases are tried. On every pass (a lease
+queued, released, parked or cancelled, capacity changed) the controller calls
+``policy.order(waiting, active=..., now=...)`` under its lock and walks the answer from
+the front:
+
+- a lease that fits is admitted, and counts as active for the leases behind it;
+- a lease blocked only by a per-agent or per-tenant cap is skipped: later leases pass;
+- a lease blocked by memory (or by ``max_concurrent``) holds the line: nobody behind it
+  is admitted in that pass, so a large request is not starved by a stream of small
+  ones. Whatever a policy puts first is what the next free memory goes to.
+
+The contract of ``order``:
+
+- ``waiting``: the waiting leases in the order they were queued, as a fresh list the
+  policy may sort and return;
+- ``active``: the leases active now (parked leases are not); read it, never change it;
+- ``now``: the controller's clock, the clock of ``Lease.requested_at``
+  (``time.monotonic``), so ``now - lease.requested_at`` is the seconds a lease waited;
+- it returns the same leases, each exactly once, in the order to try them. The
+  controller checks that before it acts on it: any other answer is refused with a
+  ``ConfigError``, nobody is admitted and the queue is left as it was.
+
+It runs under the admission lock on every pass: keep it quick and deterministic, and
+never call back into the governor from it (the lock is not re-entrant). It may keep
+state of its own, but must not assume it is called once per admission.
+
+The governor's default is ``PriorityWithAging``; policies/ ships ``Fifo`` and
+``FairShare``. Any object with a matching ``order`` method is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from governor.errors import ConfigError
+from governor.lease import Lease
+
+__all__ = ["AdmissionPolicy", "PriorityWithAging"]
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Orders the waiting leases for one admission pass (see the module docstring)."""
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityWithAging:
+    """The default: highest effective priority first, then first come, first served.
+
+    A lease's effective priority is its ``priority`` plus one level per ``aging_s``
+    seconds it has waited, so a low-priority lease overtakes higher-priority work that
+    keeps arriving after it, and nobody starves. Ties go to the earlier ``arrival``.
+    """
+
+    aging_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        aging = self.aging_s
+        number = isinstance(aging, (int, float)) and not isinstance(aging, bool)
+        if not number or not math.isfinite(aging) or aging <= 0:
+            raise ConfigError(
+                f"aging_s must be a number of seconds > 0, got {aging!r}; a waiting lease "
+                "gains one priority level per aging_s seconds (10.0 is the default)",
+                setting="aging_s",
+            )
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        def key(lease: Lease) -> tuple[float, int]:
+            waited = now - lease.requested_at
+            return (-(lease.priority + waited / self.aging_s), lease.arrival)
+
+        return sorted(waiting, key=key)

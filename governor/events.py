@@ -1,0 +1,92 @@
+"""What the governor decided, as events: one stream that tracing and tests subscribe to.
+
+Every decision a policy or the admission controller makes about a lease is published as
+a ``GovernorEvent`` to the governor's subscribers (``Governor.subscribe``): the
+OpenTelemetry instrumentation turns them into span events and metrics, tests and
+``kvgov report`` read them back. Kinds, with the attributes each carries:
+
+- ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
+- ``parked``: ``reason`` (``"tool"``, ``"children"`` or ``"grow"``)
+- ``resumed``: ``wait_s``
+- ``released``: ``tokens_in_context``, ``num_calls``
+- ``compacted``: ``record`` is the ``CompactionEvent``
+- ``summarized``: ``tool``, ``record`` is the ``ToolOutputReduction``
+- ``retained``: ``tokens`` held between calls
+- ``offloaded``: ``blocks``, ``reason`` (the pressure policy's)
+- ``dropped``: ``blocks``, ``reason`` (retained KV let go: no host room, or its time ran out)
+- ``restored``: ``blocks``
+- ``pressure``: ``blocks_in_use``, ``num_blocks``, ``blocks_needed``
+
+A subscriber runs on the thread that made the decision, never under the admission lock;
+keep it quick. One that raises is reported with a warning and never breaks the governor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from governor.errors import ConfigError
+
+__all__ = ["EventBus", "GovernorEvent"]
+
+
+@dataclass(frozen=True, slots=True)
+class GovernorEvent:
+    kind: str
+    lease_id: str | None = None
+    agent: str | None = None
+    tenant: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    record: Any = None  # a CompactionEvent or ToolOutputReduction, when there is one
+    at: float = field(default_factory=time.time)  # seconds since the epoch
+
+
+Subscriber = Callable[[GovernorEvent], None]
+
+
+class EventBus:
+    """Subscribers, called in the order they subscribed."""
+
+    __slots__ = ("_lock", "_subscribers")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: tuple[Subscriber, ...] = ()
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Add a subscriber; returns the function that removes it (idempotent)."""
+        if not callable(subscriber):
+            raise ConfigError(
+                f"a subscriber must be callable with a GovernorEvent, got "
+                f"{type(subscriber).__name__}",
+                setting="subscriber",
+            )
+        with self._lock:
+            self._subscribers = (*self._subscribers, subscriber)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+
+        return unsubscribe
+
+    @property
+    def active(self) -> bool:
+        return bool(self._subscribers)
+
+    def publish(self, event: GovernorEvent) -> None:
+        for subscriber in self._subscribers:
+            try:
+                subscriber(event)
+            except Exception as exc:  # a broken exporter must not break the agents
+                warnings.warn(
+                    f"governor event subscriber {subscriber!r} raised {exc!r}; event "
+                    f"{event.kind!r} was not delivered to it",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )

@@ -1,0 +1,81 @@
+"""The pressure protocol: whose KV to move when device blocks run short.
+
+Under pressure (blocks in use above ``GovernorConfig.pressure_watermark`` of the pool)
+the governor frees blocks held by idle agents: contexts retained between calls
+(``Backend.retain``) are offloaded to host memory, or dropped back to the prefix cache
+when the host has no room. A ``PressurePolicy`` orders the candidates and says why; the
+governor takes them in that order until enough blocks are free, and records each choice
+as an event with its reason. Leases in the middle of a model call are left to the engine,
+which preempts by priority, newest first.
+
+The default, ``PressureOrder``, takes the lowest priority first, then parked leases
+before active ones, then the one holding the most blocks, then the newest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from governor.lease import Lease, LeaseState
+
+__all__ = ["PressureChoice", "PressureOrder", "PressurePolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class PressureChoice:
+    """One lease chosen to give blocks back, and why."""
+
+    lease: Lease
+    num_blocks: int  # device blocks its retained context holds
+    reason: str
+
+
+@runtime_checkable
+class PressurePolicy(Protocol):
+    """Chooses whose retained KV to move to free ``num_blocks_needed`` device blocks.
+
+    ``candidates`` hold resident retained contexts (``lease.num_retained_blocks > 0``);
+    the answer lists some of them, in the order to move them, each once.
+    """
+
+    def choose(
+        self, candidates: Sequence[Lease], *, num_blocks_needed: int
+    ) -> list[PressureChoice]: ...
+
+
+class PressureOrder:
+    """Lowest priority first, then parked before active, most blocks, newest."""
+
+    def __repr__(self) -> str:
+        return "PressureOrder()"
+
+    def choose(
+        self, candidates: Sequence[Lease], *, num_blocks_needed: int
+    ) -> list[PressureChoice]:
+        ranked = sorted(
+            candidates,
+            key=lambda lease: (
+                lease.priority,
+                lease.state is not LeaseState.PARKED,
+                -lease.num_retained_blocks,
+                -lease.arrival,
+            ),
+        )
+        chosen: list[PressureChoice] = []
+        freed = 0
+        for lease in ranked:
+            if freed >= num_blocks_needed:
+                break
+            state = "parked" if lease.state is LeaseState.PARKED else "idle"
+            chosen.append(
+                PressureChoice(
+                    lease,
+                    lease.num_retained_blocks,
+                    f"priority {lease.priority}, {state}, {lease.num_retained_blocks} blocks, "
+                    f"request #{lease.arrival}",
+                )
+            )
+            freed += lease.num_retained_blocks
+        return chosen

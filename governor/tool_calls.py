@@ -1,0 +1,78 @@
+"""``ToolCall``: what ``Governor.tool_call`` returns, around running one tool.
+
+    with governor.tool_call(lease, "run_tests", {"path": "tests/"}) as call:
+        output = run_tests("tests/")
+    result = call.reduce(output)  # fits the agent's tool_output_tokens
+
+While the block runs the lease is idle: parked after ``park_after_s``, its KV held for
+up to ``retain_s`` and offloaded under pressure (``governor.idle``). The same object
+works with ``async with``. ``reduce`` may be called inside or after the block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from governor.lease import Lease
+from governor.tool_output import ToolOutputReduction
+
+if TYPE_CHECKING:
+    from governor.governor import Governor
+
+__all__ = ["ToolCall"]
+
+
+class ToolCall:
+    __slots__ = ("arguments", "expected_s", "governor", "lease", "tool")
+
+    def __init__(
+        self,
+        governor: Governor,
+        lease: Lease,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        expected_s: float | None,
+    ) -> None:
+        self.governor = governor
+        self.lease = lease
+        self.tool = tool
+        self.arguments = arguments
+        self.expected_s = expected_s
+
+    def __repr__(self) -> str:
+        return f"<ToolCall {self.tool!r} of lease {self.lease.lease_id}>"
+
+    def reduce(self, output: str) -> ToolOutputReduction:
+        """The tool's output fitted to the agent's ``tool_output_tokens``."""
+        return self.governor.reduce_tool_output(
+            self.lease, output, tool=self.tool, arguments=self.arguments
+        )
+
+    def __enter__(self) -> ToolCall:
+        self.governor._tool_started(self.lease, self.tool, self.expected_s)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.governor._tool_ended(self.lease)
+
+    async def __aenter__(self) -> ToolCall:
+        # Starting a hold calls the backend (an engine round trip): off the event loop.
+        await asyncio.to_thread(self.__enter__)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.governor._tool_ended(self.lease)

@@ -1,0 +1,327 @@
+"""The admission-policy protocol and its default, through ``AdmissionController`` with a
+fake clock and waiters that record the order they are woken in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from typing import cast
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from governor import AgentSpec, ConfigError, GovernorConfig, Lease, LeaseState
+from governor.admission import AdmissionController, Waiter
+from governor.admission_policy import AdmissionPolicy, PriorityWithAging
+
+WORKER = AgentSpec(name="worker", ceiling_tokens=160)  # 10 blocks of 16 tokens
+REVIEWER = AgentSpec(name="reviewer", ceiling_tokens=160)
+
+
+def lease(
+    arrival: int,
+    *,
+    priority: int = 0,
+    requested_at: float = 0.0,
+    tenant: str | None = None,
+    agent: AgentSpec = WORKER,
+    ceiling_tokens: int | None = None,
+) -> Lease:
+    return Lease(
+        lease_id=str(arrival),
+        agent=agent,
+        ceiling_tokens=agent.ceiling_tokens if ceiling_tokens is None else ceiling_tokens,
+        priority=priority,
+        block_size=16,
+        arrival=arrival,
+        requested_at=requested_at,
+        tenant=tenant,
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Woken:
+    """Fake waiters: ``waiter(lease)`` records the lease's id when it is woken."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def waiter(self, lease: Lease) -> Waiter:
+        return cast(Waiter, _Wake(self.ids, lease.lease_id))
+
+
+class _Wake:
+    def __init__(self, ids: list[str], lease_id: str) -> None:
+        self._ids = ids
+        self._lease_id = lease_id
+
+    def wake(self) -> None:
+        self._ids.append(self._lease_id)
+
+
+def controller(
+    slots: int, *, policy: AdmissionPolicy | None = None, **config: object
+) -> tuple[AdmissionController, Clock, Woken]:
+    """A controller with room for ``slots`` 10-block leases (safety factor 1)."""
+    ctl = AdmissionController(
+        config=GovernorConfig(safety_factor=1.0, **config),  # type: ignore[arg-type]
+        available_blocks=10 * slots,
+        block_size=16,
+        policy=policy,
+    )
+    clock = Clock()
+    ctl._clock = clock
+    return ctl, clock, Woken()
+
+
+def admitted_one_at_a_time(ctl: AdmissionController, woken: Woken, holder: Lease) -> list[str]:
+    """Release the one active lease again and again: the order the queue drains in."""
+    by_id = {queued.lease.lease_id: queued.lease for queued in ctl._queue}
+    order: list[str] = []
+    current = holder
+    while ctl.counts()[1]:
+        before = len(woken.ids)
+        ctl.release(current)
+        assert len(woken.ids) == before + 1  # one slot freed, one lease admitted
+        current = by_id[woken.ids[-1]]
+        order.append(current.lease_id)
+    ctl.release(current)
+    return order
+
+
+def queue_behind_a_holder(ctl: AdmissionController, woken: Woken, leases: Sequence[Lease]) -> Lease:
+    holder = lease(1_000)
+    ctl.enqueue(holder, woken.waiter(holder))
+    assert holder.state is LeaseState.ACTIVE
+    for waiting in leases:
+        ctl.enqueue(waiting, woken.waiter(waiting))
+    assert ctl.counts()[:2] == (1, len(leases))
+    return holder
+
+
+# -- the default ------------------------------------------------------------------------
+def test_the_default_is_priority_with_aging_at_the_configs_aging_s() -> None:
+    ctl, _, _ = controller(1, aging_s=3.0)
+    assert ctl.policy == PriorityWithAging(aging_s=3.0)
+    assert isinstance(ctl.policy, AdmissionPolicy)
+    assert PriorityWithAging().aging_s == 10.0
+
+
+def test_higher_priority_first_and_first_come_first_served_within_a_priority() -> None:
+    ctl, _, woken = controller(1)
+    priorities = [0, 2, 0, 1, 2, 0]
+    holder = queue_behind_a_holder(
+        ctl, woken, [lease(i, priority=p) for i, p in enumerate(priorities)]
+    )
+    assert admitted_one_at_a_time(ctl, woken, holder) == ["1", "4", "3", "0", "2", "5"]
+
+
+@pytest.mark.parametrize(
+    ("released_at", "first"),
+    [
+        pytest.param(5.0, "1", id="not-waited-enough"),  # 0 + 5/10 < 1
+        pytest.param(15.0, "0", id="aged-past-it"),  # 0 + 15/10 > 1 + 0/10
+    ],
+)
+def test_aging_lets_a_low_priority_waiter_overtake(released_at: float, first: str) -> None:
+    ctl, clock, woken = controller(1, aging_s=10.0)
+    low = lease(0, priority=0, requested_at=0.0)
+    high = lease(1, priority=1, requested_at=released_at)  # just arrived
+    holder = queue_behind_a_holder(ctl, woken, [low, high])
+    clock.now = released_at
+    assert admitted_one_at_a_time(ctl, woken, holder)[0] == first
+
+
+def _old_order(waiting: Sequence[Lease], now: float, aging_s: float) -> list[Lease]:
+    """The order ``AdmissionController._pump`` hard-coded before policies."""
+
+    def key(lease: Lease) -> tuple[float, int]:
+        waited = now - lease.requested_at
+        return (-(lease.priority + waited / aging_s), lease.arrival)
+
+    return sorted(waiting, key=key)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-3, 3), st.floats(0, 100)), max_size=20),
+    st.floats(0, 50),
+    st.floats(0.5, 30),
+)
+def test_the_default_orders_exactly_as_the_controller_did_before_policies(
+    specs: list[tuple[int, float]], waited: float, aging_s: float
+) -> None:
+    waiting = [lease(i, priority=p, requested_at=t) for i, (p, t) in enumerate(specs)]
+    waiting.reverse()  # the order queued does not matter
+    now = 100.0 + waited
+    order = PriorityWithAging(aging_s=aging_s).order(waiting, active=(), now=now)
+    assert order == _old_order(waiting, now, aging_s)
+
+
+@pytest.mark.parametrize("aging_s", [0, -1.0, math.nan, math.inf, True, "10"])
+def test_priority_with_aging_refuses_a_bad_aging_s(aging_s: object) -> None:
+    with pytest.raises(ConfigError, match="aging_s must be a number of seconds > 0") as info:
+        PriorityWithAging(aging_s=aging_s)  # type: ignore[arg-type]
+    assert info.value.setting == "aging_s"
+
+
+def test_priority_with_aging_is_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        PriorityWithAging(5.0)  # type: ignore[misc]
+
+
+# -- custom policies ----------------------------------------------------------------------
+class NewestFirst:
+    """Not an ``AdmissionPolicy`` subclass: an object with a matching ``order``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], list[str], float]] = []
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        ids = sorted(lease.lease_id for lease in active)
+        self.calls.append(([lease.lease_id for lease in waiting], ids, now))
+        return sorted(waiting, key=lambda lease: -lease.arrival)
+
+
+def test_any_object_with_order_is_a_policy_and_sees_the_queue_the_active_and_the_clock() -> None:
+    policy = NewestFirst()
+    assert isinstance(policy, AdmissionPolicy)
+    ctl, clock, woken = controller(1, policy=policy)
+    assert ctl.policy is policy
+    holder = queue_behind_a_holder(ctl, woken, [lease(i) for i in range(4)])
+    assert policy.calls[-1] == (["0", "1", "2", "3"], ["1000"], 0.0)  # in the order queued
+    clock.now = 7.5
+    assert admitted_one_at_a_time(ctl, woken, holder) == ["3", "2", "1", "0"]
+    assert policy.calls[-1] == (["0"], [], 7.5)
+
+
+def test_a_lease_blocked_by_memory_holds_the_line_whatever_the_policy() -> None:
+    ctl, _, woken = controller(3, policy=NewestFirst())
+    holder = queue_behind_a_holder(ctl, woken, [])  # 10 of 30 blocks
+    big = lease(1, ceiling_tokens=480)  # 30 blocks: waits for the holder
+    small = lease(0)  # fits now, but the policy puts it behind big
+    ctl.enqueue(big, woken.waiter(big))
+    ctl.enqueue(small, woken.waiter(small))
+    assert (big.state, small.state) == (LeaseState.WAITING, LeaseState.WAITING)
+    ctl.release(holder)
+    assert (big.state, small.state) == (LeaseState.ACTIVE, LeaseState.WAITING)
+
+
+def test_a_lease_blocked_only_by_a_cap_lets_later_ones_pass() -> None:
+    ctl, _, woken = controller(3, policy=NewestFirst(), max_per_agent=1)
+    holder = queue_behind_a_holder(ctl, woken, [])  # agent "worker" is at its cap
+    capped = lease(2)  # tried first, blocked by the cap only
+    review = lease(1, agent=REVIEWER)
+    ctl.enqueue(capped, woken.waiter(capped))
+    ctl.enqueue(review, woken.waiter(review))
+    assert (capped.state, review.state) == (LeaseState.WAITING, LeaseState.ACTIVE)
+    ctl.release(holder)
+    assert capped.state is LeaseState.ACTIVE
+
+
+# -- broken policies ------------------------------------------------------------------------
+class Answers:
+    """A policy whose answer is ``answer(waiting)``; ``broken`` switches it on and off."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.broken = False
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        if not self.broken:
+            return sorted(waiting, key=lambda lease: lease.arrival)
+        return self.answer(list(waiting))  # type: ignore[operator, no-any-return]
+
+
+STRANGER = lease(99)
+BAD_ANSWERS = [
+    pytest.param(lambda w: None, "it returned None", id="none"),
+    pytest.param(lambda w: 3, "it returned 3", id="not-iterable"),
+    pytest.param(lambda w: w[1:], "it left out 1 of them, lease '0' of agent", id="missing"),
+    pytest.param(lambda w: [*w, w[0]], "it returned lease '0' of agent 'worker' twice", id="dup"),
+    pytest.param(lambda w: [*w, STRANGER], "lease '99' of agent 'worker', which is not", id="x"),
+    pytest.param(lambda w: [*w, "0"], "it returned '0', which is not waiting", id="not-a-lease"),
+    pytest.param(lambda w: iter(w[::-1][1:]), "it left out 1 of them", id="short-iterator"),
+]
+
+
+@pytest.mark.parametrize(("answer", "problem"), BAD_ANSWERS)
+def test_a_bad_answer_is_a_clear_error_and_the_controller_stays_usable(
+    answer: object, problem: str
+) -> None:
+    policy = Answers(answer)
+    ctl, _, woken = controller(1, policy=policy)
+    holder = queue_behind_a_holder(ctl, woken, [lease(0), lease(1)])
+    policy.broken = True
+
+    with pytest.raises(ConfigError, match="order\\(\\) must return the waiting leases") as info:
+        ctl.release(holder)
+    assert problem in str(info.value) and info.value.setting == "policy"
+    assert "fix the policy" in str(info.value)
+    assert holder.state is LeaseState.RELEASED  # the release itself happened
+    assert ctl.counts()[:2] == (0, 2) and woken.ids == ["1000"]  # nobody admitted
+
+    newcomer = lease(2)
+    with pytest.raises(ConfigError):
+        ctl.enqueue(newcomer, woken.waiter(newcomer))
+    assert newcomer.state is LeaseState.WAITING and ctl.counts()[:2] == (0, 2)  # not queued
+
+    policy.broken = False
+    ctl.enqueue(newcomer, woken.waiter(newcomer))
+    assert woken.ids == ["1000", "0"] and ctl.counts()[:2] == (1, 2)
+
+
+def test_a_policy_that_raises_leaves_no_trace_of_the_lease_it_was_queueing() -> None:
+    def fail(waiting: list[Lease]) -> list[Lease]:
+        raise RuntimeError("policy bug")
+
+    policy = Answers(fail)
+    ctl, _, woken = controller(2, policy=policy)
+    parked = lease(0)
+    ctl.enqueue(parked, woken.waiter(parked))
+    ctl.park(parked)
+    policy.broken = True
+    with pytest.raises(RuntimeError, match="policy bug"):
+        ctl.enqueue(parked, woken.waiter(parked))  # resuming
+    assert parked.state is LeaseState.PARKED and ctl.counts()[:2] == (0, 0)
+    policy.broken = False
+    ctl.enqueue(parked, woken.waiter(parked))
+    assert parked.state is LeaseState.ACTIVE
+
+
+def test_setting_a_policy_retries_the_queue_and_keeps_the_old_one_when_that_fails() -> None:
+    ctl, _, woken = controller(1, policy=NewestFirst())
+    holder = queue_behind_a_holder(ctl, woken, [lease(0), lease(1)])
+    working = ctl.policy
+    with pytest.raises(ConfigError, match="it returned None"):
+        ctl.policy = cast(AdmissionPolicy, _ReturnsNone())
+    assert ctl.policy is working
+    ctl.policy = PriorityWithAging()
+    assert admitted_one_at_a_time(ctl, woken, holder) == ["0", "1"]
+
+
+class _ReturnsNone:
+    def order(self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float) -> None:
+        return None
+
+
+@pytest.mark.parametrize("policy", [object(), "fifo", 42])
+def test_an_object_without_order_is_refused_as_a_policy(policy: object) -> None:
+    message = "an admission policy needs an order\\(waiting, \\*, active, now\\) method"
+    with pytest.raises(ConfigError, match=message) as info:
+        controller(1, policy=cast(AdmissionPolicy, policy))
+    assert info.value.setting == "policy"
+    ctl, _, _ = controller(1)
+    with pytest.raises(ConfigError, match=message):
+        ctl.policy = cast(AdmissionPolicy, policy)

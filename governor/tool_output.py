@@ -1,8 +1,9 @@
 """The tool-output protocol: a tool result over its budget is reduced before it is appended.
 
 The governor owns the protocol; implementations live in policies/ (``ExtractiveSummarizer``
-and, later, model-backed ones). Every reduction is a ``ToolOutputReduction``: the new text
-and a record of what it cost and what it removed, so that each decision is explicit.
+and the model-backed ``LLMSummarizer``). Every reduction is a ``ToolOutputReduction``: the
+new text and a record of what it cost and what it removed, so that each decision is
+explicit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class ToolOutputReduction:
     ``method`` names how it was reduced (``"none"`` when the text already fit);
     ``elided`` lists what was removed as ``(what, count)`` pairs, such as
     ``("lines", 1999)`` or ``("json items", 497)``, in the order first removed.
+    ``detail`` says in words why this method was used when it was not the policy's
+    first choice (``"llm timed out after 2 s"`` before an extractive fallback), or
+    what was done first; empty when there is nothing to add.
     """
 
     text: str
@@ -29,6 +33,7 @@ class ToolOutputReduction:
     method: str
     elapsed_s: float
     elided: tuple[tuple[str, int], ...] = ()
+    detail: str = ""
 
     @property
     def tokens_saved(self) -> int:

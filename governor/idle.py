@@ -81,7 +81,7 @@ class IdleKeeper:
         if config.park_after_s == 0:
             self._park(lease, reason=reason)
         if lease.num_retained_blocks:
-            self.relieve(exclude=lease)
+            self.relieve()
 
     def end(self, lease: Lease) -> None:
         """The wait is over (the tool returned); the KV stays held until the next call."""

@@ -1,0 +1,242 @@
+"""Idle agents: parking on tool calls and fan-out, KV held between calls, offloaded under
+pressure and restored, with real threads and asyncio, on FakeBackend and on the bundled
+engine (tiny-random, real forward passes)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from governor import (
+    AdmissionTimeout,
+    AgentSpec,
+    Governor,
+    GovernorConfig,
+    GovernorEvent,
+    LeaseState,
+    LocalBackend,
+)
+from governor.testing import FakeBackend
+
+PLANNER = AgentSpec(name="planner", ceiling_tokens=1_600, max_fanout=3)
+WORKER = AgentSpec(name="worker", ceiling_tokens=1_600)
+AGENT = AgentSpec(name="agent", ceiling_tokens=800)
+TASK = [{"role": "user", "content": "Find the failing test and explain it in one line."}]
+
+
+def _recorder(governor: Governor) -> list[GovernorEvent]:
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    return events
+
+
+def _kinds(events: list[GovernorEvent]) -> list[str]:
+    return [e.kind for e in events]
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[LocalBackend]:
+    """The bundled engine with a small pool (64 blocks of 16 tokens) and host room."""
+    made = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+    yield made
+    made.close()
+
+
+def _assert_released(backend: LocalBackend | FakeBackend) -> None:
+    m = backend.metrics()
+    assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
+
+
+# -- parking --------------------------------------------------------------------------
+def test_parking_lets_a_planner_and_its_workers_fit_where_admission_alone_cannot() -> None:
+    """Room for two leases of 1,600 tokens: a planner that stays active leaves room for
+    one worker at a time, and a second worker that must run beside the first never
+    gets in; parked while its children run, the planner makes room for both."""
+    backend = FakeBackend(num_blocks=224, block_size=16)  # floor(224 * 0.9 / 100) = 2
+    config = GovernorConfig(admission_timeout_s=0.3)
+    governor = Governor(backend, config=config, agents=[PLANNER, WORKER])
+    both_running = threading.Barrier(2, timeout=5)
+
+    def worker(lease_context: object) -> None:
+        with lease_context as lease:  # type: ignore[attr-defined]
+            governor.complete(lease, TASK, max_tokens=8)
+            both_running.wait()  # the two workers must be active at the same time
+
+    with governor.lease("planner") as planner:
+        governor.complete(planner, TASK, max_tokens=8)
+        # Without parking: plain leases beside the active planner.
+        first = governor.lease("worker")
+        with first as lease_a:
+            with pytest.raises(AdmissionTimeout), governor.lease("worker"):
+                pass
+            assert lease_a.state is LeaseState.ACTIVE
+        # With parking: children of the planner, which is parked while they run.
+        threads = [
+            threading.Thread(target=worker, args=(child,))
+            for child in governor.fanout(planner, "worker", 2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not both_running.broken
+        assert planner.state is LeaseState.PARKED
+        governor.complete(planner, TASK, max_tokens=8)  # resumes once they are done
+        assert planner.state is LeaseState.ACTIVE
+    assert governor.admission.counts()[:2] == (0, 0)
+    _assert_released(backend)
+
+
+def test_a_long_tool_call_parks_its_lease_after_park_after_s() -> None:
+    backend = FakeBackend(num_blocks=112, block_size=16)  # one lease of 1,600 at a time
+    config = GovernorConfig(park_after_s=0.05, admission_timeout_s=5)
+    governor = Governor(backend, config=config, agents=[WORKER])
+    events = _recorder(governor)
+    order: list[str] = []
+
+    def other() -> None:
+        with governor.lease("worker") as lease:
+            order.append("other admitted")
+            governor.complete(lease, TASK, max_tokens=4)
+
+    with governor.lease("worker") as lease:
+        governor.complete(lease, TASK, max_tokens=4)
+        with governor.tool_call(lease, "run_tests", {"path": "tests/"}):
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join(timeout=5)  # admitted only once this lease is parked
+            order.append("tool returned")
+            assert lease.state is LeaseState.PARKED
+            assert lease.tool == "run_tests"
+        assert lease.tool is None
+        governor.complete(lease, TASK, max_tokens=4)
+    assert order == ["other admitted", "tool returned"]
+    parked = [e for e in events if e.kind == "parked"]
+    assert parked[0].attributes == {"reason": "tool"} and parked[0].agent == "worker"
+    assert "resumed" in _kinds(events)
+    _assert_released(backend)
+
+
+def test_a_quick_tool_call_is_not_parked() -> None:
+    governor = Governor(FakeBackend(), config=GovernorConfig(park_after_s=5), agents=[WORKER])
+    with governor.lease("worker") as lease:
+        with governor.tool_call(lease, "ls"):
+            pass
+        assert lease.state is LeaseState.ACTIVE
+
+
+# -- retention, offload, restore on the bundled engine ----------------------------------
+def _turns(governor: Governor, *, flood: bool) -> tuple[list[int], list[int]]:
+    """Two turns of one agent with a tool call between them; with ``flood``, other
+    agents fill the pool while the tool runs. Greedy token ids of both replies, and the
+    second call's cached prompt tokens as the last item of the second list."""
+    with governor.lease("agent") as lease:
+        first = governor.complete(lease, TASK, max_tokens=12)
+        history = [*TASK, {"role": "assistant", "content": first.text}]
+        with governor.tool_call(lease, "grep", {"pattern": "FAILED"}) as call:
+            if flood:
+                _flood(governor)
+            output = call.reduce("tests/test_api.py::test_login FAILED\n" * 3)
+        history.append({"role": "user", "content": output.text})
+        second = governor.complete(lease, history, max_tokens=12)
+    return list(first.token_ids), [*second.token_ids, second.cached_tokens]
+
+
+def _flood(governor: Governor) -> None:
+    """Other agents' calls through the whole pool (each a new prompt)."""
+    for i in range(4):
+        with governor.lease("agent") as other:
+            words = " ".join(f"w{i}x{j}" for j in range(120))
+            governor.complete(other, [{"role": "user", "content": words}], max_tokens=4)
+
+
+def test_held_kv_survives_other_agents_and_is_reused(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=1.0)
+    governor = Governor(backend, config=config, agents=[AGENT])
+    events = _recorder(governor)
+    _, second = _turns(governor, flood=True)
+    retained = [e for e in events if e.kind == "retained"]
+    assert len(retained) == 1 and retained[0].attributes["tokens"] > 0
+    assert second[-1] >= retained[0].attributes["tokens"]  # every held token was a hit
+    _assert_released(backend)
+
+
+def test_without_retention_the_context_is_recomputed(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=0)
+    governor = Governor(backend, config=config, agents=[AGENT])
+    events = _recorder(governor)
+    _, second = _turns(governor, flood=True)
+    assert "retained" not in _kinds(events)
+    assert second[-1] == 0  # the flood evicted it
+    _assert_released(backend)
+
+
+def test_offload_under_pressure_and_restore_keep_greedy_outputs(backend: LocalBackend) -> None:
+    plain = Governor(backend, config=GovernorConfig(retain_s=0), agents=[AGENT])
+    expected_first, expected_second = _turns(plain, flood=False)
+    # A watermark this low means pressure at every hold: the KV goes to host at once.
+    config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=0.01)
+    governor = Governor(backend, config=config, agents=[AGENT])
+    events = _recorder(governor)
+    first, second = _turns(governor, flood=True)
+    assert first == expected_first
+    assert second[:-1] == expected_second[:-1]  # identical greedy tokens after the round trip
+    kinds = _kinds(events)
+    assert kinds.index("retained") < kinds.index("pressure") < kinds.index("offloaded")
+    assert kinds.index("offloaded") < kinds.index("restored")
+    offloaded = next(e for e in events if e.kind == "offloaded")
+    assert offloaded.attributes["blocks"] > 0
+    assert "priority 0, parked" in offloaded.attributes["reason"]
+    held = next(e for e in events if e.kind == "retained").attributes["tokens"]
+    assert second[-1] >= held  # restored from host into the prefix cache, then hit
+    _assert_released(backend)
+
+
+def test_a_hold_ends_after_retain_s(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=0.05, pressure_watermark=1.0)
+    governor = Governor(backend, config=config, agents=[AGENT])
+    events = _recorder(governor)
+    with governor.lease("agent") as lease:
+        governor.complete(lease, TASK, max_tokens=12)
+        with governor.tool_call(lease, "sleep"):
+            deadline = time.monotonic() + 5
+            while "dropped" not in _kinds(events):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert lease.num_retained_tokens == 0
+        _assert_released(backend)  # the hold is gone while the lease lives on
+    dropped = next(e for e in events if e.kind == "dropped")
+    assert "retain_s=0.05" in dropped.attributes["reason"]
+
+
+def test_a_tool_expected_to_run_long_holds_nothing(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=2)
+    governor = Governor(backend, config=config, agents=[AGENT])
+    with governor.lease("agent") as lease:
+        governor.complete(lease, TASK, max_tokens=12)
+        with governor.tool_call(lease, "build", expected_s=60):
+            assert lease.num_retained_tokens == 0
+        with governor.tool_call(lease, "ls", expected_s=0.1):
+            assert lease.num_retained_tokens > 0
+    _assert_released(backend)
+
+
+def test_releasing_a_lease_with_offloaded_kv_returns_everything(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=0.01)
+    governor = Governor(backend, config=config, agents=[AGENT])
+
+    async def agent() -> None:
+        async with governor.lease("agent") as lease:
+            await governor.acomplete(lease, TASK, max_tokens=12)
+            async with governor.tool_call(lease, "grep"):
+                assert lease.kv_offloaded
+                assert backend.metrics().num_blocks_swapped > 0
+                raise RuntimeError("the tool crashed")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        asyncio.run(agent())
+    _assert_released(backend)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from governor import HeadTailTruncation, PressureOrder, RaiseAtCeiling
 from policies.drop_oldest import DropOldest
 from policies.extractive_summarizer import ExtractiveSummarizer
+from policies.llm_summarizer import LLMSummarizer
 from policies.summarize_oldest import SummarizeOldest
 
 __all__ = [
     "DropOldest",
     "ExtractiveSummarizer",
     "HeadTailTruncation",
+    "LLMSummarizer",
     "PressureOrder",
     "RaiseAtCeiling",
     "SummarizeOldest",

@@ -88,7 +88,8 @@ def plan_output(
     else:
         text = text[:cut]
         ends = [min(end, cut) for end in ends]
-    pieces = tuple(text[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
+    starts = [0, *ends[:-1]] if ends else []  # an empty script: no token at all
+    pieces = tuple(text[a:b] for a, b in zip(starts, ends, strict=True))
     num_tokens = num_prompt + max(len(ends) - 1, 0)
     return Plan(
         token_ids=tuple(script[: len(ends)]),

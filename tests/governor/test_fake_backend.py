@@ -29,6 +29,14 @@ def test_the_default_reply_is_filler_of_max_tokens_tokens() -> None:
     )
 
 
+def test_an_empty_reply_finishes_at_once() -> None:
+    backend = FakeBackend(responder=lambda request: "")
+    result = backend.generate(GenerationRequest(prompt="ping", max_tokens=5))
+    assert (result.text, result.token_ids, result.finish_reason) == ("", (), "stop")
+    assert result.completion_tokens == 0
+    assert backend.metrics().num_blocks_in_use == 0
+
+
 def test_a_responder_scripts_the_reply_and_every_call_is_recorded() -> None:
     backend = FakeBackend(responder=lambda request: f"Échoing {request.prompt}. Done.")
     first = GenerationRequest(prompt="ping", max_tokens=50)

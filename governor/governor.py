@@ -267,13 +267,15 @@ class Governor:
         """Return the lease's context, its held KV and its engine budget (idempotent)."""
         if lease.state is LeaseState.RELEASED:
             return
-        self.admission.release(lease)
-        self.idle.forget(lease)
-        self._parents.pop(lease.lease_id, None)
-        lease.released_at = time.monotonic()
-        if lease.budget in self._budgets_open:
-            self._budgets_open.discard(lease.budget)
-            self.backend.close_budget(lease.budget)
+        try:
+            self.admission.release(lease)  # a failing admission policy raises here...
+        finally:  # ...and the lease's KV and budget are returned all the same
+            self.idle.forget(lease)
+            self._parents.pop(lease.lease_id, None)
+            lease.released_at = time.monotonic()
+            if lease.budget in self._budgets_open:
+                self._budgets_open.discard(lease.budget)
+                self.backend.close_budget(lease.budget)
         self._publish(
             "released", lease, tokens_in_context=lease.tokens_in_context, num_calls=lease.num_calls
         )

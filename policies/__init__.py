@@ -11,12 +11,16 @@ from __future__ import annotations
 from governor import HeadTailTruncation, PressureOrder, RaiseAtCeiling
 from policies.drop_oldest import DropOldest
 from policies.extractive_summarizer import ExtractiveSummarizer
+from policies.fair_share import FairShare
+from policies.fifo import Fifo
 from policies.llm_summarizer import LLMSummarizer
 from policies.summarize_oldest import SummarizeOldest
 
 __all__ = [
     "DropOldest",
     "ExtractiveSummarizer",
+    "FairShare",
+    "Fifo",
     "HeadTailTruncation",
     "LLMSummarizer",
     "PressureOrder",

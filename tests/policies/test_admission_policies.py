@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor import AgentSpec, Governor, GovernorConfig, Lease, LeaseState
+from governor import AgentSpec, Governor, GovernorConfig, Lease, LeaseState, Policies
 from governor.admission import AdmissionController, Waiter
 from governor.admission_policy import AdmissionPolicy
 from governor.testing import FakeBackend
@@ -161,9 +161,8 @@ def _admission_order(policy: AdmissionPolicy | None) -> list[str]:
     b; each admitted lease makes a call and holds its slot until the test releases it,
     the longest-held first, so capacity frees one slot at a time."""
     backend = FakeBackend(num_blocks=23, block_size=16)  # floor(23 * 0.9) = 20: two leases
-    governor = Governor(backend, config=GovernorConfig(), agents=[WORKER])
-    if policy is not None:
-        governor.admission.policy = policy  # until Governor takes policies=
+    policies = Policies(admission=policy)
+    governor = Governor(backend, config=GovernorConfig(), agents=[WORKER], policies=policies)
     names = [("h1", None), ("h2", None)]
     names += [(f"{t}{i}", t) for t in "ab" for i in range(1, 5)]
     admitted: list[str] = []

@@ -5,10 +5,17 @@ a ``GovernorEvent`` to the governor's subscribers (``Governor.subscribe``): the
 OpenTelemetry instrumentation turns them into span events and metrics, tests and
 ``kvgov report`` read them back. Kinds, with the attributes each carries:
 
+- ``requested``: ``ceiling_tokens``, ``priority``, ``parent_id`` (the parent lease's id)
 - ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
-- ``parked``: ``reason`` (``"tool"``, ``"children"`` or ``"grow"``)
-- ``resumed``: ``wait_s``
+- ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"grow"`` or ``"manual"``)
+- ``resumed``: ``wait_s``, ``ceiling_tokens``
 - ``released``: ``tokens_in_context``, ``num_calls``
+- ``call.started``: ``max_tokens``
+- ``call.finished``: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
+  ``finish_reason``, ``tokens_in_context``, ``blocks_held``, ``elapsed_s``
+- ``call.failed``: ``error`` (the exception's class name, or ``"cancelled"``), ``elapsed_s``
+- ``tool.started``: ``tool``
+- ``tool.finished``: ``tool``, ``elapsed_s``, ``error`` (None, or the exception's class)
 - ``compacted``: ``record`` is the ``CompactionEvent``
 - ``summarized``: ``tool``, ``record`` is the ``ToolOutputReduction``
 - ``retained``: ``tokens`` held between calls

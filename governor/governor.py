@@ -167,6 +167,13 @@ class Governor:
             expected_tokens=math.ceil(ceiling * self.config.expected_use),
         )
         self.admission.check_can_ever_fit(lease)
+        self._publish(
+            "requested",
+            lease,
+            ceiling_tokens=ceiling,
+            priority=lease.priority,
+            parent_id=None if parent is None else parent.lease_id,
+        )
         return LeaseContext(self, lease)
 
     def child(
@@ -306,12 +313,20 @@ class Governor:
 
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
+        self._publish("tool.started", lease, tool=tool)
         budget_open = lease.budget in self._budgets_open
         self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
 
-    def _tool_ended(self, lease: Lease) -> None:
-        lease.tool = None
+    def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
+        tool, lease.tool = lease.tool, None
         self.idle.end(lease)
+        self._publish(
+            "tool.finished",
+            lease,
+            tool=tool,
+            elapsed_s=time.perf_counter() - started,
+            error=None if error is None else type(error).__name__,
+        )
 
     def reduce_tool_output(
         self,
@@ -416,8 +431,13 @@ class Governor:
         request = self._request(lease, messages, options)
         if self.idle.has_work_before_call(lease):
             self.idle.before_call(lease)
-        result = self.backend.generate(request)
-        return self._record(lease, result)
+        started = self._call_started(lease, request)
+        try:
+            result = self.backend.generate(request)
+        except BaseException as exc:
+            self._call_failed(lease, started, exc)
+            raise
+        return self._record(lease, result, started)
 
     async def acomplete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
@@ -426,8 +446,13 @@ class Governor:
         request = self._request(lease, messages, options)
         if self.idle.has_work_before_call(lease):
             await asyncio.to_thread(self.idle.before_call, lease)
-        result = await self.backend.agenerate(request)
-        return self._record(lease, result)
+        started = self._call_started(lease, request)
+        try:
+            result = await self.backend.agenerate(request)
+        except BaseException as exc:
+            self._call_failed(lease, started, exc)
+            raise
+        return self._record(lease, result, started)
 
     async def astream(
         self, lease: Lease, messages: Sequence[Message], **options: Any
@@ -437,10 +462,32 @@ class Governor:
         request = self._request(lease, messages, options)
         if self.idle.has_work_before_call(lease):
             await asyncio.to_thread(self.idle.before_call, lease)
-        async for chunk in self.backend.astream(request):
-            if chunk.result is not None:
-                self._record(lease, chunk.result)
-            yield chunk
+        started = self._call_started(lease, request)
+        finished = False
+        try:
+            async for chunk in self.backend.astream(request):
+                if chunk.result is not None:
+                    finished = True
+                    self._record(lease, chunk.result, started)
+                yield chunk
+        except BaseException as exc:
+            if not finished:
+                self._call_failed(lease, started, exc)
+            raise
+        if not finished:  # pragma: no cover - a backend whose stream ends without a result
+            self._call_failed(lease, started, None)
+
+    def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
+        self._publish("call.started", lease, max_tokens=request.max_tokens)
+        return time.perf_counter()
+
+    def _call_failed(self, lease: Lease, started: float, error: BaseException | None) -> None:
+        reason = (
+            "cancelled"
+            if isinstance(error, (asyncio.CancelledError, GeneratorExit))
+            else ("no result" if error is None else type(error).__name__)
+        )
+        self._publish("call.failed", lease, error=reason, elapsed_s=time.perf_counter() - started)
 
     def _request(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
@@ -481,9 +528,20 @@ class Governor:
             messages = [*prefix.messages, *messages]
         return messages, prefix.cache_salt
 
-    def _record(self, lease: Lease, result: GenerationResult) -> GenerationResult:
+    def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
         lease.num_calls += 1
+        self._publish(
+            "call.finished",
+            lease,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            cached_tokens=result.cached_tokens,
+            finish_reason=result.finish_reason,
+            tokens_in_context=lease.tokens_in_context,
+            blocks_held=lease.blocks_live,
+            elapsed_s=time.perf_counter() - started,
+        )
         return result
 
 

@@ -12,6 +12,7 @@ works with ``async with``. ``reduce`` may be called inside or after the block.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ __all__ = ["ToolCall"]
 
 
 class ToolCall:
-    __slots__ = ("arguments", "expected_s", "governor", "lease", "tool")
+    __slots__ = ("_started", "arguments", "expected_s", "governor", "lease", "tool")
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class ToolCall:
         self.tool = tool
         self.arguments = arguments
         self.expected_s = expected_s
+        self._started = 0.0
 
     def __repr__(self) -> str:
         return f"<ToolCall {self.tool!r} of lease {self.lease.lease_id}>"
@@ -53,6 +55,7 @@ class ToolCall:
         )
 
     def __enter__(self) -> ToolCall:
+        self._started = time.perf_counter()
         self.governor._tool_started(self.lease, self.tool, self.expected_s)
         return self
 
@@ -62,7 +65,7 @@ class ToolCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor._tool_ended(self.lease)
+        self.governor._tool_ended(self.lease, self._started, exc)
 
     async def __aenter__(self) -> ToolCall:
         # Starting a hold calls the backend (an engine round trip): off the event loop.
@@ -75,4 +78,4 @@ class ToolCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor._tool_ended(self.lease)
+        self.governor._tool_ended(self.lease, self._started, exc)

@@ -1,0 +1,85 @@
+"""The governor's event stream: one ordered record of a lease's life, calls and tools."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+
+import pytest
+
+from governor import AgentSpec, Governor, GovernorConfig, GovernorEvent
+from governor.testing import FakeBackend
+
+AGENT = AgentSpec(name="coder", ceiling_tokens=400)
+TASK = [{"role": "user", "content": "Fix the login test."}]
+
+
+def _governor(**config: object) -> tuple[Governor, list[GovernorEvent]]:
+    governor = Governor(
+        FakeBackend(),
+        config=GovernorConfig(**config),
+        agents=[AGENT],  # type: ignore[arg-type]
+    )
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    return governor, events
+
+
+def test_a_lease_with_two_calls_and_a_tool_in_order() -> None:
+    governor, events = _governor(park_after_s=0)
+    with governor.lease("coder", tenant="acme") as lease:
+        governor.complete(lease, TASK, max_tokens=5)
+        with governor.tool_call(lease, "pytest"):
+            pass
+        governor.complete(lease, TASK, max_tokens=5)
+    assert [e.kind for e in events] == [
+        "requested",
+        "admitted",
+        "call.started",
+        "call.finished",
+        "tool.started",
+        "retained",  # its KV is held while the tool runs
+        "parked",
+        "tool.finished",
+        "resumed",
+        "call.started",
+        "call.finished",
+        "released",
+    ]
+    assert {(e.lease_id, e.agent, e.tenant) for e in events} == {(lease.lease_id, "coder", "acme")}
+    requested = events[0].attributes
+    assert requested == {"ceiling_tokens": 400, "priority": 0, "parent_id": None}
+    finished = events[3].attributes
+    assert finished["completion_tokens"] == 5 and finished["finish_reason"] == "length"
+    assert finished["tokens_in_context"] == finished["prompt_tokens"] + 5
+    assert events[7].attributes["tool"] == "pytest" and events[7].attributes["error"] is None
+    assert events[-1].attributes == {"tokens_in_context": lease.tokens_in_context, "num_calls": 2}
+
+
+def test_children_name_their_parent() -> None:
+    governor, events = _governor()
+    with governor.lease("coder") as parent, governor.child(parent, "coder"):
+        pass
+    child_requested = [e for e in events if e.kind == "requested"][1]
+    assert child_requested.attributes["parent_id"] == parent.lease_id
+    parked = next(e for e in events if e.kind == "parked")
+    assert (parked.lease_id, parked.attributes["reason"]) == (parent.lease_id, "children")
+
+
+def test_failed_calls_and_tools_are_recorded() -> None:
+    governor, events = _governor()
+
+    async def main() -> None:
+        async with governor.lease("coder") as lease:
+            stream = governor.astream(lease, TASK, max_tokens=20)
+            async with aclosing(stream) as chunks:
+                await anext(chunks)  # the consumer walks away after one chunk
+            with pytest.raises(KeyError):
+                async with governor.tool_call(lease, "lookup"):
+                    raise KeyError("missing")
+
+    asyncio.run(main())
+    failed = next(e for e in events if e.kind == "call.failed")
+    assert failed.attributes["error"] == "cancelled"
+    tool = next(e for e in events if e.kind == "tool.finished")
+    assert tool.attributes["error"] == "KeyError"

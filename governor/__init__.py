@@ -45,6 +45,7 @@ from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
 from governor.policy_set import Policies
 from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
+from governor.runs import Run, current_run_id
 from governor.sizing import (
     DEFAULT_SAFETY_FACTOR,
     QWEN3_5_9B,
@@ -116,6 +117,7 @@ __all__ = [
     "PressurePolicy",
     "PriorityWithAging",
     "RaiseAtCeiling",
+    "Run",
     "Scheme",
     "SchemeComparison",
     "SchemeSizing",
@@ -131,6 +133,7 @@ __all__ = [
     "blocks_per_seq",
     "check_topology",
     "compare_schemes",
+    "current_run_id",
     "kv_shape_from_hf_config",
     "max_ceiling_tokens",
     "max_concurrent",

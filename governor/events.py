@@ -5,6 +5,8 @@ a ``GovernorEvent`` to the governor's subscribers (``Governor.subscribe``): the
 OpenTelemetry instrumentation turns them into span events and metrics, tests and
 ``kvgov report`` read them back. Kinds, with the attributes each carries:
 
+- ``run.started``: ``name``, ``parent_run_id``; ``run.finished``: ``name``, ``elapsed_s``,
+  ``error`` (no lease: ``lease_id`` and ``agent`` are None)
 - ``requested``: ``ceiling_tokens``, ``priority``, ``parent_id`` (the parent lease's id)
 - ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
 - ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"grow"`` or ``"manual"``)
@@ -48,6 +50,7 @@ class GovernorEvent:
     lease_id: str | None = None
     agent: str | None = None
     tenant: str | None = None
+    run_id: str | None = None  # the ``Governor.run`` it happened in
     attributes: Mapping[str, Any] = field(default_factory=dict)
     record: Any = None  # a CompactionEvent or ToolOutputReduction, when there is one
     at: float = field(default_factory=time.time)  # seconds since the epoch

@@ -44,6 +44,7 @@ from governor.lease import Lease, LeaseState
 from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
+from governor.runs import Run, current_run_id
 from governor.tool_calls import ToolCall
 from governor.tool_output import ToolOutputReduction
 from governor.topology import TopologyReport, check_topology
@@ -97,6 +98,17 @@ class Governor:
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
+
+    def run(self, name: str = "run") -> Run:
+        """``with`` / ``async with``: one workflow invocation; the leases requested inside
+        it (and in the threads and tasks it starts) carry its id."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"a run needs a non-empty name, got {name!r}", setting="name")
+        return Run(name, self._publish_run)
+
+    def _publish_run(self, kind: str, run: Run, **attributes: object) -> None:
+        if self.events.active:
+            self.events.publish(GovernorEvent(kind, run_id=run.run_id, attributes=attributes))
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber(event)`` for every ``GovernorEvent``; returns the function
@@ -163,6 +175,7 @@ class Governor:
             requested_at=time.monotonic(),
             tenant=tenant,
             parent=parent,
+            run_id=current_run_id(),
             governor=self,
             expected_tokens=math.ceil(ceiling * self.config.expected_use),
         )
@@ -394,6 +407,7 @@ class Governor:
                     lease_id=lease.lease_id,
                     agent=lease.agent.name,
                     tenant=lease.tenant,
+                    run_id=lease.run_id,
                     attributes=attributes,
                     record=record,
                 )

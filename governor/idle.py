@@ -209,6 +209,7 @@ class IdleKeeper:
                 lease_id=None if lease is None else lease.lease_id,
                 agent=None if lease is None else lease.agent.name,
                 tenant=None if lease is None else lease.tenant,
+                run_id=None if lease is None else lease.run_id,
                 attributes=attributes,
             )
         )

@@ -40,6 +40,7 @@ class Lease:
     requested_at: float  # time.monotonic()
     tenant: str | None = None
     parent: Lease | None = None
+    run_id: str | None = None  # the Governor.run it was requested in
     state: LeaseState = LeaseState.WAITING
     tokens_in_context: int = 0  # prompt plus output of its latest model call
     admitted_at: float | None = None

@@ -7,7 +7,7 @@ from contextlib import aclosing
 
 import pytest
 
-from governor import AgentSpec, Governor, GovernorConfig, GovernorEvent
+from governor import AgentSpec, ConfigError, Governor, GovernorConfig, GovernorEvent
 from governor.testing import FakeBackend
 
 AGENT = AgentSpec(name="coder", ceiling_tokens=400)
@@ -83,3 +83,34 @@ def test_failed_calls_and_tools_are_recorded() -> None:
     assert failed.attributes["error"] == "cancelled"
     tool = next(e for e in events if e.kind == "tool.finished")
     assert tool.attributes["error"] == "KeyError"
+
+
+def test_leases_in_a_run_carry_its_id_across_threads_and_tasks() -> None:
+    governor, events = _governor()
+
+    def worker() -> None:
+        with governor.lease("coder"):
+            pass
+
+    async def main() -> None:
+        async with governor.run("triage") as run:
+            await asyncio.to_thread(worker)  # a copy of the context: same run
+            async with governor.lease("coder"):
+                pass
+            with governor.run("inner") as inner:
+                worker()
+        assert (run.name, inner.parent_id) == ("triage", run.run_id)
+
+    asyncio.run(main())
+    with governor.lease("coder"):
+        pass  # outside any run
+    started = [e for e in events if e.kind == "run.started"]
+    outer, inner = (e.run_id for e in started)
+    requested = [e.run_id for e in events if e.kind == "requested"]
+    assert requested == [outer, outer, inner, None]
+    assert started[1].attributes == {"name": "inner", "parent_run_id": outer}
+    finished = [e for e in events if e.kind == "run.finished"]
+    assert [e.attributes["name"] for e in finished] == ["inner", "triage"]
+    assert all(e.lease_id is None for e in started + finished)
+    with pytest.raises(ConfigError, match="name"):
+        governor.run("")

@@ -19,7 +19,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -27,16 +27,13 @@ from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
 from governor.backend import (
     Backend,
-    GenerationChunk,
-    GenerationRequest,
-    GenerationResult,
     Message,
     PrefixHandle,
 )
-from governor.ceiling import CompactionEvent, RaiseAtCeiling
+from governor.calls import ModelCalls
 from governor.children import ChildContext
 from governor.config import GovernorConfig
-from governor.errors import AdmissionTimeout, CeilingExceeded, ConfigError, LeaseReleased
+from governor.errors import AdmissionTimeout, ConfigError, LeaseReleased
 from governor.events import EventBus, GovernorEvent, Subscriber
 from governor.fanout import FanoutLimiter
 from governor.idle import IdleKeeper
@@ -53,7 +50,7 @@ from governor.truncate import HeadTailTruncation
 __all__ = ["Governor", "LeaseContext"]
 
 
-class Governor:
+class Governor(ModelCalls):
     def __init__(
         self,
         backend: Backend,
@@ -363,40 +360,6 @@ class Governor:
             self._publish("summarized", lease, record=reduction, tool=tool)
         return reduction
 
-    # -- the ceiling ----------------------------------------------------------------
-    def compact(
-        self, lease: Lease, messages: Sequence[Message], *, max_tokens: int | None = None
-    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        """The conversation the lease's next call sends (its shared prefix first),
-        compacted by the ceiling policy when it and the reply's reserve (``max_tokens``,
-        else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
-        the result as the history, so later turns stay compacted."""
-        messages, _ = self._with_prefix(lease, messages)
-        return self._compact(lease, messages, self._reserve(lease, max_tokens))
-
-    def _compact(
-        self, lease: Lease, messages: Sequence[Message], reserve: int
-    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        policy = self.policies.ceiling or RaiseAtCeiling(agent=lease.agent.name)
-        compacted, event = policy.compact(
-            messages,
-            ceiling_tokens=lease.ceiling_tokens,
-            reserve_tokens=reserve,
-            counter=self.counter,
-        )
-        if event.changed:
-            lease.num_compactions += 1
-            lease.tokens_compacted += event.tokens_saved
-            self._publish("compacted", lease, record=event)
-        return compacted, event
-
-    def _reserve(self, lease: Lease, max_tokens: int | None) -> int:
-        if max_tokens is not None:
-            if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-                raise ConfigError.below_minimum("max_tokens", max_tokens, 1)
-            return max_tokens
-        return min(self.config.reply_reserve_tokens, max(1, lease.ceiling_tokens // 4))
-
     def _publish(
         self, kind: str, lease: Lease, *, record: object = None, **attributes: object
     ) -> None:
@@ -434,129 +397,6 @@ class Governor:
             self.acquire(lease)
         if lease.budget in self._budgets_open:
             self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
-
-    # -- model calls ----------------------------------------------------------------
-    def complete(
-        self, lease: Lease, messages: Sequence[Message], **options: Any
-    ) -> GenerationResult:
-        """One model call within the lease (resumed first if it was parked; compacted by
-        the ceiling policy when it would not fit; its held KV restored)."""
-        self.resume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            self.idle.before_call(lease)
-        started = self._call_started(lease, request)
-        try:
-            result = self.backend.generate(request)
-        except BaseException as exc:
-            self._call_failed(lease, started, exc)
-            raise
-        return self._record(lease, result, started)
-
-    async def acomplete(
-        self, lease: Lease, messages: Sequence[Message], **options: Any
-    ) -> GenerationResult:
-        await self.aresume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            await asyncio.to_thread(self.idle.before_call, lease)
-        started = self._call_started(lease, request)
-        try:
-            result = await self.backend.agenerate(request)
-        except BaseException as exc:
-            self._call_failed(lease, started, exc)
-            raise
-        return self._record(lease, result, started)
-
-    async def astream(
-        self, lease: Lease, messages: Sequence[Message], **options: Any
-    ) -> AsyncIterator[GenerationChunk]:
-        """A streamed model call within the lease; usage is recorded from the last chunk."""
-        await self.aresume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            await asyncio.to_thread(self.idle.before_call, lease)
-        started = self._call_started(lease, request)
-        finished = False
-        try:
-            async for chunk in self.backend.astream(request):
-                if chunk.result is not None:
-                    finished = True
-                    self._record(lease, chunk.result, started)
-                yield chunk
-        except BaseException as exc:
-            if not finished:
-                self._call_failed(lease, started, exc)
-            raise
-        if not finished:  # pragma: no cover - a backend whose stream ends without a result
-            self._call_failed(lease, started, None)
-
-    def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
-        self._publish("call.started", lease, max_tokens=request.max_tokens)
-        return time.perf_counter()
-
-    def _call_failed(self, lease: Lease, started: float, error: BaseException | None) -> None:
-        reason = (
-            "cancelled"
-            if isinstance(error, (asyncio.CancelledError, GeneratorExit))
-            else ("no result" if error is None else type(error).__name__)
-        )
-        self._publish("call.failed", lease, error=reason, elapsed_s=time.perf_counter() - started)
-
-    def _request(
-        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
-    ) -> GenerationRequest:
-        if lease.state is LeaseState.RELEASED:
-            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        messages, salt = self._with_prefix(lease, messages)
-        messages, event = self._compact(
-            lease, messages, self._reserve(lease, options.get("max_tokens"))
-        )
-        prompt_tokens = event.tokens_after
-        if prompt_tokens >= lease.ceiling_tokens:  # a policy that broke its contract
-            raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
-        if lease.budget not in self._budgets_open:
-            self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
-            self._budgets_open.add(lease.budget)
-        room = lease.ceiling_tokens - prompt_tokens
-        options["max_tokens"] = min(options.get("max_tokens", room), room)
-        return GenerationRequest(
-            messages=list(messages),
-            ceiling_tokens=lease.ceiling_tokens,
-            budget=lease.budget,
-            cache_salt=salt,
-            priority=lease.priority,
-            **options,
-        )
-
-    def _with_prefix(
-        self, lease: Lease, messages: Sequence[Message]
-    ) -> tuple[Sequence[Message], str | None]:
-        """The messages with the agent's registered prefix first, and the cache salt."""
-        if lease.agent.prefix is None:
-            return messages, lease.tenant
-        prefix = self.prefixes.lookup(
-            lease.agent.prefix, tenant=lease.tenant, agent=lease.agent.name
-        )
-        if tuple(messages[: len(prefix.messages)]) != prefix.messages:
-            messages = [*prefix.messages, *messages]
-        return messages, prefix.cache_salt
-
-    def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
-        lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
-        lease.num_calls += 1
-        self._publish(
-            "call.finished",
-            lease,
-            prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens,
-            cached_tokens=result.cached_tokens,
-            finish_reason=result.finish_reason,
-            tokens_in_context=lease.tokens_in_context,
-            blocks_held=lease.blocks_live,
-            elapsed_s=time.perf_counter() - started,
-        )
-        return result
 
 
 class LeaseContext:

@@ -36,6 +36,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "attention": "engine.benchmarks.attention",
         "engine": "engine.benchmarks.engine",
         "governor": "governor.benchmarks.governor",
+        "policies": "policies.benchmarks.policies",
     }
 )
 
@@ -96,8 +97,8 @@ def bench(
 
 
 def _as_measurement(item: Measurement | Mapping[str, Any]) -> Measurement:
-    """Engine benchmarks yield ``Measurement``; the governor's, which may not import the
-    engine, yield mappings with the same fields."""
+    """Engine benchmarks yield ``Measurement``; the governor's and the policies', which may
+    not import the engine, yield mappings with the same fields."""
     from engine.benchmarks import Direction, Measurement
 
     if isinstance(item, Measurement):

@@ -150,6 +150,79 @@ def test_ten_thousand_tokens_reduce_quickly() -> None:
     assert result.tokens_after <= 500
 
 
+def test_go_test_messages_printed_before_the_verdict_are_kept() -> None:
+    def passing(start: int, stop: int) -> list[str]:
+        return [f"=== RUN   TestCase{i}\n--- PASS: TestCase{i} (0.01s)" for i in range(start, stop)]
+
+    failure = [
+        "=== RUN   TestRetryBackoff",
+        "    retry_test.go:88: order 4411: got status pending, want settled",
+        "    retry_test.go:91: dial tcp 10.0.3.17:5432: connect: connection refused",
+        "--- FAIL: TestRetryBackoff (1.21s)",
+    ]
+    text = "\n".join([*passing(0, 300), *failure, *passing(300, 600), "FAIL", "FAIL\tacme/x\t3.1s"])
+    result = SUMMARIZER.reduce(text, budget_tokens=120, arguments={"cmd": "go test -v ./..."})
+    assert result.tokens_after == COUNTER.count(result.text) <= 120
+    for line in [*failure[1:], "FAIL\tacme/x\t3.1s"]:
+        assert line in result.text.split("\n")
+
+
+def test_identifiers_found_on_most_lines_pick_out_nothing() -> None:
+    log = pytest_log()
+    plain = SUMMARIZER.reduce(log, budget_tokens=200)
+    # "tests" and "test_mod" are on every line: they must not rank every line as a mention.
+    asked = SUMMARIZER.reduce(log, budget_tokens=200, arguments={"cmd": "pytest tests/test_mod.py"})
+    assert asked.text == plain.text
+    assert "similar lines" in asked.text
+
+
+def test_lines_whose_numbers_jump_about_are_not_collapsed() -> None:
+    heartbeats = [f"12:00:{i // 10:02d} heartbeat seq={i} ok" for i in range(400)]
+    requests = [
+        f"GET /api/orders/{(i * 7919) % 10007} -> {503 if i == 17 else 200} ({(i * 37) % 90} ms)"
+        for i in range(30)
+    ]
+    text = "\n".join([*heartbeats, *requests])
+    result = SUMMARIZER.reduce(text, budget_tokens=600)
+    assert result.tokens_after == COUNTER.count(result.text) <= 600
+    lines = result.text.split("\n")
+    assert all(request in lines for request in requests)  # 503 among 200s included
+    assert "[... 399 similar lines (" in result.text  # counting up: said by the first and a count
+
+
+def test_json_items_that_report_an_error_are_kept_past_the_first_ones() -> None:
+    def task(i: int) -> dict[str, object]:
+        if i in (120, 260, 431):
+            return {"id": i, "status": "failed", "error": {"code": "DEADLINE_EXCEEDED"}}
+        return {"id": i, "status": "succeeded", "rows": i * 13, "error": None}
+
+    text = json.dumps({"results": [task(i) for i in range(500)]}, indent=2)
+    result = SUMMARIZER.reduce(text, budget_tokens=400)
+    assert result.method == "json"
+    assert result.tokens_after == COUNTER.count(result.text) <= 400
+    shown = json.loads(result.text)["results"]
+    kept = [item["id"] for item in shown if isinstance(item, dict)]
+    assert {120, 260, 431} <= set(kept) and kept[0] == 0
+    assert len(kept) + result.elided[0][1] == 500
+
+
+def test_prose_that_uses_error_words_does_not_displace_a_traceback() -> None:
+    prose = "The client retries failed requests and logs each error before giving up. " * 6
+    page = ["Retry policy · Docs", "", *[f"{i}. {prose}" for i in range(60)]]
+    page[30:30] = TRACEBACK[1:]
+    result = SUMMARIZER.reduce("\n".join(page), budget_tokens=300)
+    assert result.tokens_after <= 300
+    assert all(line in result.text.split("\n") for line in TRACEBACK[1:])
+
+
+def test_json_keeps_as_many_items_as_fit() -> None:
+    text = json.dumps({"data": [{"id": i, "name": f"user{i}"} for i in range(500)]}, indent=2)
+    item = COUNTER.count(json.dumps({"id": 100, "name": "user100"}, indent=2))
+    result = SUMMARIZER.reduce(text, budget_tokens=300)
+    assert result.method == "json"
+    assert 300 - 2 * item <= result.tokens_after <= 300  # not just the first 20, 10, 5...
+
+
 _TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=400)
 _LOG_LINE = st.one_of(
     st.sampled_from(["ok", "PASSED test_a", "debug x=1", "", "    at frame()"]),

@@ -1,0 +1,83 @@
+"""``kvgov bench policies``: its corpus and the figures it reports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from governor import TokenCounter
+from governor.cli import app
+from policies.benchmarks.corpus import MAX_TOKENS, MIN_TOKENS, Category, build_corpus
+from policies.benchmarks.policies import run
+
+METRICS = {
+    "summarize_tokens_saved_pct": "%",
+    "error_lines_kept_pct": "%",
+    "summarize_ms_per_10k_tokens": "ms",
+}
+ERROR_LINES_FLOOR = 90  # the full run measures about 97: see the README's policies section
+
+
+@pytest.fixture(scope="module")
+def rows() -> Mapping[str, Mapping[str, Any]]:
+    return {str(row["metric"]): row for row in run(quick=True)}
+
+
+def test_quick_run_reports_the_figures_the_issue_names(
+    rows: Mapping[str, Mapping[str, Any]],
+) -> None:
+    assert set(METRICS) <= set(rows)
+    for metric, unit in METRICS.items():
+        row = rows[metric]
+        assert row["bench"] == "policies" and row["unit"] == unit, row
+        assert {"value", "target", "direction", "note"} <= row.keys()
+    assert 0 < rows["summarize_tokens_saved_pct"]["value"] < 100
+    kept = rows["error_lines_kept_pct"]
+    assert kept["value"] == 100 or kept["value"] >= ERROR_LINES_FLOOR, kept
+    assert kept["target"] == 100
+    speed = rows["summarize_ms_per_10k_tokens"]
+    assert speed["value"] > 0 and speed["target"] == 20 and speed["direction"] == "lower"
+
+
+def test_cli_prints_one_json_object_per_line() -> None:
+    result = CliRunner().invoke(app, ["bench", "policies", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) == len(lines) >= len(METRICS)
+    assert all(record["bench"] == "policies" for record in records)
+    assert set(METRICS) <= {record["metric"] for record in records}
+
+
+def test_the_corpus_is_deterministic() -> None:
+    assert build_corpus(num_documents=10) == build_corpus(num_documents=10)
+    assert build_corpus(seed=1, num_documents=5) != build_corpus(num_documents=5)
+
+
+def test_every_document_is_in_a_declared_category_and_size() -> None:
+    corpus = build_corpus(num_documents=20)
+    counter = TokenCounter()
+    assert {document.category for document in corpus} == set(Category)
+    assert len({document.name for document in corpus}) == len(corpus)
+    for document in corpus:
+        assert document.name.startswith(document.category.value), document.name
+        assert MIN_TOKENS * 0.8 <= counter.count(document.text) <= MAX_TOKENS * 1.25, document.name
+        assert document.tool_name and document.arguments
+
+
+def test_error_labels_point_at_nonblank_lines() -> None:
+    corpus = build_corpus(num_documents=20)
+    assert sum(len(document.error_lines) for document in corpus) > 50
+    for document in corpus:
+        lines = document.text.split("\n")
+        assert list(document.error_lines) == sorted(set(document.error_lines))
+        assert all(0 <= i < len(lines) and lines[i].strip() for i in document.error_lines)
+
+
+def test_a_negative_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="num_documents"):
+        build_corpus(num_documents=-1)

@@ -3,6 +3,7 @@ that may import every layer.
 
     kvgov --version
     kvgov bench NAME [--json] [--quick]
+    kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -16,7 +17,7 @@ import importlib
 import json
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich import box
@@ -137,3 +138,86 @@ def _format_number(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}"
+
+
+@app.command()
+def plan(
+    preset: Annotated[
+        str | None, typer.Option(help="A named model: qwen3.5-9b, or a bundled preset.")
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option(help="A Hugging Face config.json, or the folder holding it.")
+    ] = None,
+    card_gb: Annotated[float, typer.Option(help="The card's memory, GB.")] = 16.0,
+    weights_gb: Annotated[float, typer.Option(help="Memory the weights take, GB.")] = 5.5,
+    overhead_gb: Annotated[
+        float, typer.Option(help="Activations, runtime and fragmentation, GB.")
+    ] = 0.5,
+    kv_dtype: Annotated[
+        str | None, typer.Option(help="KV cache dtype: fp16, bf16, fp8 or fp32.")
+    ] = None,
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    ceiling: Annotated[int, typer.Option(help="Each agent's ceiling, tokens.")] = 16_000,
+    cap: Annotated[
+        int | None, typer.Option(help="The lower contiguous cap, tokens (half the ceiling).")
+    ] = None,
+    agents: Annotated[int, typer.Option(help="How many agents run at once.")] = 8,
+    average: Annotated[int, typer.Option(help="Their average context, tokens.")] = 3_000,
+    safety: Annotated[float, typer.Option(help="Admission's safety factor, (0, 1].")] = 0.9,
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per row, nothing else.")
+    ] = False,
+) -> None:
+    """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged."""
+    from governor.errors import GovernorError
+    from governor.plan import kv_shape_for, make_plan, plan_rows, render_plan
+
+    try:
+        model, shape = kv_shape_for(
+            preset=preset, config=config, kv_dtype=kv_dtype, extra_presets=_engine_presets()
+        )
+        made = make_plan(
+            model=model,
+            kv_shape=shape,
+            card_gb=card_gb,
+            weights_gb=weights_gb,
+            overhead_gb=overhead_gb,
+            num_agents=agents,
+            ceiling_tokens=ceiling,
+            lower_cap_tokens=cap,
+            average_tokens=average,
+            block_size=block_size,
+            safety_factor=safety,
+        )
+    except GovernorError as exc:
+        _fail(str(exc))
+    if json_lines:
+        for row in plan_rows(made):
+            typer.echo(json.dumps(row))
+        return
+    headline, table = render_plan(made)
+    console = Console()
+    console.print(headline)
+    console.print(table)
+
+
+def _engine_presets() -> dict[str, Any]:
+    """The bundled engine's presets as KV shapes (fp16 KV, as on a GPU)."""
+    from engine.presets import PRESETS
+    from governor.sizing import KVShape
+
+    return {
+        name: KVShape(
+            layers=p.config.num_layers,
+            kv_heads=p.config.num_kv_heads,
+            head_dim=p.config.head_dim,
+            dtype_bytes=2,
+        )
+        for name, p in PRESETS.items()
+    }
+
+
+def _fail(message: str) -> NoReturn:
+    """A one-line error on stderr and exit code 2: bad input never prints a traceback."""
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code=2)

@@ -1,0 +1,79 @@
+"""``kvgov plan``: the sizing calculator reproduces the design's table, and bad input is
+one line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from governor.cli import app
+
+runner = CliRunner()
+DESIGN = ["plan", "--preset", "qwen3.5-9b", "--card-gb", "16", "--weights-gb", "5.5"]
+
+
+def _rows(args: list[str]) -> list[dict[str, object]]:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_the_design_table() -> None:
+    ceiling, cap, paged = _rows(DESIGN)
+    assert (ceiling["agents_admitted"], ceiling["fits"]) == (4, False)  # reserve 16k: 4 of 8
+    assert round(cap["reserved_gb"], 0) == 9 and cap["fits"]  # reserve 8k: about 9 GB...
+    assert round(cap["waste_at_average_pct"]) == 62  # ...63% of it wasted at 3k (62.5)
+    assert paged["agents_admitted"] == 8 and paged["waste_at_average_pct"] < 1
+    assert 70_000 < paged["capacity_tokens"] < 72_000  # about 71k tokens in all
+
+
+def test_the_table_names_the_budget() -> None:
+    result = runner.invoke(app, DESIGN, env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "= 10 GB for KV" in result.stdout and "4 of 8" in result.stdout
+
+
+def test_a_config_json_and_a_kv_dtype(tmp_path: Path) -> None:
+    config = {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = ["plan", "--config", str(tmp_path), "--card-gb", "24", "--weights-gb", "16"]
+    fp16 = _rows(args)
+    fp8 = _rows([*args, "--kv-dtype", "fp8"])
+    # 2 x 32 layers x 8 heads x 128 x 2 bytes = 131,072 bytes per token; fp8 halves it.
+    assert fp16[2]["capacity_tokens"] == pytest.approx(7.5e9 / 131_072, rel=0.001)
+    assert fp8[2]["capacity_tokens"] == pytest.approx(2 * fp16[2]["capacity_tokens"], rel=0.001)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "--preset", "gpt-9"], "unknown preset 'gpt-9'"),
+        (["plan"], "exactly one of --preset NAME and --config PATH"),
+        (["plan", "--config", "/no/such/model"], "cannot read"),
+        ([*DESIGN[:3], "--card-gb", "4"], "nothing is left for the KV cache"),
+        ([*DESIGN, "--kv-dtype", "int3"], "unknown KV dtype"),
+        ([*DESIGN, "--average", "20000"], "must not exceed ceiling_tokens"),
+        ([*DESIGN, "--safety", "1.5"], "safety"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_two(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_a_malformed_config_json(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    result = runner.invoke(app, ["plan", "--config", str(tmp_path)])
+    assert result.exit_code == 2 and "Error:" in result.stderr

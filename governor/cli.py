@@ -4,6 +4,7 @@ that may import every layer.
     kvgov --version
     kvgov bench NAME [--json] [--quick]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
+    kvgov map [plan's options | --record RUN.json] [--out PATH]
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -28,6 +29,7 @@ from governor import __version__
 
 if TYPE_CHECKING:
     from engine.benchmarks import Measurement
+    from governor.plan import Plan
 
 __all__ = ["BENCHMARKS", "app"]
 
@@ -169,14 +171,106 @@ def plan(
     ] = False,
 ) -> None:
     """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged."""
+    from governor.plan import plan_rows, render_plan
+
+    made = _make_plan(
+        preset=preset,
+        config=config,
+        card_gb=card_gb,
+        weights_gb=weights_gb,
+        overhead_gb=overhead_gb,
+        kv_dtype=kv_dtype,
+        block_size=block_size,
+        ceiling=ceiling,
+        cap=cap,
+        agents=agents,
+        average=average,
+        safety=safety,
+    )
+    if json_lines:
+        for row in plan_rows(made):
+            typer.echo(json.dumps(row))
+        return
+    headline, table = render_plan(made)
+    console = Console()
+    console.print(headline)
+    console.print(table)
+
+
+@app.command("map")
+def memory_map(
+    preset: Annotated[str | None, typer.Option(help="As for kvgov plan.")] = None,
+    config: Annotated[str | None, typer.Option(help="As for kvgov plan.")] = None,
+    card_gb: Annotated[float, typer.Option(help="The card's memory, GB.")] = 16.0,
+    weights_gb: Annotated[float, typer.Option(help="Memory the weights take, GB.")] = 5.5,
+    overhead_gb: Annotated[float, typer.Option(help="Runtime overhead, GB.")] = 0.5,
+    kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype.")] = None,
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    ceiling: Annotated[int, typer.Option(help="Each agent's ceiling, tokens.")] = 16_000,
+    agents: Annotated[int, typer.Option(help="How many agents run at once.")] = 8,
+    average: Annotated[int, typer.Option(help="Their average context, tokens.")] = 3_000,
+    record: Annotated[
+        str | None,
+        typer.Option(help="A memory record a run wrote (kvgov demo does), instead of a plan."),
+    ] = None,
+    out: Annotated[str, typer.Option(help="Where to write PATH.svg and PATH.png.")] = "kvgov-map",
+) -> None:
+    """Draw the memory map: contiguous reserve-for-max against paged, as SVG and PNG."""
     from governor.errors import GovernorError
-    from governor.plan import kv_shape_for, make_plan, plan_rows, render_plan
+    from governor.memory_map import caption, from_plan, from_record, render
+
+    if record is not None:
+        try:
+            memory = from_record(record)
+        except GovernorError as exc:
+            _fail(str(exc))
+    else:
+        plan = _make_plan(
+            preset=preset or (None if config else "qwen3.5-9b"),
+            config=config,
+            card_gb=card_gb,
+            weights_gb=weights_gb,
+            overhead_gb=overhead_gb,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            ceiling=ceiling,
+            cap=None,
+            agents=agents,
+            average=average,
+            safety=0.9,
+        )
+        memory = from_plan(plan)
+    try:
+        svg, png = render(memory, out)
+    except OSError as exc:
+        _fail(f"cannot write the map to {out}: {exc}")
+    typer.echo(caption(memory))
+    typer.echo(f"wrote {svg} and {png}")
+
+
+def _make_plan(
+    *,
+    preset: str | None,
+    config: str | None,
+    card_gb: float,
+    weights_gb: float,
+    overhead_gb: float,
+    kv_dtype: str | None,
+    block_size: int,
+    ceiling: int,
+    cap: int | None,
+    agents: int,
+    average: int,
+    safety: float,
+) -> Plan:
+    from governor.errors import GovernorError
+    from governor.plan import kv_shape_for, make_plan
 
     try:
         model, shape = kv_shape_for(
             preset=preset, config=config, kv_dtype=kv_dtype, extra_presets=_engine_presets()
         )
-        made = make_plan(
+        return make_plan(
             model=model,
             kv_shape=shape,
             card_gb=card_gb,
@@ -191,14 +285,6 @@ def plan(
         )
     except GovernorError as exc:
         _fail(str(exc))
-    if json_lines:
-        for row in plan_rows(made):
-            typer.echo(json.dumps(row))
-        return
-    headline, table = render_plan(made)
-    console = Console()
-    console.print(headline)
-    console.print(table)
 
 
 def _engine_presets() -> dict[str, Any]:

@@ -1,0 +1,228 @@
+"""``kvgov map``: where the card's memory goes, drawn as two bars.
+
+The top bar is the contiguous reserve-for-max cache: after the weights and the runtime
+overhead, each agent reserves its ceiling up front; the part of a reservation it does
+not use is wasted, and agents whose reservation does not fit stand past the admission
+wall. The bottom bar is the paged cache kvgov runs: each agent holds only the blocks its
+live context fills, and the rest is free headroom for more agents or longer contexts.
+A caption gives the figures.
+
+A ``MemoryMap`` comes from ``kvgov plan`` inputs (``from_plan``: every agent at the
+average) or from a run's record (``from_record``: each agent's peak live KV, as the demo
+writes it). ``render`` writes SVG and PNG with matplotlib (imported only there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from governor.errors import ConfigError
+from governor.plan import GB, Plan
+
+__all__ = [
+    "AgentMemory",
+    "MemoryMap",
+    "agents_from_peaks",
+    "caption",
+    "from_plan",
+    "from_record",
+    "render",
+    "write_record",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMemory:
+    name: str
+    live_bytes: int  # KV its context holds (at its peak, or at the average)
+    reserved_bytes: int  # what a contiguous cache would set aside for it: its ceiling
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryMap:
+    title: str
+    card_bytes: int
+    weights_bytes: int
+    overhead_bytes: int
+    agents: tuple[AgentMemory, ...]
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        return self.card_bytes - self.weights_bytes - self.overhead_bytes
+
+    def contiguous_admitted(self) -> int:
+        """Agents whose full reservations fit in the KV budget, in order."""
+        used = admitted = 0
+        for agent in self.agents:
+            if used + agent.reserved_bytes > self.kv_budget_bytes:
+                break
+            used += agent.reserved_bytes
+            admitted += 1
+        return admitted
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def from_plan(plan: Plan) -> MemoryMap:
+    c = plan.comparison
+    per_token = c.kv_shape.bytes_per_token
+    block = c.kv_shape.bytes_per_block(c.block_size)
+    live = -(-c.average_tokens // c.block_size) * block
+    agents = tuple(
+        AgentMemory(f"agent {i + 1}", live, c.ceiling_tokens * per_token)
+        for i in range(c.num_agents)
+    )
+    return MemoryMap(
+        title=f"{plan.model}: {c.num_agents} agents, ceiling {c.ceiling_tokens:,}, "
+        f"average {c.average_tokens:,} tokens",
+        card_bytes=plan.card_bytes,
+        weights_bytes=plan.weights_bytes,
+        overhead_bytes=plan.overhead_bytes,
+        agents=agents,
+    )
+
+
+def from_record(record: Mapping[str, Any] | str | Path) -> MemoryMap:
+    """A map from ``MemoryMap.to_json()`` output (a mapping, or a JSON file's path)."""
+    if not isinstance(record, Mapping):
+        try:
+            record = json.loads(Path(record).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read a memory record from {record}: {exc}") from None
+    try:
+        agents = tuple(AgentMemory(**a) for a in record["agents"])
+        return MemoryMap(
+            title=str(record["title"]),
+            card_bytes=int(record["card_bytes"]),
+            weights_bytes=int(record["weights_bytes"]),
+            overhead_bytes=int(record["overhead_bytes"]),
+            agents=agents,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"a memory record needs title, card_bytes, weights_bytes, overhead_bytes and "
+            f"agents (name, live_bytes, reserved_bytes); this one fails with {exc!r}"
+        ) from None
+
+
+def caption(memory: MemoryMap) -> str:
+    admitted = memory.contiguous_admitted()
+    agents = memory.agents
+    reserved = sum(a.reserved_bytes for a in agents[:admitted])
+    live_admitted = sum(a.live_bytes for a in agents[:admitted])
+    live = sum(a.live_bytes for a in agents)
+    waste = 1 - live_admitted / reserved if reserved else 0.0
+    free = memory.kv_budget_bytes - live
+    return (
+        f"KV budget {memory.kv_budget_bytes / GB:.2f} GB. Contiguous: {admitted} of "
+        f"{len(agents)} agents admitted, {reserved / GB:.2f} GB reserved, {100 * waste:.0f}% "
+        f"of it unused. Paged: {len(agents)} of {len(agents)} hold {live / GB:.2f} GB live, "
+        f"{max(free, 0) / GB:.2f} GB free headroom."
+    )
+
+
+def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
+    """Write ``path`` with ``.svg`` and ``.png`` suffixes; returns both paths."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib import pyplot as plt
+    from matplotlib.patches import Patch
+
+    base = Path(path).with_suffix("")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(11, 3.4), dpi=110)
+    try:
+        _draw(ax, memory, Patch)
+        fig.suptitle(memory.title, fontsize=11, x=0.01, ha="left")
+        fig.text(0.01, 0.02, caption(memory), fontsize=8.5, ha="left", wrap=True)
+        fig.subplots_adjust(left=0.17, right=0.98, top=0.80, bottom=0.33)
+        svg, png = base.with_suffix(".svg"), base.with_suffix(".png")
+        fig.savefig(svg)
+        fig.savefig(png)
+    finally:
+        plt.close(fig)
+    return svg, png
+
+
+_WEIGHTS, _OVERHEAD, _LIVE, _WASTE, _FREE, _OUT = (
+    "#6b7280",
+    "#d1d5db",
+    "#2563eb",
+    "#fca5a5",
+    "#dcfce7",
+    "#ef4444",
+)
+
+
+def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
+    gb = GB
+    base = (memory.weights_bytes + memory.overhead_bytes) / gb
+    card = memory.card_bytes / gb
+    rows = (1.0, 0.0)  # contiguous on top, paged below
+    for y in rows:
+        ax.barh(y, memory.weights_bytes / gb, color=_WEIGHTS, height=0.6)
+        ax.barh(y, memory.overhead_bytes / gb, left=memory.weights_bytes / gb, color=_OVERHEAD,
+                height=0.6)  # fmt: skip
+    admitted = memory.contiguous_admitted()
+    left = base
+    for i, agent in enumerate(memory.agents):
+        reserved, live = agent.reserved_bytes / gb, min(agent.live_bytes, agent.reserved_bytes) / gb
+        fits = i < admitted
+        ax.barh(rows[0], live, left=left, color=_LIVE if fits else "none", height=0.6,
+                edgecolor="white" if fits else _OUT, linestyle="-" if fits else "--")  # fmt: skip
+        ax.barh(rows[0], reserved - live, left=left + live, height=0.6,
+                color=_WASTE if fits else "none", edgecolor="white" if fits else _OUT,
+                hatch="//" if fits else None, linestyle="-" if fits else "--")  # fmt: skip
+        left += reserved
+    left = base
+    for agent in memory.agents:
+        ax.barh(rows[1], agent.live_bytes / gb, left=left, color=_LIVE, edgecolor="white",
+                height=0.6)  # fmt: skip
+        left += agent.live_bytes / gb
+    if left < card:
+        ax.barh(rows[1], card - left, left=left, color=_FREE, height=0.6)
+    ax.axvline(card, color="black", linewidth=1.5)
+    ax.text(card, 1.45, " admission wall (card full)", fontsize=8, va="center")
+    ax.set_yticks(rows, ["contiguous,\nreserve the ceiling", "paged (kvgov)"])
+    ax.set_xlabel("GB")
+    ax.set_ylim(-0.6, 1.7)
+    end = max(card, base + sum(a.reserved_bytes for a in memory.agents) / gb)
+    ax.set_xlim(0, end * 1.02)
+    ax.legend(
+        handles=[
+            patch(color=_WEIGHTS, label="weights"),
+            patch(color=_OVERHEAD, label="runtime overhead"),
+            patch(color=_LIVE, label="live KV"),
+            patch(facecolor=_WASTE, hatch="//", label="reserved, unused"),
+            patch(facecolor="none", edgecolor=_OUT, linestyle="--", label="not admitted"),
+            patch(color=_FREE, label="free headroom"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.28),
+        ncol=6,
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def write_record(memory: MemoryMap, path: str | Path) -> Path:
+    """Save the map's inputs as JSON, for ``kvgov map --record``."""
+    target = Path(path)
+    target.write_text(json.dumps(memory.to_json(), indent=2))
+    return target
+
+
+def agents_from_peaks(
+    peaks: Sequence[tuple[str, int, int]], *, bytes_per_token: int
+) -> tuple[AgentMemory, ...]:
+    """``(name, peak tokens, ceiling tokens)`` per agent as ``AgentMemory``."""
+    return tuple(
+        AgentMemory(name, tokens * bytes_per_token, ceiling * bytes_per_token)
+        for name, tokens, ceiling in peaks
+    )

@@ -1,0 +1,345 @@
+"""One invocation of a governed LangGraph graph: which lease each node execution runs in.
+
+Private to integrations/. A ``Frame`` is opened per invocation (``invoke``, ``stream``
+and their async twins; a governed subgraph gets its own, inside its parent's) and rides
+in the run's config under ``FRAME_KEY``, which LangGraph hands to every node and nested
+graph. Frames with the same governor share one ``RunScope`` (the token tally and the
+tool results already reduced). Which lease a node execution gets (``Frame.plan``):
+
+1. a ``ToolNode`` runs in the lease that asked for its tool calls (the governed node
+   whose reply carried them, in this frame); one that ``agents=`` does not name runs
+   in the enclosing lease otherwise, or ungoverned when there is none;
+2. a node of the same agent as the enclosing lease (the governed node whose subgraph
+   this is) runs in that lease;
+3. a node reached by ``Send`` gets its own lease for that one execution: a child of its
+   sender (the governed node of this frame that ran the step before, preferring the
+   planners the topology names), else of the frame's inherited parent, else a plain
+   lease. Children share the parent's fan-out cap in every frame, thread and loop,
+   since the cap is ``governor.fanout_limiter``'s, keyed by the parent lease;
+4. any other node keeps one lease per node for the whole frame, across its supersteps
+   (a child of the inherited parent when there is one), released when the frame closes.
+   It is parked (reason ``"manual"``) from the end of one of its turns to the start of
+   the next: an agent between turns counts against no limit, so a graph whose agents
+   take turns cannot deadlock on leases that wait for their next turn.
+
+A node reached by ``Send`` is released when its execution ends, so what it sends in
+turn is capped by the inherited parent, not by it: make such a node a governed
+subgraph, whose own nodes then keep their leases across its supersteps. With no
+governed sender or inherited parent, a ``Send`` is admitted by memory alone.
+
+The inherited parent of a frame is the enclosing lease, else what the enclosing frame
+would make the parent of the task that runs this graph. The enclosing lease is the one a
+governed node execution is running in: a context variable, which LangGraph copies into
+the threads and tasks that nested graphs run their nodes in.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
+
+from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
+from integrations._graph_messages import Tally, messages_in, tool_calls
+
+__all__ = [
+    "FRAME_KEY",
+    "Frame",
+    "Governance",
+    "RunScope",
+    "Turn",
+    "current_lease",
+    "frame_of",
+    "lease_scope",
+    "open_frame",
+    "reset_lease",
+]
+
+FRAME_KEY = "__kvgov_graph_frame"  # "__" keeps it out of LangGraph's run metadata
+_PUSH = "__pregel_push"  # LangGraph's trigger for a task reached by Send
+
+_CURRENT: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+    "kvgov_graph_lease", default=None
+)
+
+
+def current_lease() -> Lease | None:
+    """The lease of the governed node execution this code runs in, if any."""
+    return _CURRENT.get()
+
+
+def lease_scope(lease: Lease) -> contextvars.Token[Lease | None]:
+    """Make ``lease`` the enclosing lease; reset the returned token after the node."""
+    return _CURRENT.set(lease)
+
+
+def reset_lease(token: contextvars.Token[Lease | None]) -> None:
+    _CURRENT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class Governance:
+    """What ``govern`` fixed for one graph."""
+
+    governor: Governor
+    agents: Mapping[str, AgentSpec]  # node name -> its agent
+    parents: Mapping[str, frozenset[str]]  # worker node -> the planner nodes that send to it
+    messages_key: str
+    reducer: object  # the messages channel's reducer; None: a node's messages replace it
+
+
+@dataclass(slots=True, eq=False)
+class RunScope:
+    """Shared by the frames of one governor in one top-level invocation."""
+
+    governor: Governor
+    tally: Tally
+    # id(tool message) -> (that message, what it was reduced to): each is reduced once
+    reduced: dict[int, tuple[BaseMessage, BaseMessage]] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """A lease kept for the whole frame."""
+
+    context: LeaseContext | ChildContext
+    entered: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class Turn:
+    """The lease of one node execution and what to do around it."""
+
+    lease: Lease
+    context: LeaseContext | ChildContext | None = None  # entered and exited around it
+    held: _Held | None = None  # a frame lease to enter first, if not yet entered
+    resume: bool = False  # bring a parked lease back before the node runs
+    push: bool = False  # reached by Send: its input is the Send's, not the state
+    between: bool = False  # a frame lease: parked from the end of one turn to the next
+
+
+def frame_of(config: RunnableConfig | None) -> Frame | None:
+    if not config:
+        return None
+    frame = (config.get("configurable") or {}).get(FRAME_KEY)
+    return frame if isinstance(frame, Frame) else None
+
+
+def open_frame(
+    governance: Governance, config: RunnableConfig | None
+) -> tuple[Frame, RunnableConfig]:
+    """A frame for one invocation, and the config that carries it to the nodes."""
+    # A graph invoked inside a node without the node's config still runs in it: LangChain
+    # keeps it in a context variable, which LangGraph merges in. So look there too.
+    ambient = var_child_runnable_config.get() or {}
+    explicit = config or {}
+    outer = frame_of(explicit) or frame_of(ambient)  # type: ignore[arg-type]
+    metadata = explicit.get("metadata") or ambient.get("metadata") or {}
+    governor = governance.governor
+    if outer is not None and outer.scope.governor is governor:
+        scope = outer.scope
+    else:
+        scope = RunScope(governor, Tally(governor.counter))
+    parent = _usable(current_lease())
+    if parent is None and outer is not None:
+        parent = outer.parent_of_task(metadata)
+    frame = Frame(governance, scope, parent)
+    configurable = {**(explicit.get("configurable") or {}), FRAME_KEY: frame}
+    return frame, {**explicit, "configurable": configurable}
+
+
+class Frame:
+    __slots__ = ("_held", "_lock", "_owners", "_ran", "governance", "inherited", "scope")
+
+    def __init__(self, governance: Governance, scope: RunScope, inherited: Lease | None) -> None:
+        self.governance = governance
+        self.scope = scope
+        self.inherited = inherited
+        self._lock = threading.Lock()
+        self._held: dict[str, _Held] = {}  # node name -> its lease for the frame
+        self._ran: dict[str, tuple[Lease, int]] = {}  # node -> (its lease, latest step)
+        self._owners: dict[str, Lease] = {}  # tool call id -> the lease that asked for it
+
+    @property
+    def governor(self) -> Governor:
+        return self.governance.governor
+
+    # -- which lease ----------------------------------------------------------------
+    def plan(
+        self,
+        node: str,
+        spec: AgentSpec | None,
+        *,
+        tool_node: bool,
+        config: RunnableConfig,
+        value: Any,
+    ) -> Turn | None:
+        """The lease a node execution runs in (module docstring); None: ungoverned."""
+        enclosing = _usable(current_lease())
+        metadata = config.get("metadata") or {}
+        step = metadata.get("langgraph_step")
+        if tool_node:
+            owner = self._owner(value) or (enclosing if spec is None else None)
+            if owner is not None:
+                return Turn(owner)
+        if spec is None:
+            return None
+        if enclosing is not None and enclosing.agent.name == spec.name:
+            self._note(node, enclosing, step)
+            return Turn(enclosing, resume=not tool_node)
+        if _pushed(metadata):
+            parent = self._sender(node, step) or _usable(self.inherited)
+            governor = self.governor
+            context = governor.child(parent, spec) if parent else governor.lease(spec)
+            return Turn(context.lease, context=context, push=True)
+        held = self._hold(node, spec)
+        self._note(node, held.context.lease, step)
+        return Turn(
+            held.context.lease,
+            held=None if held.entered else held,
+            resume=not tool_node,
+            between=True,
+        )
+
+    def parent_of_task(self, metadata: Mapping[str, Any]) -> Lease | None:
+        """The parent this frame gives the task ``metadata`` describes (a nested graph's
+        inherited parent)."""
+        if _pushed(metadata):
+            node, step = str(metadata.get("langgraph_node")), metadata.get("langgraph_step")
+            sender = self._sender(node, step)
+            if sender is not None:
+                return sender
+        return _usable(self.inherited)
+
+    def note_calls(self, lease: Lease, messages: list[BaseMessage]) -> None:
+        """Remember which lease asked for these tool calls, for the tools node after."""
+        for message in messages:
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    if call.get("id") is not None:
+                        self._owners[str(call["id"])] = lease
+
+    def _owner(self, value: Any) -> Lease | None:
+        calls = tool_calls(messages_in(value, self.governance.messages_key), value)
+        for call in calls:
+            owner = self._owners.get(str(call.get("id")))
+            if owner is not None and owner.state is not LeaseState.RELEASED:
+                return owner
+        return None
+
+    def _sender(self, node: str, step: object) -> Lease | None:
+        if not isinstance(step, int):
+            return None
+        wanted = self.governance.parents.get(node)
+        with self._lock:
+            ran = sorted(self._ran.items())
+        for name, (lease, ran_at) in ran:
+            if ran_at == step - 1 and (not wanted or name in wanted) and _usable(lease):
+                return lease
+        return None
+
+    def _note(self, node: str, lease: Lease, step: object) -> None:
+        if isinstance(step, int):
+            with self._lock:
+                self._ran[node] = (lease, step)
+
+    def _hold(self, node: str, spec: AgentSpec) -> _Held:
+        with self._lock:
+            held = self._held.get(node)
+            if held is None:
+                parent = _usable(self.inherited)
+                governor = self.governor
+                context = governor.child(parent, spec) if parent else governor.lease(spec)
+                held = self._held[node] = _Held(context)
+            return held
+
+    # -- around the node --------------------------------------------------------------
+    def begin(self, turn: Turn) -> None:
+        """Acquire the turn's lease (blocking this thread while it waits)."""
+        if turn.context is not None:
+            turn.context.__enter__()
+        elif turn.held is not None:
+            self._enter_held(turn.held)
+        if turn.resume and turn.lease.state is LeaseState.PARKED:
+            self._end_idle(turn.lease)
+            self.governor.resume(turn.lease)
+
+    async def abegin(self, turn: Turn) -> None:
+        if turn.context is not None:
+            await turn.context.__aenter__()
+        elif turn.held is not None:
+            await self._aenter_held(turn.held)
+        if turn.resume and turn.lease.state is LeaseState.PARKED:
+            self._end_idle(turn.lease)
+            await self.governor.aresume(turn.lease)
+
+    def end(self, turn: Turn, error: BaseException | None) -> None:
+        """Release a lease taken for this execution only; park a frame lease until the
+        node's next turn, so that an idle agent never holds up the ones that run."""
+        if turn.context is not None:
+            turn.context.__exit__(None if error is None else type(error), error, None)
+        elif turn.between:
+            self.governor.park(turn.lease, reason="manual")
+
+    def close(self) -> None:
+        """Release the frame's leases, the latest first; each one even when releasing
+        another fails (the first failure is raised after)."""
+        with self._lock:
+            held = [h for h in reversed(self._held.values()) if h.entered]
+            self._held.clear()
+            self._ran.clear()
+            self._owners.clear()
+        failure: BaseException | None = None
+        for entry in held:
+            try:
+                entry.context.__exit__(None, None, None)
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _enter_held(self, held: _Held) -> None:
+        if held.entered:
+            return
+        try:
+            held.context.__enter__()
+        except BaseException:
+            self._forget(held)
+            raise
+        held.entered = True
+
+    async def _aenter_held(self, held: _Held) -> None:
+        if held.entered:
+            return
+        try:
+            await held.context.__aenter__()
+        except BaseException:
+            self._forget(held)
+            raise
+        held.entered = True
+
+    def _forget(self, held: _Held) -> None:
+        with self._lock:
+            for node, entry in list(self._held.items()):
+                if entry is held:
+                    del self._held[node]
+
+    def _end_idle(self, lease: Lease) -> None:
+        # A parent parked for its children starts an idle period whose timer would park
+        # it again later; the model calls that end it do not pass through the governor.
+        self.governor.idle.end(lease)
+
+
+def _pushed(metadata: Mapping[str, Any]) -> bool:
+    triggers = metadata.get("langgraph_triggers")
+    return bool(triggers) and triggers[0] == _PUSH  # type: ignore[index]
+
+
+def _usable(lease: Lease | None) -> Lease | None:
+    return lease if lease is not None and lease.state is not LeaseState.RELEASED else None

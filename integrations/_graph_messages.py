@@ -1,0 +1,272 @@
+"""Chat messages in LangGraph node inputs and outputs, for ``integrations.langgraph``.
+
+Private to integrations/. A node reads its messages from its input (a state dict, a state
+object, a bare list, or a ``Send`` payload) and returns them in its output (a dict, a
+``Command``'s update, or a list of those). These helpers find them, rewrite them, turn
+them into the chat dicts the ceiling policies read and back, and count them.
+
+``Tally`` counts a context message by message and remembers each message's count by
+identity for one run, so a context that grows by a turn costs the new turn, not the
+whole conversation again. That is exact only without a chat template (the counter's
+overhead rule is per message); with one, every count renders the whole conversation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    RemoveMessage,
+    ToolMessage,
+    convert_to_messages,
+)
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.types import Command
+
+from governor import TokenCounter
+
+__all__ = [
+    "ID_KEY",
+    "Rewrite",
+    "Tally",
+    "from_chat",
+    "is_add_messages",
+    "messages_in",
+    "messages_out",
+    "replace_messages",
+    "rewrite_messages",
+    "text_of",
+    "to_chat",
+    "tool_calls",
+]
+
+ID_KEY = "id"  # kept by the policies (they copy dicts), ignored by the counter
+_ROLES = {"human": "user", "ai": "assistant"}
+
+Rewrite = Callable[[list[BaseMessage]], list[BaseMessage]]
+
+
+def messages_in(value: Any, key: str) -> list[BaseMessage] | None:
+    """The messages a node was given, or None when its input holds none."""
+    if isinstance(value, Mapping):
+        found = value.get(key)
+    elif isinstance(value, list):
+        found = None if value and _is_call(value[-1]) else value
+    else:
+        found = getattr(value, key, None)
+    return _as_messages(found)
+
+
+def messages_out(output: Any, key: str) -> list[BaseMessage] | None:
+    """The messages a node returned (every update's, in order), or None for none."""
+    found: list[BaseMessage] = []
+    any_found = False
+    for update in _updates(output):
+        if isinstance(update, BaseMessage):
+            found.append(update)
+            any_found = True
+            continue
+        messages = _as_messages(update.get(key)) if isinstance(update, Mapping) else None
+        if messages is not None:
+            found.extend(messages)
+            any_found = True
+    return found if any_found else None
+
+
+def rewrite_messages(output: Any, key: str, rewrite: Rewrite) -> Any:
+    """``output`` with every list of messages it returns passed through ``rewrite``."""
+    if isinstance(output, Mapping) and key in output:
+        messages = _as_messages(output[key])
+        if messages is None:
+            return output
+        return {**output, key: rewrite(messages)}
+    if isinstance(output, Command) and isinstance(output.update, Mapping):
+        return dataclasses.replace(output, update=rewrite_messages(output.update, key, rewrite))
+    if isinstance(output, list):
+        if output and all(isinstance(m, BaseMessage) for m in output):
+            return rewrite(list(output))
+        return [rewrite_messages(item, key, rewrite) for item in output]
+    return output
+
+
+def replace_messages(
+    output: Any, key: str, messages: list[BaseMessage], *, reducer: object
+) -> Any | None:
+    """``output`` changed so that the state's messages become ``messages``; None when
+    that cannot be said (a reducer that only appends, or an output of another shape)."""
+    if reducer is None:
+        written: list[BaseMessage] = messages
+    elif is_add_messages(reducer):
+        written = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+    else:
+        return None
+    if output is None:
+        return {key: written}
+    if isinstance(output, Mapping):
+        return {**output, key: written}
+    if not isinstance(output, Command):
+        return None
+    if output.update is None or isinstance(output.update, Mapping):
+        return dataclasses.replace(output, update={**(output.update or {}), key: written})
+    return None
+
+
+def is_add_messages(reducer: object) -> bool:
+    return reducer is add_messages or getattr(reducer, "func", None) is add_messages
+
+
+def tool_calls(messages: Sequence[BaseMessage] | None, value: Any) -> list[Mapping[str, Any]]:
+    """The tool calls a tools node runs, as ``ToolNode`` reads its input: a list of
+    calls, the one call a ``ToolCallWithContext`` carries, or those of the latest
+    assistant message that made calls."""
+    if isinstance(value, list) and value and _is_call(value[-1]):
+        return [call for call in value if _is_call(call)]
+    if isinstance(value, Mapping) and isinstance(value.get("tool_call"), Mapping):
+        return [value["tool_call"]]
+    for message in reversed(messages or ()):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            return list(message.tool_calls)
+    return []
+
+
+def text_of(message: ToolMessage) -> str | None:
+    """A tool result's text, or None when it holds anything but text."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        else:
+            return None
+    return "".join(parts)
+
+
+def to_chat(message: BaseMessage) -> dict[str, Any]:
+    """A message as the chat dict the ceiling policies read, its id kept under ``id``."""
+    kind = message.type.removesuffix("MessageChunk").lower()
+    chat: dict[str, Any] = {
+        "role": getattr(message, "role", None) or _ROLES.get(kind, kind),
+        "content": message.content,
+        ID_KEY: message.id,
+    }
+    if message.name:
+        chat["name"] = message.name
+    if isinstance(message, ToolMessage):
+        chat["tool_call_id"] = message.tool_call_id
+    if isinstance(message, AIMessage) and message.tool_calls:
+        chat["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": call.get("args", {})},
+            }
+            for call in message.tool_calls
+        ]
+    return chat
+
+
+def from_chat(
+    compacted: Sequence[Mapping[str, Any]], originals: Sequence[BaseMessage], *, skip_new: int
+) -> list[BaseMessage]:
+    """Messages for the chat dicts a policy returned: an original where its dict came
+    back (with new content when the policy changed it), a new message otherwise. The
+    first ``skip_new`` new dicts before any original (a registered prefix the governor
+    put first) are left out: they are not the state's."""
+    by_id = {message.id: message for message in originals if message.id is not None}
+    result: list[BaseMessage] = []
+    for chat in compacted:
+        original = by_id.get(chat.get(ID_KEY)) if chat.get(ID_KEY) is not None else None
+        if original is None:
+            if skip_new > 0 and not result:
+                skip_new -= 1
+                continue
+            fields = {k: v for k, v in chat.items() if k != ID_KEY}
+            result.extend(convert_to_messages([fields]))
+        elif chat.get("content") != original.content:
+            result.append(original.model_copy(update={"content": chat.get("content")}))
+        else:
+            result.append(original)
+    return result
+
+
+class Tally:
+    """Counts contexts for one run, each message once (see the module docstring)."""
+
+    __slots__ = ("_counter", "_known", "_per_message", "_priming")
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._per_message = not counter.has_chat_template
+        self._priming = counter.count_messages([]) if self._per_message else 0
+        # id(message) -> (message, its tokens); the message is held so its id stays
+        # unique. Entries are only added (one dict store each, atomic under the GIL).
+        self._known: dict[int, tuple[BaseMessage, int]] = {}
+
+    def known(self, message: BaseMessage) -> bool:
+        return id(message) in self._known
+
+    def count(self, messages: Sequence[BaseMessage]) -> int:
+        """``counter.count_messages(messages)``, from the per-message counts."""
+        if not self._per_message:
+            for message in messages:
+                self._known.setdefault(id(message), (message, 0))
+            return self._counter.count_messages(messages)
+        total = self._priming
+        for message in messages:
+            entry = self._known.get(id(message))
+            if entry is None or entry[0] is not message:
+                entry = self._known[id(message)] = (
+                    message,
+                    self._counter.count_messages([message]) - self._priming,
+                )
+            total += entry[1]
+        return total
+
+    def count_content(self, message: BaseMessage, text: str) -> int:
+        """Tokens of ``text``, the whole text of ``message``'s content. The message's own
+        count is kept on the way: its content adds to it, less a chat template."""
+        tokens = self._counter.count(text)
+        if self._per_message and id(message) not in self._known:
+            bare = self._counter.count_messages([message.model_copy(update={"content": ""})])
+            self._known[id(message)] = (message, bare - self._priming + tokens)
+        return tokens
+
+
+def _is_call(value: object) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == "tool_call"
+
+
+def _as_messages(found: Any) -> list[BaseMessage] | None:
+    if isinstance(found, BaseMessage):
+        return [found]
+    if not isinstance(found, list):
+        return None
+    if all(isinstance(message, BaseMessage) for message in found):
+        return found
+    try:  # dicts, tuples and strings, as add_messages coerces them
+        return convert_to_messages(found)
+    except (ValueError, TypeError, NotImplementedError):  # not messages after all
+        return None
+
+
+def _updates(output: Any) -> list[Any]:
+    if isinstance(output, Command):
+        update = output.update
+        if isinstance(update, Mapping):
+            return [update]
+        if isinstance(update, list | tuple):  # (key, value) pairs
+            return [dict(pair for pair in update if isinstance(pair, tuple) and len(pair) == 2)]
+        return []
+    if isinstance(output, list):
+        if output and all(isinstance(m, BaseMessage) for m in output):
+            return list(output)
+        return [u for item in output for u in _updates(item)]
+    return [output]

@@ -1,0 +1,295 @@
+"""``kvgov bench integrations``: what governing a LangGraph graph costs.
+
+- ``governed_over_plain``: wall time of one LangGraph run governed by ``govern`` over the
+  same graph run plain (target <= 1.05). The run is 20 agents: a planner sends 20 tasks
+  (``Send``), each to a ReAct worker subgraph (model, tools, model, tools, model) whose
+  tool returns about 1,000 characters, within the worker's ``tool_output_tokens`` (what
+  reducing a larger result costs is the tool-output policy's own figure). The model is
+  a fake (``_FakeModel``): no offline model calls tools, and a fixed
+  ``MODEL_LATENCY_S`` sleep per call stands in for one, so the ratio is a share of a
+  run with model time in it. Real calls take far longer, so this overstates the share.
+  ``ainvoke`` on one event loop: all 20 workers run at once in both (the planner's
+  ``max_fanout`` is 20). The governor's backend runs no model (``_CapacityBackend``):
+  only the governor's own work is timed. Plain and governed runs alternate, after a
+  warm-up of each; the figure is the median governed run over the median plain run.
+
+What the governed run adds per run, measured on a 2-core CPU: the exact token counts of
+every message (about 20 us each, once per message, plus about 100 us per 1,000-character
+tool result), ``governor.tool_call`` around each tools node (a worker-thread hop and an
+idle timer thread, about 0.25 ms each), and the leases, fan-out slots and runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import operator
+import statistics
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Annotated, Any
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from governor import (
+    AgentSpec,
+    BackendCapacity,
+    BackendError,
+    BackendHealth,
+    BackendMetrics,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+    Governor,
+    Message,
+    PrefixHandle,
+    TokenCounter,
+)
+from integrations.langgraph import govern
+
+__all__ = ["MODEL_LATENCY_S", "NUM_AGENTS", "run"]
+
+NUM_AGENTS = 20
+MODEL_LATENCY_S = 0.005
+_BENCH = "integrations"
+_TOOL_ROUNDS = 2
+_PLANNER = AgentSpec(name="planner", ceiling_tokens=4_000, max_fanout=NUM_AGENTS)
+_WORKER = AgentSpec(name="worker", ceiling_tokens=8_000, tool_output_tokens=500)
+
+
+def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
+    yield _governed_over_plain(repeats=5 if quick else 15)
+
+
+class _FakeModel(BaseChatModel):
+    """Asks for ``_TOOL_ROUNDS`` tool calls, then answers; each call sleeps
+    ``MODEL_LATENCY_S`` (a stand-in for a model: no offline model calls tools)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "kvgov-bench-fake"
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        time.sleep(MODEL_LATENCY_S)
+        return ChatResult(generations=[ChatGeneration(message=_reply(messages))])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> ChatResult:
+        await asyncio.sleep(MODEL_LATENCY_S)
+        return ChatResult(generations=[ChatGeneration(message=_reply(messages))])
+
+
+def _reply(messages: list[BaseMessage]) -> AIMessage:
+    done = sum(1 for message in messages if isinstance(message, ToolMessage))
+    if done < _TOOL_ROUNDS:
+        task = str(messages[0].content)
+        call = {"name": "read_log", "args": {"task": task, "page": done}, "id": f"{task}/{done}"}
+        return AIMessage(content="", tool_calls=[call])
+    return AIMessage(content=f"{messages[0].content}: done")
+
+
+@tool
+async def read_log(task: str, page: int) -> str:
+    """One page of a build log: about 1,000 characters."""
+    return "".join(f"{task} page {page} step {i}: compiled module_{i}.py ok\n" for i in range(20))
+
+
+class _Worker(MessagesState):
+    reports: Annotated[list[str], operator.add]
+
+
+class _Run(TypedDict):
+    reports: Annotated[list[str], operator.add]
+
+
+def _graphs(governor: Governor | None) -> Any:
+    """The planner + 20 ReAct workers graph, governed by ``governor`` unless None."""
+    model = _FakeModel()
+
+    async def agent(state: _Worker) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def report(state: _Worker) -> dict[str, Any]:
+        return {"reports": [str(state["messages"][-1].content)]}
+
+    worker = StateGraph(_Worker)
+    worker.add_node("agent", agent)
+    worker.add_node("tools", ToolNode([read_log]))
+    worker.add_node("report", report)
+    worker.add_edge(START, "agent")
+    worker.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "report"})
+    worker.add_edge("tools", "agent")
+    worker.add_edge("report", END)
+
+    def fan_out(state: _Run) -> list[Send]:
+        return [
+            Send("worker", {"messages": [HumanMessage(f"task {i}")]}) for i in range(NUM_AGENTS)
+        ]
+
+    planner = StateGraph(_Run)
+    planner.add_node("planner", lambda state: {})
+    planner.add_edge(START, "planner")
+    planner.add_conditional_edges("planner", fan_out)
+    planner.add_edge("worker", END)
+    if governor is None:
+        planner.add_node("worker", worker.compile())
+        return planner.compile()
+    planner.add_node("worker", govern(worker, governor, {"agent": _WORKER}))
+    return govern(planner, governor, {"planner": _PLANNER, "worker": _WORKER})
+
+
+def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
+    governor = Governor(_CapacityBackend(num_blocks=16_384))
+    plain, governed = _graphs(None), _graphs(governor)
+    inputs = {"reports": []}
+
+    async def once(graph: Any) -> float:
+        gc.collect()
+        started = time.perf_counter()
+        result = await graph.ainvoke(inputs)
+        elapsed = time.perf_counter() - started
+        assert len(result["reports"]) == NUM_AGENTS
+        return elapsed
+
+    async def measure() -> tuple[list[float], list[float]]:
+        times: dict[str, list[float]] = {"plain": [], "governed": []}
+        runs: dict[str, Callable[[], Awaitable[float]]] = {
+            "plain": lambda: once(plain),
+            "governed": lambda: once(governed),
+        }
+        for name in runs:  # warm-up: imports, caches, the tokenizer
+            await runs[name]()
+        for i in range(repeats):
+            order = ("plain", "governed") if i % 2 == 0 else ("governed", "plain")
+            for name in order:
+                times[name].append(await runs[name]())
+        return times["plain"], times["governed"]
+
+    plain_s, governed_s = asyncio.run(measure())
+    leaked = governor.admission.counts()[:2] != (0, 0)
+    ratio = statistics.median(governed_s) / statistics.median(plain_s)
+    return {
+        "bench": _BENCH,
+        "metric": "governed_over_plain",
+        "value": ratio,
+        "unit": "x",
+        "target": 1.05,
+        "direction": "lower",
+        "note": (
+            f"median of {repeats} runs each: {statistics.median(governed_s) * 1e3:.1f} ms "
+            f"governed vs {statistics.median(plain_s) * 1e3:.1f} ms plain; planner + "
+            f"{NUM_AGENTS} ReAct workers (3 model calls, 2 tool calls each) on a fake model "
+            f"that sleeps {MODEL_LATENCY_S * 1e3:g} ms per call"
+            + ("; leases left held" if leaked else "")
+        ),
+    }
+
+
+class _CapacityBackend:
+    """A ``Backend`` with capacity and a tokenizer that runs no model: a governed graph
+    whose nodes call a LangChain chat model asks its backend for nothing else
+    (``governor.testing.FakeBackend`` would do, but integrations/ import only
+    ``governor``'s public names)."""
+
+    def __init__(self, *, num_blocks: int, block_size: int = 16) -> None:
+        self._num_blocks = num_blocks
+        self._block_size = block_size
+        self._counter = TokenCounter()
+
+    @property
+    def name(self) -> str:
+        return "capacity-only"
+
+    @property
+    def model(self) -> str:
+        return "none"
+
+    @property
+    def counter(self) -> TokenCounter:
+        return self._counter
+
+    def capacity(self) -> BackendCapacity:
+        return BackendCapacity(
+            block_size=self._block_size,
+            num_blocks=self._num_blocks,
+            num_free_blocks=self._num_blocks,
+            num_pinned_blocks=0,
+            bytes_per_block=0,
+            max_model_len=self._num_blocks * self._block_size,
+        )
+
+    def open_budget(self, name: str, *, max_blocks: int) -> None:
+        pass
+
+    def resize_budget(self, name: str, *, max_blocks: int) -> None:
+        pass
+
+    def close_budget(self, name: str) -> None:
+        pass
+
+    def pin_prefix(
+        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+    ) -> PrefixHandle:
+        raise self._no_model()
+
+    def unpin_prefix(self, handle: PrefixHandle) -> None:
+        pass
+
+    def count_tokens(self, text: str) -> int:
+        return self._counter.count(text)
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        return self._counter.count_messages(messages)
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        raise self._no_model()
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
+        raise self._no_model()
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        raise self._no_model()
+        yield  # an async generator, as the protocol's astream is
+
+    def retain(self, *, budget: str) -> int:
+        return 0
+
+    def release_retained(self, *, budget: str) -> None:
+        pass
+
+    def offload(self, *, budget: str) -> None:
+        pass
+
+    def restore(self, *, budget: str) -> None:
+        pass
+
+    def metrics(self) -> BackendMetrics:
+        return BackendMetrics(
+            num_blocks_in_use=0,
+            num_blocks_free=self._num_blocks,
+            num_blocks_cached=0,
+            num_blocks_pinned=0,
+            num_blocks_swapped=0,
+            num_requests_running=0,
+            num_requests_waiting=0,
+            num_preemptions=0,
+            prefix_cache_queries=0,
+            prefix_cache_hits=0,
+        )
+
+    def health(self) -> BackendHealth:
+        return BackendHealth(ok=True)
+
+    def close(self) -> None:
+        pass
+
+    def _no_model(self) -> BackendError:
+        return BackendError("this backend runs no model: the graph's nodes call theirs")

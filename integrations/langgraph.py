@@ -1,0 +1,245 @@
+"""``govern(graph, governor, agents=...)``: any LangGraph graph, run within the governor.
+
+    graph = govern(builder, governor, agents={"planner": planner, "worker": worker})
+    graph.invoke(inputs)        # also ainvoke, stream, astream, batch, with_config
+
+``graph`` is a ``StateGraph`` (compiled here with no options) or a ``CompiledStateGraph``
+(its checkpointer, store, interrupts and config are kept). The result is a
+``GovernedGraph``, a ``CompiledStateGraph`` whose governed nodes have their runnable
+(``PregelNode.bound``) wrapped, and whose ``stream``/``astream`` (which ``invoke`` and
+``ainvoke`` run on) open a frame per invocation inside ``governor.run(graph name)``, so
+every lease of the invocation carries its run id and traces nest.
+
+What a governed node gets (the details live in the private modules named):
+
+- its lease (``integrations._graph_frame``): a node reached by ``Send`` gets a lease
+  for that execution, a child of the governed node that sent it, so at most the
+  sender's ``max_fanout`` of them run at once, counted by ``governor.fanout_limiter``
+  across nested subgraphs, threads and event loops (LangGraph's ``max_concurrency``
+  is per graph and does not compose). The sender is parked while its children run and
+  resumed when it next runs. Any other node keeps one lease per invocation across its
+  supersteps, parked between its turns and released when the invocation ends. A
+  governed subgraph (one you ``govern`` with the same governor and add as a node, or
+  invoke inside a node) joins its parent's run: its nodes of the enclosing node's
+  agent share that node's lease, and what it sends counts against the enclosing
+  lease's (or the outer sender's) fan-out cap;
+- its context (``integrations._graph_node``): the messages it saw merged with those
+  it returns (by the state's reducer) are counted exactly into
+  ``lease.tokens_in_context``; at the ceiling (less the reply's reserve) the
+  governor's ceiling policy raises ``CeilingExceeded`` or compacts the state's
+  messages;
+- tool results (``ToolMessage``) it returns are reduced to the agent's
+  ``tool_output_tokens`` before they enter the state. Every ``ToolNode`` of the graph
+  is wrapped, named in ``agents=`` or not: it runs in the lease that asked for its
+  calls, parked as the governor parks a lease waiting on a tool (``tool_call``).
+
+Before anything runs, ``govern`` checks each planner/worker pair with
+``governor.check_topology`` in the governor's admission mode, parking included, and
+raises ``TopologyError`` naming the two nodes when the fan-out cannot fit. Pairs are
+inferred from conditional edges annotated to return ``Send`` (``integrations.
+_graph_topology``); pass ``topology=[("planner", "worker", num_workers)]`` when the
+graph does not say.
+
+Model calls inside a node (a LangChain chat model) do not pass through the governor: a
+lease admits and bounds the agent, and the counts above stand in for the usage a
+governed model call would record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.graph.state import CompiledStateGraph, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from governor import AgentSpec, ConfigError, Governor, Run
+from integrations._graph_frame import Frame, Governance, open_frame
+from integrations._graph_node import GovernedNode
+from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
+
+__all__ = ["GovernedGraph", "govern"]
+
+
+def govern(
+    graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
+    governor: Governor,
+    agents: Mapping[str, AgentSpec] | None = None,
+    *,
+    topology: Iterable[tuple[str, str, int]] | None = None,
+    messages_key: str = "messages",
+) -> GovernedGraph:
+    """``graph`` with each node named in ``agents`` run within its agent's lease.
+
+    ``topology``: the planner/worker pairs to check, as ``(planner_node, worker_node,
+    num_workers)``, in place of those inferred from the graph. ``messages_key``: the
+    state key (and node input/output key) that holds the conversation.
+    Raises ``ConfigError`` for arguments that do not match the graph and
+    ``TopologyError`` for a fan-out that cannot fit.
+    """
+    if not isinstance(governor, Governor):
+        raise ConfigError(
+            f"govern() needs a governor.Governor, got {type(governor).__name__}",
+            setting="governor",
+        )
+    if isinstance(graph, GovernedGraph):
+        raise ConfigError(
+            "this graph is already governed; govern the original graph once, with every "
+            "agent in agents=",
+            setting="graph",
+        )
+    if isinstance(graph, StateGraph):
+        graph = graph.compile()
+    if not isinstance(graph, CompiledStateGraph):
+        raise ConfigError(
+            f"govern() takes a langgraph StateGraph or CompiledStateGraph, got "
+            f"{type(graph).__name__}",
+            setting="graph",
+        )
+    if not isinstance(messages_key, str) or not messages_key:
+        raise ConfigError(
+            f"messages_key must name a state key, got {messages_key!r}", setting="messages_key"
+        )
+    specs = _check_agents(graph, agents or {})
+    pairs = fanout_pairs(graph, specs, topology)
+    check_pairs(governor, specs, pairs)
+    governance = Governance(
+        governor=governor,
+        agents=specs,
+        parents=_parents(pairs),
+        messages_key=messages_key,
+        reducer=_reducer(graph.channels.get(messages_key)),
+    )
+    nodes = dict(graph.nodes)
+    for name, node in graph.nodes.items():
+        spec = specs.get(name)
+        tool_node = isinstance(node.bound, ToolNode)
+        if spec is not None or tool_node:
+            wrapped = GovernedNode(node.bound, node=name, spec=spec, tool_node=tool_node)
+            nodes[name] = node.copy({"bound": wrapped})
+    return GovernedGraph._from(graph, nodes, governance)
+
+
+class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
+    """A compiled graph run within a governor; made by ``govern``, used as the graph was."""
+
+    _governance: Governance
+
+    @classmethod
+    def _from(
+        cls,
+        graph: CompiledStateGraph[Any, Any, Any, Any],
+        nodes: dict[str, Any],
+        governance: Governance,
+    ) -> GovernedGraph:
+        # A shallow copy keeps everything the graph was compiled with; only the nodes
+        # differ. Pregel.copy() would rebuild through __init__, which drops attributes
+        # that compile() sets afterwards.
+        governed = object.__new__(cls)
+        governed.__dict__.update(graph.__dict__)
+        governed.nodes = nodes
+        governed._governance = governance
+        return governed
+
+    @property
+    def governor(self) -> Governor:
+        return self._governance.governor
+
+    @property
+    def agents(self) -> Mapping[str, AgentSpec]:
+        """Node name -> the agent it runs as."""
+        return self._governance.agents
+
+    def copy(self, update: dict[str, Any] | None = None) -> GovernedGraph:
+        """As ``Pregel.copy`` (``with_config`` uses it), keeping the governance."""
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__.update(update or {})
+        return clone
+
+    def stream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        frame, config = open_frame(self._governance, config)
+        run = self.governor.run(self.get_name())
+        run.__enter__()
+        error: BaseException | None = None
+        try:
+            yield from super().stream(input, config, **kwargs)
+        except GeneratorExit:  # the caller stopped reading: not a failure of the run
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _close(frame, run, error)
+
+    async def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        frame, config = open_frame(self._governance, config)
+        run = self.governor.run(self.get_name())
+        run.__enter__()
+        error: BaseException | None = None
+        try:
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _close(frame, run, error)
+
+
+def _close(frame: Frame, run: Run, error: BaseException | None) -> None:
+    try:
+        frame.close()
+    finally:
+        # A stream dropped unfinished is closed wherever it is collected, maybe in
+        # another context than the run's: resetting its context variable fails there,
+        # and there is nothing of it to reset.
+        with contextlib.suppress(ValueError):
+            run.__exit__(None if error is None else type(error), error, None)
+
+
+def _check_agents(
+    graph: CompiledStateGraph[Any, Any, Any, Any], agents: Mapping[str, AgentSpec]
+) -> dict[str, AgentSpec]:
+    if not isinstance(agents, Mapping):
+        raise ConfigError(
+            f"agents maps node names to AgentSpec, got {type(agents).__name__}", setting="agents"
+        )
+    specs = {}
+    for name, spec in agents.items():
+        if name not in graph.builder.nodes:
+            known = ", ".join(repr(n) for n in graph.builder.nodes) or "none"
+            raise ConfigError(
+                f"agents names node {name!r}, which the graph does not have (its nodes: {known})",
+                setting="agents",
+            )
+        if not isinstance(spec, AgentSpec):
+            raise ConfigError(
+                f"agents[{name!r}] must be a governor.AgentSpec, got {type(spec).__name__}",
+                setting="agents",
+            )
+        specs[name] = spec
+    return specs
+
+
+def _parents(pairs: Iterable[FanoutPair]) -> dict[str, frozenset[str]]:
+    parents: dict[str, set[str]] = {}
+    for pair in pairs:
+        parents.setdefault(pair.worker, set()).add(pair.planner)
+    return {worker: frozenset(planners) for worker, planners in parents.items()}
+
+
+def _reducer(channel: object) -> object:
+    """How a node's messages join the state's: the channel's reducer, None to replace."""
+    if isinstance(channel, BinaryOperatorAggregate):
+        return channel.operator
+    return None

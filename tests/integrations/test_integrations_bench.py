@@ -1,0 +1,32 @@
+"""``kvgov bench integrations``: the figure it reports, and its row through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from governor.cli import BENCHMARKS, app
+from integrations.benchmarks.integrations import MODEL_LATENCY_S, NUM_AGENTS, run
+
+
+def test_quick_run_reports_governed_over_plain() -> None:
+    (row,) = run(quick=True)
+    assert row["bench"] == "integrations"
+    assert row["metric"] == "governed_over_plain"
+    assert row["unit"] == "x" and row["target"] == 1.05 and row["direction"] == "lower"
+    assert isinstance(row["value"], float) and row["value"] > 0.5
+    note = str(row["note"])
+    assert f"{NUM_AGENTS} ReAct workers" in note
+    assert f"sleeps {MODEL_LATENCY_S * 1e3:g} ms per call" in note  # the fake model says so
+    assert "left held" not in note
+
+
+def test_cli_prints_the_row_as_json() -> None:
+    if "integrations" not in BENCHMARKS:
+        pytest.skip("governor.cli does not list the integrations benchmark yet")
+    result = CliRunner().invoke(app, ["bench", "integrations", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = map(json.loads, result.stdout.splitlines())
+    assert row["metric"] == "governed_over_plain" and row["value"] > 0

@@ -1,0 +1,467 @@
+"""``integrations.langgraph.govern`` with the real LangGraph and LangChain runtimes.
+
+The chat model is a fake (``ToolCallingModel``): no model small enough to run offline
+calls tools, so it answers from the conversation instead, asking for ``rounds`` tool
+calls and then giving its answer, and records the context each call was sent. The tool
+returns about 20,000 characters. The governor runs on ``FakeBackend``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Send
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from governor import (
+    AgentSpec,
+    CeilingExceeded,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    GovernorEvent,
+    Policies,
+    TokenCounter,
+    TopologyError,
+)
+from governor.testing import FakeBackend
+from integrations.langgraph import GovernedGraph, govern
+from policies import DropOldest
+
+NUM_WORKERS = 10
+PLANNER = AgentSpec(name="planner", ceiling_tokens=1_000, max_fanout=3)
+WORKER = AgentSpec(name="worker", ceiling_tokens=2_000, tool_output_tokens=200)
+
+
+class ToolCallingModel(BaseChatModel):
+    """Asks for ``rounds`` calls of ``search``, then answers; each call takes ``latency_s``."""
+
+    rounds: int = 2
+    latency_s: float = 0.002
+    contexts: list[int] = Field(default_factory=list)  # tokens of every prompt it was sent
+
+    @property
+    def _llm_type(self) -> str:
+        return "tool-calling-fake"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingModel:  # type: ignore[override]
+        return self  # it knows its one tool already
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        self.contexts.append(TokenCounter().count_messages(messages))
+        asked = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        done = sum(1 for m in messages[asked:] if isinstance(m, ToolMessage))
+        if done < self.rounds:
+            task = str(messages[asked].content)
+            call = {"name": "search", "args": {"query": f"{task} #{done}"}, "id": f"{task}-{done}"}
+            return AIMessage(content="", tool_calls=[call])
+        return AIMessage(content=f"answer after {done} searches")
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        time.sleep(self.latency_s)
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> ChatResult:
+        await asyncio.sleep(self.latency_s)
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+
+@tool
+def search(query: str) -> str:
+    """Search the logs for ``query``: about 20,000 characters of matching lines."""
+    return "".join(f"{query}: line {i} matched build step {i * 7} status ok\n" for i in range(400))
+
+
+class WorkerState(MessagesState):
+    reports: Annotated[list[list[BaseMessage]], operator.add]
+
+
+class Outer(TypedDict):
+    rounds: int
+    reports: Annotated[list[list[BaseMessage]], operator.add]
+
+
+def react_worker(
+    governor: Governor,
+    model: ToolCallingModel,
+    *,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    **agents: AgentSpec,
+) -> GovernedGraph:
+    """A ReAct loop (model, then its tools, until it answers) that reports its messages."""
+
+    def agent(state: WorkerState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def aagent(state: WorkerState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def report(state: WorkerState) -> dict[str, Any]:
+        return {"reports": [list(state["messages"])]}
+
+    builder = StateGraph(WorkerState)
+    builder.add_node("agent", _both(agent, aagent))
+    builder.add_node("tools", ToolNode([search]))
+    builder.add_node("report", report)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "report"})
+    builder.add_edge("tools", "agent")
+    builder.add_edge("report", END)
+    return govern(builder.compile(checkpointer=checkpointer), governor, agents)
+
+
+def _both(sync: Callable[..., Any], async_: Callable[..., Any]) -> Any:
+    """A node LangGraph runs as ``sync`` under invoke and ``async_`` under ainvoke."""
+    return RunnableLambda(sync, afunc=async_)
+
+
+def planner_graph(governor: Governor, worker: Any, *, num_workers: int = NUM_WORKERS) -> Any:
+    """The planner sends ``num_workers`` tasks, then runs once more to read the reports."""
+
+    def planner(state: Outer) -> dict[str, Any]:
+        return {"rounds": state["rounds"] + 1}
+
+    def fan_out(state: Outer) -> list[Send] | str:
+        if state["rounds"] > 1:
+            return END
+        return [
+            Send("worker", {"messages": [HumanMessage(f"task {i}")]}) for i in range(num_workers)
+        ]
+
+    builder = StateGraph(Outer)
+    builder.add_node("planner", planner)
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges("planner", fan_out)
+    builder.add_edge("worker", "planner")
+    return govern(builder, governor, {"planner": PLANNER, "worker": WORKER})
+
+
+class Recorder:
+    """Governor events, and the most leases of one agent admitted and not yet released."""
+
+    def __init__(self, governor: Governor, agent: str = "worker") -> None:
+        self.agent = agent
+        self.events: list[GovernorEvent] = []
+        self.peak = 0
+        self._live: set[str | None] = set()
+        self._lock = threading.Lock()
+        governor.subscribe(self)
+
+    def __call__(self, event: GovernorEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+            if event.agent != self.agent:
+                return
+            if event.kind == "admitted":
+                self._live.add(event.lease_id)
+                self.peak = max(self.peak, len(self._live))
+            elif event.kind == "released":
+                self._live.discard(event.lease_id)
+
+    def kinds(self, agent: str) -> list[str]:
+        return [e.kind for e in self.events if e.agent == agent]
+
+
+def make_governor(**config: Any) -> Governor:
+    return Governor(FakeBackend(num_blocks=4_096), config=GovernorConfig(**config))
+
+
+def assert_no_leaks(governor: Governor) -> None:
+    assert governor.admission.counts()[:2] == (0, 0)
+    assert governor.fanout_limiter.num_parents == 0
+    assert governor.backend.metrics().num_blocks_in_use == 0
+
+
+def run(graph: Any, inputs: dict[str, Any], mode: str) -> Any:
+    if mode == "invoke":
+        return graph.invoke(inputs)
+    if mode == "ainvoke":
+        return asyncio.run(graph.ainvoke(inputs))
+    if mode == "stream":
+        chunks = list(graph.stream(inputs, stream_mode="values"))
+        assert len(chunks) > 2
+        return chunks[-1]
+
+    async def astream() -> Any:
+        return [chunk async for chunk in graph.astream(inputs, stream_mode="values")]
+
+    chunks = asyncio.run(astream())
+    assert len(chunks) > 2
+    return chunks[-1]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "stream", "astream"])
+def test_planner_and_react_workers_stay_within_their_leases(mode: str) -> None:
+    governor = make_governor()
+    recorder = Recorder(governor)
+    model = ToolCallingModel()
+    worker = react_worker(governor, model, agent=WORKER)
+    graph = planner_graph(governor, worker)
+
+    result = run(graph, {"rounds": 0, "reports": []}, mode)
+
+    reports = result["reports"]
+    assert len(reports) == NUM_WORKERS
+    assert all(str(messages[-1].content) == "answer after 2 searches" for messages in reports)
+    # At most max_fanout workers held a lease at once, and they did overlap.
+    assert 1 < recorder.peak <= PLANNER.max_fanout
+    # Every tool result in the state was reduced to the worker's budget, exactly counted.
+    results = [m for messages in reports for m in messages if isinstance(m, ToolMessage)]
+    assert len(results) == 2 * NUM_WORKERS
+    assert len(search.invoke({"query": "task 0 #0"})) > 19_000
+    assert max(governor.counter.count(str(m.content)) for m in results) <= WORKER.tool_output_tokens
+    # No worker's context (what its model was sent) passed the ceiling.
+    assert len(model.contexts) == 3 * NUM_WORKERS
+    assert max(model.contexts) <= WORKER.ceiling_tokens
+    released = [e for e in recorder.events if e.kind == "released" and e.agent == "worker"]
+    assert len(released) == NUM_WORKERS
+    assert all(0 < e.attributes["tokens_in_context"] <= WORKER.ceiling_tokens for e in released)
+    assert all(e.attributes["num_calls"] == 3 for e in released)
+    # The planner was parked while its workers ran and resumed for its second superstep.
+    # (parked from the end of each of its turns: an agent between turns holds nothing up).
+    kinds = recorder.kinds("planner")
+    assert kinds == ["requested", "admitted", "parked", "resumed", "parked", "released"]
+    planner_id = next(e.lease_id for e in recorder.events if e.agent == "planner")
+    first_worker = next(i for i, e in enumerate(recorder.events) if e.agent == "worker")
+    resumed = next(i for i, e in enumerate(recorder.events) if e.kind == "resumed")
+    assert all(
+        e.kind == "requested"
+        for e in recorder.events[first_worker:resumed]
+        if e.lease_id == planner_id
+    )
+    requests = [e for e in recorder.events if e.kind == "requested" and e.agent == "worker"]
+    assert {e.attributes["parent_id"] for e in requests} == {planner_id}
+    # One run around it all; every lease carries its id.
+    top = next(e for e in recorder.events if e.kind == "run.started")
+    assert all(e.run_id == top.run_id for e in requests)
+    assert_no_leaks(governor)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_nested_subgraph_shares_the_planner_fanout_cap(mode: str) -> None:
+    """The planner sends two teams; each team's graph sends five workers. LangGraph would
+    run all ten at once (its max_concurrency is per graph); the planner's cap holds."""
+    governor = make_governor()
+    recorder = Recorder(governor)
+    model = ToolCallingModel(rounds=1)
+    worker = react_worker(governor, model, agent=WORKER)
+
+    def lead(state: WorkerState) -> list[Send]:
+        return [Send("worker", {"messages": [HumanMessage(f"{i}")]}) for i in range(5)]
+
+    team = StateGraph(WorkerState)
+    team.add_node("worker", worker)
+    team.add_conditional_edges(START, lead)
+    team.add_edge("worker", END)
+    governed_team = govern(team, governor, {"worker": WORKER})
+
+    def planner(state: Outer) -> dict[str, Any]:
+        return {"rounds": state["rounds"] + 1}
+
+    def fan_out(state: Outer) -> list[Send]:
+        return [Send("team", {"messages": []}) for _ in range(2)]
+
+    builder = StateGraph(Outer)
+    builder.add_node("planner", planner)
+    builder.add_node("team", governed_team)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges("planner", fan_out)
+    builder.add_edge("team", END)
+    graph = govern(builder, governor, {"planner": PLANNER})
+
+    result = run(graph, {"rounds": 0, "reports": []}, mode)
+
+    assert len(result["reports"]) == 10
+    assert 1 < recorder.peak <= PLANNER.max_fanout
+    planner_id = next(e.lease_id for e in recorder.events if e.agent == "planner")
+    requests = [e for e in recorder.events if e.kind == "requested" and e.agent == "worker"]
+    assert len(requests) == 10
+    assert {e.attributes["parent_id"] for e in requests} == {planner_id}
+    assert_no_leaks(governor)
+
+
+def test_tool_output_over_the_ceiling_raises_at_the_ceiling() -> None:
+    """Without a tool-output budget a 20,000-character result passes the worker's
+    ceiling: the default ceiling policy refuses it, and nothing is left held."""
+    governor = make_governor()
+    unbounded = AgentSpec(name="worker", ceiling_tokens=2_000)
+    worker = react_worker(governor, ToolCallingModel(), agent=unbounded)
+    builder = StateGraph(Outer)
+    builder.add_node("planner", lambda state: {"rounds": 2})
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges(
+        "planner", lambda state: [Send("worker", {"messages": [HumanMessage("task")]})]
+    )
+    builder.add_edge("worker", END)
+    graph = govern(builder, governor, {"planner": PLANNER, "worker": unbounded})
+
+    with pytest.raises(CeilingExceeded) as caught:
+        graph.invoke({"rounds": 0, "reports": []})
+
+    assert caught.value.agent == "worker"
+    assert caught.value.ceiling == 2_000
+    assert_no_leaks(governor)
+
+
+def test_a_compacting_policy_rewrites_the_state() -> None:
+    """A flat ReAct agent, one conversation over several invocations (a checkpointer
+    keeps it): its tools node runs in the agent's lease, and at the ceiling
+    ``DropOldest`` drops the oldest turns from the state instead of refusing."""
+    governor = Governor(
+        FakeBackend(num_blocks=4_096), policies=Policies(ceiling=DropOldest(keep_last_turns=1))
+    )
+    recorder = Recorder(governor, agent="agent")
+    spec = AgentSpec(name="agent", ceiling_tokens=1_000, tool_output_tokens=200)
+    model = ToolCallingModel(rounds=1)
+    graph = react_worker(governor, model, checkpointer=InMemorySaver(), agent=spec)
+    thread = {"configurable": {"thread_id": "conversation"}}
+
+    for turn in range(6):
+        result = graph.invoke({"messages": [HumanMessage(f"question {turn}")]}, thread)
+        assert str(result["messages"][-1].content) == "answer after 1 searches"
+
+    assert len(model.contexts) == 12
+    assert max(model.contexts) <= spec.ceiling_tokens
+    assert governor.counter.count_messages(result["messages"]) <= spec.ceiling_tokens
+    assert result["messages"][0].content == "question 0"  # the head is kept
+    assert len(result["messages"]) < 1 + 6 * 3
+    kinds = [e.kind for e in recorder.events]
+    assert kinds.count("requested") == 6  # one lease per invocation, tools included
+    assert "compacted" in kinds
+    assert kinds.count("tool.started") == 6
+    assert_no_leaks(governor)
+
+
+def test_a_langchain_agent_is_governed_too() -> None:
+    """``create_agent`` sends each tool call to its tools node; that node runs in the
+    lease of the model node that asked for the calls, and its results are reduced."""
+    governor = make_governor()
+    recorder = Recorder(governor, agent="assistant")
+    spec = AgentSpec(name="assistant", ceiling_tokens=2_000, tool_output_tokens=200)
+    model = ToolCallingModel()
+    graph = govern(create_agent(model, tools=[search]), governor, {"model": spec})
+
+    result = graph.invoke({"messages": [HumanMessage("task")]})
+
+    assert str(result["messages"][-1].content) == "answer after 2 searches"
+    results = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert [governor.counter.count(str(m.content)) <= 200 for m in results] == [True, True]
+    assert max(model.contexts) <= spec.ceiling_tokens
+    kinds = [e.kind for e in recorder.events]
+    assert kinds.count("requested") == 1
+    assert kinds.count("summarized") == 2
+    assert kinds.count("tool.started") == 2
+    assert_no_leaks(governor)
+
+
+def test_agents_taking_turns_never_deadlock() -> None:
+    """Memory for one agent at a time: ``a`` then ``b`` then ``a`` again. Each keeps its
+    lease across its turns, parked in between, so neither waits on the other."""
+    governor = Governor(FakeBackend(num_blocks=256), config=GovernorConfig(admission_timeout_s=10))
+    recorder = Recorder(governor, agent="a")
+    first = AgentSpec(name="a", ceiling_tokens=2_000)  # 125 of 230 usable blocks
+    second = AgentSpec(name="b", ceiling_tokens=2_000)
+
+    def turn(name: str) -> Callable[[WorkerState], dict[str, Any]]:
+        return lambda state: {"messages": [AIMessage(f"{name} at turn {len(state['messages'])}")]}
+
+    builder = StateGraph(WorkerState)
+    builder.add_node("a", turn("a"))
+    builder.add_node("b", turn("b"))
+    builder.add_edge(START, "a")
+    builder.add_edge("b", "a")
+    builder.add_conditional_edges("a", lambda state: END if len(state["messages"]) > 3 else "b")
+    graph = govern(builder, governor, {"a": first, "b": second})
+
+    result = graph.invoke({"messages": [HumanMessage("go")], "reports": []})
+
+    assert [m.content for m in result["messages"][1:]] == [
+        "a at turn 1",
+        "b at turn 2",
+        "a at turn 3",
+    ]
+    kinds = ["requested", "admitted", "parked", "resumed", "parked", "released"]
+    assert recorder.kinds("a") == kinds
+    assert recorder.kinds("b") == ["requested", "admitted", "parked", "released"]
+    assert governor.admission.counts()[2] == 1  # never both at once
+    assert_no_leaks(governor)
+
+
+def test_an_impossible_topology_is_refused_before_it_runs() -> None:
+    governor = Governor(FakeBackend(num_blocks=256))  # 230 usable blocks of 16 tokens
+    big = AgentSpec(name="worker", ceiling_tokens=2_000)  # 125 blocks; 3 at once need 375
+    worker = react_worker(governor, ToolCallingModel(), agent=big)
+
+    def fan_out(state: Outer) -> list[Send]:
+        return [Send("worker", {"messages": []})]
+
+    builder = StateGraph(Outer)
+    builder.add_node("planner", lambda state: {})
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges("planner", fan_out)
+    with pytest.raises(TopologyError, match="'planner' fanning out to 'worker'") as caught:
+        govern(builder, governor, {"planner": PLANNER, "worker": big})
+    assert "max_fanout=1" in caught.value.suggestion
+
+    # Without an annotation to read, the pair is given explicitly.
+    builder = StateGraph(Outer)
+    builder.add_node("planner", lambda state: {})
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges("planner", lambda state: [Send("worker", {"messages": []})])
+    agents = {"planner": PLANNER, "worker": big}
+    assert isinstance(govern(builder, governor, agents), GovernedGraph)
+    with pytest.raises(TopologyError):
+        govern(builder, governor, agents, topology=[("planner", "worker", 2)])
+    govern(builder, governor, agents, topology=[("planner", "worker", 1)])
+
+
+def test_govern_refuses_what_does_not_match_the_graph() -> None:
+    governor = make_governor()
+    worker = react_worker(governor, ToolCallingModel(), agent=WORKER)
+    with pytest.raises(ConfigError, match="does not have"):
+        govern(worker.builder, governor, {"writer": WORKER})
+    with pytest.raises(ConfigError, match="already governed"):
+        govern(worker, governor)
+    with pytest.raises(ConfigError, match="AgentSpec"):
+        react_worker(governor, ToolCallingModel(), agent="worker")  # type: ignore[arg-type]
+    builder = StateGraph(Outer)
+    builder.add_node("planner", lambda state: {})
+    builder.add_edge(START, "planner")
+    with pytest.raises(ConfigError, match="does not govern"):
+        govern(builder, governor, {"planner": PLANNER}, topology=[("planner", "worker", 1)])
+
+
+def test_with_config_keeps_the_governance() -> None:
+    governor = make_governor()
+    recorder = Recorder(governor, agent="agent")
+    spec = AgentSpec(name="agent", ceiling_tokens=2_000, tool_output_tokens=200)
+    graph = react_worker(governor, ToolCallingModel(rounds=1), agent=spec)
+    configured = graph.with_config(recursion_limit=50)
+    assert isinstance(configured, GovernedGraph)
+    assert configured.governor is governor
+    configured.invoke({"messages": [HumanMessage("task")], "reports": []})
+    assert [e.kind for e in recorder.events].count("released") == 1
+    assert_no_leaks(governor)

@@ -59,6 +59,7 @@ from governor.sizing import (
     max_ceiling_tokens,
     max_concurrent,
 )
+from governor.testing import FakeBackend
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
 from governor.tool_calls import ToolCall
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
@@ -90,6 +91,7 @@ __all__ = [
     "ChildContext",
     "CompactionEvent",
     "ConfigError",
+    "FakeBackend",
     "FanoutLimiter",
     "FanoutSlot",
     "FanoutTimeout",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from governor.backend import GenerationChunk, GenerationRequest, GenerationResult, Message
@@ -86,11 +87,14 @@ class ModelCalls:
         started = self._call_started(lease, request)
         finished = False
         try:
-            async for chunk in self.backend.astream(request):
-                if chunk.result is not None:
-                    finished = True
-                    self._record(lease, chunk.result, started)
-                yield chunk
+            # Closed here, not left to the garbage collector: a consumer that stops early
+            # must have its call aborted (and its blocks back) before the lease ends.
+            async with aclosing(self.backend.astream(request)) as chunks:
+                async for chunk in chunks:
+                    if chunk.result is not None:
+                        finished = True
+                        self._record(lease, chunk.result, started)
+                    yield chunk
         except BaseException as exc:
             if not finished:
                 self._call_failed(lease, started, exc)
@@ -117,7 +121,7 @@ class ModelCalls:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         messages, salt = self._with_prefix(lease, messages)
         messages, event = self._compact(
-            lease, messages, self._reserve(lease, options.get("max_tokens"))
+            lease, messages, self.reply_reserve(lease, options.get("max_tokens"))
         )
         prompt_tokens = event.tokens_after
         if prompt_tokens >= lease.ceiling_tokens:  # a policy that broke its contract
@@ -174,7 +178,7 @@ class ModelCalls:
         else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
         the result as the history, so later turns stay compacted."""
         messages, _ = self._with_prefix(lease, messages)
-        return self._compact(lease, messages, self._reserve(lease, max_tokens))
+        return self._compact(lease, messages, self.reply_reserve(lease, max_tokens))
 
     def _compact(
         self, lease: Lease, messages: Sequence[Message], reserve: int
@@ -192,7 +196,10 @@ class ModelCalls:
             self._publish("compacted", lease, record=event)
         return compacted, event
 
-    def _reserve(self, lease: Lease, max_tokens: int | None) -> int:
+    def reply_reserve(self, lease: Lease, max_tokens: int | None = None) -> int:
+        """Tokens kept free for the reply when checking the ceiling: ``max_tokens``
+        when the call names it, else ``reply_reserve_tokens`` up to a quarter of the
+        ceiling."""
         if max_tokens is not None:
             if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
                 raise ConfigError.below_minimum("max_tokens", max_tokens, 1)

@@ -321,6 +321,9 @@ class Governor(ModelCalls):
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
 
+    def _tool_needs_backend(self, lease: Lease) -> bool:
+        return self.idle.needs_backend(lease, budget_open=lease.budget in self._budgets_open)
+
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
         self._publish("tool.started", lease, tool=tool)
@@ -377,11 +380,14 @@ class Governor(ModelCalls):
             )
 
     def resume(self, lease: Lease) -> Lease:
+        """Back to work: its idle period ends; a parked lease waits for admission again."""
+        self.idle.end(lease)
         if lease.state is LeaseState.PARKED:
             return self.acquire(lease)
         return lease
 
     async def aresume(self, lease: Lease) -> Lease:
+        self.idle.end(lease)
         if lease.state is LeaseState.PARKED:
             return await self.aacquire(lease)
         return lease

@@ -13,8 +13,9 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
 4. before its next call an offloaded context is restored; the engine hands the blocks
    to that call, and the hold ends.
 
-Timers are daemon ``threading.Timer``s, one per deadline, cancelled when the wait ends;
-each idle period has a number, so a timer that fires as its wait ends does nothing.
+Deadlines run on one thread (``governor.deadlines``) and are cancelled when the wait
+ends; each idle period is its own object, so a deadline that fires as its wait ends
+does nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 from governor.backend import Backend
 from governor.config import GovernorConfig
+from governor.deadlines import Deadline, Deadlines
 from governor.errors import BackendError
 from governor.events import EventBus, GovernorEvent
 from governor.lease import Lease, LeaseState
@@ -36,9 +38,8 @@ __all__ = ["IdleKeeper"]
 
 @dataclass(slots=True, eq=False)
 class _Idle:
-    number: int
     reason: str
-    timers: list[threading.Timer] = field(default_factory=list)
+    timers: list[Deadline] = field(default_factory=list)
 
 
 class IdleKeeper:
@@ -59,9 +60,13 @@ class IdleKeeper:
         self._lock = threading.RLock()  # retention state; backend calls happen under it
         self._idle: dict[Lease, _Idle] = {}
         self._holding: set[Lease] = set()  # leases whose KV is held (resident or offloaded)
-        self._numbers = 0
+        self._deadlines = Deadlines()
 
     # -- an idle period ---------------------------------------------------------------
+    def needs_backend(self, lease: Lease, *, budget_open: bool) -> bool:
+        """Whether ``begin`` for this lease calls the backend (to hold its KV)."""
+        return budget_open and lease.num_calls > 0 and self.config.retain_s > 0
+
     def begin(
         self, lease: Lease, *, reason: str, budget_open: bool, expected_s: float | None = None
     ) -> None:
@@ -69,11 +74,10 @@ class IdleKeeper:
         config = self.config
         with self._lock:
             self._end_locked(lease)
-            self._numbers += 1
-            idle = _Idle(self._numbers, reason)
+            idle = _Idle(reason)
             self._idle[lease] = idle
             worth_holding = expected_s is None or expected_s <= config.retain_s
-            if budget_open and lease.num_calls and config.retain_s > 0 and worth_holding:
+            if self.needs_backend(lease, budget_open=budget_open) and worth_holding:
                 self._retain(lease)
                 idle.timers.append(self._timer(config.retain_s, self._expire, lease, idle))
             if config.park_after_s > 0:
@@ -85,6 +89,8 @@ class IdleKeeper:
 
     def end(self, lease: Lease) -> None:
         """The wait is over (the tool returned); the KV stays held until the next call."""
+        if lease not in self._idle:
+            return
         with self._lock:
             self._end_locked(lease)
 
@@ -194,11 +200,8 @@ class IdleKeeper:
                 return
         self._park(lease, reason=idle.reason)
 
-    def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> threading.Timer:
-        timer = threading.Timer(seconds, fn, args)
-        timer.daemon = True
-        timer.start()
-        return timer
+    def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> Deadline:
+        return self._deadlines.call_later(seconds, fn, *args)
 
     def _publish(self, kind: str, lease: Lease | None, **attributes: object) -> None:
         if not self.events.active:

@@ -68,9 +68,11 @@ class ToolCall:
         self.governor._tool_ended(self.lease, self._started, exc)
 
     async def __aenter__(self) -> ToolCall:
-        # Starting a hold calls the backend (an engine round trip): off the event loop.
-        await asyncio.to_thread(self.__enter__)
-        return self
+        if self.governor._tool_needs_backend(self.lease):
+            # Holding its KV calls the backend (an engine round trip): off the event loop.
+            await asyncio.to_thread(self.__enter__)
+            return self
+        return self.__enter__()
 
     async def __aexit__(
         self,

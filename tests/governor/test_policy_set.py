@@ -132,7 +132,7 @@ def test_without_max_tokens_a_quarter_of_the_ceiling_at_most_is_reserved() -> No
     governor = Governor(FakeBackend(), agents=[CODER], config=GovernorConfig())
     with governor.lease("coder") as lease:
         _, event = governor.compact(lease, _history(3))
-        assert governor._reserve(lease, None) == 100  # min(256, 400 // 4)
+        assert governor.reply_reserve(lease) == 100  # min(256, 400 // 4)
         assert event.method == "none"
         with pytest.raises(ConfigError, match="max_tokens"):
             governor.compact(lease, _history(3), max_tokens=0)

@@ -267,8 +267,7 @@ class Frame:
         elif turn.held is not None:
             self._enter_held(turn.held)
         if turn.resume and turn.lease.state is LeaseState.PARKED:
-            self._end_idle(turn.lease)
-            self.governor.resume(turn.lease)
+            self.governor.resume(turn.lease)  # ends the idle period its children began
 
     async def abegin(self, turn: Turn) -> None:
         if turn.context is not None:
@@ -276,7 +275,6 @@ class Frame:
         elif turn.held is not None:
             await self._aenter_held(turn.held)
         if turn.resume and turn.lease.state is LeaseState.PARKED:
-            self._end_idle(turn.lease)
             await self.governor.aresume(turn.lease)
 
     def end(self, turn: Turn, error: BaseException | None) -> None:
@@ -329,11 +327,6 @@ class Frame:
             for node, entry in list(self._held.items()):
                 if entry is held:
                     del self._held[node]
-
-    def _end_idle(self, lease: Lease) -> None:
-        # A parent parked for its children starts an idle period whose timer would park
-        # it again later; the model calls that end it do not pass through the governor.
-        self.governor.idle.end(lease)
 
 
 def _pushed(metadata: Mapping[str, Any]) -> bool:

@@ -224,8 +224,7 @@ def _merge(
 
 
 def _reserve(frame: Frame, lease: Lease) -> int:
-    # The room the governor keeps for a reply when a call names no max_tokens.
-    return min(frame.governor.config.reply_reserve_tokens, max(1, lease.ceiling_tokens // 4))
+    return frame.governor.reply_reserve(lease)
 
 
 def _describe(frame: Frame, value: Any) -> tuple[str, Mapping[str, Any] | None]:

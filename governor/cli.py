@@ -40,6 +40,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "engine": "engine.benchmarks.engine",
         "governor": "governor.benchmarks.governor",
         "policies": "policies.benchmarks.policies",
+        "integrations": "integrations.benchmarks.integrations",
     }
 )
 

@@ -7,4 +7,6 @@ third-party library, never engine/.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from integrations.langgraph import GovernedGraph, govern
+
+__all__ = ["GovernedGraph", "govern"]

@@ -1,0 +1,314 @@
+"""LangChain agents within the governor: ``GovernorMiddleware`` and ``GovernedChatModel``.
+
+    agent = create_agent(
+        model,
+        tools=[run_tests, read_file],
+        middleware=[GovernorMiddleware(governor, agent="coder", on_ceiling="compact")],
+    )
+    agent.invoke({"messages": [HumanMessage("Fix the failing test")]})
+
+``GovernorMiddleware`` is an ``AgentMiddleware`` for ``create_agent`` (langchain 1.x):
+
+- the lease: one per agent invocation, taken at its first model call and renewed
+  (resumed if parked) before each later one; released when the run ends
+  (``after_agent``), when an error or a cancellation leaves a model or tool call (the
+  run is over then; an outer retry takes a new lease), and, for an error raised
+  anywhere else, when the run's state is garbage-collected
+  (``integrations._langchain_state.RunHandle``). While a call runs, a
+  ``GovernedChatModel`` without a lease of its own calls in this one.
+- ``wrap_model_call`` (details in ``integrations._langchain_turn``): the request's
+  system message and messages are counted exactly (``governor.counter``, with the
+  agent's registered prefix in front, as ``Governor.compact`` sees them) with
+  ``max_tokens`` (else the governor's ``reply_reserve_tokens``, up to a quarter of the
+  ceiling) kept for the reply. When they do not fit the lease's ceiling,
+  ``on_ceiling`` decides:
+
+  - ``"compact"``: ``Governor.compact`` applies the governor's ceiling policy
+    (``Policies(ceiling=DropOldest())`` or ``SummarizeOldest()``; the default,
+    ``RaiseAtCeiling``, raises). The compacted dicts are mapped back onto the original
+    message objects (``integrations._messages.restore``); the call is sent with
+    ``request.override(messages=...)``, and the state's messages become the compacted
+    ones plus the reply (``RemoveMessage(REMOVE_ALL_MESSAGES)`` first, as LangChain's
+    ``SummarizationMiddleware`` writes them), so later turns start compacted and
+    resuming the thread from a checkpoint does too.
+  - ``"end"``: the model is not called; the run ends (``jump_to`` end) with an
+    ``AIMessage`` that says the context reached the ceiling.
+  - ``"raise"``: ``governor.CeilingExceeded``.
+
+  Usage is read from the reply's ``usage_metadata`` (our own counts when it has none)
+  and recorded on the lease (``tokens_in_context``, ``num_calls``) unless the model
+  already called through the lease (``GovernedChatModel`` does).
+- ``wrap_tool_call``: the tool runs inside ``Governor.tool_call`` (the lease idles, is
+  parked after ``park_after_s``, its KV held or offloaded); a ``ToolMessage`` whose text
+  exceeds the agent's ``tool_output_tokens`` is reduced by the tool-output policy before
+  it enters the state, keeping its ``tool_call_id``, ``name``, ``status`` and ``id``.
+- counters live in graph state (``GovernorState``): ``kvgov_model_calls``,
+  ``kvgov_compactions``, ``kvgov_tokens_compacted``, ``kvgov_tool_tokens_saved``,
+  ``kvgov_input_tokens``, ``kvgov_output_tokens`` (summed over the thread) and
+  ``kvgov_peak_tokens`` (its largest prompt).
+
+Sync and async hooks share one body; only waiting for admission and calling the
+handler differ. Where it sits among other middlewares matters (the first listed wraps
+the others): it counts the request as the middlewares before it leave it, and a
+compaction writes that request's messages to the state. Tool schemas bound to the
+model are not counted (put them in the agent's registered prefix to have them counted
+and shared). The compacting policies split a conversation into turns at user
+messages, so the model/tool rounds that answer one user message are one turn to them,
+compacted only as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    ContextT,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    ResponseT,
+)
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from governor import (
+    AgentSpec,
+    ConfigError,
+    Governor,
+    Lease,
+    ToolCall,
+    ToolOutputReduction,
+)
+from integrations._langchain_model import GovernedChatModel, bound_lease
+from integrations._langchain_state import GovernorState, RunHandle
+from integrations._langchain_turn import OnCeiling, Turns
+from integrations._messages import text_of
+
+__all__ = ["GovernedChatModel", "GovernorMiddleware", "GovernorState"]
+
+_ON_CEILING = ("compact", "end", "raise")
+_RUN = "kvgov_run"
+
+ModelHandler = Callable[[ModelRequest[ContextT]], ModelResponse[ResponseT]]
+AsyncModelHandler = Callable[[ModelRequest[ContextT]], Awaitable[ModelResponse[ResponseT]]]
+ToolResult = ToolMessage | Command[Any]
+
+
+class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, ResponseT]):
+    """Runs a ``create_agent`` agent within a governor lease; see the module docstring.
+
+    ``agent``: a registered agent's name or an ``AgentSpec`` (None: an agent named
+    ``"agent"`` with the governor's ``default_ceiling_tokens``); ``ceiling_tokens`` and
+    ``tool_output_tokens`` override the spec's. ``on_ceiling``: ``"compact"``, ``"end"``
+    or ``"raise"``. ``max_tokens``: the room kept for the reply when counting against
+    the ceiling (None: the governor's default reserve). ``tenant``: the leases' tenant
+    (their cache salt, and their per-tenant admission limits).
+    """
+
+    state_schema = GovernorState  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        governor: Governor,
+        *,
+        agent: str | AgentSpec | None = None,
+        ceiling_tokens: int | None = None,
+        tool_output_tokens: int | None = None,
+        on_ceiling: OnCeiling = "compact",
+        max_tokens: int | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(governor, Governor):
+            raise ConfigError(
+                f"GovernorMiddleware needs a governor.Governor, got {type(governor).__name__}",
+                setting="governor",
+            )
+        if on_ceiling not in _ON_CEILING:
+            raise ConfigError(
+                f"on_ceiling must be one of {', '.join(map(repr, _ON_CEILING))}, "
+                f"got {on_ceiling!r}",
+                setting="on_ceiling",
+            )
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            raise ConfigError.below_minimum("max_tokens", max_tokens, 1)
+        self.governor = governor
+        self.spec = _spec(governor, agent, ceiling_tokens, tool_output_tokens)
+        self.on_ceiling = on_ceiling
+        self.max_tokens = max_tokens
+        self.tenant = tenant
+        self.turns = Turns(governor, on_ceiling, max_tokens)
+
+    def __repr__(self) -> str:
+        return (
+            f"GovernorMiddleware(agent={self.spec.name!r}, "
+            f"ceiling_tokens={self.spec.ceiling_tokens}, on_ceiling={self.on_ceiling!r})"
+        )
+
+    # -- the run ------------------------------------------------------------------------
+    def before_agent(
+        self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        return {_RUN: RunHandle()}
+
+    async def abefore_agent(
+        self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    def after_agent(
+        self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        handle = _handle(state)
+        if handle is not None:
+            handle.close()
+        return None
+
+    async def aafter_agent(
+        self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
+
+    # -- model calls --------------------------------------------------------------------
+    def wrap_model_call(
+        self, request: ModelRequest[ContextT], handler: ModelHandler[ContextT, ResponseT]
+    ) -> ModelResponse[ResponseT] | AIMessage | ExtendedModelResponse[ResponseT]:
+        handle, update = self._run(request.state)
+        with handle.closing_on_error():
+            lease = handle.live()
+            if lease is None:
+                lease = handle.hold(self.governor, self.governor.acquire(self._new_lease()))
+            else:
+                self.governor.resume(lease)
+            turn = self.turns.plan(lease, request, update)
+            if turn.ending is not None:
+                return self.turns.ended(turn)
+            with bound_lease(lease):
+                return self.turns.answered(turn, handler(turn.request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest[ContextT], handler: AsyncModelHandler[ContextT, ResponseT]
+    ) -> ModelResponse[ResponseT] | AIMessage | ExtendedModelResponse[ResponseT]:
+        handle, update = self._run(request.state)
+        with handle.closing_on_error():
+            lease = handle.live()
+            if lease is None:
+                lease = handle.hold(self.governor, await self.governor.aacquire(self._new_lease()))
+            else:
+                await self.governor.aresume(lease)
+            turn = self.turns.plan(lease, request, update)
+            if turn.ending is not None:
+                return self.turns.ended(turn)
+            with bound_lease(lease):
+                return self.turns.answered(turn, await handler(turn.request))
+
+    def _new_lease(self) -> Lease:
+        return self.governor.lease(self.spec, tenant=self.tenant).lease  # admitted next
+
+    def _run(self, state: Any) -> tuple[RunHandle, dict[str, Any]]:
+        """The run's handle, and the state update that stores it when it is new (a run
+        resumed from an interrupt has none: ``before_agent`` did not run)."""
+        handle = _handle(state)
+        if handle is not None:
+            return handle, {}
+        handle = RunHandle()
+        return handle, {_RUN: handle}
+
+    # -- tool calls ---------------------------------------------------------------------
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        handle = _handle(request.state)
+        lease = None if handle is None else handle.live()
+        if handle is None or lease is None:
+            return self._reduced(None, request, handler(request))
+        with handle.closing_on_error():
+            with self._tool_call(lease, request) as call:
+                result = handler(request)
+            return self._reduced(call, request, result)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        handle = _handle(request.state)
+        lease = None if handle is None else handle.live()
+        if handle is None or lease is None:
+            return self._reduced(None, request, await handler(request))
+        with handle.closing_on_error():
+            async with self._tool_call(lease, request) as call:
+                result = await handler(request)
+            return self._reduced(call, request, result)
+
+    def _tool_call(self, lease: Lease, request: ToolCallRequest) -> ToolCall:
+        call = request.tool_call
+        return self.governor.tool_call(lease, call["name"], call.get("args"))
+
+    def _reduced(
+        self, call: ToolCall | None, request: ToolCallRequest, result: ToolResult
+    ) -> ToolResult:
+        """``result`` with its text fitted to ``tool_output_tokens``; a ``Command`` that
+        also counts the tokens saved when it was reduced. A run without a lease (resumed
+        at its tools from an interrupt) is reduced by the policy alone."""
+        budget = self.spec.tool_output_tokens
+        if budget is None or not isinstance(result, ToolMessage):
+            return result
+        text = text_of(result.content)
+        if text is None:
+            return result
+        if call is not None:
+            reduction = call.reduce(text)
+        else:
+            reduction = self._reduce_unleased(request, text, budget)
+        if not reduction.changed:
+            return result
+        reduced = result.model_copy(update={"content": reduction.text})
+        return Command(
+            update={"messages": [reduced], "kvgov_tool_tokens_saved": reduction.tokens_saved}
+        )
+
+    def _reduce_unleased(
+        self, request: ToolCallRequest, text: str, budget: int
+    ) -> ToolOutputReduction:
+        call = request.tool_call
+        return self.governor.tool_output_policy.reduce(
+            text, budget_tokens=budget, tool_name=call["name"], arguments=call.get("args")
+        )
+
+
+def _handle(state: Any) -> RunHandle | None:
+    handle = state.get(_RUN) if isinstance(state, Mapping) else getattr(state, _RUN, None)
+    return handle if isinstance(handle, RunHandle) else None
+
+
+def _spec(
+    governor: Governor,
+    agent: str | AgentSpec | None,
+    ceiling_tokens: int | None,
+    tool_output_tokens: int | None,
+) -> AgentSpec:
+    if agent is None:
+        spec = AgentSpec(name="agent", ceiling_tokens=governor.config.default_ceiling_tokens)
+    elif isinstance(agent, AgentSpec):
+        spec = agent
+    elif isinstance(agent, str):
+        spec = governor.agent(agent)
+    else:
+        raise ConfigError(
+            f"agent must be an agent's name or an AgentSpec, got {type(agent).__name__}",
+            setting="agent",
+        )
+    overrides: dict[str, Any] = {}
+    if ceiling_tokens is not None:
+        overrides["ceiling_tokens"] = ceiling_tokens
+    if tool_output_tokens is not None:
+        overrides["tool_output_tokens"] = tool_output_tokens
+    return replace(spec, **overrides) if overrides else spec  # AgentSpec validates them

@@ -1,0 +1,484 @@
+"""``integrations.otel.instrument`` with the real OpenTelemetry SDK: spans captured by
+``InMemorySpanExporter`` and metrics by ``InMemoryMetricReader``, on ``FakeBackend``, and
+once on the bundled engine (tiny-random) for offload and restore."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from governor import (
+    AdmissionTimeout,
+    AgentSpec,
+    BackendMetrics,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    GovernorEvent,
+    LocalBackend,
+    Policies,
+)
+from governor.testing import FakeBackend
+from integrations.otel import Instrumentation, instrument
+from policies import DropOldest
+
+CODER = AgentSpec(name="coder", ceiling_tokens=400, tool_output_tokens=40)
+WORKER = AgentSpec(name="worker", ceiling_tokens=400)
+TASK = [{"role": "user", "content": "Fix the login test."}]
+
+
+@dataclasses.dataclass
+class Telemetry:
+    spans: InMemorySpanExporter
+    tracer_provider: TracerProvider
+    reader: InMemoryMetricReader
+    meter_provider: MeterProvider
+
+    def instrument(self, governor: Governor, **options: Any) -> Instrumentation:
+        return instrument(
+            governor,
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider,
+            **options,
+        )
+
+    def finished(self, prefix: str = "") -> list[ReadableSpan]:
+        return [s for s in self.spans.get_finished_spans() if s.name.startswith(prefix)]
+
+    def metrics(self) -> dict[str, list[Any]]:
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        return {
+            m.name: list(m.data.data_points)
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        }
+
+
+@pytest.fixture
+def telemetry(caplog: pytest.LogCaptureFixture) -> Iterator[Telemetry]:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider(shutdown_on_exit=False)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    with caplog.at_level(logging.WARNING):
+        yield Telemetry(spans, tracer_provider, reader, meter_provider)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    # No handler failed, and no span was ended twice or written to after it ended.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def _governor(backend: Any = None, **config: Any) -> tuple[Governor, list[GovernorEvent]]:
+    governor = Governor(
+        backend or FakeBackend(), config=GovernorConfig(**config), agents=[CODER, WORKER]
+    )
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    return governor, events
+
+
+def _parent(span: ReadableSpan) -> int | None:
+    return None if span.parent is None else span.parent.span_id
+
+
+def _one(spans: list[ReadableSpan]) -> ReadableSpan:
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+def _events(span: ReadableSpan, name: str) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == name]
+
+
+def test_run_agent_call_and_tool_spans_nest_and_carry_the_events_figures(
+    telemetry: Telemetry,
+) -> None:
+    governor, events = _governor(park_after_s=0)
+    with (
+        telemetry.instrument(governor),
+        governor.run("triage") as run,
+        governor.lease("coder", tenant="acme") as lease,
+    ):
+        first = governor.complete(lease, TASK, max_tokens=5)
+        with governor.tool_call(lease, "pytest"):
+            pass
+        second = governor.complete(lease, TASK, max_tokens=7)
+        with governor.child(lease, "worker") as child:
+            third = governor.complete(child, TASK, max_tokens=3)
+    run_span = _one(telemetry.finished("invoke_workflow"))
+    coder = _one(telemetry.finished("invoke_agent coder"))
+    worker = _one(telemetry.finished("invoke_agent worker"))
+    chats = telemetry.finished("chat ")
+    tool = _one(telemetry.finished("execute_tool"))
+    assert run_span.name == "invoke_workflow triage" and _parent(run_span) is None
+    assert _parent(coder) == run_span.context.span_id
+    assert _parent(worker) == coder.context.span_id  # a child under its parent lease
+    assert [c.name for c in chats] == ["chat fake-model"] * 3
+    assert [_parent(c) for c in chats] == [coder.context.span_id] * 2 + [worker.context.span_id]
+    assert _parent(tool) == coder.context.span_id
+    assert {s.context.trace_id for s in telemetry.finished()} == {run_span.context.trace_id}
+    assert (chats[0].kind, tool.kind, coder.kind) == (SpanKind.CLIENT,) + (SpanKind.INTERNAL,) * 2
+
+    capacity = governor.backend.capacity()
+    assert dict(run_span.attributes or {}) == {
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.workflow.name": "triage",
+        "gen_ai.provider.name": "fake",
+        "gen_ai.request.model": "fake-model",
+        "kvgov.run.id": run.run_id,
+        "kvgov.kv.num_blocks": capacity.num_blocks,
+        "kvgov.kv.num_available_blocks": capacity.num_available_blocks,
+        "kvgov.kv.block_size": capacity.block_size,
+        "kvgov.kv.bytes_per_block": capacity.bytes_per_block,
+        "kvgov.admission.safety_factor": 0.9,
+        "kvgov.admission.mode": "guaranteed",
+    }
+    finished = [e.attributes for e in events if e.kind == "call.finished"]
+    for span, result, event in zip(chats, (first, second, third), finished, strict=True):
+        a = span.attributes or {}
+        assert a["gen_ai.operation.name"] == "chat"
+        assert (a["gen_ai.provider.name"], a["gen_ai.request.model"]) == ("fake", "fake-model")
+        assert a["gen_ai.usage.input_tokens"] == result.prompt_tokens
+        assert a["gen_ai.usage.output_tokens"] == result.completion_tokens
+        assert a["kvgov.seq.tokens"] == result.prompt_tokens + result.completion_tokens
+        assert a["kvgov.kv.blocks_held"] == event["blocks_held"]
+        assert a["kvgov.prefix.cached_tokens"] == result.cached_tokens
+        assert a["gen_ai.response.finish_reasons"] == (result.finish_reason,)
+        assert a["kvgov.lease.ceiling_tokens"] == 400
+    assert chats[2].attributes["gen_ai.agent.name"] == "worker"  # type: ignore[index]
+    assert tool.attributes == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "pytest",
+        "gen_ai.agent.name": "coder",
+        "kvgov.lease.id": lease.lease_id,
+    }
+
+    a = coder.attributes or {}
+    waits = [e.attributes["wait_s"] for e in events if e.kind in ("admitted", "resumed")]
+    waits = waits[:2]  # the coder's: admitted, resumed after the tool (the worker's comes last)
+    assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "coder"
+    assert (a["kvgov.tenant"], a["kvgov.run.id"], a["kvgov.lease.id"]) == ("acme", run.run_id, "0")
+    assert a["kvgov.lease.ceiling_tokens"] == 400 and a["kvgov.agent.tool_output_tokens"] == 40
+    assert a["kvgov.admission.count"] == len(waits) == 2  # admitted, resumed after the tool
+    assert a["kvgov.admission.wait_s"] == pytest.approx(sum(waits))
+    assert a["kvgov.lease.parked"] == 2  # on the tool, then for its child
+    assert a["kvgov.lease.num_calls"] == 2
+    assert a["kvgov.seq.tokens"] == max(
+        r.prompt_tokens + r.completion_tokens for r in (first, second)
+    )
+    kinds = [e.name for e in coder.events if e.name != "kvgov.retained"]
+    assert kinds == ["kvgov.admitted", "kvgov.parked", "kvgov.resumed", "kvgov.parked"]
+    assert _events(coder, "kvgov.parked") == [
+        {"kvgov.reason": "tool"},
+        {"kvgov.reason": "children"},
+    ]
+    assert worker.attributes["kvgov.lease.parent_id"] == lease.lease_id  # type: ignore[index]
+    for span in (run_span, coder, worker, *chats, tool):
+        assert span.status.status_code is StatusCode.UNSET
+
+
+def test_compaction_and_summarization_are_events_with_tokens_before_and_after(
+    telemetry: Telemetry,
+) -> None:
+    policies = Policies(ceiling=DropOldest(keep_last_turns=1))
+    governor = Governor(FakeBackend(), agents=[CODER], policies=policies)
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "word " * 60}
+        for i in range(6)
+    ] + [{"role": "user", "content": "And now?"}]
+    with telemetry.instrument(governor), governor.lease("coder") as lease:
+        with governor.tool_call(lease, "grep") as call:
+            reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
+        governor.complete(lease, turns, max_tokens=8)
+    compaction = next(e.record for e in events if e.kind == "compacted")
+    agent = _one(telemetry.finished("invoke_agent"))
+    tool = _one(telemetry.finished("execute_tool"))
+    assert _events(agent, "kvgov.compacted") == [
+        {
+            "kvgov.method": compaction.method,
+            "kvgov.tokens_before": compaction.tokens_before,
+            "kvgov.tokens_after": compaction.tokens_after,
+            "kvgov.tokens_saved": compaction.tokens_saved,
+            "kvgov.messages_before": 7,
+            "kvgov.messages_after": compaction.messages_after,
+            "kvgov.messages_dropped": compaction.dropped,
+            "kvgov.messages_summarized": 0,
+        }
+    ]
+    assert compaction.tokens_saved > 0
+    assert _events(tool, "kvgov.summarized") == [
+        {
+            "kvgov.method": reduction.method,
+            "kvgov.tokens_before": reduction.tokens_before,
+            "kvgov.tokens_after": reduction.tokens_after,
+            "kvgov.tokens_saved": reduction.tokens_saved,
+            "gen_ai.tool.name": "grep",
+        }
+    ]
+    a = agent.attributes or {}
+    assert (a["kvgov.compactions"], a["kvgov.compaction.tokens_saved"]) == (
+        1,
+        compaction.tokens_saved,
+    )
+    assert (a["kvgov.summarizations"], a["kvgov.summarize.tokens_saved"]) == (
+        1,
+        reduction.tokens_saved,
+    )
+
+
+def test_failures_set_status_error(telemetry: Telemetry) -> None:
+    governor, _ = _governor()
+
+    async def main() -> None:
+        async with governor.lease("coder") as lease:
+            async with aclosing(governor.astream(lease, TASK, max_tokens=20)) as chunks:
+                await anext(chunks)  # the consumer walks away: the call is cancelled
+            with pytest.raises(KeyError):
+                async with governor.tool_call(lease, "lookup"):
+                    raise KeyError("missing")
+        raise RuntimeError("the workflow failed")
+
+    with telemetry.instrument(governor), pytest.raises(RuntimeError), governor.run("failing"):
+        asyncio.run(main())
+    chat = _one(telemetry.finished("chat"))
+    tool = _one(telemetry.finished("execute_tool"))
+    run = _one(telemetry.finished("invoke_workflow"))
+    expected = {chat: "cancelled", tool: "KeyError", run: "RuntimeError"}
+    for span, error in expected.items():
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes["error.type"] == error  # type: ignore[index]
+
+
+class PreemptingBackend(FakeBackend):
+    """A fake whose engine reports ``preemptions`` preemptions so far."""
+
+    preemptions = 0
+
+    def metrics(self) -> BackendMetrics:
+        return dataclasses.replace(super().metrics(), num_preemptions=self.preemptions)
+
+
+def test_metrics(telemetry: Telemetry) -> None:
+    backend = PreemptingBackend()
+    backend.preemptions = 3  # before instrumenting: not counted
+    governor, events = _governor(backend, park_after_s=0)
+    with telemetry.instrument(governor), governor.lease("coder") as lease:
+        first = governor.complete(lease, TASK, max_tokens=5)
+        assert telemetry.metrics()["kvgov.lease.active"][0].value == 1
+        with governor.tool_call(lease, "ls"):
+            assert telemetry.metrics()["kvgov.lease.active"][0].value == 0  # parked
+        backend.preemptions = 5
+        second = governor.complete(lease, TASK, max_tokens=9)
+    points = telemetry.metrics()
+    usage = {p.attributes["gen_ai.token.type"]: p for p in points["gen_ai.client.token.usage"]}
+    assert usage["input"].sum == first.prompt_tokens + second.prompt_tokens
+    assert usage["output"].sum == first.completion_tokens + second.completion_tokens == 14
+    assert usage["input"].count == 2
+    assert dict(usage["output"].attributes) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "fake",
+        "gen_ai.request.model": "fake-model",
+        "gen_ai.token.type": "output",
+    }
+    seq = _one_point(points["kvgov.seq.tokens"])
+    assert dict(seq.attributes) == {"gen_ai.agent.name": "coder"}
+    assert seq.sum == sum(r.prompt_tokens + r.completion_tokens for r in (first, second))
+    waits = [e.attributes["wait_s"] for e in events if e.kind in ("admitted", "resumed")]
+    wait = _one_point(points["kvgov.admission.wait"])
+    assert (wait.count, wait.sum) == (len(waits), pytest.approx(sum(waits)))
+    assert _one_point(points["kvgov.lease.active"]).value == 0
+    m = backend.metrics()
+    assert _one_point(points["kvgov.kv.blocks_in_use"]).value == m.num_blocks_in_use
+    assert _one_point(points["kvgov.kv.blocks_free"]).value == m.num_blocks_free
+    assert _one_point(points["kvgov.engine.preemptions"]).value == 2
+    agent = _one(telemetry.finished("invoke_agent"))
+    assert _events(agent, "kvgov.preempted") == [{"kvgov.engine.preemptions": 2}]
+
+
+def _one_point(points: list[Any]) -> Any:
+    assert len(points) == 1, points
+    return points[0]
+
+
+def test_model_spans_false_leaves_chat_spans_and_token_usage_to_others(
+    telemetry: Telemetry,
+) -> None:
+    governor, _ = _governor()
+    handle = telemetry.instrument(governor, model_spans=False, tool_spans=False)
+    with handle, governor.lease("coder") as lease:
+        result = governor.complete(lease, TASK, max_tokens=5)
+        with governor.tool_call(lease, "ls"):
+            pass
+    assert [s.name for s in telemetry.finished()] == ["invoke_agent coder"]
+    (call,) = _events(telemetry.finished()[0], "kvgov.call")
+    assert call["kvgov.seq.tokens"] == result.prompt_tokens + result.completion_tokens
+    assert call["gen_ai.usage.input_tokens"] == result.prompt_tokens
+    metrics = telemetry.metrics()
+    assert "gen_ai.client.token.usage" not in metrics and "kvgov.seq.tokens" in metrics
+
+
+def test_uninstrument_ends_open_spans_and_stops(telemetry: Telemetry) -> None:
+    governor, _ = _governor()
+    handle = telemetry.instrument(governor)
+    with governor.run("long"), governor.lease("coder") as lease:
+        governor.complete(lease, TASK, max_tokens=5)
+        with governor.tool_call(lease, "build"):
+            assert handle.span_for(lease_id=lease.lease_id) is not None
+            handle.uninstrument()
+            handle.uninstrument()  # idempotent
+            ended = {s.name: s for s in telemetry.finished()}
+            assert set(ended) == {
+                "invoke_workflow long",
+                "invoke_agent coder",
+                "chat fake-model",
+                "execute_tool build",
+            }
+            agent = ended["invoke_agent coder"].attributes or {}
+            assert agent["kvgov.span.ended_by"] == "uninstrument"
+        governor.complete(lease, TASK, max_tokens=5)
+    assert len(telemetry.finished()) == 4  # nothing after
+    assert handle.span_for(lease_id=lease.lease_id) is None
+    assert _one_point(telemetry.metrics()["kvgov.lease.active"]).value == 0
+    assert "uninstrumented" in repr(handle)
+
+
+def test_a_lease_never_admitted_ends_with_its_run(telemetry: Telemetry) -> None:
+    backend = FakeBackend(num_blocks=32)  # one lease of 400 tokens at a time
+    governor, _ = _governor(backend, admission_timeout_s=0.05)
+    with (
+        telemetry.instrument(governor),
+        governor.run("crowded"),
+        governor.lease("coder"),
+        pytest.raises(AdmissionTimeout),
+        governor.lease("worker"),
+    ):
+        pass
+    worker = _one(telemetry.finished("invoke_agent worker"))
+    assert worker.status.status_code is StatusCode.ERROR
+    assert worker.attributes["kvgov.span.ended_by"] == "run end"  # type: ignore[index]
+    assert len(telemetry.finished()) == 3
+
+
+def test_a_lease_outside_runs_nests_under_the_current_span(telemetry: Telemetry) -> None:
+    governor, _ = _governor()
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    handle = telemetry.instrument(governor)
+    with handle, tracer.start_as_current_span("request"), governor.lease("coder") as lease:
+        agent_span = handle.span_for(lease_id=lease.lease_id)
+        assert agent_span is not None
+        with trace.use_span(agent_span), tracer.start_as_current_span("retrieval"):
+            pass
+    spans = {s.name: s for s in telemetry.finished()}
+    assert _parent(spans["invoke_agent coder"]) == spans["request"].context.span_id
+    assert _parent(spans["retrieval"]) == spans["invoke_agent coder"].context.span_id
+    with pytest.raises(ConfigError, match="Governor"):
+        instrument("governor")  # type: ignore[arg-type]
+
+
+def test_twenty_agents_on_threads_and_event_loops_leave_no_span_open(
+    telemetry: Telemetry,
+) -> None:
+    backend = FakeBackend(num_blocks=64, latency_s=0.0005)  # two leases of 400 at once
+    governor, events = _governor(backend, park_after_s=0)
+
+    def threaded(i: int) -> None:
+        with governor.lease("worker") as lease:
+            governor.complete(lease, TASK, max_tokens=2 + i % 3)
+            with governor.tool_call(lease, "grep"):
+                pass
+            governor.complete(lease, TASK, max_tokens=2)
+
+    async def on_the_loop(i: int) -> None:
+        async with governor.lease("worker") as lease:
+            await governor.acomplete(lease, TASK, max_tokens=2 + i % 3)
+            async with governor.tool_call(lease, "grep"):
+                await asyncio.sleep(0)
+
+    async def planner() -> None:
+        async with governor.lease("coder") as lease:
+            await governor.acomplete(lease, TASK, max_tokens=2)
+
+            async def child(context: Any) -> None:
+                async with context as worker:
+                    await governor.acomplete(worker, TASK, max_tokens=2)
+
+            await asyncio.gather(*(child(c) for c in governor.fanout(lease, "worker", 3)))
+            await governor.acomplete(lease, TASK, max_tokens=2)
+
+    async def main() -> None:
+        with governor.run("swarm"):
+            await asyncio.gather(*(on_the_loop(i) for i in range(8)), planner())
+
+    with telemetry.instrument(governor) as handle:
+        threads = [threading.Thread(target=threaded, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        asyncio.run(main())
+        for thread in threads:
+            thread.join(timeout=30)
+        assert "0 leases open" in repr(handle)
+    spans = telemetry.finished()
+    ids = {s.context.span_id for s in spans}
+    agents = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert len(agents) == sum(e.kind == "requested" for e in events) == 20
+    assert len(telemetry.finished("chat")) == sum(e.kind == "call.started" for e in events)
+    assert len(telemetry.finished("execute_tool")) == 16
+    roots = ("invoke_workflow", "invoke_agent worker")  # threaded workers are outside the run
+    assert all(_parent(s) in ids for s in spans if not s.name.startswith(roots))
+    assert not any("kvgov.span.ended_by" in (s.attributes or {}) for s in spans)
+    run = _one(telemetry.finished("invoke_workflow"))
+    looped = [s for s in agents if s.attributes.get("kvgov.run.id")]  # type: ignore[union-attr]
+    assert len(looped) == 12 and all(_parent(s) in ids for s in looped)
+    assert sum(_parent(s) == run.context.span_id for s in agents) == 9  # 8 workers, 1 planner
+    assert {p.value for p in telemetry.metrics()["kvgov.lease.active"]} == {0}
+
+
+def test_offload_and_restore_on_the_bundled_engine(telemetry: Telemetry) -> None:
+    backend = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+    try:
+        # A watermark this low means pressure at every hold: the KV goes to host at once.
+        config = {"park_after_s": 0, "retain_s": 30, "pressure_watermark": 0.01}
+        governor, _ = _governor(backend, **config)
+        with telemetry.instrument(governor), governor.lease("worker") as lease:
+            first = governor.complete(lease, TASK, max_tokens=8)
+            with governor.tool_call(lease, "grep"):
+                pass
+            history = [*TASK, {"role": "assistant", "content": first.text}]
+            second = governor.complete(lease, history, max_tokens=8)
+    finally:
+        backend.close()
+    agent = _one(telemetry.finished("invoke_agent"))
+    names = [e.name for e in agent.events]
+    assert names.index("kvgov.retained") < names.index("kvgov.offloaded")
+    assert names.index("kvgov.offloaded") < names.index("kvgov.restored")
+    (offloaded,) = _events(agent, "kvgov.offloaded")
+    assert offloaded["kvgov.kv.blocks"] > 0 and "parked" in offloaded["kvgov.reason"]
+    assert offloaded["kvgov.pressure.blocks_needed"] > 0  # the pressure it answered
+    assert _events(agent, "kvgov.restored") == [{"kvgov.kv.blocks": offloaded["kvgov.kv.blocks"]}]
+    assert (agent.attributes or {})["kvgov.kv.offloaded"] == 1
+    chats = telemetry.finished("chat")
+    assert [c.name for c in chats] == ["chat tiny-random"] * 2
+    assert chats[0].attributes["gen_ai.provider.name"] == "local"  # type: ignore[index]
+    assert [c.attributes["kvgov.prefix.cached_tokens"] for c in chats] == [  # type: ignore[index]
+        first.cached_tokens,
+        second.cached_tokens,
+    ]

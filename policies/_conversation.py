@@ -5,7 +5,10 @@ always kept. The rest is split into units that are kept or removed whole: an ass
 message with ``tool_calls`` together with the ``role: "tool"`` messages after it that
 answer one of its calls, or any other single message. A tool message that answers no
 call before it travels with the unit before it, so it is never kept alone. Units are
-grouped into turns; a turn starts at each user message.
+grouped into turns; a turn starts at each user message. ``by_round`` splits finer: a
+turn also starts at each assistant unit after the first since the last user message, so
+the rounds of an agent loop that answer one user message (model, tools, model,
+tools...) can be dropped one by one when even the latest whole turn does not fit.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def split(messages: Sequence[Mapping[str, Any]]) -> Split:
+def split(messages: Sequence[Mapping[str, Any]], *, by_round: bool = False) -> Split:
     head: list[int] = []
     seen_user = False
     units: list[list[int]] = []
@@ -105,11 +108,20 @@ def split(messages: Sequence[Mapping[str, Any]]) -> Split:
             continue
         units.append([index])
     turns: list[Turn] = []
+    answered = False  # the current turn has an assistant unit already
     for unit in units:
-        if not turns or messages[unit[0]].get("role") == "user":
+        role = messages[unit[0]].get("role")
+        if not turns or role == "user" or (by_round and answered and role == "assistant"):
             turns.append([])
+            answered = False
         turns[-1].extend(unit)
+        answered = answered or role == "assistant"
     return Split(head, turns)
+
+
+def splits(messages: Sequence[Mapping[str, Any]]) -> tuple[Split, Split]:
+    """By turn, then by round: what a policy tries when whole turns cannot fit."""
+    return split(messages), split(messages, by_round=True)
 
 
 def call_ids(message: Mapping[str, Any]) -> set[str]:

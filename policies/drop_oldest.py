@@ -2,10 +2,12 @@
 
 ``DropOldest`` keeps every system message, the first user message and the latest turns
 (at most ``keep_last_turns``, fewer while they do not fit, never fewer than one), and
-drops whole turns from the oldest. A turn starts at a user message; an assistant message
-that calls tools is kept or dropped together with its tool results, so a result is never
-separated from its call. Nothing is marked in the text; the event counts what was dropped.
-When even the head and the last turn do not fit it raises ``CeilingExceeded``.
+drops whole turns from the oldest. A turn starts at a user message; when even the latest
+turn does not fit (an agent loop answering one user message), the loop's rounds are
+dropped from the oldest instead. An assistant message that calls tools is kept or
+dropped together with its tool results, so a result is never separated from its call.
+Nothing is marked in the text; the event counts what was dropped. When even the head and
+the last round do not fit it raises ``CeilingExceeded``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from governor import CeilingExceeded, CompactionEvent, TokenCounter
-from policies._conversation import Compaction, check_setting, pick, split
+from policies._conversation import Compaction, check_setting, pick, splits
 
 __all__ = ["DropOldest"]
 
@@ -44,12 +46,12 @@ class DropOldest:
         if run.fits:
             return run.unchanged()
         room = run.room
-        parts = split(messages)
         tokens = run.before
-        for k in range(min(self._keep, len(parts.turns)), 0, -1):
-            indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
-            kept = pick(messages, indexes)
-            tokens = counter.count_messages(kept)
-            if tokens <= room:
-                return kept, run.event("drop_oldest", kept, tokens)
+        for parts in splits(messages):  # whole turns first, then an agent loop's rounds
+            for k in range(min(self._keep, len(parts.turns)), 0, -1):
+                indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
+                kept = pick(messages, indexes)
+                tokens = counter.count_messages(kept)
+                if tokens <= room:
+                    return kept, run.event("drop_oldest", kept, tokens)
         raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)

@@ -11,7 +11,9 @@ summary is the summarizer's reduction (``ExtractiveSummarizer`` over the counter
 by default) of the span's text, one ``role: content`` entry per message, within
 ``summary_tokens`` tokens (fewer when less room is left). A running summary from an
 earlier compaction is folded into the next one, its count carried over. An assistant
-message that calls tools and its results are summarized or kept together. When even the
+message that calls tools and its results are summarized or kept together; when no whole
+turn can be kept (an agent loop answering one user message), the loop's rounds are
+folded from the oldest instead. When even the
 head, a summary and the last turn do not fit it raises ``CeilingExceeded``.
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from governor import CeilingExceeded, CompactionEvent, TokenCounter, ToolOutputPolicy
-from policies._conversation import Compaction, check_setting, split
+from policies._conversation import Compaction, Split, check_setting, splits
 from policies.extractive_summarizer import ExtractiveSummarizer
 
 __all__ = ["SummarizeOldest"]
@@ -67,8 +69,24 @@ class SummarizeOldest:
             return run.unchanged()
         room = run.room
         summarizer = self._summarizer or ExtractiveSummarizer(counter)
-        parts = split(messages)
         tokens = run.before
+        for parts in splits(messages):  # whole turns first, then an agent loop's rounds
+            found = self._fold(messages, parts, room, summarizer, counter)
+            if found is not None:
+                kept, tokens = found
+                gone = len(messages) - len(kept) + 1  # the summary stands in for them
+                return kept, run.event("summarize_oldest", kept, tokens, summarized=gone)
+        raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
+
+    def _fold(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        parts: Split,
+        room: int,
+        summarizer: ToolOutputPolicy,
+        counter: TokenCounter,
+    ) -> tuple[list[dict[str, Any]], int] | None:
+        """The latest turns that fit with a summary of the ones before, or None."""
         for k in range(len(parts.turns) - 1, 0, -1):
             span = [i for turn in parts.turns[:-k] for i in turn]
             kept_indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
@@ -80,10 +98,9 @@ class SummarizeOldest:
                 kept = _build(messages, span, kept_indexes, folded, body)
                 tokens = counter.count_messages(kept)
                 if tokens <= room:
-                    gone = len(messages) - len(kept) + 1  # the summary stands in for them
-                    return kept, run.event("summarize_oldest", kept, tokens, summarized=gone)
+                    return kept, tokens
                 budget -= tokens - room  # BPE merges at the seam: shrink and retry
-        raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
+        return None
 
 
 def _build(

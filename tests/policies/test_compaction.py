@@ -109,15 +109,43 @@ def test_drop_oldest_keeps_fewer_turns_when_four_do_not_fit() -> None:
     assert kept == last2 and event.tokens_after == ceiling - 1
 
 
-def test_drop_oldest_raises_when_the_last_turn_does_not_fit() -> None:
+def test_drop_oldest_falls_back_to_rounds_then_raises() -> None:
     messages = conversation(3)
-    last = [SYSTEM, TASK, *tool_turn(2)]
-    ceiling = COUNTER.count_messages(last) - 1
+    last_round = [SYSTEM, TASK, tool_turn(2)[-1]]  # the last turn's final answer alone
+    ceiling = COUNTER.count_messages([SYSTEM, TASK, *tool_turn(2)]) - 1
+    kept, _ = DropOldest().compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=0, counter=COUNTER
+    )
+    assert kept == last_round  # the latest turn does not fit whole: its latest round does
+    ceiling = COUNTER.count_messages(last_round) - 1
     with pytest.raises(CeilingExceeded) as caught:
         DropOldest(agent="w1").compact(
             messages, ceiling_tokens=ceiling, reserve_tokens=0, counter=COUNTER
         )
     assert caught.value.agent == "w1" and caught.value.tokens == ceiling + 1
+
+
+def agent_loop(rounds: int) -> list[dict]:
+    """One task, then model and tool rounds with no user message between them."""
+    out = [SYSTEM, TASK]
+    for n in range(rounds):
+        call = {"id": f"c{n}", "function": {"name": "grep", "arguments": '{"q": "x"}'}}
+        out.append({"role": "assistant", "content": f"round {n}", "tool_calls": [call]})
+        out.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"hit {n}\n" * 40})
+    return out
+
+
+@pytest.mark.parametrize("policy", [DropOldest(2), SummarizeOldest(summary_tokens=48)], ids=repr)
+def test_an_agent_loop_under_one_task_is_compacted_by_rounds(policy) -> None:
+    messages = agent_loop(8)
+    ceiling = COUNTER.count_messages(messages) // 2
+    kept, event = policy.compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=50, counter=COUNTER
+    )
+    assert event.changed and event.tokens_after + 50 <= ceiling
+    assert kept[:2] == [SYSTEM, TASK] and kept[-2:] == messages[-2:]
+    calls = {c["id"] for m in kept for c in m.get("tool_calls") or ()}
+    assert {m["tool_call_id"] for m in kept if m["role"] == "tool"} == calls
 
 
 def test_summarize_oldest_replaces_the_oldest_turns_with_one_message() -> None:

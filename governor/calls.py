@@ -119,7 +119,7 @@ class ModelCalls:
     ) -> GenerationRequest:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        messages, salt = self._with_prefix(lease, messages)
+        messages, salt = self.with_prefix(lease, messages)
         messages, event = self._compact(
             lease, messages, self.reply_reserve(lease, options.get("max_tokens"))
         )
@@ -140,10 +140,11 @@ class ModelCalls:
             **options,
         )
 
-    def _with_prefix(
+    def with_prefix(
         self, lease: Lease, messages: Sequence[Message]
     ) -> tuple[Sequence[Message], str | None]:
-        """The messages with the agent's registered prefix first, and the cache salt."""
+        """The messages a call of this lease sends (the agent's registered prefix first,
+        unless they start with it already) and the cache salt it is sent with."""
         if lease.agent.prefix is None:
             return messages, lease.tenant
         prefix = self.prefixes.lookup(
@@ -152,6 +153,29 @@ class ModelCalls:
         if tuple(messages[: len(prefix.messages)]) != prefix.messages:
             messages = [*prefix.messages, *messages]
         return messages, prefix.cache_salt
+
+    def record_call(
+        self,
+        lease: Lease,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        finish_reason: str = "stop",
+        elapsed_s: float = 0.0,
+    ) -> None:
+        """Record a model call the lease's agent made without the governor (a LangChain
+        chat model of its own): its context and usage, and a ``call.finished`` event."""
+        for name, value in (
+            ("prompt_tokens", prompt_tokens),
+            ("completion_tokens", completion_tokens),
+            ("cached_tokens", cached_tokens),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError.below_minimum(name, value, 0)
+        result = GenerationResult("", (), finish_reason, prompt_tokens, completion_tokens,
+                                  cached_tokens)  # fmt: skip
+        self._record(lease, result, time.perf_counter() - elapsed_s)
 
     def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
@@ -177,7 +201,7 @@ class ModelCalls:
         compacted by the ceiling policy when it and the reply's reserve (``max_tokens``,
         else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
         the result as the history, so later turns stay compacted."""
-        messages, _ = self._with_prefix(lease, messages)
+        messages, _ = self.with_prefix(lease, messages)
         return self._compact(lease, messages, self.reply_reserve(lease, max_tokens))
 
     def _compact(

@@ -114,3 +114,17 @@ def test_leases_in_a_run_carry_its_id_across_threads_and_tasks() -> None:
     assert all(e.lease_id is None for e in started + finished)
     with pytest.raises(ConfigError, match="name"):
         governor.run("")
+
+
+def test_a_call_made_outside_the_governor_is_recorded() -> None:
+    governor, events = _governor()
+    with governor.lease("coder") as lease:
+        governor.record_call(lease, prompt_tokens=120, completion_tokens=30, elapsed_s=0.5)
+        assert (lease.tokens_in_context, lease.num_calls) == (150, 1)
+        with pytest.raises(ConfigError, match="prompt_tokens"):
+            governor.record_call(lease, prompt_tokens=-1, completion_tokens=0)
+    finished = next(e for e in events if e.kind == "call.finished")
+    assert finished.attributes["tokens_in_context"] == 150
+    assert finished.attributes["elapsed_s"] >= 0.5
+    messages, salt = governor.with_prefix(lease, TASK)
+    assert list(messages) == TASK and salt is None  # no registered prefix

@@ -5,6 +5,7 @@ that may import every layer.
     kvgov bench NAME [--json] [--quick]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
+    kvgov report RUN.jsonl
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -247,6 +248,18 @@ def memory_map(
         _fail(f"cannot write the map to {out}: {exc}")
     typer.echo(caption(memory))
     typer.echo(f"wrote {svg} and {png}")
+
+
+@app.command()
+def report(
+    path: Annotated[
+        str, typer.Argument(help="A run's spans, as JSON lines (kvgov demo writes one).")
+    ],
+) -> None:
+    """Read a run back: per-agent context, peaks, waits, compactions, and what to change."""
+    from integrations.report import report_main
+
+    raise typer.Exit(report_main(path))
 
 
 def _make_plan(

@@ -1,5 +1,5 @@
 """Adapters from kvgov to other libraries: LangChain and LangGraph middleware,
-OpenTelemetry instrumentation and HTTP backends.
+OpenTelemetry instrumentation, a JSON-lines span exporter and the run report.
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -7,6 +7,21 @@ third-party library, never engine/.
 
 from __future__ import annotations
 
+from integrations.jsonl import JsonLinesSpanExporter, read_spans
+from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
+from integrations.otel import Instrumentation, instrument
+from integrations.report import RunReport
 
-__all__ = ["GovernedGraph", "govern"]
+__all__ = [
+    "GovernedChatModel",
+    "GovernedGraph",
+    "GovernorMiddleware",
+    "GovernorState",
+    "Instrumentation",
+    "JsonLinesSpanExporter",
+    "RunReport",
+    "govern",
+    "instrument",
+    "read_spans",
+]

@@ -42,6 +42,7 @@ class BackendCapacity:
     num_pinned_blocks: int
     bytes_per_block: int
     max_model_len: int  # the model's maximum context, in tokens
+    weights_bytes: int = 0  # device memory the model's weights take; 0 when unknown
 
     @property
     def num_available_blocks(self) -> int:

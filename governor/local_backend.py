@@ -101,6 +101,7 @@ class LocalBackend:
         self._tokenizer = engine.tokenizer
         self._counter = TokenCounter(tokenizer=engine.tokenizer)
         self._model = os.path.basename(os.path.normpath(engine.config.model))
+        self._weights_bytes = sum(p.numel() * p.element_size() for p in engine.model.parameters())
         self._lock = threading.Lock()
         self._pins: dict[str, PinnedPrefix] = {}
         self._pin_keys = itertools.count()
@@ -143,6 +144,7 @@ class LocalBackend:
             num_pinned_blocks=cap.num_pinned_blocks,
             bytes_per_block=cap.bytes_per_block,
             max_model_len=cap.max_model_len,
+            weights_bytes=self._weights_bytes,
         )
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:

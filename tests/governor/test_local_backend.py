@@ -190,3 +190,9 @@ def test_the_engine_thread_outlives_event_loops_that_close_mid_stream(
         asyncio.run(first_chunk_only())
     _wait_until(_settled(backend))
     assert backend.generate(GenerationRequest(prompt="still here", max_tokens=2)).completion_tokens
+
+
+def test_capacity_reports_the_weights_memory() -> None:
+    with LocalBackend(config={"num_blocks": 16}) as backend:
+        cap = backend.capacity()
+    assert cap.weights_bytes == 29_474_304 * 4  # tiny-random's parameters in float32

@@ -4,11 +4,14 @@ One small class per file, each satisfying a protocol that governor/ defines. Pol
 use governor's public types only, never engine/ or integrations/. The governor's own
 defaults (``RaiseAtCeiling``, ``HeadTailTruncation``, ``PriorityWithAging``,
 ``PressureOrder``) are re-exported here, so every policy can be picked from one place.
+``build_corpus`` is the seeded corpus of realistic tool outputs the benchmarks (and the
+demo) feed them.
 """
 
 from __future__ import annotations
 
 from governor import HeadTailTruncation, PressureOrder, RaiseAtCeiling
+from policies.benchmarks.corpus import build_corpus
 from policies.drop_oldest import DropOldest
 from policies.extractive_summarizer import ExtractiveSummarizer
 from policies.fair_share import FairShare
@@ -26,4 +29,5 @@ __all__ = [
     "PressureOrder",
     "RaiseAtCeiling",
     "SummarizeOldest",
+    "build_corpus",
 ]

@@ -456,6 +456,13 @@ class Engine:
             tokens_per_sequence={
                 rid: r.num_tokens for rid, r in self._requests.items() if not r.is_finished
             },
+            # Every in-use slot holds a token but the empty tail of each sequence's last
+            # block (swapped sequences' tails too: exact while nothing is swapped).
+            num_tokens_in_use=max(
+                0,
+                stats.num_in_use * self.config.block_size
+                - (stats.num_allocated_slots - stats.num_tokens),
+            ),
         )
 
 

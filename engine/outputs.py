@@ -70,6 +70,7 @@ class EngineMetrics:
     prefix_cache_queries: int  # tokens
     prefix_cache_hits: int  # tokens
     tokens_per_sequence: Mapping[str, int]
+    num_tokens_in_use: int = 0  # slots of the in-use blocks that hold a token's K/V
 
     @property
     def kv_cache_usage(self) -> float:

@@ -115,6 +115,7 @@ class BackendMetrics:
     num_preemptions: int
     prefix_cache_queries: int  # tokens
     prefix_cache_hits: int  # tokens
+    num_tokens_in_use: int = 0  # tokens the in-use blocks hold; 0 when unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,6 +224,7 @@ class LocalBackend:
             num_preemptions=m.num_preemptions,
             prefix_cache_queries=m.prefix_cache_queries,
             prefix_cache_hits=m.prefix_cache_hits,
+            num_tokens_in_use=m.num_tokens_in_use,
         )
 
     def health(self) -> BackendHealth:

@@ -388,3 +388,13 @@ def test_a_stop_string_ends_the_text_and_is_reported() -> None:
     assert done.finish_reason is FinishReason.STOP
     assert done.stop_string == stop
     assert done.text == free_run.text[: free_run.text.index(stop)]
+
+
+def test_metrics_count_the_tokens_in_use(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir)
+    rid = engine.add_request(prompts[3], GREEDY)  # 33 tokens
+    engine.step()  # prefilled: 33 tokens' K/V in 3 blocks of 16 (the sampled one is next)
+    m = engine.metrics()
+    assert (m.num_blocks_in_use, m.num_tokens_in_use) == (3, 33)
+    engine.abort(rid)
+    assert engine.metrics().num_tokens_in_use == 0

@@ -2,6 +2,7 @@
 that may import every layer.
 
     kvgov --version
+    kvgov demo [--agents N] [--ceiling TOKENS] [--kv-budget SIZE] [--model PATH] [...]
     kvgov bench NAME [--json] [--quick]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
@@ -69,6 +70,57 @@ def main(
     ] = False,
 ) -> None:
     """A memory governor for LLM agent swarms, with a bundled paged-KV engine."""
+
+
+@app.command()
+def demo(
+    agents: Annotated[int, typer.Option(help="Worker agents the planner fans out to.")] = 8,
+    ceiling: Annotated[int, typer.Option(help="Each worker's ceiling, tokens.")] = 4_096,
+    kv_budget: Annotated[
+        str, typer.Option(help="KV cache for both runs: 48MiB, 50MB, 1.5GiB.")
+    ] = "48MiB",
+    turns: Annotated[int, typer.Option(help="Tool-calling turns per worker.")] = 6,
+    model: Annotated[
+        str, typer.Option(help="tiny-random, or a local Hugging Face checkpoint folder.")
+    ] = "tiny-random",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    max_fanout: Annotated[
+        int | None, typer.Option(help="kvgov's cap on workers at once (default: all).")
+    ] = None,
+    out: Annotated[str, typer.Option(help="Folder for the traces and the memory map.")] = (
+        "kvgov-demo"
+    ),
+) -> None:
+    """A planner and its workers, run twice on one KV budget: reserve-for-max, then kvgov."""
+    from pathlib import Path
+
+    from governor.errors import GovernorError
+    from integrations.demo import DemoOptions, parse_size, result_table, run_demo
+
+    console = Console()
+    try:
+        options = DemoOptions(
+            agents=agents,
+            ceiling=ceiling,
+            kv_budget_bytes=parse_size(kv_budget),
+            turns=turns,
+            model=model,
+            device=device,
+            max_fanout=max_fanout,
+            out=Path(out),
+        )
+        result = run_demo(options, console=console)
+    except GovernorError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot write to {out}: {exc}")
+    console.print(result_table(result))
+    for scheme, trace in result.traces.items():
+        console.print(f"trace ({scheme}): {trace}   [dim]kvgov report {trace}[/]")
+    if result.memory_map is not None:
+        svg, png = result.memory_map
+        console.print(f"memory map: {svg} and {png}")
+        console.print(f"[dim]{result.memory_caption}[/]")
 
 
 @app.command()

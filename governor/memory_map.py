@@ -118,12 +118,17 @@ def caption(memory: MemoryMap) -> str:
     live = sum(a.live_bytes for a in agents)
     waste = 1 - live_admitted / reserved if reserved else 0.0
     free = memory.kv_budget_bytes - live
+    size, unit = _unit(memory.card_bytes)
     return (
-        f"KV budget {memory.kv_budget_bytes / GB:.2f} GB. Contiguous: {admitted} of "
-        f"{len(agents)} agents admitted, {reserved / GB:.2f} GB reserved, {100 * waste:.0f}% "
-        f"of it unused. Paged: {len(agents)} of {len(agents)} hold {live / GB:.2f} GB live, "
-        f"{max(free, 0) / GB:.2f} GB free headroom."
+        f"KV budget {memory.kv_budget_bytes / size:.2f} {unit}. Contiguous: {admitted} of "
+        f"{len(agents)} agents admitted, {reserved / size:.2f} {unit} reserved, "
+        f"{100 * waste:.0f}% of it unused. Paged: {len(agents)} of {len(agents)} hold "
+        f"{live / size:.2f} {unit} live, {max(free, 0) / size:.2f} {unit} free headroom."
     )
+
+
+def _unit(card_bytes: int) -> tuple[float, str]:
+    return (GB, "GB") if card_bytes >= GB else (1e6, "MB")
 
 
 def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
@@ -161,7 +166,7 @@ _WEIGHTS, _OVERHEAD, _LIVE, _WASTE, _FREE, _OUT = (
 
 
 def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
-    gb = GB
+    gb, unit = _unit(memory.card_bytes)
     base = (memory.weights_bytes + memory.overhead_bytes) / gb
     card = memory.card_bytes / gb
     rows = (1.0, 0.0)  # contiguous on top, paged below
@@ -188,9 +193,9 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     if left < card:
         ax.barh(rows[1], card - left, left=left, color=_FREE, height=0.6)
     ax.axvline(card, color="black", linewidth=1.5)
-    ax.text(card, 1.45, " admission wall (card full)", fontsize=8, va="center")
+    ax.text(card, 1.45, "admission wall (card full) ", fontsize=8, va="center", ha="right")
     ax.set_yticks(rows, ["contiguous,\nreserve the ceiling", "paged (kvgov)"])
-    ax.set_xlabel("GB")
+    ax.set_xlabel(unit)
     ax.set_ylim(-0.6, 1.7)
     end = max(card, base + sum(a.reserved_bytes for a in memory.agents) / gb)
     ax.set_xlim(0, end * 1.02)

@@ -1,0 +1,280 @@
+"""``kvgov demo``: one swarm, run twice on the same KV budget.
+
+A planner fans out to worker agents whose contexts grow turn by turn with tool outputs
+(``integrations._demo_swarm``); every model call is a real generation on the bundled
+engine (the ``tiny-random`` preset by default, or a local Hugging Face checkpoint). The
+swarm runs twice, each time on a fresh engine with the same number of KV blocks:
+
+1. reserve-for-max: what a contiguous KV cache does. Each agent's whole ceiling is set
+   aside up front (guaranteed admission at a safety factor of 1), tool outputs are
+   appended whole, nothing is compacted, shared or parked on tool calls;
+2. kvgov: paged blocks on demand (overcommit admission), tool outputs summarized to
+   the worker's ``tool_output_tokens``, compaction at the ceiling, the system prompt
+   registered once as a shared prefix, the fan-out capped, idle agents parked and
+   their KV held, offloaded under pressure and restored.
+
+It prints a table of what each run admitted, reserved, used and lost, writes each run's
+trace as JSON lines (``kvgov report`` reads them) and draws the kvgov run's memory map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from governor import (
+    AdmissionMode,
+    AgentSpec,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    LocalBackend,
+    Policies,
+)
+from governor.memory_map import AgentMemory, MemoryMap, caption, render, write_record
+from integrations._demo_stats import RunStats
+from integrations._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
+from integrations.jsonl import JsonLinesSpanExporter
+from integrations.otel import instrument
+from policies import ExtractiveSummarizer, SummarizeOldest
+
+__all__ = ["DemoOptions", "DemoResult", "parse_size", "run_demo"]
+
+MIB = 1 << 20
+SCRIPTED = (
+    "The workers' control flow is scripted: the tiny random model cannot call tools, so a "
+    "script picks each tool call a model would make. Every model call is a real "
+    "generation on the engine, and every tool output a realistic one."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoOptions:
+    agents: int = 8
+    ceiling: int = 4_096
+    kv_budget_bytes: int = 48 * MIB
+    turns: int = 6
+    model: str = "tiny-random"
+    device: str = "auto"
+    out: Path = Path("kvgov-demo")
+    reply_tokens: int = 16
+    tool_output_tokens: int = 768
+    max_fanout: int | None = None  # kvgov's cap on workers at once; None: all of them
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("agents", 1), ("ceiling", 64), ("turns", 1),
+                              ("reply_tokens", 1), ("max_fanout", 1)):  # fmt: skip
+            value = getattr(self, name)
+            if name == "max_fanout" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigError.below_minimum(name, value, minimum)
+        if not 0 < self.tool_output_tokens < self.ceiling:
+            raise ConfigError(
+                f"tool_output_tokens must be between 1 and the ceiling ({self.ceiling:,}), "
+                f"got {self.tool_output_tokens:,}",
+                setting="tool_output_tokens",
+            )
+
+
+@dataclass(slots=True)
+class DemoResult:
+    options: DemoOptions
+    baseline: RunStats
+    kvgov: RunStats
+    num_blocks: int
+    bytes_per_block: int
+    traces: dict[str, Path] = field(default_factory=dict)
+    memory_map: tuple[Path, Path] | None = None
+    memory_caption: str = ""
+
+
+def parse_size(text: str) -> int:
+    """``"48MiB"``, ``"50MB"``, ``"1.5GiB"`` or a bare number of MiB, as bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b)?\s*", text.lower())
+    if match is None:
+        raise ConfigError(
+            f"cannot read a size from {text!r}; write it like 48MiB, 50MB or 1.5GiB",
+            setting="kv_budget",
+        )
+    number, unit = float(match.group(1)), match.group(2) or "mib"
+    scale = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}.get(unit)
+    if scale is None:
+        scale = 1 << (10 * ("kmgt".index(unit[0]) + 1))
+    return int(number * scale)
+
+
+def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoResult:
+    console = console or Console()
+    console.print(f"[dim]{SCRIPTED}[/]")
+    options.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, RunStats] = {}
+    geometry: dict[str, int] = {}
+    traces: dict[str, Path] = {}
+    memory: MemoryMap | None = None
+    with Progress(
+        TextColumn("{task.description:<26}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        for scheme in ("baseline", "kvgov"):
+            calls = options.agents * (options.turns + 1) + 2
+            label = "reserve-for-max" if scheme == "baseline" else "kvgov"
+            task = progress.add_task(f"{label}: model calls", total=calls)
+            trace = options.out / f"trace-{scheme}.jsonl"
+            stats, geometry, swarm_memory = _run(
+                scheme, options, trace, lambda t=task: progress.advance(t)
+            )
+            progress.update(task, completed=calls)
+            runs[scheme], traces[scheme] = stats, trace
+            if scheme == "kvgov":
+                memory = swarm_memory
+    result = DemoResult(
+        options, runs["baseline"], runs["kvgov"], geometry["num_blocks"],
+        geometry["bytes_per_block"], traces,
+    )  # fmt: skip
+    if memory is not None:
+        write_record(memory, options.out / "memory.json")
+        result.memory_map = render(memory, options.out / "memory-map")
+        result.memory_caption = caption(memory)
+    return result
+
+
+def _run(
+    scheme: str, options: DemoOptions, trace: Path, on_call: Callable[[], None]
+) -> tuple[RunStats, dict[str, int], MemoryMap]:
+    kvgov = scheme == "kvgov"
+    backend = LocalBackend(
+        config={
+            "model": options.model,
+            "device": options.device,
+            "kv_cache_bytes": options.kv_budget_bytes,
+            "block_size": 16,
+        }
+    )
+    try:
+        cap = backend.capacity()
+        # Reserve-for-max runs as many workers at once as whole ceilings fit (the rest
+        # queue); kvgov caps the fan-out and admits on live use.
+        whole = cap.num_available_blocks // -(-options.ceiling // cap.block_size)
+        planner = AgentSpec(
+            name="planner",
+            ceiling_tokens=min(options.ceiling, 2_048),
+            max_fanout=(options.max_fanout or options.agents)
+            if kvgov
+            else max(1, min(options.agents, whole)),
+        )
+        worker = AgentSpec(
+            name="worker",
+            ceiling_tokens=options.ceiling,
+            tool_output_tokens=options.tool_output_tokens if kvgov else None,
+            prefix="worker-system" if kvgov else None,
+        )
+        if kvgov:
+            config = GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.05)
+            policies = Policies(
+                tool_output=ExtractiveSummarizer(backend.counter),
+                ceiling=SummarizeOldest(summary_tokens=192),
+            )
+        else:
+            config = GovernorConfig(safety_factor=1.0, park_after_s=3_600, retain_s=0)
+            policies = Policies()
+        governor = Governor(backend, config=config, agents=[planner, worker], policies=policies)
+        if kvgov:
+            governor.register_prefix("worker-system", [{"role": "system",
+                                                        "content": SYSTEM_PROMPT}])  # fmt: skip
+        spec = SwarmSpec(
+            num_workers=options.agents,
+            turns=options.turns,
+            reply_tokens=options.reply_tokens,
+            planner=planner,
+            worker=worker,
+            system_in_messages=not kvgov,
+        )
+        bytes_per_token = cap.bytes_per_block // cap.block_size
+        stats = RunStats(bytes_per_token, cap.bytes_per_block, paged=kvgov)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(trace)))
+        instrumentation = instrument(governor, tracer_provider=provider)
+        watch = stats.watch(governor)
+        try:
+            swarm = build_swarm(governor, spec, on_call=on_call)
+            done = asyncio.run(swarm.graph.ainvoke(swarm.inputs()))
+        finally:
+            watch.stop()
+            instrumentation.uninstrument()
+            provider.shutdown()
+        stats.failures = [f for f in done["failures"] if f.endswith("CeilingExceeded")]
+        stats.oom_failures = len(done["failures"]) - len(stats.failures)
+        memory = _memory(stats, cap, options)
+        return stats, {"num_blocks": cap.num_blocks, "bytes_per_block": cap.bytes_per_block}, memory
+    finally:
+        backend.close()
+
+
+def _memory(stats: RunStats, cap: Any, options: DemoOptions) -> MemoryMap:
+    """The agents holding KV at the run's live peak: each one's context then, against the
+    ceiling a contiguous cache would have reserved for it."""
+    per_token = cap.bytes_per_block // cap.block_size
+    agents = []
+    for lease_id, tokens in stats.snapshot.items():
+        lease = stats.leases[lease_id]
+        name = f"{lease.agent} {lease_id}"
+        agents.append(AgentMemory(name, tokens * per_token, lease.ceiling * per_token))
+    kv = cap.num_blocks * cap.bytes_per_block
+    return MemoryMap(
+        title=f"kvgov demo at its peak: {options.model}, {len(agents)} agents holding KV, "
+        f"ceiling {options.ceiling:,} tokens, {kv / MIB:.0f} MiB of KV",
+        card_bytes=cap.weights_bytes + kv,
+        weights_bytes=cap.weights_bytes,
+        overhead_bytes=0,
+        agents=tuple(agents),
+    )
+
+
+def result_table(result: DemoResult) -> Table:
+    """The two runs side by side."""
+    options, base, gov = result.options, result.baseline, result.kvgov
+    table = Table(title=f"{options.agents} workers + a planner on {result.num_blocks:,} KV blocks "
+                  f"({result.num_blocks * result.bytes_per_block / MIB:.0f} MiB)")  # fmt: skip
+    table.add_column("")
+    table.add_column("reserve-for-max", justify="right")
+    table.add_column("kvgov", justify="right")
+
+    def mib(value: int) -> str:
+        return f"{value / MIB:.1f} MiB"
+
+    def waits(stats: RunStats) -> str:
+        return f"{len(stats.waits)} ({sum(stats.waits):.1f} s)"
+
+    rows = [
+        ("agents active at once (peak)", lambda s: str(s.peak_active)),
+        ("KV reserved (peak)", lambda s: mib(s.peak_reserved_bytes)),
+        ("KV live (peak)", lambda s: mib(s.peak_live_bytes)),
+        ("waste: reserved but unused (mean)", lambda s: f"{100 * s.waste:.1f}%"),
+        ("peak blocks in use", lambda s: f"{s.peak_blocks:,}"),
+        ("admission waits", waits),
+        ("compactions (tokens removed)", lambda s: f"{s.compactions} ({s.tokens_compacted:,})"),
+        ("tokens saved by summarization", lambda s: f"{s.tokens_summarized:,}"),
+        ("KV offloads / engine preemptions", lambda s: f"{s.offloads} / {s.preemptions}"),
+        ("model calls", lambda s: str(s.model_calls)),
+        ("agents failed (context overflow)", lambda s: str(len(s.failures))),
+        ("out-of-memory failures", lambda s: str(s.oom_failures)),
+        ("wall time", lambda s: f"{s.wall_s:.1f} s"),
+    ]
+    for name, cell in rows:
+        table.add_row(name, cell(base), cell(gov))
+    return table

@@ -28,17 +28,19 @@ subgraph, whose own nodes then keep their leases across its supersteps. With no
 governed sender or inherited parent, a ``Send`` is admitted by memory alone.
 
 The inherited parent of a frame is the enclosing lease, else what the enclosing frame
-would make the parent of the task that runs this graph. The enclosing lease is the one a
-governed node execution is running in: a context variable, which LangGraph copies into
-the threads and tasks that nested graphs run their nodes in.
+would make the parent of the task that runs this graph. The enclosing lease is the
+current lease of the same governor (``integrations._lease_context``): the one a governed
+node execution runs in (``GovernedNode`` makes it current while the node runs), or a
+``GovernorMiddleware`` run's during its model call.
 """
 
 from __future__ import annotations
 
-import contextvars
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -47,6 +49,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 
 from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
 from integrations._graph_messages import Tally, messages_in, tool_calls
+from integrations._lease_context import current_lease
 
 __all__ = [
     "FRAME_KEY",
@@ -54,33 +57,12 @@ __all__ = [
     "Governance",
     "RunScope",
     "Turn",
-    "current_lease",
     "frame_of",
-    "lease_scope",
     "open_frame",
-    "reset_lease",
 ]
 
 FRAME_KEY = "__kvgov_graph_frame"  # "__" keeps it out of LangGraph's run metadata
 _PUSH = "__pregel_push"  # LangGraph's trigger for a task reached by Send
-
-_CURRENT: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
-    "kvgov_graph_lease", default=None
-)
-
-
-def current_lease() -> Lease | None:
-    """The lease of the governed node execution this code runs in, if any."""
-    return _CURRENT.get()
-
-
-def lease_scope(lease: Lease) -> contextvars.Token[Lease | None]:
-    """Make ``lease`` the enclosing lease; reset the returned token after the node."""
-    return _CURRENT.set(lease)
-
-
-def reset_lease(token: contextvars.Token[Lease | None]) -> None:
-    _CURRENT.reset(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +104,8 @@ class Turn:
     resume: bool = False  # bring a parked lease back before the node runs
     push: bool = False  # reached by Send: its input is the Send's, not the state
     between: bool = False  # a frame lease: parked from the end of one turn to the next
+    calls_before: int = 0  # lease.num_calls when the node started
+    started: float = 0.0  # time.perf_counter() when the node started
 
 
 def frame_of(config: RunnableConfig | None) -> Frame | None:
@@ -146,7 +130,7 @@ def open_frame(
         scope = outer.scope
     else:
         scope = RunScope(governor, Tally(governor.counter))
-    parent = _usable(current_lease())
+    parent = current_lease(governor)
     if parent is None and outer is not None:
         parent = outer.parent_of_task(metadata)
     frame = Frame(governance, scope, parent)
@@ -181,7 +165,7 @@ class Frame:
         value: Any,
     ) -> Turn | None:
         """The lease a node execution runs in (module docstring); None: ungoverned."""
-        enclosing = _usable(current_lease())
+        enclosing = current_lease(self.governor)
         metadata = config.get("metadata") or {}
         step = metadata.get("langgraph_step")
         if tool_node:
@@ -260,6 +244,11 @@ class Frame:
             return held
 
     # -- around the node --------------------------------------------------------------
+    def running(self, turn: Turn) -> _Running:
+        """``with`` (``begin``) or ``async with`` (``abegin``) around a node execution,
+        ``end`` after it."""
+        return _Running(self, turn)
+
     def begin(self, turn: Turn) -> None:
         """Acquire the turn's lease (blocking this thread while it waits)."""
         if turn.context is not None:
@@ -268,6 +257,7 @@ class Frame:
             self._enter_held(turn.held)
         if turn.resume and turn.lease.state is LeaseState.PARKED:
             self.governor.resume(turn.lease)  # ends the idle period its children began
+        _started(turn)
 
     async def abegin(self, turn: Turn) -> None:
         if turn.context is not None:
@@ -276,6 +266,7 @@ class Frame:
             await self._aenter_held(turn.held)
         if turn.resume and turn.lease.state is LeaseState.PARKED:
             await self.governor.aresume(turn.lease)
+        _started(turn)
 
     def end(self, turn: Turn, error: BaseException | None) -> None:
         """Release a lease taken for this execution only; park a frame lease until the
@@ -327,6 +318,45 @@ class Frame:
             for node, entry in list(self._held.items()):
                 if entry is held:
                     del self._held[node]
+
+
+class _Running:
+    """What ``Frame.running`` returns; ``end`` is told of the error that left the node."""
+
+    __slots__ = ("frame", "turn")
+
+    def __init__(self, frame: Frame, turn: Turn) -> None:
+        self.frame = frame
+        self.turn = turn
+
+    def __enter__(self) -> Turn:
+        self.frame.begin(self.turn)
+        return self.turn
+
+    async def __aenter__(self) -> Turn:
+        await self.frame.abegin(self.turn)
+        return self.turn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.frame.end(self.turn, exc)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.frame.end(self.turn, exc)
+
+
+def _started(turn: Turn) -> None:
+    turn.calls_before = turn.lease.num_calls
+    turn.started = time.perf_counter()
 
 
 def _pushed(metadata: Mapping[str, Any]) -> bool:

@@ -2,8 +2,9 @@
 
 Private to integrations/. A node reads its messages from its input (a state dict, a state
 object, a bare list, or a ``Send`` payload) and returns them in its output (a dict, a
-``Command``'s update, or a list of those). These helpers find them, rewrite them, turn
-them into the chat dicts the ceiling policies read and back, and count them.
+``Command``'s update, or a list of those). These helpers find them, rewrite them, say
+that the state's messages become others, and count them. Converting them to the
+governor's chat dicts and back is ``integrations._messages``'s.
 
 ``Tally`` counts a context message by message and remembers each message's count by
 identity for one run, so a context that grows by a turn costs the new turn, not the
@@ -17,35 +18,24 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    RemoveMessage,
-    ToolMessage,
-    convert_to_messages,
-)
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Command
 
 from governor import TokenCounter
+from integrations._messages import to_chat
 
 __all__ = [
-    "ID_KEY",
     "Rewrite",
     "Tally",
-    "from_chat",
+    "can_replace",
     "is_add_messages",
     "messages_in",
     "messages_out",
     "replace_messages",
     "rewrite_messages",
-    "text_of",
-    "to_chat",
     "tool_calls",
 ]
-
-ID_KEY = "id"  # kept by the policies (they copy dicts), ignored by the counter
-_ROLES = {"human": "user", "ai": "assistant"}
 
 Rewrite = Callable[[list[BaseMessage]], list[BaseMessage]]
 
@@ -93,26 +83,31 @@ def rewrite_messages(output: Any, key: str, rewrite: Rewrite) -> Any:
     return output
 
 
-def replace_messages(
-    output: Any, key: str, messages: list[BaseMessage], *, reducer: object
-) -> Any | None:
-    """``output`` changed so that the state's messages become ``messages``; None when
-    that cannot be said (a reducer that only appends, or an output of another shape)."""
-    if reducer is None:
-        written: list[BaseMessage] = messages
-    elif is_add_messages(reducer):
-        written = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
-    else:
-        return None
+def can_replace(output: Any, *, reducer: object) -> bool:
+    """Whether ``replace_messages`` can say that the state's messages become others: with
+    no reducer or ``add_messages``, in a node output of no update, a dict, or a
+    ``Command`` whose update is a dict."""
+    if reducer is not None and not is_add_messages(reducer):
+        return False  # a reducer that only appends
+    if output is None or isinstance(output, Mapping):
+        return True
+    return isinstance(output, Command) and (
+        output.update is None or isinstance(output.update, Mapping)
+    )
+
+
+def replace_messages(output: Any, key: str, messages: list[BaseMessage], *, reducer: object) -> Any:
+    """``output`` changed so that the state's messages become ``messages``; only where
+    ``can_replace`` says it can."""
+    assert can_replace(output, reducer=reducer), "checked with can_replace first"
+    written: list[BaseMessage] = (
+        messages if reducer is None else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]
+    )
     if output is None:
         return {key: written}
     if isinstance(output, Mapping):
         return {**output, key: written}
-    if not isinstance(output, Command):
-        return None
-    if output.update is None or isinstance(output.update, Mapping):
-        return dataclasses.replace(output, update={**(output.update or {}), key: written})
-    return None
+    return dataclasses.replace(output, update={**(output.update or {}), key: written})
 
 
 def is_add_messages(reducer: object) -> bool:
@@ -131,70 +126,6 @@ def tool_calls(messages: Sequence[BaseMessage] | None, value: Any) -> list[Mappi
         if isinstance(message, AIMessage) and message.tool_calls:
             return list(message.tool_calls)
     return []
-
-
-def text_of(message: ToolMessage) -> str | None:
-    """A tool result's text, or None when it holds anything but text."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, Mapping) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-        else:
-            return None
-    return "".join(parts)
-
-
-def to_chat(message: BaseMessage) -> dict[str, Any]:
-    """A message as the chat dict the ceiling policies read, its id kept under ``id``."""
-    kind = message.type.removesuffix("MessageChunk").lower()
-    chat: dict[str, Any] = {
-        "role": getattr(message, "role", None) or _ROLES.get(kind, kind),
-        "content": message.content,
-        ID_KEY: message.id,
-    }
-    if message.name:
-        chat["name"] = message.name
-    if isinstance(message, ToolMessage):
-        chat["tool_call_id"] = message.tool_call_id
-    if isinstance(message, AIMessage) and message.tool_calls:
-        chat["tool_calls"] = [
-            {
-                "id": call.get("id"),
-                "type": "function",
-                "function": {"name": call.get("name"), "arguments": call.get("args", {})},
-            }
-            for call in message.tool_calls
-        ]
-    return chat
-
-
-def from_chat(
-    compacted: Sequence[Mapping[str, Any]], originals: Sequence[BaseMessage], *, skip_new: int
-) -> list[BaseMessage]:
-    """Messages for the chat dicts a policy returned: an original where its dict came
-    back (with new content when the policy changed it), a new message otherwise. The
-    first ``skip_new`` new dicts before any original (a registered prefix the governor
-    put first) are left out: they are not the state's."""
-    by_id = {message.id: message for message in originals if message.id is not None}
-    result: list[BaseMessage] = []
-    for chat in compacted:
-        original = by_id.get(chat.get(ID_KEY)) if chat.get(ID_KEY) is not None else None
-        if original is None:
-            if skip_new > 0 and not result:
-                skip_new -= 1
-                continue
-            fields = {k: v for k, v in chat.items() if k != ID_KEY}
-            result.extend(convert_to_messages([fields]))
-        elif chat.get("content") != original.content:
-            result.append(original.model_copy(update={"content": chat.get("content")}))
-        else:
-            result.append(original)
-    return result
 
 
 class Tally:
@@ -235,7 +166,7 @@ class Tally:
         count is kept on the way: its content adds to it, less a chat template."""
         tokens = self._counter.count(text)
         if self._per_message and id(message) not in self._known:
-            bare = self._counter.count_messages([message.model_copy(update={"content": ""})])
+            bare = self._counter.count_messages([{**to_chat(message), "content": ""}])
             self._known[id(message)] = (message, bare - self._priming + tokens)
         return tokens
 

@@ -2,42 +2,54 @@
 
 Private to integrations/. ``govern`` puts one in place of each governed node's
 ``PregelNode.bound`` (and of every ``ToolNode``'s). Per execution it takes the lease its
-frame plans (``integrations._graph_frame``), makes it the enclosing lease while the node
-runs (so a subgraph's nodes find it), and settles the node's output within the lease:
+frame plans (``integrations._graph_frame``), makes it the current lease while the node
+runs (``integrations._lease_context``: a subgraph's nodes find it, and a
+``GovernedChatModel`` given no lease calls in it), and settles the node's output within
+the lease:
 
 - a tools node runs inside ``governor.tool_call``: the lease is idle meanwhile;
 - the tool results the node returns are reduced to the agent's ``tool_output_tokens``
   by the governor's tool-output policy, each result once per run;
+- each assistant message it adds is one model call of the lease. Unless a call went
+  through the governor during the node (a ``GovernedChatModel``, a
+  ``GovernorMiddleware``, a governed node of a subgraph: ``lease.num_calls`` moved,
+  and those calls are recorded already), a reply whose ``usage_metadata`` says its usage
+  is recorded with ``governor.record_call`` (a ``call.finished`` event; the node's run
+  time shared among its replies), and one without is counted in ``lease.num_calls``;
 - the context the node leaves behind (the messages it saw merged with those it
-  returned, by the state's own reducer) is counted into ``lease.tokens_in_context``;
-  each assistant message it adds counts as one model call (``lease.num_calls``);
-- when that context and the reply's reserve would pass the ceiling, the governor's
-  ceiling policy decides (``governor.compact``): the default raises ``CeilingExceeded``;
-  a compacting policy's result replaces the state's messages (``RemoveMessage`` of all
-  with ``add_messages``, a plain write without a reducer). A node reached by ``Send``
-  writes to a state its siblings share, so it is never compacted there: it raises.
+  returned, by the state's own reducer) is counted into ``lease.tokens_in_context``
+  (after any recorded call: the state's count, not the reply's usage, is what the
+  agent holds next);
+- when that context and the reply's reserve (``governor.reply_reserve``) would pass
+  the ceiling, the governor's ceiling policy decides (``governor.compact``): the default
+  raises ``CeilingExceeded``; a compacting policy's result replaces the state's messages
+  (``RemoveMessage`` of all with ``add_messages``, a plain write without a reducer). A
+  node reached by ``Send`` writes to a state its siblings share, and a reducer that only
+  appends cannot drop messages, so neither is compacted: it raises ``CeilingExceeded``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from governor import AgentSpec, CeilingExceeded, Lease
-from integrations._graph_frame import Frame, Turn, frame_of, lease_scope, reset_lease
+from governor import AgentSpec, CeilingExceeded, Lease, ToolCall
+from integrations._graph_frame import Frame, Turn, frame_of
 from integrations._graph_messages import (
-    from_chat,
+    can_replace,
     messages_in,
     messages_out,
     replace_messages,
     rewrite_messages,
-    text_of,
-    to_chat,
     tool_calls,
 )
+from integrations._lease_context import LeaseScope
+from integrations._messages import compact, reported_usage, text_of
 
 __all__ = ["GovernedNode"]
 
@@ -62,65 +74,47 @@ class GovernedNode(Runnable[Any, Any]):
         return f"GovernedNode({self.node!r}, agent={agent!r}, inner={self.inner!r})"
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        frame = frame_of(config)
-        turn = None if frame is None else self._plan(frame, config, input)
+        frame, turn = self._plan(config, input)
         if frame is None or turn is None:
             return self.inner.invoke(input, config, **kwargs)
-        frame.begin(turn)
-        error: BaseException | None = None
-        try:
-            token = lease_scope(turn.lease)
-            try:
-                if self.tool_node:
-                    name, arguments = _describe(frame, input)
-                    with frame.governor.tool_call(turn.lease, name, arguments):
-                        output = self.inner.invoke(input, config, **kwargs)
-                else:
-                    output = self.inner.invoke(input, config, **kwargs)
-            finally:
-                reset_lease(token)
+        with frame.running(turn):
+            with LeaseScope(turn.lease), self._tool_call(frame, turn, input):
+                output = self.inner.invoke(input, config, **kwargs)
             return settle(frame, turn, input, output)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            frame.end(turn, error)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        frame = frame_of(config)
-        turn = None if frame is None else self._plan(frame, config, input)
+        frame, turn = self._plan(config, input)
         if frame is None or turn is None:
             return await self.inner.ainvoke(input, config, **kwargs)
-        await frame.abegin(turn)
-        error: BaseException | None = None
-        try:
-            token = lease_scope(turn.lease)
-            try:
-                if self.tool_node:
-                    name, arguments = _describe(frame, input)
-                    async with frame.governor.tool_call(turn.lease, name, arguments):
-                        output = await self.inner.ainvoke(input, config, **kwargs)
-                else:
+        async with frame.running(turn):
+            async with self._tool_call(frame, turn, input):
+                with LeaseScope(turn.lease):
                     output = await self.inner.ainvoke(input, config, **kwargs)
-            finally:
-                reset_lease(token)
             return settle(frame, turn, input, output)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            frame.end(turn, error)
 
-    def _plan(self, frame: Frame, config: RunnableConfig | None, value: Any) -> Turn | None:
+    def _plan(self, config: RunnableConfig | None, value: Any) -> tuple[Frame | None, Turn | None]:
+        frame = frame_of(config)
+        if frame is None:
+            return None, None
         assert config is not None  # frame_of found a frame in it
-        return frame.plan(
+        turn = frame.plan(
             self.node, self.spec, tool_node=self.tool_node, config=config, value=value
         )
+        return frame, turn
+
+    def _tool_call(
+        self, frame: Frame, turn: Turn, value: Any
+    ) -> ToolCall | contextlib.nullcontext[None]:
+        """A tools node runs inside ``governor.tool_call``; any other node in nothing."""
+        if not self.tool_node:
+            return contextlib.nullcontext()
+        name, arguments = _describe(frame, value)
+        return frame.governor.tool_call(turn.lease, name, arguments)
 
 
 def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
-    """The node's output, its tool results reduced and its context counted (and
-    compacted, or refused, at the ceiling)."""
+    """The node's output, its tool results reduced, its calls recorded and its context
+    counted (and compacted, or refused, at the ceiling)."""
     lease = turn.lease
     governance = frame.governance
     key = governance.messages_key
@@ -136,10 +130,15 @@ def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
     tally = frame.scope.tally
     if added:
         frame.note_calls(lease, added)
-        old = {id(m) for m in seen or ()}
-        lease.num_calls += sum(
-            1 for m in added if isinstance(m, AIMessage) and id(m) not in old and not tally.known(m)
-        )
+        if lease.num_calls == turn.calls_before:  # no call went through the governor
+            old = {id(m) for m in seen or ()}
+            replies = [
+                m
+                for m in added
+                if isinstance(m, AIMessage) and id(m) not in old and not tally.known(m)
+            ]
+            if replies:
+                _record(frame, turn, replies)
     if added is None:  # it only read: its context is at least what it saw
         context = seen or []
         tokens = max(lease.tokens_in_context, tally.count(context))
@@ -147,34 +146,36 @@ def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
         context = _merge(governance.reducer, seen, added)
         tokens = tally.count(context)
     lease.tokens_in_context = tokens
-    if tokens + _reserve(frame, lease) > lease.ceiling_tokens:
+    if tokens + frame.governor.reply_reserve(lease) > lease.ceiling_tokens:
         output = _at_ceiling(frame, turn, output, context, tokens)
     return output
+
+
+def _record(frame: Frame, turn: Turn, replies: list[AIMessage]) -> None:
+    """The model calls whose replies the node added (see the module docstring)."""
+    lease = turn.lease
+    elapsed_s = (time.perf_counter() - turn.started) / len(replies)
+    for reply in replies:
+        usage = reported_usage(reply)
+        if usage is None:  # a call of unknown usage: counted, not recorded
+            lease.num_calls += 1
+        else:
+            frame.governor.record_call(lease, **usage, elapsed_s=elapsed_s)
 
 
 def _at_ceiling(
     frame: Frame, turn: Turn, output: Any, context: list[BaseMessage], tokens: int
 ) -> Any:
     lease, governor = turn.lease, frame.governor
-    compacted, event = governor.compact(lease, [to_chat(m) for m in context])  # may raise
-    if not event.changed:
-        return output
-    skip = 0  # a registered prefix the governor put first is not the state's
-    if lease.agent.prefix is not None:
-        prefix = governor.prefixes.lookup(
-            lease.agent.prefix, tenant=lease.tenant, agent=lease.agent.name
-        )
-        skip = len(prefix.messages)
-    messages = from_chat(compacted, context, skip_new=skip)
-    replaced = None
-    if not turn.push:
-        key, reducer = frame.governance.messages_key, frame.governance.reducer
-        replaced = replace_messages(output, key, messages, reducer=reducer)
-    if replaced is None:  # nowhere to write the compacted conversation
-        reserve = _reserve(frame, lease)
+    reducer = frame.governance.reducer
+    if turn.push or not can_replace(output, reducer=reducer):  # nowhere to write it
+        reserve = governor.reply_reserve(lease)
         raise CeilingExceeded(lease.agent.name, tokens + reserve, lease.ceiling_tokens)
+    messages, _ = compact(governor, lease, context)  # may raise
+    if messages is None:
+        return output
     lease.tokens_in_context = frame.scope.tally.count(messages)
-    return replaced
+    return replace_messages(output, frame.governance.messages_key, messages, reducer=reducer)
 
 
 def _reduce(
@@ -186,7 +187,7 @@ def _reduce(
     done = reduced.get(id(message))
     if done is not None and done[0] is message:
         return done[1]
-    text = text_of(message)
+    text = text_of(message.content)
     result: BaseMessage = message
     budget = lease.agent.tool_output_tokens
     # A result that fits is left as it is without asking the policy, which would only
@@ -221,10 +222,6 @@ def _merge(
     if not isinstance(merged, list):
         return [*left, *(m for m in added if not isinstance(m, RemoveMessage))]
     return merged
-
-
-def _reserve(frame: Frame, lease: Lease) -> int:
-    return frame.governor.reply_reserve(lease)
 
 
 def _describe(frame: Frame, value: Any) -> tuple[str, Mapping[str, Any] | None]:

@@ -14,10 +14,13 @@ is the prompt served from the prefix cache) and whose ``response_metadata`` hold
 The lease a call runs in, first found first:
 
 1. ``lease=``: a ``Lease`` the caller holds, or a function returning one (or None);
-2. the lease ``GovernorMiddleware`` holds for the agent run the call is part of (it binds
-   it with ``bound_lease`` around the model call; a ``contextvars.ContextVar``, so
-   threads and tasks started from the call see it too);
+2. the current lease of the same governor (``integrations._lease_context``): the one
+   ``GovernorMiddleware`` holds for the agent run the call is part of, or the one the
+   node of a ``govern``-ed graph that makes the call runs in;
 3. its own: a lease of ``agent`` taken for the call and released after it.
+
+A lease given with ``lease=`` must be live; a current lease that was released is passed
+over.
 
 Streaming: ``astream`` yields the backend's pieces as they come, and a last empty chunk
 with the usage. ``stream`` (sync) runs the same async stream on an event loop of its own
@@ -45,7 +48,6 @@ from langchain_core.callbacks import (
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
@@ -59,39 +61,18 @@ from governor import (
     GenerationResult,
     Governor,
     Lease,
+    LeaseContext,
     LeaseState,
 )
-from integrations._messages import to_chats
+from integrations._lease_context import current_lease
+from integrations._messages import to_chats, usage_metadata
 
-__all__ = ["GovernedChatModel", "bound_lease", "usage_metadata"]
+__all__ = ["GovernedChatModel"]
 
 LeaseSource = Lease | Callable[[], Lease | None]
-
-_RUN_LEASE: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
-    "kvgov_langchain_lease", default=None
-)
 # Keyword arguments LangChain passes that a GenerationRequest has no field for.
 _DROPPED = frozenset({"tools", "tool_choice", "parallel_tool_calls", "ls_structured_output_format"})
 _OPTIONS = ("max_tokens", "temperature", "top_p", "seed")
-
-
-@contextlib.contextmanager
-def bound_lease(lease: Lease) -> Iterator[None]:
-    """Within the block, a ``GovernedChatModel`` without ``lease=`` calls in ``lease``."""
-    token = _RUN_LEASE.set(lease)
-    try:
-        yield
-    finally:
-        _RUN_LEASE.reset(token)
-
-
-def usage_metadata(result: GenerationResult) -> UsageMetadata:
-    return UsageMetadata(
-        input_tokens=result.prompt_tokens,
-        output_tokens=result.completion_tokens,
-        total_tokens=result.prompt_tokens + result.completion_tokens,
-        input_token_details={"cache_read": result.cached_tokens},
-    )
 
 
 class GovernedChatModel(BaseChatModel):
@@ -186,7 +167,7 @@ class GovernedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         chats, options = to_chats(messages), self._options(stop, kwargs)
-        async with self._alease() as lease:
+        async with self._lease() as lease:
             result = await self.governor.acomplete(lease, chats, **options)
         return self._chat_result(result)
 
@@ -224,7 +205,7 @@ class GovernedChatModel(BaseChatModel):
         bound: Lease | None = None,
     ) -> AsyncIterator[ChatGenerationChunk]:
         chats, options = to_chats(messages), self._options(stop, kwargs)
-        async with self._alease(bound) as lease:
+        async with self._lease(bound) as lease:
             async for piece in self.governor.astream(lease, chats, **options):
                 yield self._chunk(piece)
 
@@ -275,14 +256,12 @@ class GovernedChatModel(BaseChatModel):
 
     # -- the lease ----------------------------------------------------------------------
     def _bound(self) -> Lease | None:
-        """The lease given with ``lease=``, else the agent run's (see the module docstring)."""
+        """The lease given with ``lease=``, else the current one (see the module docstring)."""
         source: LeaseSource | None = self.lease
         lease = source() if callable(source) else source
         if lease is None:
-            lease = _RUN_LEASE.get()
-            if lease is not None and lease.governor is not self.governor:
-                lease = None  # a run of another governor's agent
-        if lease is not None and lease.state is LeaseState.RELEASED:
+            return current_lease(self.governor)
+        if lease.state is LeaseState.RELEASED:
             raise ConfigError(
                 f"lease {lease.lease_id} of agent {lease.agent.name!r} was released; bind a "
                 "live lease, or none to take one per call",
@@ -290,32 +269,20 @@ class GovernedChatModel(BaseChatModel):
             )
         return lease
 
-    def _spec(self) -> str | AgentSpec:
+    def _lease(self, bound: Lease | None = None) -> LeaseContext | contextlib.nullcontext[Lease]:
+        """``with`` or ``async with``: the lease a call runs in; its own, taken for the
+        call and released after it, when none is bound."""
+        lease = bound or self._bound()
+        if lease is not None:
+            return contextlib.nullcontext(lease)
         if self.agent is None:
             raise ConfigError(
                 "GovernedChatModel was called outside any lease and names no agent; pass "
-                "agent=... (or lease=..., or run it under GovernorMiddleware)",
+                "agent=... (or lease=..., or run it under GovernorMiddleware or in a node "
+                "of a govern()-ed graph)",
                 setting="agent",
             )
-        return self.agent
-
-    @contextlib.contextmanager
-    def _lease(self) -> Iterator[Lease]:
-        lease = self._bound()
-        if lease is not None:
-            yield lease
-            return
-        with self.governor.lease(self._spec(), tenant=self.tenant) as own:
-            yield own
-
-    @contextlib.asynccontextmanager
-    async def _alease(self, bound: Lease | None = None) -> AsyncIterator[Lease]:
-        lease = bound or self._bound()
-        if lease is not None:
-            yield lease
-            return
-        async with self.governor.lease(self._spec(), tenant=self.tenant) as own:
-            yield own
+        return self.governor.lease(self.agent, tenant=self.tenant)
 
 
 _DONE = object()

@@ -3,24 +3,26 @@
 Private to integrations/; ``GovernorMiddleware.wrap_model_call`` (sync and async) runs
 ``Turns.plan`` before the handler and ``Turns.answered`` (or ``Turns.ended``) after it:
 
-- ``plan`` converts the request's system message and messages to chat dicts
-  (``integrations._messages``) and counts them exactly with ``governor.counter``, the
-  agent's registered prefix in front as ``Governor.compact`` puts it, and the reply's
-  reserve (``max_tokens``, else ``Governor.compact``'s rule: ``reply_reserve_tokens``
-  up to a quarter of the ceiling). ``on_ceiling="compact"`` runs ``Governor.compact``
-  and maps the dicts it returns back onto the request's message objects (the prefix
-  left out: it is not the state's); ``"raise"`` and ``"end"`` compare the count with
-  the lease's ceiling and raise ``CeilingExceeded`` or end the run.
+- ``plan`` counts the request's system message and messages exactly with
+  ``governor.counter``, as the governor sends them (``Governor.with_prefix``: the
+  agent's registered prefix in front), and keeps the reply's reserve
+  (``Governor.reply_reserve``: ``max_tokens``, else ``reply_reserve_tokens`` up to a
+  quarter of the ceiling). ``on_ceiling="compact"`` runs ``Governor.compact`` and maps
+  the dicts it returns back onto the request's message objects (the prefix left out: it
+  is not the state's; ``integrations._messages.compact``); ``"raise"`` and ``"end"``
+  compare the count with the lease's ceiling and raise ``CeilingExceeded`` or end the
+  run.
 - ``answered`` reads usage from the reply's ``usage_metadata`` (counts of its own when
-  there is none), records it on the lease unless the model called through the lease
-  itself, and builds the state update: counters, and after a compaction the compacted
-  messages plus the reply behind ``RemoveMessage(REMOVE_ALL_MESSAGES)``, as LangChain's
+  there is none), records it with ``Governor.record_call`` unless the model called
+  through the lease itself (``lease.num_calls`` moved during the call), and builds the
+  state update: counters, and after a compaction the compacted messages plus the reply
+  behind ``RemoveMessage(REMOVE_ALL_MESSAGES)``, as LangChain's
   ``SummarizationMiddleware`` writes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,8 +31,8 @@ from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
-from governor import CeilingExceeded, Governor, Lease, Message
-from integrations._messages import restore, text_of, to_chats
+from governor import CeilingExceeded, Governor, Lease
+from integrations._messages import compact, reported_usage, text_of, to_chats
 
 __all__ = ["OnCeiling", "Turn", "Turns"]
 
@@ -45,6 +47,7 @@ class Turn:
     lease: Lease
     tokens: int = 0  # the prompt, counted exactly
     calls_before: int = 0  # lease.num_calls before the call
+    started: float = 0.0  # time.perf_counter() when the model was called
     update: dict[str, Any] = field(default_factory=dict)
     compacted: list[BaseMessage] | None = None  # the state's new messages, when compacted
     ending: AIMessage | None = None  # on_ceiling="end" at the ceiling: the run's last word
@@ -65,22 +68,21 @@ class Turns:
         system = request.system_message
         originals: list[BaseMessage] = [system] if system is not None else []
         originals.extend(request.messages)
-        chats = to_chats(originals)
         turn = Turn(request, lease, calls_before=lease.num_calls, update=dict(update))
+        governor = self.governor
         if self.on_ceiling == "compact":
-            compacted, event = self.governor.compact(lease, chats, max_tokens=self.max_tokens)
+            compacted, event = compact(governor, lease, originals, max_tokens=self.max_tokens)
             turn.tokens = event.tokens_after
-            if event.changed:
-                skip = len(self._prefix(lease, chats))
-                kept = [m for m in restore(compacted[skip:], originals, chats) if m is not system]
+            if compacted is not None:
+                kept = [m for m in compacted if m is not system]
                 turn.request = request.override(messages=kept)
                 turn.compacted = kept
                 turn.update["kvgov_compactions"] = 1
                 turn.update["kvgov_tokens_compacted"] = event.tokens_saved
         else:
-            context = [*self._prefix(lease, chats), *chats]
-            turn.tokens = self.governor.counter.count_messages(context)
-            needed = turn.tokens + self._reserve(lease)
+            sent, _ = governor.with_prefix(lease, to_chats(originals))
+            turn.tokens = governor.counter.count_messages(sent)
+            needed = turn.tokens + governor.reply_reserve(lease, self.max_tokens)
             if needed > lease.ceiling_tokens:
                 if self.on_ceiling == "raise":
                     raise CeilingExceeded(lease.agent.name, needed, lease.ceiling_tokens)
@@ -92,6 +94,7 @@ class Turns:
                     )
                 )
         turn.update["kvgov_peak_tokens"] = turn.tokens
+        turn.started = time.perf_counter()
         return turn
 
     def ended(self, turn: Turn) -> ExtendedModelResponse[Any]:
@@ -106,15 +109,14 @@ class Turns:
         """The model's response, with the usage recorded and the state update attached."""
         replies = [m for m in response.result if isinstance(m, AIMessage)]
         reply = replies[-1] if replies else None
-        usage = None if reply is None else reply.usage_metadata
-        if usage is not None:
-            prompt, output = usage["input_tokens"], usage["output_tokens"]
-        else:
-            prompt, output = turn.tokens, self._count_reply(reply)
+        usage = None if reply is None else reported_usage(reply)
+        if usage is None:
+            usage = {"prompt_tokens": turn.tokens, "completion_tokens": self._count_reply(reply)}
         lease = turn.lease
         if lease.num_calls == turn.calls_before:  # the model did not call through the lease
-            lease.tokens_in_context = turn.tokens + output
-            lease.num_calls += 1
+            elapsed_s = time.perf_counter() - turn.started
+            self.governor.record_call(lease, **usage, elapsed_s=elapsed_s)
+        prompt, output = usage["prompt_tokens"], usage["completion_tokens"]
         update = {
             **turn.update,
             "kvgov_model_calls": 1,
@@ -132,19 +134,3 @@ class Turns:
     def _count_reply(self, reply: AIMessage | None) -> int:
         text = "" if reply is None else text_of(reply.content) or ""
         return self.governor.counter.count(text) if text else 0
-
-    def _prefix(self, lease: Lease, chats: Sequence[Message]) -> tuple[Message, ...]:
-        """The registered prefix ``Governor.compact`` puts before ``chats`` (none when they
-        start with it already)."""
-        name = lease.agent.prefix
-        if name is None:
-            return ()
-        prefix = self.governor.prefixes.lookup(name, tenant=lease.tenant, agent=lease.agent.name)
-        return () if tuple(chats[: len(prefix.messages)]) == prefix.messages else prefix.messages
-
-    def _reserve(self, lease: Lease) -> int:
-        """The room kept for the reply, by ``Governor.compact``'s rule."""
-        if self.max_tokens is not None:
-            return self.max_tokens
-        reserve = self.governor.config.reply_reserve_tokens
-        return min(reserve, max(1, lease.ceiling_tokens // 4))

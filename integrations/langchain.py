@@ -14,8 +14,13 @@
   (``after_agent``), when an error or a cancellation leaves a model or tool call (the
   run is over then; an outer retry takes a new lease), and, for an error raised
   anywhere else, when the run's state is garbage-collected
-  (``integrations._langchain_state.RunHandle``). While a call runs, a
-  ``GovernedChatModel`` without a lease of its own calls in this one.
+  (``integrations._langchain_state.RunHandle``). While a model call runs, the lease is
+  the current lease (``integrations._lease_context``): a ``GovernedChatModel`` without
+  a lease of its own calls in it. Inside a node of a ``govern``-ed graph whose lease is
+  of the same agent (by name) and governor, the run takes no lease of its own: it works
+  in the node's (resumed before each model call, never released by the run: the graph
+  holds it). A lease of another agent there is no business of the run's: it takes its
+  own, as anywhere.
 - ``wrap_model_call`` (details in ``integrations._langchain_turn``): the request's
   system message and messages are counted exactly (``governor.counter``, with the
   agent's registered prefix in front, as ``Governor.compact`` sees them) with
@@ -36,8 +41,9 @@
   - ``"raise"``: ``governor.CeilingExceeded``.
 
   Usage is read from the reply's ``usage_metadata`` (our own counts when it has none)
-  and recorded on the lease (``tokens_in_context``, ``num_calls``) unless the model
-  already called through the lease (``GovernedChatModel`` does).
+  and recorded with ``Governor.record_call`` (the lease's ``tokens_in_context`` and
+  ``num_calls``, a ``call.finished`` event) unless the model already called through
+  the lease (``GovernedChatModel`` does).
 - ``wrap_tool_call``: the tool runs inside ``Governor.tool_call`` (the lease idles, is
   parked after ``park_after_s``, its KV held or offloaded); a ``ToolMessage`` whose text
   exceeds the agent's ``tool_output_tokens`` is reduced by the tool-output policy before
@@ -84,9 +90,10 @@ from governor import (
     ToolCall,
     ToolOutputReduction,
 )
-from integrations._langchain_model import GovernedChatModel, bound_lease
+from integrations._langchain_model import GovernedChatModel
 from integrations._langchain_state import GovernorState, RunHandle
 from integrations._langchain_turn import OnCeiling, Turns
+from integrations._lease_context import LeaseScope, current_lease
 from integrations._messages import text_of
 
 __all__ = ["GovernedChatModel", "GovernorMiddleware", "GovernorState"]
@@ -182,7 +189,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
     ) -> ModelResponse[ResponseT] | AIMessage | ExtendedModelResponse[ResponseT]:
         handle, update = self._run(request.state)
         with handle.closing_on_error():
-            lease = handle.live()
+            lease = self._lease(handle)
             if lease is None:
                 lease = handle.hold(self.governor, self.governor.acquire(self._new_lease()))
             else:
@@ -190,15 +197,16 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
             turn = self.turns.plan(lease, request, update)
             if turn.ending is not None:
                 return self.turns.ended(turn)
-            with bound_lease(lease):
-                return self.turns.answered(turn, handler(turn.request))
+            with LeaseScope(lease):
+                response = handler(turn.request)
+            return self.turns.answered(turn, response)
 
     async def awrap_model_call(
         self, request: ModelRequest[ContextT], handler: AsyncModelHandler[ContextT, ResponseT]
     ) -> ModelResponse[ResponseT] | AIMessage | ExtendedModelResponse[ResponseT]:
         handle, update = self._run(request.state)
         with handle.closing_on_error():
-            lease = handle.live()
+            lease = self._lease(handle)
             if lease is None:
                 lease = handle.hold(self.governor, await self.governor.aacquire(self._new_lease()))
             else:
@@ -206,8 +214,18 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
             turn = self.turns.plan(lease, request, update)
             if turn.ending is not None:
                 return self.turns.ended(turn)
-            with bound_lease(lease):
-                return self.turns.answered(turn, await handler(turn.request))
+            with LeaseScope(lease):
+                response = await handler(turn.request)
+            return self.turns.answered(turn, response)
+
+    def _lease(self, handle: RunHandle) -> Lease | None:
+        """The lease the run works in: its own, else a governed graph node's of this agent
+        (see the module docstring); None before its first model call."""
+        lease = handle.live()
+        if lease is not None:
+            return lease
+        current = current_lease(self.governor)
+        return current if current is not None and current.agent.name == self.spec.name else None
 
     def _new_lease(self) -> Lease:
         return self.governor.lease(self.spec, tenant=self.tenant).lease  # admitted next
@@ -226,7 +244,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         handle = _handle(request.state)
-        lease = None if handle is None else handle.live()
+        lease = None if handle is None else self._lease(handle)
         if handle is None or lease is None:
             return self._reduced(None, request, handler(request))
         with handle.closing_on_error():
@@ -240,7 +258,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         handle = _handle(request.state)
-        lease = None if handle is None else handle.live()
+        lease = None if handle is None else self._lease(handle)
         if handle is None or lease is None:
             return self._reduced(None, request, await handler(request))
         with handle.closing_on_error():

@@ -40,15 +40,20 @@ inferred from conditional edges annotated to return ``Send`` (``integrations.
 _graph_topology``); pass ``topology=[("planner", "worker", num_workers)]`` when the
 graph does not say.
 
-Model calls inside a node (a LangChain chat model) do not pass through the governor: a
-lease admits and bounds the agent, and the counts above stand in for the usage a
-governed model call would record.
+While a governed node runs, its lease is the current lease: ``current_lease()`` returns
+it (for ``governor.complete`` and the like), a ``GovernedChatModel`` given no lease calls
+in it, and a ``GovernorMiddleware`` agent of the same agent run inside the node works in
+it instead of taking a second lease. A model call of another chat model does not pass
+through the governor: a lease admits and bounds the agent, the reply's
+``usage_metadata``, when it has one, is recorded as the call's usage
+(``Governor.record_call``), and the counts above are the lease's context.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -56,12 +61,13 @@ from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph.state import CompiledStateGraph, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from governor import AgentSpec, ConfigError, Governor, Run
-from integrations._graph_frame import Frame, Governance, open_frame
+from governor import AgentSpec, ConfigError, Governor
+from integrations._graph_frame import Governance, open_frame
 from integrations._graph_node import GovernedNode
 from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
+from integrations._lease_context import current_lease
 
-__all__ = ["GovernedGraph", "govern"]
+__all__ = ["GovernedGraph", "current_lease", "govern"]
 
 
 def govern(
@@ -163,48 +169,47 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def stream(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
-        frame, config = open_frame(self._governance, config)
-        run = self.governor.run(self.get_name())
-        run.__enter__()
-        error: BaseException | None = None
-        try:
+        with _Invocation(self, config) as config:
             yield from super().stream(input, config, **kwargs)
-        except GeneratorExit:  # the caller stopped reading: not a failure of the run
-            raise
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            _close(frame, run, error)
 
     async def astream(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        frame, config = open_frame(self._governance, config)
-        run = self.governor.run(self.get_name())
-        run.__enter__()
-        error: BaseException | None = None
-        try:
+        with _Invocation(self, config) as config:
             async for chunk in super().astream(input, config, **kwargs):
                 yield chunk
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            error = exc
-            raise
+
+
+class _Invocation:
+    """One invocation of a governed graph: a frame, inside ``governor.run``; entered, the
+    config that carries the frame to the nodes."""
+
+    __slots__ = ("config", "frame", "run")
+
+    def __init__(self, graph: GovernedGraph, config: RunnableConfig | None) -> None:
+        self.frame, self.config = open_frame(graph._governance, config)
+        self.run = graph.governor.run(graph.get_name())
+
+    def __enter__(self) -> RunnableConfig:
+        self.run.__enter__()
+        return self.config
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # A caller that stops reading (GeneratorExit) ends the run, but is not its failure.
+        error = None if isinstance(exc, GeneratorExit) else exc
+        try:
+            self.frame.close()
         finally:
-            _close(frame, run, error)
-
-
-def _close(frame: Frame, run: Run, error: BaseException | None) -> None:
-    try:
-        frame.close()
-    finally:
-        # A stream dropped unfinished is closed wherever it is collected, maybe in
-        # another context than the run's: resetting its context variable fails there,
-        # and there is nothing of it to reset.
-        with contextlib.suppress(ValueError):
-            run.__exit__(None if error is None else type(error), error, None)
+            # A stream dropped unfinished is closed wherever it is collected, maybe in
+            # another context than the run's: resetting its context variable fails there,
+            # and there is nothing of it to reset.
+            with contextlib.suppress(ValueError):
+                self.run.__exit__(None if error is None else type(error), error, None)
 
 
 def _check_agents(

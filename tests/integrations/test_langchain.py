@@ -379,6 +379,11 @@ def test_one_lease_per_run_with_its_usage_recorded() -> None:
     assert [e.attributes["num_calls"] for e in released] == [3, 3]
     last = COUNTER.count_messages(model.prompts[-1]) + 5
     assert released[-1].attributes["tokens_in_context"] == last
+    # Each call is recorded with the governor (Governor.record_call): its usage as reported.
+    finished = [e for e in events if e.kind == "call.finished"]
+    prompts = [COUNTER.count_messages(prompt) for prompt in model.prompts]
+    assert [e.attributes["prompt_tokens"] for e in finished] == prompts
+    assert all(e.attributes["completion_tokens"] == 5 for e in finished)
     assert_no_leaks(governor, backend)
 
 

@@ -12,7 +12,7 @@ from langchain_core.messages import (
 )
 
 from governor import TokenCounter
-from integrations._messages import from_chat, restore, to_chat, to_chats
+from integrations._messages import ID_KEY, from_chat, reported_usage, restore, to_chat, to_chats
 
 CONVERSATION: list[BaseMessage] = [
     SystemMessage("Be brief.", id="s"),
@@ -81,3 +81,37 @@ def test_restore_keeps_the_originals_and_makes_the_rest_new() -> None:
     assert restored[3] is CONVERSATION[4] and restored[4] is CONVERSATION[5]
     assert isinstance(restored[2], HumanMessage) and restored[2].id is None
     assert restored[2].content == summary["content"]
+
+
+def test_restore_matches_ids_keeps_rewritten_originals_and_leaves_out_the_prefix() -> None:
+    chats = to_chats(CONVERSATION, ids=True)
+    assert [c[ID_KEY] for c in chats] == ["s", "h", "a", "t", "b", "c"]
+    assert ID_KEY not in to_chat(CONVERSATION[0])  # never sent to a backend
+    prefix = [{"role": "system", "content": "House rules."}]
+    shorter = {**chats[3], "content": "flaky"}  # a policy that rewrote the tool result
+    compacted = [*prefix, chats[0], chats[2], shorter, chats[5]]
+    restored = restore(compacted, CONVERSATION, chats, prefix=prefix)
+    assert restored[0] is CONVERSATION[0] and restored[1] is CONVERSATION[2]
+    assert restored[3] is CONVERSATION[5]
+    assert isinstance(restored[2], ToolMessage) and restored[2].content == "flaky"
+    assert restored[2].id == "t" and restored[2].tool_call_id == "c1"
+    # Not at the head, a dict equal to the prefix's is the conversation's own.
+    restored = restore([chats[0], *prefix], CONVERSATION, chats, prefix=prefix)
+    assert len(restored) == 2 and restored[1].content == "House rules."
+
+
+def test_reported_usage_reads_usage_metadata() -> None:
+    assert reported_usage(AIMessage("hi")) is None
+    usage = {
+        "input_tokens": 12,
+        "output_tokens": 3,
+        "total_tokens": 15,
+        "input_token_details": {"cache_read": 8},
+    }
+    reply = AIMessage("hi", usage_metadata=usage, response_metadata={"finish_reason": "length"})
+    assert reported_usage(reply) == {
+        "prompt_tokens": 12,
+        "completion_tokens": 3,
+        "cached_tokens": 8,
+        "finish_reason": "length",
+    }

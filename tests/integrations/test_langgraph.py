@@ -42,7 +42,8 @@ from governor import (
     TopologyError,
 )
 from governor.testing import FakeBackend
-from integrations.langgraph import GovernedGraph, govern
+from integrations.langchain import GovernedChatModel, GovernorMiddleware
+from integrations.langgraph import GovernedGraph, current_lease, govern
 from policies import DropOldest
 
 NUM_WORKERS = 10
@@ -464,4 +465,99 @@ def test_with_config_keeps_the_governance() -> None:
     assert configured.governor is governor
     configured.invoke({"messages": [HumanMessage("task")], "reports": []})
     assert [e.kind for e in recorder.events].count("released") == 1
+    assert_no_leaks(governor)
+
+
+# -- model calls inside a governed node ------------------------------------------------------
+def test_a_governed_chat_model_in_a_node_calls_in_the_nodes_lease() -> None:
+    """The worker's model names its agent but no lease: it calls in the lease its node
+    runs in (the backend sees that lease's budget), and the call is recorded once."""
+    governor = make_governor()
+    recorder = Recorder(governor)
+    backend = governor.backend
+    assert isinstance(backend, FakeBackend)
+    model = GovernedChatModel(governor, agent=WORKER, max_tokens=4)
+    leases: list[Any] = []
+
+    def worker(state: WorkerState) -> dict[str, Any]:
+        leases.append(current_lease())
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def aworker(state: WorkerState) -> dict[str, Any]:
+        leases.append(current_lease())
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(WorkerState)
+    builder.add_node("worker", _both(worker, aworker))
+    builder.add_edge(START, "worker")
+    builder.add_edge("worker", END)
+    graph = govern(builder, governor, {"worker": WORKER})
+
+    graph.invoke({"messages": [HumanMessage("one")], "reports": []})
+    asyncio.run(graph.ainvoke({"messages": [HumanMessage("two")], "reports": []}))
+
+    assert current_lease() is None  # only within the node
+    assert len(leases) == 2 and all(lease is not None for lease in leases)
+    assert [call.budget for call in backend.calls] == [lease.budget for lease in leases]
+    assert recorder.kinds("worker").count("requested") == 2  # the model took none of its own
+    released = [e for e in recorder.events if e.kind == "released" and e.agent == "worker"]
+    assert [e.attributes["num_calls"] for e in released] == [1, 1]  # not counted twice
+    assert_no_leaks(governor)
+
+
+class UsageModel(ToolCallingModel):
+    """``ToolCallingModel`` that reports usage, as most providers' chat models do."""
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        reply = super()._reply(messages)
+        usage = {"input_tokens": 100 + len(messages), "output_tokens": 7, "total_tokens": 0}
+        usage["total_tokens"] = usage["input_tokens"] + 7
+        return reply.model_copy(update={"usage_metadata": usage})
+
+
+def test_a_nodes_model_usage_is_recorded_and_its_context_counted() -> None:
+    """A chat model of its own that reports ``usage_metadata``: each reply is one
+    ``call.finished`` with that usage; the lease's context is the counted state."""
+    governor = make_governor()
+    recorder = Recorder(governor)
+    worker = react_worker(governor, UsageModel(), agent=WORKER)
+
+    result = worker.invoke({"messages": [HumanMessage("task")], "reports": []})
+
+    finished = [e for e in recorder.events if e.kind == "call.finished"]
+    assert [e.attributes["prompt_tokens"] for e in finished] == [101, 103, 105]
+    assert all(e.attributes["completion_tokens"] == 7 for e in finished)
+    (released,) = [e for e in recorder.events if e.kind == "released"]
+    assert released.attributes["num_calls"] == 3
+    counted = governor.counter.count_messages(result["messages"])
+    assert released.attributes["tokens_in_context"] == counted
+    assert_no_leaks(governor)
+
+
+def test_a_governed_agent_in_a_node_works_in_the_nodes_lease() -> None:
+    """A ``create_agent`` agent with ``GovernorMiddleware`` for the node's own agent takes
+    no second lease: its model and tool calls run in the node's, recorded once."""
+    governor = make_governor()
+    recorder = Recorder(governor)
+    model = ToolCallingModel(rounds=1)
+    agent = create_agent(model, [search], middleware=[GovernorMiddleware(governor, agent=WORKER)])
+
+    def worker(state: WorkerState) -> dict[str, Any]:
+        done = agent.invoke({"messages": state["messages"]})
+        return {"messages": done["messages"][len(state["messages"]) :]}
+
+    builder = StateGraph(WorkerState)
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "worker")
+    builder.add_edge("worker", END)
+    graph = govern(builder, governor, {"worker": WORKER})
+
+    result = graph.invoke({"messages": [HumanMessage("task")], "reports": []})
+
+    assert str(result["messages"][-1].content) == "answer after 1 searches"
+    kinds = recorder.kinds("worker")
+    assert kinds.count("requested") == 1
+    assert kinds.count("tool.started") == 1
+    (released,) = [e for e in recorder.events if e.kind == "released"]
+    assert released.attributes["num_calls"] == 2
     assert_no_leaks(governor)

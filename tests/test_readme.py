@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_RUN = ROOT / ".ci" / "run"
-MAIN_JOB = "pip install torch==2.13.0 && pip install -e . && kvgov bench allocator"
+MAIN_JOB = "pip install torch==2.13.0 && pip install -e . && kvgov demo"
 TEST_COMMAND = "pip install torch==2.13.0 && pip install -e '.[dev]' && python -m pytest"
 
 

@@ -43,6 +43,7 @@ from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
+from governor.memory_map import AgentMemory, MemoryMap
 from governor.policy_set import Policies
 from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
 from governor.runs import Run, current_run_id
@@ -80,6 +81,7 @@ __all__ = [
     "AdmissionPolicy",
     "AdmissionRejected",
     "AdmissionTimeout",
+    "AgentMemory",
     "AgentSpec",
     "Backend",
     "BackendCapacity",
@@ -111,6 +113,7 @@ __all__ = [
     "LeaseReleased",
     "LeaseState",
     "LocalBackend",
+    "MemoryMap",
     "Message",
     "Policies",
     "PrefixHandle",

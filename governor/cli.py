@@ -271,11 +271,11 @@ def memory_map(
 ) -> None:
     """Draw the memory map: contiguous reserve-for-max against paged, as SVG and PNG."""
     from governor.errors import GovernorError
-    from governor.memory_map import caption, from_plan, from_record, render
+    from governor.memory_map import MemoryMap
 
     if record is not None:
         try:
-            memory = from_record(record)
+            memory = MemoryMap.load(record)
         except GovernorError as exc:
             _fail(str(exc))
     else:
@@ -293,12 +293,12 @@ def memory_map(
             average=average,
             safety=0.9,
         )
-        memory = from_plan(plan)
+        memory = MemoryMap.from_plan(plan)
     try:
-        svg, png = render(memory, out)
+        svg, png = memory.render(out)
     except OSError as exc:
         _fail(f"cannot write the map to {out}: {exc}")
-    typer.echo(caption(memory))
+    typer.echo(memory.caption())
     typer.echo(f"wrote {svg} and {png}")
 
 

@@ -9,7 +9,9 @@ A caption gives the figures.
 
 A ``MemoryMap`` comes from ``kvgov plan`` inputs (``from_plan``: every agent at the
 average) or from a run's record (``from_record``: each agent's peak live KV, as the demo
-writes it). ``render`` writes SVG and PNG with matplotlib (imported only there).
+writes it). ``render`` writes SVG and PNG with matplotlib (imported only there). The
+same functions are ``MemoryMap`` methods: ``MemoryMap.from_plan``, ``load``, ``save``,
+``caption`` and ``render``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,28 @@ class MemoryMap:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> MemoryMap:
+        """Every agent at the plan's average context, against its ceiling."""
+        return from_plan(plan)
+
+    @classmethod
+    def load(cls, record: Mapping[str, Any] | str | Path) -> MemoryMap:
+        """A map saved by ``save`` (or its JSON as a mapping)."""
+        return from_record(record)
+
+    def save(self, path: str | Path) -> Path:
+        """The map's inputs as JSON, for ``kvgov map --record``."""
+        return write_record(self, path)
+
+    def caption(self) -> str:
+        """The figures, in one paragraph."""
+        return caption(self)
+
+    def render(self, path: str | Path) -> tuple[Path, Path]:
+        """Draw it: ``path`` with ``.svg`` and ``.png`` suffixes."""
+        return render(self, path)
 
 
 def from_plan(plan: Plan) -> MemoryMap:

@@ -34,14 +34,15 @@ from rich.table import Table
 
 from governor import (
     AdmissionMode,
+    AgentMemory,
     AgentSpec,
     ConfigError,
     Governor,
     GovernorConfig,
     LocalBackend,
+    MemoryMap,
     Policies,
 )
-from governor.memory_map import AgentMemory, MemoryMap, caption, render, write_record
 from integrations._demo_stats import RunStats
 from integrations._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from integrations.jsonl import JsonLinesSpanExporter
@@ -147,9 +148,9 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoRes
         geometry["bytes_per_block"], traces,
     )  # fmt: skip
     if memory is not None:
-        write_record(memory, options.out / "memory.json")
-        result.memory_map = render(memory, options.out / "memory-map")
-        result.memory_caption = caption(memory)
+        memory.save(options.out / "memory.json")
+        result.memory_map = memory.render(options.out / "memory-map")
+        result.memory_caption = memory.caption()
     return result
 
 

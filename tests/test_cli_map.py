@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from governor import AgentMemory, MemoryMap
 from governor.cli import app
-from governor.memory_map import AgentMemory, MemoryMap, caption, from_record, write_record
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -38,9 +38,9 @@ def test_a_recorded_run_renders(tmp_path: Path) -> None:
         ),
     )
     assert memory.contiguous_admitted() == 2  # 300 + 250 of 600; the third does not fit
-    assert "2 of 3 agents admitted" in caption(memory)
-    record = write_record(memory, tmp_path / "run.json")
-    assert from_record(record) == memory
+    assert "2 of 3 agents admitted" in memory.caption()
+    record = memory.save(tmp_path / "run.json")
+    assert MemoryMap.load(record) == memory
     result = runner.invoke(app, ["map", "--record", str(record), "--out", str(tmp_path / "m")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "m.png").read_bytes().startswith(PNG_MAGIC)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from governor import MemoryMap
 from governor.cli import app
-from governor.memory_map import from_record
 from integrations.demo import DemoOptions, parse_size, run_demo
 
 runner = CliRunner()
@@ -42,7 +42,7 @@ def test_the_run_leaves_traces_a_report_and_a_map(small: Path) -> None:
         report = runner.invoke(app, ["report", str(trace)], env={"COLUMNS": "160"})
         assert report.exit_code == 0, report.output
         assert "worker" in report.stdout
-    memory = from_record(small / "memory.json")
+    memory = MemoryMap.load(small / "memory.json")
     assert memory.agents and memory.kv_budget_bytes > 0
     assert (small / "memory-map.svg").read_text().startswith("<?xml")
     assert (small / "memory-map.png").stat().st_size > 0

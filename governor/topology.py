@@ -317,7 +317,8 @@ def _explain(
         largest = ceiling_within(usable // planners)
         stuck = ", and it deadlocks: admitted planners hold the blocks their workers wait for"
         return (
-            f"{who} at {planner_ceiling:,} tokens need {planners_total:,} blocks, more than "
+            f"{who} at {planner_ceiling:,} tokens {'needs' if planners == 1 else 'need'} "
+            f"{planners_total:,} blocks, more than "
             f"the {usable:,} usable{stuck if deadlocks else ''}",
             f"planner ceilings of at most {largest:,} tokens, fewer planners at once, {more}",
         )

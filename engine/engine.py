@@ -246,6 +246,10 @@ class Engine:
         scheduled = self.scheduler.schedule()
         if self.retained.held_budgets():
             self._hand_over_retained(scheduled.chunks)
+            if not scheduled.chunks and self.scheduler.waiting and not self.scheduler.running:
+                # Held contexts fill the pool and nothing can run: a hold is an
+                # optimization, never a reason to stall. Its blocks stay cached.
+                self.retained.release_oldest_resident()
         sampled = self.runner.execute(scheduled.chunks)
         outputs: list[RequestOutput] = []
         now = time.perf_counter()

@@ -206,8 +206,11 @@ class EngineLoop:
 
     # -- the engine thread ----------------------------------------------------------
     def _run(self) -> None:
+        stalled = False
         while not self._closed.is_set():
-            self._drain(block=not self.engine.has_unfinished())
+            # Idle, or stalled (requests wait and none could be scheduled): sleep until a
+            # command (an abort, a restore, a new request) may change that.
+            self._drain(block=stalled or not self.engine.has_unfinished())
             if self._closed.is_set() or not self.engine.has_unfinished():
                 continue
             try:
@@ -215,6 +218,7 @@ class EngineLoop:
             except BaseException as exc:  # an engine bug: fail every caller, free every block
                 self._abort_all(error=exc)
                 continue
+            stalled = not outputs and not self.engine.scheduler.running
             for output in outputs:
                 stream = self._streams.get(output.request_id)
                 if stream is None:

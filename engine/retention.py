@@ -13,6 +13,8 @@ allocated, and the hold ends.
 
 Holds are not charged to the budget: they are bounded by the context the budget's own
 request just held, and a charge would be counted twice when the next request reuses them.
+Holds never stall the engine: when requests wait and none can be scheduled, the engine
+ends the oldest resident hold (``release_oldest_resident``) and tries again.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class RetainedContexts:
         self.manager = manager
         self.kv_cache = kv_cache
         self._latest: dict[str, _Context] = {}
-        self._held: set[str] = set()
+        self._held: dict[str, None] = {}  # in the order held: the oldest first
 
     def record(self, budget: str, token_ids: Sequence[int], cache_salt: str | None) -> None:
         """The budget's latest request finished with these tokens (prompt and output)."""
@@ -59,7 +61,7 @@ class RetainedContexts:
             _seq_id(budget), context.token_ids, cache_salt=context.cache_salt
         )
         if num_tokens:
-            self._held.add(budget)
+            self._held[budget] = None
         return num_tokens
 
     def num_tokens(self, budget: str) -> int:
@@ -101,7 +103,7 @@ class RetainedContexts:
     def release(self, budget: str) -> None:
         """End the hold: resident blocks stay in the prefix cache, host copies are freed."""
         if budget in self._held:
-            self._held.discard(budget)
+            del self._held[budget]
             self.manager.free(_seq_id(budget))
 
     def forget(self, budget: str) -> None:
@@ -111,6 +113,15 @@ class RetainedContexts:
 
     def held_budgets(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def release_oldest_resident(self) -> str | None:
+        """End the oldest hold still on the device (its blocks stay cached, evictable);
+        the budget, or None when no hold is resident."""
+        for budget in self._held:
+            if not self.is_offloaded(budget):
+                self.release(budget)
+                return budget
+        return None
 
 
 def _seq_id(budget: str) -> tuple[str, str]:

@@ -60,6 +60,8 @@ class IdleKeeper:
         self._lock = threading.RLock()  # retention state; backend calls happen under it
         self._idle: dict[Lease, _Idle] = {}
         self._holding: set[Lease] = set()  # leases whose KV is held (resident or offloaded)
+        self._expiry: dict[Lease, Deadline] = {}  # when each hold ends, tool over or not
+        self._holds = 0  # numbers each hold, so a deadline fires only for its own
         self._deadlines = Deadlines()
 
     # -- an idle period ---------------------------------------------------------------
@@ -79,7 +81,6 @@ class IdleKeeper:
             worth_holding = expected_s is None or expected_s <= config.retain_s
             if self.needs_backend(lease, budget_open=budget_open) and worth_holding:
                 self._retain(lease)
-                idle.timers.append(self._timer(config.retain_s, self._expire, lease, idle))
             if config.park_after_s > 0:
                 idle.timers.append(self._timer(config.park_after_s, self._park_idle, lease, idle))
         if config.park_after_s == 0:
@@ -111,6 +112,7 @@ class IdleKeeper:
                 lease.kv_offloaded = False
                 self._publish("restored", lease, blocks=blocks)
             self._holding.discard(lease)
+            self._set_expiry(lease, None)
             lease.num_retained_tokens = 0
 
     def forget(self, lease: Lease) -> None:
@@ -118,6 +120,7 @@ class IdleKeeper:
         with self._lock:
             self._end_locked(lease)
             self._holding.discard(lease)
+            self._set_expiry(lease, None)
             lease.num_retained_tokens = 0
             lease.kv_offloaded = False
 
@@ -169,12 +172,23 @@ class IdleKeeper:
         lease.kv_offloaded = False
         if tokens:
             self._holding.add(lease)
+            self._holds += 1
+            deadline = self._timer(self.config.retain_s, self._expire, lease, self._holds)
+            self._set_expiry(lease, deadline)
             self._publish("retained", lease, tokens=tokens)
+
+    def _set_expiry(self, lease: Lease, deadline: Deadline | None) -> None:
+        old = self._expiry.pop(lease, None)
+        if old is not None:
+            old.cancel()
+        if deadline is not None:
+            self._expiry[lease] = deadline
 
     def _drop(self, lease: Lease, reason: str) -> None:
         blocks = lease.num_retained_blocks
         self.backend.release_retained(budget=lease.budget)
         self._holding.discard(lease)
+        self._set_expiry(lease, None)
         lease.num_retained_tokens = 0
         lease.kv_offloaded = False
         self._publish("dropped", lease, blocks=blocks, reason=reason)
@@ -185,12 +199,16 @@ class IdleKeeper:
             for timer in idle.timers:
                 timer.cancel()
 
-    def _expire(self, lease: Lease, idle: _Idle) -> None:
-        """``retain_s`` is up: a hold still on the device goes back to the prefix cache
-        (an offloaded one costs no device blocks and waits for the next call)."""
+    def _expire(self, lease: Lease, number: int) -> None:
+        """``retain_s`` is up, whether or not the tool has returned: a hold still on the
+        device goes back to the prefix cache (an offloaded one costs no device blocks and
+        waits for the next call). A lease parked after its tool, queued behind others,
+        must not keep blocks the running ones need."""
         with self._lock:
-            if self._idle.get(lease) is not idle or lease not in self._holding:
+            deadline = self._expiry.get(lease)
+            if lease not in self._holding or deadline is None or deadline.args[1] != number:
                 return
+            self._expiry.pop(lease, None)
             if not lease.kv_offloaded and lease.state is not LeaseState.RELEASED:
                 self._drop(lease, f"held for retain_s={self.config.retain_s:g} s")
 

@@ -155,3 +155,17 @@ def test_offload_without_host_room_changes_nothing(
     assert engine.metrics().num_blocks_in_use == 5
     engine.release_retained("agent")
     assert_released(engine)
+
+
+def test_holds_never_stall_the_engine(llama_dir: Path, prompts: list[list[int]]) -> None:
+    """Holds fill the pool and a new request cannot be scheduled: the engine ends the
+    oldest hold (its blocks stay cached) and runs the request."""
+    engine = make_engine(llama_dir, num_blocks=12)
+    engine.open_budget("agent", 12)
+    engine.generate(prompts[5], GREEDY, budget="agent")  # 71 + 20 tokens
+    assert engine.retain("agent") == 80  # 5 of the 12 blocks
+    sampling = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    done = engine.generate([(t * 5) % 512 for t in range(120)], sampling)[0]  # 8 blocks
+    assert len(done.token_ids) == 8
+    assert not engine.retained.held_budgets()
+    assert_released(engine)

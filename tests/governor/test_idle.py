@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from governor import (
+    AdmissionMode,
     AdmissionTimeout,
     AgentSpec,
     Governor,
@@ -19,8 +20,10 @@ from governor import (
     GovernorEvent,
     LeaseState,
     LocalBackend,
+    Policies,
 )
 from governor.testing import FakeBackend
+from policies import ExtractiveSummarizer, SummarizeOldest
 
 PLANNER = AgentSpec(name="planner", ceiling_tokens=1_600, max_fanout=3)
 WORKER = AgentSpec(name="worker", ceiling_tokens=1_600)
@@ -240,3 +243,47 @@ def test_releasing_a_lease_with_offloaded_kv_returns_everything(backend: LocalBa
     with pytest.raises(RuntimeError, match="crashed"):
         asyncio.run(agent())
     _assert_released(backend)
+
+
+def test_held_kv_of_parked_agents_never_deadlocks_a_tight_pool() -> None:
+    """The shape of examples/swarm.py at 80 blocks, which hung now and then before: in
+    overcommit, with 8 workers fanned out 3 at a time and parked 50 ms into each tool call
+    with their KV held, parked leases queued behind running ones held blocks the running
+    ones' calls needed, and the engine spun on a request it could never schedule. Holds
+    now end after retain_s whatever the tool does, and the engine ends the oldest hold
+    itself when nothing can run (tests/engine/test_retention.py pins that down)."""
+    backend = LocalBackend(config={"num_blocks": 80})
+    planner = AgentSpec(name="planner", ceiling_tokens=384, max_fanout=3)
+    worker = AgentSpec(name="worker", ceiling_tokens=512, tool_output_tokens=192, prefix="sys")
+    config = GovernorConfig(
+        mode=AdmissionMode.OVERCOMMIT, park_after_s=0.05, pressure_watermark=0.6
+    )
+    policies = Policies(
+        tool_output=ExtractiveSummarizer(backend.counter),
+        ceiling=SummarizeOldest(summary_tokens=96),
+    )
+    governor = Governor(backend, config=config, agents=[planner, worker], policies=policies)
+    governor.register_prefix("sys", "You are a careful build engineer. " * 6)
+    log = "".join(f"tests/test_{i}.py::test_case FAILED - KeyError {i * 7919}\n" for i in range(90))
+
+    async def work(child: object, i: int) -> None:
+        async with child as lease:  # type: ignore[attr-defined]
+            history = [{"role": "user", "content": f"Task {i}: find the failing test."}]
+            for _ in range(6):
+                reply = await governor.acomplete(lease, history, max_tokens=8)
+                history.append({"role": "assistant", "content": reply.text})
+                async with governor.tool_call(lease, "pytest") as call:
+                    await asyncio.sleep(0.1)
+                history.append({"role": "user", "content": call.reduce(log).text})
+
+    async def swarm() -> None:
+        async with governor.lease("planner") as plan:
+            await governor.acomplete(plan, TASK, max_tokens=8)
+            children = governor.fanout(plan, "worker", 8)
+            await asyncio.gather(*(work(c, i) for i, c in enumerate(children)))
+
+    try:
+        asyncio.run(asyncio.wait_for(swarm(), timeout=90))
+        _assert_released(backend)
+    finally:
+        backend.close()

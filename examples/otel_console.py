@@ -26,8 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 from governor import AgentSpec, Governor, LocalBackend
-from integrations import JsonLinesSpanExporter, instrument, read_spans
-from integrations.jsonl import SpanRecord
+from integrations import JsonLinesSpanExporter, SpanRecord, instrument, read_spans
 
 LOG = "".join(f"tests/test_api.py::test_{i} PASSED\n" for i in range(400)) + (
     "tests/test_auth.py::test_login FAILED\nE   KeyError: 'user'\n1 failed, 400 passed\n"

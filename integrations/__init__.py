@@ -7,7 +7,7 @@ third-party library, never engine/.
 
 from __future__ import annotations
 
-from integrations.jsonl import JsonLinesSpanExporter, read_spans
+from integrations.jsonl import JsonLinesSpanExporter, SpanRecord, read_spans
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
 from integrations.otel import Instrumentation, instrument
@@ -21,6 +21,7 @@ __all__ = [
     "Instrumentation",
     "JsonLinesSpanExporter",
     "RunReport",
+    "SpanRecord",
     "govern",
     "instrument",
     "read_spans",

@@ -42,6 +42,7 @@ class AgentMemory:
     name: str
     live_bytes: int  # KV its context holds (at its peak, or at the average)
     reserved_bytes: int  # what a contiguous cache would set aside for it: its ceiling
+    shared_bytes: int = 0  # of its live KV, a prefix it shares with others (paged: once)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +140,7 @@ def caption(memory: MemoryMap) -> str:
     agents = memory.agents
     reserved = sum(a.reserved_bytes for a in agents[:admitted])
     live_admitted = sum(a.live_bytes for a in agents[:admitted])
-    live = sum(a.live_bytes for a in agents)
+    live = _paged_live(agents)
     waste = 1 - live_admitted / reserved if reserved else 0.0
     free = memory.kv_budget_bytes - live
     size, unit = _unit(memory.card_bytes)
@@ -149,6 +150,12 @@ def caption(memory: MemoryMap) -> str:
         f"{100 * waste:.0f}% of it unused. Paged: {len(agents)} of {len(agents)} hold "
         f"{live / size:.2f} {unit} live, {max(free, 0) / size:.2f} {unit} free headroom."
     )
+
+
+def _paged_live(agents: tuple[AgentMemory, ...]) -> int:
+    """Paged, a shared prefix is held once: each agent's own part, and the prefix."""
+    shared = max((a.shared_bytes for a in agents), default=0)
+    return sum(a.live_bytes - a.shared_bytes for a in agents) + shared
 
 
 def _unit(card_bytes: int) -> tuple[float, str]:
@@ -179,6 +186,7 @@ def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
     return svg, png
 
 
+_SHARED = "#7c3aed"
 _WEIGHTS, _OVERHEAD, _LIVE, _WASTE, _FREE, _OUT = (
     "#6b7280",
     "#d1d5db",
@@ -210,10 +218,14 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
                 hatch="//" if fits else None, linestyle="-" if fits else "--")  # fmt: skip
         left += reserved
     left = base
+    shared = max((a.shared_bytes for a in memory.agents), default=0) / gb
+    if shared:
+        ax.barh(rows[1], shared, left=left, color=_SHARED, edgecolor="white", height=0.6)
+        left += shared
     for agent in memory.agents:
-        ax.barh(rows[1], agent.live_bytes / gb, left=left, color=_LIVE, edgecolor="white",
-                height=0.6)  # fmt: skip
-        left += agent.live_bytes / gb
+        own = (agent.live_bytes - agent.shared_bytes) / gb
+        ax.barh(rows[1], own, left=left, color=_LIVE, edgecolor="white", height=0.6)
+        left += own
     if left < card:
         ax.barh(rows[1], card - left, left=left, color=_FREE, height=0.6)
     ax.axvline(card, color="black", linewidth=1.5)
@@ -228,13 +240,14 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
             patch(color=_WEIGHTS, label="weights"),
             patch(color=_OVERHEAD, label="runtime overhead"),
             patch(color=_LIVE, label="live KV"),
+            patch(color=_SHARED, label="shared prefix"),
             patch(facecolor=_WASTE, hatch="//", label="reserved, unused"),
             patch(facecolor="none", edgecolor=_OUT, linestyle="--", label="not admitted"),
             patch(color=_FREE, label="free headroom"),
         ],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.28),
-        ncol=6,
+        ncol=7,
         fontsize=8,
         frameon=False,
     )

@@ -194,9 +194,12 @@ def _run(
             config = GovernorConfig(safety_factor=1.0, park_after_s=3_600, retain_s=0)
             policies = Policies()
         governor = Governor(backend, config=config, agents=[planner, worker], policies=policies)
+        prefix_tokens = 0
         if kvgov:
-            governor.register_prefix("worker-system", [{"role": "system",
-                                                        "content": SYSTEM_PROMPT}])  # fmt: skip
+            handle = governor.register_prefix(
+                "worker-system", [{"role": "system", "content": SYSTEM_PROMPT}]
+            )
+            prefix_tokens = handle.num_pinned_tokens
         spec = SwarmSpec(
             num_workers=options.agents,
             turns=options.turns,
@@ -220,13 +223,13 @@ def _run(
             provider.shutdown()
         stats.failures = [f for f in done["failures"] if f.endswith("CeilingExceeded")]
         stats.oom_failures = len(done["failures"]) - len(stats.failures)
-        memory = _memory(stats, cap, options)
+        memory = _memory(stats, cap, options, prefix_tokens)
         return stats, {"num_blocks": cap.num_blocks, "bytes_per_block": cap.bytes_per_block}, memory
     finally:
         backend.close()
 
 
-def _memory(stats: RunStats, cap: Any, options: DemoOptions) -> MemoryMap:
+def _memory(stats: RunStats, cap: Any, options: DemoOptions, prefix_tokens: int) -> MemoryMap:
     """The agents holding KV at the run's live peak: each one's context then, against the
     ceiling a contiguous cache would have reserved for it."""
     per_token = cap.bytes_per_block // cap.block_size
@@ -234,7 +237,10 @@ def _memory(stats: RunStats, cap: Any, options: DemoOptions) -> MemoryMap:
     for lease_id, tokens in stats.snapshot.items():
         lease = stats.leases[lease_id]
         name = f"{lease.agent} {lease_id}"
-        agents.append(AgentMemory(name, tokens * per_token, lease.ceiling * per_token))
+        shared = min(tokens, prefix_tokens) if lease.agent == "worker" else 0
+        agents.append(
+            AgentMemory(name, tokens * per_token, lease.ceiling * per_token, shared * per_token)
+        )
     kv = cap.num_blocks * cap.bytes_per_block
     return MemoryMap(
         title=f"kvgov demo at its peak: {options.model}, {len(agents)} agents holding KV, "

@@ -111,7 +111,7 @@ class Tokenizes(Protocol):
 class TokenCounter:
     """Counts tokens exactly as one tokenizer sees them. Immutable and thread-safe."""
 
-    __slots__ = ("_decode", "_encode", "_name", "_tokenizer")
+    __slots__ = ("_decode", "_encode", "_name", "_short", "_tokenizer")
 
     def __init__(self, *, tokenizer: Tokenizes | None = None, encoding: str | None = None) -> None:
         if tokenizer is not None and encoding is not None:
@@ -142,6 +142,10 @@ class TokenCounter:
                 or type(tokenizer).__name__
             )
         self._tokenizer = tokenizer
+        # Roles, names, ids and tool names recur in every message: their counts are kept
+        # (a dict's get and set are atomic, so threads may share it; it is cleared when
+        # it grows past _SHORT_CACHE entries).
+        self._short: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"TokenCounter({self._name!r})"
@@ -168,7 +172,14 @@ class TokenCounter:
 
     def count(self, text: str) -> int:
         """Tokens in ``text``; special-token text such as ``<|endoftext|>`` counts as one."""
-        return len(self._encode(_require_text(text)))
+        if not isinstance(text, str) or len(text) > _SHORT_TEXT:
+            return len(self._encode(_require_text(text)))
+        tokens = self._short.get(text)
+        if tokens is None:
+            if len(self._short) >= _SHORT_CACHE:
+                self._short.clear()
+            tokens = self._short[text] = len(self._encode(text))
+        return tokens
 
     def count_messages(self, messages: Sequence[Any]) -> int:
         """Tokens of a chat prompt, template overhead and reply priming included.
@@ -245,6 +256,10 @@ class TokenCounter:
         if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
             rendered = rendered["input_ids"]
         return len(rendered)
+
+
+_SHORT_TEXT = 64  # characters: what count() keeps counts of
+_SHORT_CACHE = 4_096
 
 
 def _require_text(text: object) -> str:

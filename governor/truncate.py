@@ -49,9 +49,11 @@ class HeadTailTruncation:
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
     ) -> ToolOutputReduction:
-        if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int):
-            raise ConfigError.below_minimum("budget_tokens", budget_tokens, 1)
-        if budget_tokens < 1:
+        if (
+            isinstance(budget_tokens, bool)
+            or not isinstance(budget_tokens, int)
+            or budget_tokens < 1
+        ):
             raise ConfigError.below_minimum("budget_tokens", budget_tokens, 1)
         started = time.perf_counter()
         count = self._counter.count

@@ -30,7 +30,8 @@ from enum import IntEnum
 from itertools import accumulate
 from typing import Any
 
-from governor import ConfigError, TokenCounter, ToolOutputReduction
+from governor import TokenCounter, ToolOutputReduction
+from policies._conversation import check_setting
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -116,12 +117,7 @@ class ExtractiveSummarizer:
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
     ) -> ToolOutputReduction:
-        if (
-            isinstance(budget_tokens, bool)
-            or not isinstance(budget_tokens, int)
-            or budget_tokens < 1
-        ):
-            raise ConfigError.below_minimum("budget_tokens", budget_tokens, 1)
+        check_setting("budget_tokens", budget_tokens, 1)
         started = time.perf_counter()
         before = self._counter.count(text)
         elided: dict[str, int] = {}

@@ -124,7 +124,7 @@ class TokenCounter:
         self._decode: Callable[[list[int]], str] | None = None  # for truncate's first guess
         if tokenizer is None:
             loaded = _load_encoding(DEFAULT_ENCODING if encoding is None else encoding)
-            self._encode = functools.partial(loaded.encode, allowed_special="all")
+            self._encode = _tiktoken_encode(loaded)
             self._decode = loaded.decode
             self._name = f"tiktoken:{loaded.name}"
         else:
@@ -200,20 +200,37 @@ class TokenCounter:
             render = getattr(tokenizer, "apply_chat_template", None)
             assert callable(render)  # has_chat_template checked it
             return self._rendered_length(render(chat, add_generation_prompt=True))
-        total = REPLY_PRIMING_TOKENS
-        for message in chat:
-            total += TOKENS_PER_MESSAGE + self.count(str(message.get("role", "")))
-            total += self.count(_text_of(message.get("content")))
-            if message.get("name"):
-                total += TOKENS_PER_NAME + self.count(str(message["name"]))
-            if message.get("tool_call_id"):
-                total += self.count(str(message["tool_call_id"]))
-            for call in message.get("tool_calls") or ():
-                function = call.get("function", call) if isinstance(call, Mapping) else {}
-                arguments = function.get("arguments", function.get("args", ""))
-                if not isinstance(arguments, str):
-                    arguments = json.dumps(arguments, ensure_ascii=False)
-                total += self.count(str(function.get("name", ""))) + self.count(arguments)
+        return REPLY_PRIMING_TOKENS + sum(self._count_chat(message) for message in chat)
+
+    def count_message(self, message: Any, *, content_tokens: int | None = None) -> int:
+        """The tokens one message adds to a prompt: ``count_messages([message])`` less the
+        reply priming, so a prompt's count is the priming plus its messages' counts. Only
+        without a chat template (``has_chat_template`` False), where the overhead rule
+        is per message; ``content_tokens`` is its content's count when already known.
+        """
+        if self.has_chat_template:
+            raise ValueError(
+                "count_message needs the per-message overhead rule; a chat template renders "
+                "the whole conversation, so count it with count_messages"
+            )
+        return self._count_chat(_as_dict(message, 0), content_tokens)
+
+    def _count_chat(self, message: Mapping[str, Any], content_tokens: int | None = None) -> int:
+        """One chat dict by the cookbook overhead rule (module docstring)."""
+        total = TOKENS_PER_MESSAGE + self.count(str(message.get("role", "")))
+        if content_tokens is None:
+            content_tokens = self.count(_text_of(message.get("content")))
+        total += content_tokens
+        if message.get("name"):
+            total += TOKENS_PER_NAME + self.count(str(message["name"]))
+        if message.get("tool_call_id"):
+            total += self.count(str(message["tool_call_id"]))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call) if isinstance(call, Mapping) else {}
+            arguments = function.get("arguments", function.get("args", ""))
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            total += self.count(str(function.get("name", ""))) + self.count(arguments)
         return total
 
     def truncate(self, text: str, max_tokens: int) -> str:
@@ -262,6 +279,23 @@ _SHORT_TEXT = 64  # characters: what count() keeps counts of
 _SHORT_CACHE = 4_096
 
 
+def _tiktoken_encode(encoding: tiktoken.Encoding) -> Callable[[str], list[int]]:
+    """``encoding.encode`` with every special token allowed. Text that cannot hold one
+    (none of them starts in it) takes ``encode_ordinary``, which skips the special-token
+    scan: the same ids, about 6% sooner."""
+    with_specials = functools.partial(encoding.encode, allowed_special="all")
+    starts = {token[:2] for token in encoding.special_tokens_set}
+    if len(starts) != 1:
+        return with_specials
+    (start,) = starts
+    ordinary = encoding.encode_ordinary
+
+    def encode(text: str) -> list[int]:
+        return with_specials(text) if start in text else ordinary(text)
+
+    return encode
+
+
 def _require_text(text: object) -> str:
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -292,12 +326,13 @@ def _as_dict(message: Any, index: int) -> dict[str, Any]:
         chat = dict(message)
     elif hasattr(message, "type") and hasattr(message, "content"):
         kind = str(message.type).removesuffix("MessageChunk").lower()
-        role = getattr(message, "role", None) or _LANGCHAIN_ROLES.get(kind, kind)
+        role = _field(message, "role") or _LANGCHAIN_ROLES.get(kind, kind)
         chat = {"role": role, "content": message.content}
         for key in ("name", "tool_call_id"):
-            if getattr(message, key, None):
-                chat[key] = getattr(message, key)
-        calls = getattr(message, "tool_calls", None)
+            value = _field(message, key)
+            if value:
+                chat[key] = value
+        calls = _field(message, "tool_calls")
         if calls:
             chat["tool_calls"] = [
                 {
@@ -318,6 +353,18 @@ def _as_dict(message: Any, index: int) -> dict[str, Any]:
             {"type": "text", "text": part} if isinstance(part, str) else part for part in content
         ]
     return chat
+
+
+def _field(message: object, name: str) -> Any:
+    """``getattr(message, name, None)``, read from the instance's ``__dict__`` when it has
+    one: a pydantic model (a LangChain message) answers a missing attribute by raising
+    inside its ``__getattr__``, which costs 2 us, and most messages miss two or three."""
+    fields = getattr(message, "__dict__", None)
+    if fields is not None and name in fields:
+        return fields[name]
+    if fields is not None and not hasattr(type(message), name):
+        return None
+    return getattr(message, name, None)
 
 
 def _text_of(content: Any) -> str:

@@ -23,7 +23,6 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Command
 
 from governor import TokenCounter
-from integrations._messages import to_chat
 
 __all__ = [
     "Rewrite",
@@ -154,20 +153,18 @@ class Tally:
         for message in messages:
             entry = self._known.get(id(message))
             if entry is None or entry[0] is not message:
-                entry = self._known[id(message)] = (
-                    message,
-                    self._counter.count_messages([message]) - self._priming,
-                )
+                entry = self._known[id(message)] = (message, self._counter.count_message(message))
             total += entry[1]
         return total
 
     def count_content(self, message: BaseMessage, text: str) -> int:
         """Tokens of ``text``, the whole text of ``message``'s content. The message's own
         count is kept on the way: its content adds to it, less a chat template."""
-        tokens = self._counter.count(text)
+        counter = self._counter
+        tokens = counter.count(text)
         if self._per_message and id(message) not in self._known:
-            bare = self._counter.count_messages([{**to_chat(message), "content": ""}])
-            self._known[id(message)] = (message, bare - self._priming + tokens)
+            whole = counter.count_message(message, content_tokens=tokens)
+            self._known[id(message)] = (message, whole)
         return tokens
 
 

@@ -42,6 +42,7 @@ from governor import AgentSpec, CeilingExceeded, Lease, ToolCall
 from integrations._graph_frame import Frame, Turn, frame_of
 from integrations._graph_messages import (
     can_replace,
+    is_add_messages,
     messages_in,
     messages_out,
     replace_messages,
@@ -119,12 +120,15 @@ def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
     governance = frame.governance
     key = governance.messages_key
     seen = messages_in(value, key)
-    if lease.agent.tool_output_tokens is not None:
+    added = messages_out(output, key)
+    if lease.agent.tool_output_tokens is not None and any(
+        isinstance(m, ToolMessage) for m in added or ()
+    ):
         calls = {str(call.get("id")): call for call in tool_calls(seen, value)}
         output = rewrite_messages(
             output, key, lambda messages: [_reduce(frame, lease, m, calls) for m in messages]
         )
-    added = messages_out(output, key)
+        added = messages_out(output, key)
     if added is None and seen is None:
         return output
     tally = frame.scope.tally
@@ -215,6 +219,8 @@ def _merge(
     if reducer is None:
         return added
     left = list(seen or ())
+    if is_add_messages(reducer) and _appends(left, added):
+        return [*left, *added]
     try:
         merged = reducer(left, list(added))  # type: ignore[operator]
     except (ValueError, TypeError):  # a removal of a message this node did not see
@@ -222,6 +228,15 @@ def _merge(
     if not isinstance(merged, list):
         return [*left, *(m for m in added if not isinstance(m, RemoveMessage))]
     return merged
+
+
+def _appends(left: list[BaseMessage], added: list[BaseMessage]) -> bool:
+    """Whether ``add_messages`` would only append ``added`` to ``left``: no removals, and
+    no message of ``left`` replaced (by id)."""
+    ids = {m.id for m in added if m.id is not None}
+    if any(isinstance(m, RemoveMessage) for m in added):
+        return False
+    return not ids or not any(m.id in ids for m in left)
 
 
 def _describe(frame: Frame, value: Any) -> tuple[str, Mapping[str, Any] | None]:

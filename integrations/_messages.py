@@ -63,7 +63,8 @@ def to_chat(message: BaseMessage, *, ids: bool = False) -> dict[str, Any]:
     """One message as a chat dict (see the module docstring)."""
     kind = message.type.removesuffix("MessageChunk").lower()
     chat: dict[str, Any] = {
-        "role": getattr(message, "role", None) or _ROLES.get(kind, kind),
+        "role": (message.role if isinstance(message, ChatMessage) else None)
+        or _ROLES.get(kind, kind),
         "content": _content(message.content),
     }
     if message.name:

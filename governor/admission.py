@@ -26,7 +26,6 @@ Parked leases count against neither.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import reprlib
 import threading
@@ -39,6 +38,7 @@ from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected, ConfigError
 from governor.lease import Lease, LeaseState
 from governor.sizing import blocks_per_seq, max_ceiling_tokens
+from governor.wakeup import wake
 
 __all__ = ["AdmissionController", "Waiter"]
 
@@ -59,8 +59,7 @@ class Waiter:
             self._event.set()
             return
         assert self._loop is not None and self._future is not None
-        with contextlib.suppress(RuntimeError):  # its event loop is gone: nobody waits
-            self._loop.call_soon_threadsafe(_resolve, self._future)
+        wake(self._loop, self._future)  # False: its event loop is gone, nobody waits
 
     def wait(self, timeout: float | None) -> bool:
         assert self._event is not None
@@ -68,16 +67,13 @@ class Waiter:
 
     async def await_(self, timeout: float | None) -> bool:
         assert self._future is not None
+        if self._future.done():  # woken already (admitted as it was queued)
+            return True
         try:
             await asyncio.wait_for(asyncio.shield(self._future), timeout)
         except TimeoutError:
             return False
         return True
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 @dataclass(slots=True, eq=False)

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from governor.errors import ConfigError, GovernorError
+from governor.wakeup import wake
 
 __all__ = ["FanoutLimiter", "FanoutSlot", "FanoutTimeout"]
 
@@ -91,19 +92,10 @@ class _AsyncWaiter:
         self.future: asyncio.Future[None] = loop.create_future()
 
     def wake(self) -> bool:
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.future)
-        except RuntimeError:  # its loop is closed: nobody is left to take the slot
-            return False
-        return True
+        return wake(self.loop, self.future)  # False: its loop is closed, nobody takes it
 
 
 _Waiter = _ThreadWaiter | _AsyncWaiter
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():  # a timeout may have cancelled it meanwhile
-        future.set_result(None)
 
 
 @dataclass(slots=True)

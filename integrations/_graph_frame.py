@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -48,7 +48,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
 from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
-from integrations._graph_messages import Tally, messages_in, tool_calls
+from integrations._graph_messages import Tally
 from integrations._lease_context import current_lease
 
 __all__ = [
@@ -162,14 +162,15 @@ class Frame:
         *,
         tool_node: bool,
         config: RunnableConfig,
-        value: Any,
+        calls: list[Mapping[str, Any]] | None,
     ) -> Turn | None:
-        """The lease a node execution runs in (module docstring); None: ungoverned."""
+        """The lease a node execution runs in (module docstring); None: ungoverned.
+        ``calls`` are the tool calls a tools node runs."""
         enclosing = current_lease(self.governor)
         metadata = config.get("metadata") or {}
         step = metadata.get("langgraph_step")
         if tool_node:
-            owner = self._owner(value) or (enclosing if spec is None else None)
+            owner = self._owner(calls or ()) or (enclosing if spec is None else None)
             if owner is not None:
                 return Turn(owner)
         if spec is None:
@@ -209,8 +210,7 @@ class Frame:
                     if call.get("id") is not None:
                         self._owners[str(call["id"])] = lease
 
-    def _owner(self, value: Any) -> Lease | None:
-        calls = tool_calls(messages_in(value, self.governance.messages_key), value)
+    def _owner(self, calls: Iterable[Mapping[str, Any]]) -> Lease | None:
         for call in calls:
             owner = self._owners.get(str(call.get("id")))
             if owner is not None and owner.state is not LeaseState.RELEASED:

@@ -75,56 +75,77 @@ class GovernedNode(Runnable[Any, Any]):
         return f"GovernedNode({self.node!r}, agent={agent!r}, inner={self.inner!r})"
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        frame, turn = self._plan(config, input)
-        if frame is None or turn is None:
+        step = self._plan(config, input)
+        if step is None:
             return self.inner.invoke(input, config, **kwargs)
+        frame, turn = step.frame, step.turn
         with frame.running(turn):
-            with LeaseScope(turn.lease), self._tool_call(frame, turn, input):
+            with LeaseScope(turn.lease), self._tool_call(step):
                 output = self.inner.invoke(input, config, **kwargs)
-            return settle(frame, turn, input, output)
+            return settle(step, input, output)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        frame, turn = self._plan(config, input)
-        if frame is None or turn is None:
+        step = self._plan(config, input)
+        if step is None:
             return await self.inner.ainvoke(input, config, **kwargs)
+        frame, turn = step.frame, step.turn
         async with frame.running(turn):
-            async with self._tool_call(frame, turn, input):
+            async with self._tool_call(step):
                 with LeaseScope(turn.lease):
                     output = await self.inner.ainvoke(input, config, **kwargs)
-            return settle(frame, turn, input, output)
+            return settle(step, input, output)
 
-    def _plan(self, config: RunnableConfig | None, value: Any) -> tuple[Frame | None, Turn | None]:
+    def _plan(self, config: RunnableConfig | None, value: Any) -> _Step | None:
+        """This execution's frame, lease and input messages; None: run ungoverned."""
         frame = frame_of(config)
         if frame is None:
-            return None, None
+            return None
         assert config is not None  # frame_of found a frame in it
+        seen = messages_in(value, frame.governance.messages_key)
+        calls = tool_calls(seen, value) if self.tool_node else None
         turn = frame.plan(
-            self.node, self.spec, tool_node=self.tool_node, config=config, value=value
+            self.node, self.spec, tool_node=self.tool_node, config=config, calls=calls
         )
-        return frame, turn
+        return None if turn is None else _Step(frame, turn, seen, calls)
 
-    def _tool_call(
-        self, frame: Frame, turn: Turn, value: Any
-    ) -> ToolCall | contextlib.nullcontext[None]:
+    def _tool_call(self, step: _Step) -> ToolCall | contextlib.nullcontext[None]:
         """A tools node runs inside ``governor.tool_call``; any other node in nothing."""
-        if not self.tool_node:
+        if step.calls is None:
             return contextlib.nullcontext()
-        name, arguments = _describe(frame, value)
-        return frame.governor.tool_call(turn.lease, name, arguments)
+        name, arguments = _describe(step.calls)
+        return step.frame.governor.tool_call(step.turn.lease, name, arguments)
 
 
-def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
+class _Step:
+    """One governed node execution: its frame and turn, the messages it was given, and
+    (a tools node's) the tool calls it runs."""
+
+    __slots__ = ("calls", "frame", "seen", "turn")
+
+    def __init__(
+        self,
+        frame: Frame,
+        turn: Turn,
+        seen: list[BaseMessage] | None,
+        calls: list[Mapping[str, Any]] | None,
+    ) -> None:
+        self.frame = frame
+        self.turn = turn
+        self.seen = seen
+        self.calls = calls
+
+
+def settle(step: _Step, value: Any, output: Any) -> Any:
     """The node's output, its tool results reduced, its calls recorded and its context
     counted (and compacted, or refused, at the ceiling)."""
+    frame, turn, seen = step.frame, step.turn, step.seen
     lease = turn.lease
     governance = frame.governance
     key = governance.messages_key
-    seen = messages_in(value, key)
     added = messages_out(output, key)
-    if lease.agent.tool_output_tokens is not None and any(
-        isinstance(m, ToolMessage) for m in added or ()
-    ):
-        calls = {str(call.get("id")): call for call in tool_calls(seen, value)}
+    if lease.agent.tool_output_tokens is not None and _has_tool_results(added):
+        listed = step.calls if step.calls is not None else tool_calls(seen, value)
+        calls = {str(call.get("id")): call for call in listed}
         output = rewrite_messages(
             output, key, lambda messages: [_reduce(frame, lease, m, calls) for m in messages]
         )
@@ -135,12 +156,10 @@ def settle(frame: Frame, turn: Turn, value: Any, output: Any) -> Any:
     if added:
         frame.note_calls(lease, added)
         if lease.num_calls == turn.calls_before:  # no call went through the governor
-            old = {id(m) for m in seen or ()}
-            replies = [
-                m
-                for m in added
-                if isinstance(m, AIMessage) and id(m) not in old and not tally.known(m)
-            ]
+            replies = [m for m in added if isinstance(m, AIMessage) and not tally.known(m)]
+            if replies and seen:
+                old = {id(m) for m in seen}
+                replies = [m for m in replies if id(m) not in old]
             if replies:
                 _record(frame, turn, replies)
     if added is None:  # it only read: its context is at least what it saw
@@ -219,8 +238,10 @@ def _merge(
     if reducer is None:
         return added
     left = list(seen or ())
-    if is_add_messages(reducer) and _appends(left, added):
-        return [*left, *added]
+    if is_add_messages(reducer):
+        appended = _appended(left, added)
+        if appended is not None:
+            return appended
     try:
         merged = reducer(left, list(added))  # type: ignore[operator]
     except (ValueError, TypeError):  # a removal of a message this node did not see
@@ -230,18 +251,33 @@ def _merge(
     return merged
 
 
-def _appends(left: list[BaseMessage], added: list[BaseMessage]) -> bool:
-    """Whether ``add_messages`` would only append ``added`` to ``left``: no removals, and
-    no message of ``left`` replaced (by id)."""
-    ids = {m.id for m in added if m.id is not None}
-    if any(isinstance(m, RemoveMessage) for m in added):
-        return False
-    return not ids or not any(m.id in ids for m in left)
+def _appended(left: list[BaseMessage], added: list[BaseMessage]) -> list[BaseMessage] | None:
+    """``add_messages(left, added)`` where it only appends, without calling it; None
+    where it would do more. ``added`` may hold messages of ``left`` themselves (a
+    subgraph returns the state it was given): those stay where they are. It only appends
+    when no new message removes one or has the id of one already there (or of another
+    new one)."""
+    present = {id(m) for m in left}
+    new = [m for m in added if id(m) not in present]
+    ids = set()
+    for message in new:
+        if isinstance(message, RemoveMessage):
+            return None
+        if message.id is not None:
+            if message.id in ids:
+                return None
+            ids.add(message.id)
+    if ids and any(m.id in ids for m in left):
+        return None
+    return [*left, *new]
 
 
-def _describe(frame: Frame, value: Any) -> tuple[str, Mapping[str, Any] | None]:
+def _has_tool_results(messages: list[BaseMessage] | None) -> bool:
+    return any(isinstance(message, ToolMessage) for message in messages or ())
+
+
+def _describe(calls: list[Mapping[str, Any]]) -> tuple[str, Mapping[str, Any] | None]:
     """The tool name (names, comma-joined) and arguments that ``tool_call`` records."""
-    calls = tool_calls(messages_in(value, frame.governance.messages_key), value)
     if len(calls) == 1:
         return str(calls[0].get("name")), calls[0].get("args")
     return ", ".join(str(call.get("name")) for call in calls) or "tools", None

@@ -48,6 +48,7 @@ def test_fifty_agents_on_a_budget_for_eight() -> None:
     async def agent(i: int) -> int:
         async with governor.lease("worker") as lease:
             seen_active.append(governor.admission.counts()[0])
+            await asyncio.sleep(0)  # a real agent awaits I/O here: the others run
             result = await governor.acomplete(lease, MESSAGES, max_tokens=20)
             assert lease.tokens_in_context == result.prompt_tokens + result.completion_tokens
             return i

@@ -362,9 +362,18 @@ def _field(message: object, name: str) -> Any:
     fields = getattr(message, "__dict__", None)
     if fields is not None and name in fields:
         return fields[name]
-    if fields is not None and not hasattr(type(message), name):
-        return None
+    if fields is not None:
+        kind = type(message)
+        on_class = _ON_CLASS.get((kind, name))
+        if on_class is None:  # a property, say; the class's own getattr may raise too
+            on_class = _ON_CLASS[kind, name] = any(name in k.__dict__ for k in kind.__mro__)
+        if not on_class:
+            return None
     return getattr(message, name, None)
+
+
+# (class, attribute name) -> whether the class (or a base) defines it: _field's memo.
+_ON_CLASS: dict[tuple[type, str], bool] = {}
 
 
 def _text_of(content: Any) -> str:

@@ -52,6 +52,8 @@ def messages_in(value: Any, key: str) -> list[BaseMessage] | None:
 
 def messages_out(output: Any, key: str) -> list[BaseMessage] | None:
     """The messages a node returned (every update's, in order), or None for none."""
+    if type(output) is dict:  # the usual node output: one update
+        return _as_messages(output.get(key))
     found: list[BaseMessage] = []
     any_found = False
     for update in _updates(output):
@@ -177,7 +179,10 @@ def _as_messages(found: Any) -> list[BaseMessage] | None:
         return [found]
     if not isinstance(found, list):
         return None
-    if all(isinstance(message, BaseMessage) for message in found):
+    for message in found:
+        if not isinstance(message, BaseMessage):
+            break
+    else:
         return found
     try:  # dicts, tuples and strings, as add_messages coerces them
         return convert_to_messages(found)

@@ -69,6 +69,8 @@ from integrations._lease_context import current_lease
 
 __all__ = ["GovernedGraph", "current_lease", "govern"]
 
+_INVOKED = "__kvgov_graph_invocation"  # "__" keeps it out of LangGraph's run metadata
+
 
 def govern(
     graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
@@ -166,14 +168,38 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         clone.__dict__.update(update or {})
         return clone
 
+    # invoke/ainvoke run on stream/astream. They open the invocation themselves and mark
+    # it in the config, and the stream call they make takes it as its own instead of
+    # wrapping LangGraph's stream in one more generator, which every chunk and every
+    # suspension of the run would pass through.
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        with _Invocation(self, config) as config:
+            return super().invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        with _Invocation(self, config) as config:
+            return await super().ainvoke(input, config, **kwargs)
+
     def stream(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
+        if _Invocation.take(self, config):
+            return super().stream(input, config, **kwargs)
+        return self._stream(input, config, **kwargs)
+
+    def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        if _Invocation.take(self, config):
+            return super().astream(input, config, **kwargs)
+        return self._astream(input, config, **kwargs)
+
+    def _stream(self, input: Any, config: RunnableConfig | None, **kwargs: Any) -> Iterator[Any]:
         with _Invocation(self, config) as config:
             yield from super().stream(input, config, **kwargs)
 
-    async def astream(  # type: ignore[override]
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    async def _astream(
+        self, input: Any, config: RunnableConfig | None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         with _Invocation(self, config) as config:
             async for chunk in super().astream(input, config, **kwargs):
@@ -182,13 +208,30 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
 class _Invocation:
     """One invocation of a governed graph: a frame, inside ``governor.run``; entered, the
-    config that carries the frame to the nodes."""
+    config that carries the frame to the nodes (and this invocation, under
+    ``_INVOKED``, to the stream call of its ``invoke``/``ainvoke``: ``take``)."""
 
-    __slots__ = ("config", "frame", "run")
+    __slots__ = ("config", "frame", "graph", "run", "streaming")
 
     def __init__(self, graph: GovernedGraph, config: RunnableConfig | None) -> None:
+        self.graph = graph
+        self.streaming = False
         self.frame, self.config = open_frame(graph._governance, config)
+        self.config["configurable"][_INVOKED] = self
         self.run = graph.governor.run(graph.get_name())
+
+    @staticmethod
+    def take(graph: GovernedGraph, config: RunnableConfig | None) -> bool:
+        """Whether this stream call of ``graph`` is the one its own ``invoke`` opened the
+        invocation for (once: the nodes inherit the config, and a graph they run opens
+        its own)."""
+        invocation = ((config or {}).get("configurable") or {}).get(_INVOKED)
+        if not isinstance(invocation, _Invocation) or invocation.graph is not graph:
+            return False
+        if invocation.streaming:
+            return False
+        invocation.streaming = True
+        return True
 
     def __enter__(self) -> RunnableConfig:
         self.run.__enter__()

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import tiktoken
 import tiktoken.registry
 
+from governor._ascii_count import ascii_counter
 from governor.errors import ConfigError
 
 __all__ = [
@@ -111,7 +112,7 @@ class Tokenizes(Protocol):
 class TokenCounter:
     """Counts tokens exactly as one tokenizer sees them. Immutable and thread-safe."""
 
-    __slots__ = ("_decode", "_encode", "_name", "_short", "_tokenizer")
+    __slots__ = ("_decode", "_encode", "_length", "_name", "_short", "_tokenizer")
 
     def __init__(self, *, tokenizer: Tokenizes | None = None, encoding: str | None = None) -> None:
         if tokenizer is not None and encoding is not None:
@@ -121,10 +122,12 @@ class TokenCounter:
                 setting="encoding",
             )
         self._encode: Callable[[str], list[int]]
+        self._length: Callable[[str], int]  # len(self._encode(text)), maybe sooner
         self._decode: Callable[[list[int]], str] | None = None  # for truncate's first guess
         if tokenizer is None:
             loaded = _load_encoding(DEFAULT_ENCODING if encoding is None else encoding)
             self._encode = _tiktoken_encode(loaded)
+            self._length = _tiktoken_length(loaded, self._encode)
             self._decode = loaded.decode
             self._name = f"tiktoken:{loaded.name}"
         else:
@@ -136,6 +139,8 @@ class TokenCounter:
                     setting="tokenizer",
                 )
             self._encode = tokenizer.encode
+            encode = tokenizer.encode
+            self._length = lambda text: len(encode(text))
             self._name = str(
                 getattr(tokenizer, "name", None)
                 or getattr(tokenizer, "name_or_path", None)
@@ -173,12 +178,12 @@ class TokenCounter:
     def count(self, text: str) -> int:
         """Tokens in ``text``; special-token text such as ``<|endoftext|>`` counts as one."""
         if not isinstance(text, str) or len(text) > _SHORT_TEXT:
-            return len(self._encode(_require_text(text)))
+            return self._length(_require_text(text))
         tokens = self._short.get(text)
         if tokens is None:
             if len(self._short) >= _SHORT_CACHE:
                 self._short.clear()
-            tokens = self._short[text] = len(self._encode(text))
+            tokens = self._short[text] = self._length(text)
         return tokens
 
     def count_messages(self, messages: Sequence[Any]) -> int:
@@ -284,16 +289,42 @@ def _tiktoken_encode(encoding: tiktoken.Encoding) -> Callable[[str], list[int]]:
     (none of them starts in it) takes ``encode_ordinary``, which skips the special-token
     scan: the same ids, about 6% sooner."""
     with_specials = functools.partial(encoding.encode, allowed_special="all")
-    starts = {token[:2] for token in encoding.special_tokens_set}
-    if len(starts) != 1:
+    start = _special_start(encoding)
+    if start is None:
         return with_specials
-    (start,) = starts
     ordinary = encoding.encode_ordinary
 
     def encode(text: str) -> list[int]:
         return with_specials(text) if start in text else ordinary(text)
 
     return encode
+
+
+def _tiktoken_length(
+    encoding: tiktoken.Encoding, encode: Callable[[str], list[int]]
+) -> Callable[[str], int]:
+    """``len(encode(text))``; ASCII text with no special token in it is counted by
+    ``governor._ascii_count`` where the encoding is cl100k's, without encoding it."""
+    ascii_count = ascii_counter(encoding)
+    start = _special_start(encoding)
+    if ascii_count is None or start is None:
+        return lambda text: len(encode(text))
+
+    def length(text: str) -> int:
+        if start not in text:
+            tokens = ascii_count(text)
+            if tokens is not None:
+                return tokens
+        return len(encode(text))
+
+    return length
+
+
+def _special_start(encoding: tiktoken.Encoding) -> str | None:
+    """The two characters every special token of ``encoding`` starts with ("<|"): text
+    without them holds none. None when they differ (or there are none)."""
+    starts = {token[:2] for token in encoding.special_tokens_set}
+    return next(iter(starts)) if len(starts) == 1 else None
 
 
 def _require_text(text: object) -> str:

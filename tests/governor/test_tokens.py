@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor import tokens
+from governor._ascii_count import ascii_counter
 from governor.errors import ConfigError
 from governor.tokens import (
     DEFAULT_ENCODING,
@@ -145,6 +146,54 @@ def test_counting_ten_thousand_tokens_takes_milliseconds(counter: TokenCounter) 
         counter.count(text)
         best = min(best, time.perf_counter() - start)
     assert best < 0.025  # about 2.5 ms on a 2-core CPU; the margin absorbs slow machines
+
+
+# The ASCII fast path (governor._ascii_count): tiktoken's own count, without its regex
+
+# Characters where cl100k's pattern has its corners: contractions, every ASCII space
+# and line break, digits (runs of three), punctuation runs and the end of the text.
+TRICKY_ASCII = "aZs'tdlmvrexSTLV09 \t\n\r\x0b\x0c.,:;_-/(){}<|>\"#!?\x00\x1c\x7f"
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(text=st.text(alphabet=TRICKY_ASCII, max_size=60) | st.text(st.characters(max_codepoint=127)))
+def test_the_ascii_counter_matches_tiktoken(text: str) -> None:
+    count = ascii_counter(CL100K)
+    assert count is not None
+    assert count(text) == len(CL100K.encode_ordinary(text))
+    assert count(text) == len(CL100K.encode_ordinary(text))  # remembered pieces
+
+
+@pytest.mark.parametrize("text", [PROSE, CODE, *TEXTS])
+def test_the_ascii_counter_counts_real_text_or_declines(text: str) -> None:
+    count = ascii_counter(CL100K)
+    assert count is not None
+    expected = len(CL100K.encode_ordinary(text)) if text.isascii() else None
+    assert count(text) == expected
+
+
+def test_the_counter_takes_the_ascii_path_only_where_it_is_exact(
+    counter: TokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default counters use it; special-token text and other patterns go to tiktoken."""
+    seen: list[str] = []
+    real = tokens.ascii_counter
+
+    def spying(encoding: tiktoken.Encoding) -> Any:
+        count = real(encoding)
+        if count is None:
+            return None
+        return lambda text: seen.append(text) or count(text)
+
+    monkeypatch.setattr(tokens, "ascii_counter", spying)
+    spied = TokenCounter()
+    long_text = "x = 1\n" * 20
+    assert spied.count(long_text) == cl100k(long_text) and seen == [long_text]
+    assert spied.count("<|endoftext|> " * 10) == 10 * cl100k("<|endoftext|> ") and len(seen) == 1
+    other = tiktoken.Encoding(
+        "words", pat_str=r"\S+|\s+", mergeable_ranks=CL100K._mergeable_ranks, special_tokens={}
+    )
+    assert real(other) is None
 
 
 # Encodings, offline

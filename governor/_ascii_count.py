@@ -46,6 +46,7 @@ _ASCII_CL100K = re.compile(
 )
 
 _MAX_PIECES = 1 << 16  # distinct pieces kept; the memo is emptied when it is full
+_LONGEST_KEPT = 48  # characters: a longer piece (a run of letters, say) is not kept
 
 
 def ascii_counter(encoding: tiktoken.Encoding) -> Callable[[str], int | None] | None:
@@ -65,9 +66,10 @@ def ascii_counter(encoding: tiktoken.Encoding) -> Callable[[str], int | None] | 
     def piece_tokens(piece: str) -> int:
         raw = piece.encode()
         tokens = 1 if raw in ranks else len(single_piece(raw))
-        if len(known) >= _MAX_PIECES:
-            known.clear()
-        known[piece] = tokens
+        if len(piece) <= _LONGEST_KEPT:
+            if len(known) >= _MAX_PIECES:
+                known.clear()
+            known[piece] = tokens
         return tokens
 
     def count(text: str) -> int | None:

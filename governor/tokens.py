@@ -196,16 +196,18 @@ class TokenCounter:
         """
         if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of chat messages, not a single message")
-        chat = [_as_dict(message, index) for index, message in enumerate(messages)]
         tokenizer = self._tokenizer
         if tokenizer is not None and self.has_chat_template:
+            chat = [_as_dict(message, index) for index, message in enumerate(messages)]
             counter = getattr(tokenizer, "count_chat_tokens", None)
             if callable(counter):
                 return int(counter(chat))
             render = getattr(tokenizer, "apply_chat_template", None)
             assert callable(render)  # has_chat_template checked it
             return self._rendered_length(render(chat, add_generation_prompt=True))
-        return REPLY_PRIMING_TOKENS + sum(self._count_chat(message) for message in chat)
+        return REPLY_PRIMING_TOKENS + sum(
+            self._count_chat(_chat_fields(message, index)) for index, message in enumerate(messages)
+        )
 
     def count_message(self, message: Any, *, content_tokens: int | None = None) -> int:
         """The tokens one message adds to a prompt: ``count_messages([message])`` less the
@@ -218,24 +220,22 @@ class TokenCounter:
                 "count_message needs the per-message overhead rule; a chat template renders "
                 "the whole conversation, so count it with count_messages"
             )
-        return self._count_chat(_as_dict(message, 0), content_tokens)
+        return self._count_chat(_chat_fields(message, 0), content_tokens)
 
-    def _count_chat(self, message: Mapping[str, Any], content_tokens: int | None = None) -> int:
-        """One chat dict by the cookbook overhead rule (module docstring)."""
-        total = TOKENS_PER_MESSAGE + self.count(str(message.get("role", "")))
-        if content_tokens is None:
-            content_tokens = self.count(_text_of(message.get("content")))
-        total += content_tokens
-        if message.get("name"):
-            total += TOKENS_PER_NAME + self.count(str(message["name"]))
-        if message.get("tool_call_id"):
-            total += self.count(str(message["tool_call_id"]))
-        for call in message.get("tool_calls") or ():
-            function = call.get("function", call) if isinstance(call, Mapping) else {}
-            arguments = function.get("arguments", function.get("args", ""))
+    def _count_chat(self, fields: _ChatFields, content_tokens: int | None = None) -> int:
+        """One message by the cookbook overhead rule (module docstring)."""
+        role, content, name, tool_call_id, calls = fields
+        count = self.count
+        total = TOKENS_PER_MESSAGE + count(str(role))
+        total += count(_text_of(content)) if content_tokens is None else content_tokens
+        if name:
+            total += TOKENS_PER_NAME + count(str(name))
+        if tool_call_id:
+            total += count(str(tool_call_id))
+        for function, arguments in calls:
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments, ensure_ascii=False)
-            total += self.count(str(function.get("name", ""))) + self.count(arguments)
+            total += count(str(function)) + count(arguments)
         return total
 
     def truncate(self, text: str, max_tokens: int) -> str:
@@ -351,19 +351,41 @@ def _bracket(fits: Callable[[int], bool], *, guess: int, end: int) -> tuple[int,
     return max(hi - step, 0), hi
 
 
+# A message as the overhead rule reads it: role, content, name, tool call id, and its
+# tool calls as (function name, arguments) pairs.
+_ChatFields = tuple[Any, Any, Any, Any, list[tuple[Any, Any]]]
+
+
+def _chat_fields(message: Any, index: int) -> _ChatFields:
+    """A chat dict's or a LangChain-style message's fields (``_ChatFields``)."""
+    if isinstance(message, Mapping):
+        calls = []
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call) if isinstance(call, Mapping) else {}
+            arguments = function.get("arguments", function.get("args", ""))
+            calls.append((function.get("name", ""), arguments))
+        get = message.get
+        return get("role", ""), get("content"), get("name"), get("tool_call_id"), calls
+    fields = _fields_of(message, index)
+    kind = str(fields("type")).removesuffix("MessageChunk").lower()
+    role = fields("role") or _LANGCHAIN_ROLES.get(kind, kind)
+    calls = [(call.get("name"), call.get("args", {})) for call in fields("tool_calls") or ()]
+    return role, fields("content"), fields("name"), fields("tool_call_id"), calls
+
+
 def _as_dict(message: Any, index: int) -> dict[str, Any]:
-    """A chat message as a plain dict; LangChain-style objects are mapped to roles."""
+    """A chat message as a plain dict (for a chat template); LangChain-style objects are
+    mapped to roles, and their tool calls to OpenAI's form."""
     if isinstance(message, Mapping):
         chat = dict(message)
-    elif hasattr(message, "type") and hasattr(message, "content"):
-        kind = str(message.type).removesuffix("MessageChunk").lower()
-        role = _field(message, "role") or _LANGCHAIN_ROLES.get(kind, kind)
-        chat = {"role": role, "content": message.content}
-        for key in ("name", "tool_call_id"):
-            value = _field(message, key)
-            if value:
-                chat[key] = value
-        calls = _field(message, "tool_calls")
+    else:
+        role, content, name, tool_call_id, _ = _chat_fields(message, index)
+        chat = {"role": role, "content": content}
+        if name:
+            chat["name"] = name
+        if tool_call_id:
+            chat["tool_call_id"] = tool_call_id
+        calls = _fields_of(message, index)("tool_calls")
         if calls:
             chat["tool_calls"] = [
                 {
@@ -373,11 +395,6 @@ def _as_dict(message: Any, index: int) -> dict[str, Any]:
                 }
                 for call in calls
             ]
-    else:
-        raise TypeError(
-            f"message {index} is a {type(message).__name__}; pass dicts with 'role' and "
-            "'content', or LangChain messages"
-        )
     content = chat.get("content")
     if isinstance(content, list):  # LangChain allows bare strings among the parts
         chat["content"] = [
@@ -386,25 +403,32 @@ def _as_dict(message: Any, index: int) -> dict[str, Any]:
     return chat
 
 
-def _field(message: object, name: str) -> Any:
-    """``getattr(message, name, None)``, read from the instance's ``__dict__`` when it has
-    one: a pydantic model (a LangChain message) answers a missing attribute by raising
-    inside its ``__getattr__``, which costs 2 us, and most messages miss two or three."""
+def _fields_of(message: object, index: int) -> Callable[[str], Any]:
+    """``name -> getattr(message, name, None)`` for a LangChain-style message (one with
+    ``type`` and ``content``). A pydantic model (a LangChain message) answers a missing
+    attribute by raising inside its ``__getattr__``, which costs 2 us, and most messages
+    miss two or three; so where the class defines none of the fields itself (as a
+    property, say), they are read from the instance's ``__dict__``."""
     fields = getattr(message, "__dict__", None)
-    if fields is not None and name in fields:
-        return fields[name]
-    if fields is not None:
-        kind = type(message)
-        on_class = _ON_CLASS.get((kind, name))
-        if on_class is None:  # a property, say; the class's own getattr may raise too
-            on_class = _ON_CLASS[kind, name] = any(name in k.__dict__ for k in kind.__mro__)
-        if not on_class:
-            return None
-    return getattr(message, name, None)
+    kind = type(message)
+    plain = _PLAIN.get(kind)
+    if plain is None:
+        plain = _PLAIN[kind] = not any(
+            name in base.__dict__ for base in kind.__mro__ for name in _CHAT_FIELD_NAMES
+        )
+    if plain and isinstance(fields, dict) and "type" in fields and "content" in fields:
+        return fields.get
+    if hasattr(message, "type") and hasattr(message, "content"):
+        return lambda name: getattr(message, name, None)
+    raise TypeError(
+        f"message {index} is a {type(message).__name__}; pass dicts with 'role' and "
+        "'content', or LangChain messages"
+    )
 
 
-# (class, attribute name) -> whether the class (or a base) defines it: _field's memo.
-_ON_CLASS: dict[tuple[type, str], bool] = {}
+_CHAT_FIELD_NAMES = ("type", "content", "role", "name", "tool_call_id", "tool_calls")
+# class -> whether it (or a base) defines none of _CHAT_FIELD_NAMES: _fields_of's memo.
+_PLAIN: dict[type, bool] = {}
 
 
 def _text_of(content: Any) -> str:
@@ -413,9 +437,12 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(
-        str(part.get("text", ""))
+        part
+        if isinstance(part, str)  # LangChain allows bare strings among the parts
+        else str(part.get("text", ""))
         for part in content
-        if isinstance(part, Mapping) and part.get("type", "text") == "text"
+        if isinstance(part, str)
+        or (isinstance(part, Mapping) and part.get("type", "text") == "text")
     )
 
 

@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -243,12 +242,7 @@ class Frame:
                 held = self._held[node] = _Held(context)
             return held
 
-    # -- around the node --------------------------------------------------------------
-    def running(self, turn: Turn) -> _Running:
-        """``with`` (``begin``) or ``async with`` (``abegin``) around a node execution,
-        ``end`` after it."""
-        return _Running(self, turn)
-
+    # -- around the node: begin (or abegin) before it, end after it ---------------------
     def begin(self, turn: Turn) -> None:
         """Acquire the turn's lease (blocking this thread while it waits)."""
         if turn.context is not None:
@@ -318,40 +312,6 @@ class Frame:
             for node, entry in list(self._held.items()):
                 if entry is held:
                     del self._held[node]
-
-
-class _Running:
-    """What ``Frame.running`` returns; ``end`` is told of the error that left the node."""
-
-    __slots__ = ("frame", "turn")
-
-    def __init__(self, frame: Frame, turn: Turn) -> None:
-        self.frame = frame
-        self.turn = turn
-
-    def __enter__(self) -> Turn:
-        self.frame.begin(self.turn)
-        return self.turn
-
-    async def __aenter__(self) -> Turn:
-        await self.frame.abegin(self.turn)
-        return self.turn
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.frame.end(self.turn, exc)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.frame.end(self.turn, exc)
 
 
 def _started(turn: Turn) -> None:

@@ -79,21 +79,37 @@ class GovernedNode(Runnable[Any, Any]):
         if step is None:
             return self.inner.invoke(input, config, **kwargs)
         frame, turn = step.frame, step.turn
-        with frame.running(turn):
+        frame.begin(turn)
+        try:
             with LeaseScope(turn.lease), self._tool_call(step):
                 output = self.inner.invoke(input, config, **kwargs)
-            return settle(step, input, output)
+            output = settle(step, input, output)
+        except BaseException as error:
+            frame.end(turn, error)
+            raise
+        frame.end(turn, None)
+        return output
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         step = self._plan(config, input)
         if step is None:
             return await self.inner.ainvoke(input, config, **kwargs)
         frame, turn = step.frame, step.turn
-        async with frame.running(turn):
-            async with self._tool_call(step):
+        await frame.abegin(turn)
+        try:
+            if step.calls is None:
                 with LeaseScope(turn.lease):
                     output = await self.inner.ainvoke(input, config, **kwargs)
-            return settle(step, input, output)
+            else:
+                async with self._tool_call(step):
+                    with LeaseScope(turn.lease):
+                        output = await self.inner.ainvoke(input, config, **kwargs)
+            output = settle(step, input, output)
+        except BaseException as error:
+            frame.end(turn, error)
+            raise
+        frame.end(turn, None)
+        return output
 
     def _plan(self, config: RunnableConfig | None, value: Any) -> _Step | None:
         """This execution's frame, lease and input messages; None: run ungoverned."""

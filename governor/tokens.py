@@ -234,7 +234,7 @@ class TokenCounter:
             total += count(str(tool_call_id))
         for function, arguments in calls:
             if not isinstance(arguments, str):
-                arguments = json.dumps(arguments, ensure_ascii=False)
+                arguments = _to_json(arguments)
             total += count(str(function)) + count(arguments)
         return total
 
@@ -350,6 +350,9 @@ def _bracket(fits: Callable[[int], bool], *, guess: int, end: int) -> tuple[int,
         step *= 2
     return max(hi - step, 0), hi
 
+
+# json.dumps(value, ensure_ascii=False), without building an encoder per call.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
 
 # A message as the overhead rule reads it: role, content, name, tool call id, and its
 # tool calls as (function name, arguments) pairs.

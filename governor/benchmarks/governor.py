@@ -6,20 +6,29 @@
   guaranteed mode, on the design's workload shape scaled to the tiny model (ceilings of
   1,600 tokens with about 300 in use, i.e. 16k ceilings at a 3k average), run on the
   bundled engine (tiny-random). Every call must finish: zero lost, zero out-of-memory.
+- ``count_us_per_1k_chars``: exact token counting of ASCII tool output (seeded build and
+  service logs, every text different) by ``TokenCounter``, against tiktoken's own
+  ``encode_ordinary`` on the same texts in the same run (reported: what the ASCII
+  counter of ``governor._ascii_count`` saves the governor on every tool result).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
 import statistics
 import time
 from collections.abc import Iterator, Mapping
+
+import tiktoken
 
 from governor.agent import AgentSpec
 from governor.config import AdmissionMode, GovernorConfig
 from governor.governor import Governor
 from governor.local_backend import LocalBackend
 from governor.testing import FakeBackend
+from governor.tokens import DEFAULT_ENCODING, TokenCounter
 
 __all__ = ["run"]
 
@@ -29,6 +38,7 @@ _BENCH = "governor"
 def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     yield _lease_overhead(num=2_000 if quick else 20_000, repeats=3 if quick else 5)
     yield _overcommit_ratio(num_agents=24 if quick else 60)
+    yield _count_speed(num_texts=40 if quick else 400)
 
 
 def _lease_overhead(*, num: int, repeats: int) -> Mapping[str, object]:
@@ -90,3 +100,52 @@ def _overcommit_ratio(*, num_agents: int) -> Mapping[str, object]:
             f"{lost} lost or cut short"
         ),
     }
+
+
+def _count_speed(*, num_texts: int) -> Mapping[str, object]:
+    texts = _logs(num_texts)
+    characters = sum(map(len, texts))
+    encoding = tiktoken.get_encoding(DEFAULT_ENCODING)
+    counter = TokenCounter()  # a new one: its memo of pieces starts empty
+    started = time.perf_counter()
+    ours = [counter.count(text) for text in texts]
+    ours_s = time.perf_counter() - started
+    started = time.perf_counter()
+    theirs = [len(encoding.encode_ordinary(text)) for text in texts]
+    theirs_s = time.perf_counter() - started
+    assert ours == theirs, "the counter must agree with tiktoken"
+    per_1k = 1e6 * 1_000 / characters
+    return {
+        "bench": _BENCH,
+        "metric": "count_us_per_1k_chars",
+        "value": ours_s * per_1k,
+        "unit": "us",
+        "target": None,
+        "direction": "lower",
+        "note": (
+            f"tiktoken's encode_ordinary: {theirs_s * per_1k:.0f} us per 1,000 characters "
+            f"({theirs_s / ours_s:.1f}x as long); {num_texts} distinct ASCII logs, "
+            f"{characters:,} characters, {sum(ours):,} tokens, counts equal"
+        ),
+    }
+
+
+def _logs(num: int) -> list[str]:
+    """Build and service logs of 40-80 lines each, seeded: steps, paths, durations,
+    hashes and the odd error, so no two texts are alike."""
+    rng = random.Random(7)
+    words = ["compiled", "linked", "tested", "cached", "fetched", "skipped", "wrote"]
+    levels = ["INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"]
+    texts = []
+    for number in range(num):
+        lines = []
+        for step in range(rng.randint(40, 80)):
+            digest = hashlib.sha1(f"{number}/{step}".encode()).hexdigest()[:10]
+            lines.append(
+                f"2026-12-01T04:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z "
+                f"{rng.choice(levels)} [job {number}] step {step}: {rng.choice(words)} "
+                f"src/module_{rng.randint(0, 300)}/file_{step}.py in {rng.randint(1, 9_999)} ms "
+                f"(sha {digest}, {rng.randint(0, 64)} warnings)"
+            )
+        texts.append("\n".join(lines))
+    return texts

@@ -13,7 +13,9 @@ def test_bench_governor_quick_json() -> None:
     result = CliRunner().invoke(app, ["bench", "governor", "--quick", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["metric"]: row for row in map(json.loads, result.stdout.splitlines())}
-    assert set(rows) == {"lease_overhead_us", "overcommit_admitted_ratio"}
+    assert set(rows) == {"lease_overhead_us", "overcommit_admitted_ratio", "count_us_per_1k_chars"}
     assert rows["lease_overhead_us"]["value"] > 0
     assert rows["overcommit_admitted_ratio"]["value"] >= 1
     assert "0 lost" in rows["overcommit_admitted_ratio"]["note"]
+    assert rows["count_us_per_1k_chars"]["value"] > 0
+    assert "counts equal" in rows["count_us_per_1k_chars"]["note"]

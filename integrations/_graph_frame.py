@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -243,6 +244,12 @@ class Frame:
             return held
 
     # -- around the node: begin (or abegin) before it, end after it ---------------------
+    def ending(self, turn: Turn) -> _Ending:
+        """``with`` around a node execution, after ``begin`` or ``abegin``: ``end`` when
+        it leaves, told of the error that left it. A plain context manager, so the async
+        path needs no coroutine for it."""
+        return _Ending(self, turn)
+
     def begin(self, turn: Turn) -> None:
         """Acquire the turn's lease (blocking this thread while it waits)."""
         if turn.context is not None:
@@ -312,6 +319,27 @@ class Frame:
             for node, entry in list(self._held.items()):
                 if entry is held:
                     del self._held[node]
+
+
+class _Ending:
+    """What ``Frame.ending`` returns."""
+
+    __slots__ = ("frame", "turn")
+
+    def __init__(self, frame: Frame, turn: Turn) -> None:
+        self.frame = frame
+        self.turn = turn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.frame.end(self.turn, exc)
 
 
 def _started(turn: Turn) -> None:

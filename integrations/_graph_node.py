@@ -80,15 +80,10 @@ class GovernedNode(Runnable[Any, Any]):
             return self.inner.invoke(input, config, **kwargs)
         frame, turn = step.frame, step.turn
         frame.begin(turn)
-        try:
+        with frame.ending(turn):
             with LeaseScope(turn.lease), self._tool_call(step):
                 output = self.inner.invoke(input, config, **kwargs)
-            output = settle(step, input, output)
-        except BaseException as error:
-            frame.end(turn, error)
-            raise
-        frame.end(turn, None)
-        return output
+            return settle(step, input, output)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         step = self._plan(config, input)
@@ -96,20 +91,15 @@ class GovernedNode(Runnable[Any, Any]):
             return await self.inner.ainvoke(input, config, **kwargs)
         frame, turn = step.frame, step.turn
         await frame.abegin(turn)
-        try:
-            if step.calls is None:
+        with frame.ending(turn):
+            if step.calls is None:  # no governor.tool_call: no coroutine to enter
                 with LeaseScope(turn.lease):
                     output = await self.inner.ainvoke(input, config, **kwargs)
             else:
                 async with self._tool_call(step):
                     with LeaseScope(turn.lease):
                         output = await self.inner.ainvoke(input, config, **kwargs)
-            output = settle(step, input, output)
-        except BaseException as error:
-            frame.end(turn, error)
-            raise
-        frame.end(turn, None)
-        return output
+            return settle(step, input, output)
 
     def _plan(self, config: RunnableConfig | None, value: Any) -> _Step | None:
         """This execution's frame, lease and input messages; None: run ungoverned."""

@@ -71,7 +71,7 @@ class Waiter:
             return True
         try:
             await asyncio.wait_for(asyncio.shield(self._future), timeout)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
             return False
         return True
 

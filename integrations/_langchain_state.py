@@ -32,7 +32,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator
-from typing import Annotated, NotRequired
+from typing import Annotated
 
 from langchain.agents.middleware.types import (
     AgentState,
@@ -41,6 +41,7 @@ from langchain.agents.middleware.types import (
     ResponseT,
 )
 from langgraph.channels.untracked_value import UntrackedValue
+from typing_extensions import NotRequired
 
 from governor import Governor, Lease, LeaseState
 

@@ -303,7 +303,7 @@ class LLMSummarizer:
             return _Reply(None, prompt.detail)
         try:
             return await asyncio.wait_for(self._call(prompt), self._timeout_s)
-        except TimeoutError:  # only wait_for's: _call turns the model's errors into replies
+        except asyncio.TimeoutError:  # only wait_for's: _call turns the model's errors into replies
             return _Reply(None, f"llm timed out after {self._timeout_s:g} s")
 
     async def _call(self, prompt: _Prompt) -> _Reply:

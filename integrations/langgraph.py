@@ -202,8 +202,12 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         self, input: Any, config: RunnableConfig | None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         with _Invocation(self, config) as config:
-            async for chunk in super().astream(input, config, **kwargs):
-                yield chunk
+            # A consumer that stops early closes this generator: close LangGraph's too,
+            # now (``async for`` alone leaves it to the garbage collector), so that its
+            # running tasks are cancelled before the invocation releases their leases.
+            async with contextlib.aclosing(super().astream(input, config, **kwargs)) as stream:
+                async for chunk in stream:
+                    yield chunk
 
 
 class _Invocation:

@@ -178,10 +178,13 @@ class GovernedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        async for chunk in self._chunks(messages, stop, kwargs):
-            if run_manager is not None and chunk.text:
-                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
+        # Each stream is closed here, not left to the garbage collector: a consumer that
+        # stops early must have its call aborted (its blocks back) before the lease ends.
+        async with contextlib.aclosing(self._chunks(messages, stop, kwargs)) as chunks:
+            async for chunk in chunks:
+                if run_manager is not None and chunk.text:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
 
     def _stream(
         self,
@@ -205,8 +208,11 @@ class GovernedChatModel(BaseChatModel):
         bound: Lease | None = None,
     ) -> AsyncIterator[ChatGenerationChunk]:
         chats, options = to_chats(messages), self._options(stop, kwargs)
-        async with self._lease(bound) as lease:
-            async for piece in self.governor.astream(lease, chats, **options):
+        async with (
+            self._lease(bound) as lease,
+            contextlib.aclosing(self.governor.astream(lease, chats, **options)) as pieces,
+        ):
+            async for piece in pieces:
                 yield self._chunk(piece)
 
     # -- pieces -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import operator
 from collections.abc import Iterator
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -201,6 +202,23 @@ def test_a_sync_stream_works_under_a_running_loop_and_stops_early() -> None:
     assert next(stream).content == " hello"
     stream.close()  # the call is abandoned: its lease and blocks come back
     assert no_leaks(governor, backend)
+
+
+def test_an_async_stream_stopped_early_returns_its_lease_and_blocks_at_once() -> None:
+    governor, backend = fake(latency_s=0.001)
+    model = GovernedChatModel(governor, agent="chatter", max_tokens=50)
+
+    async def first_chunk_only() -> str:
+        async with aclosing(model.astream("hi")) as stream:
+            first = await anext(stream)
+            assert backend.metrics().num_blocks_in_use > 0  # mid-call
+        # Closed: the call is aborted and the lease released now, not when the garbage
+        # collector finalizes the generators (which released the lease with the call
+        # still in flight, and failed).
+        assert no_leaks(governor, backend)
+        return str(first.content)
+
+    assert asyncio.run(first_chunk_only()) == " hello"
 
 
 def test_an_agent_streams_its_reply_from_the_runs_lease() -> None:

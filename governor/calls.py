@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from governor.backend import GenerationChunk, GenerationRequest, GenerationResult, Message
 from governor.ceiling import CompactionEvent, RaiseAtCeiling
 from governor.errors import CeilingExceeded, ConfigError, LeaseReleased
+from governor.events import error_name
 from governor.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -107,11 +108,7 @@ class ModelCalls:
         return time.perf_counter()
 
     def _call_failed(self, lease: Lease, started: float, error: BaseException | None) -> None:
-        reason = (
-            "cancelled"
-            if isinstance(error, (asyncio.CancelledError, GeneratorExit))
-            else ("no result" if error is None else type(error).__name__)
-        )
+        reason = "no result" if error is None else error_name(error)
         self._publish("call.failed", lease, error=reason, elapsed_s=time.perf_counter() - started)
 
     def _request(

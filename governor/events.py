@@ -11,13 +11,16 @@ OpenTelemetry instrumentation turns them into span events and metrics, tests and
 - ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
 - ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"grow"`` or ``"manual"``)
 - ``resumed``: ``wait_s``, ``ceiling_tokens``
-- ``released``: ``tokens_in_context``, ``num_calls``
+- ``released``: ``tokens_in_context``, ``num_calls``, ``error`` (what ended the lease's
+  block: None, the exception's class name, or ``"cancelled"``)
 - ``call.started``: ``max_tokens``
 - ``call.finished``: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
   ``finish_reason``, ``tokens_in_context``, ``blocks_held``, ``elapsed_s``
-- ``call.failed``: ``error`` (the exception's class name, or ``"cancelled"``), ``elapsed_s``
+- ``call.failed``: ``error`` (the exception's class name, ``"cancelled"``, or ``"no result"``
+  for a stream that ended without one), ``elapsed_s``
 - ``tool.started``: ``tool``
-- ``tool.finished``: ``tool``, ``elapsed_s``, ``error`` (None, or the exception's class)
+- ``tool.finished``: ``tool``, ``elapsed_s``, ``error`` (None, the exception's class name,
+  or ``"cancelled"``)
 - ``compacted``: ``record`` is the ``CompactionEvent``
 - ``summarized``: ``tool``, ``record`` is the ``ToolOutputReduction``
 - ``retained``: ``tokens`` held between calls
@@ -32,6 +35,7 @@ keep it quick. One that raises is reported with a warning and never breaks the g
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import warnings
@@ -41,7 +45,7 @@ from typing import Any
 
 from governor.errors import ConfigError
 
-__all__ = ["EventBus", "GovernorEvent"]
+__all__ = ["EventBus", "GovernorEvent", "error_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +104,13 @@ class EventBus:
                     RuntimeWarning,
                     stacklevel=2,
                 )
+
+
+def error_name(error: BaseException | None) -> str | None:
+    """How events name what ended a call, tool or lease: None for nothing, ``"cancelled"``
+    for a cancelled task or a stream its consumer closed, else the exception's class."""
+    if error is None:
+        return None
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        return "cancelled"
+    return type(error).__name__

@@ -34,7 +34,7 @@ from governor.calls import ModelCalls
 from governor.children import ChildContext
 from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, ConfigError, LeaseReleased
-from governor.events import EventBus, GovernorEvent, Subscriber
+from governor.events import EventBus, GovernorEvent, Subscriber, error_name
 from governor.fanout import FanoutLimiter
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseState
@@ -280,8 +280,10 @@ class Governor(ModelCalls):
             kind = "resumed" if resumed else "admitted"
             self._publish(kind, lease, wait_s=wait_s, ceiling_tokens=lease.ceiling_tokens)
 
-    def release(self, lease: Lease) -> None:
-        """Return the lease's context, its held KV and its engine budget (idempotent)."""
+    def release(self, lease: Lease, *, error: BaseException | None = None) -> None:
+        """Return the lease's context, its held KV and its engine budget (idempotent).
+        ``error``: what ended the lease's work, when it failed (the ``released`` event's
+        ``error``, so tracing marks the agent's span failed)."""
         if lease.state is LeaseState.RELEASED:
             return
         try:
@@ -294,7 +296,11 @@ class Governor(ModelCalls):
                 self._budgets_open.discard(lease.budget)
                 self.backend.close_budget(lease.budget)
         self._publish(
-            "released", lease, tokens_in_context=lease.tokens_in_context, num_calls=lease.num_calls
+            "released",
+            lease,
+            tokens_in_context=lease.tokens_in_context,
+            num_calls=lease.num_calls,
+            error=error_name(error),
         )
 
     def park(self, lease: Lease, *, reason: str = "manual") -> None:
@@ -338,7 +344,7 @@ class Governor(ModelCalls):
             lease,
             tool=tool,
             elapsed_s=time.perf_counter() - started,
-            error=None if error is None else type(error).__name__,
+            error=error_name(error),
         )
 
     def reduce_tool_output(
@@ -423,7 +429,7 @@ class LeaseContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor.release(self.lease)
+        self.governor.release(self.lease, error=exc)
 
     async def __aenter__(self) -> Lease:
         return await self.governor.aacquire(self.lease)
@@ -434,4 +440,4 @@ class LeaseContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor.release(self.lease)
+        self.governor.release(self.lease, error=exc)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+from governor.events import error_name
+
 __all__ = ["Run", "current_run_id"]
 
 _CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("kvgov_run_id", default=None)
@@ -63,7 +65,7 @@ class Run:
             self,
             name=self.name,
             elapsed_s=time.perf_counter() - self._started,
-            error=None if exc is None else type(exc).__name__,
+            error=error_name(exc),
         )
         _CURRENT.reset(self._token)
 

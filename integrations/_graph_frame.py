@@ -46,6 +46,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.errors import GraphBubbleUp
 
 from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
 from integrations._graph_messages import Tally
@@ -57,6 +58,7 @@ __all__ = [
     "Governance",
     "RunScope",
     "Turn",
+    "failure",
     "frame_of",
     "open_frame",
 ]
@@ -139,7 +141,16 @@ def open_frame(
 
 
 class Frame:
-    __slots__ = ("_held", "_lock", "_owners", "_ran", "governance", "inherited", "scope")
+    __slots__ = (
+        "_failed",
+        "_held",
+        "_lock",
+        "_owners",
+        "_ran",
+        "governance",
+        "inherited",
+        "scope",
+    )
 
     def __init__(self, governance: Governance, scope: RunScope, inherited: Lease | None) -> None:
         self.governance = governance
@@ -149,6 +160,8 @@ class Frame:
         self._held: dict[str, _Held] = {}  # node name -> its lease for the frame
         self._ran: dict[str, tuple[Lease, int]] = {}  # node -> (its lease, latest step)
         self._owners: dict[str, Lease] = {}  # tool call id -> the lease that asked for it
+        # lease id -> what the latest turn of a frame lease raised (for its release)
+        self._failed: dict[str, BaseException] = {}
 
     @property
     def governor(self) -> Governor:
@@ -271,10 +284,18 @@ class Frame:
 
     def end(self, turn: Turn, error: BaseException | None) -> None:
         """Release a lease taken for this execution only; park a frame lease until the
-        node's next turn, so that an idle agent never holds up the ones that run."""
+        node's next turn, so that an idle agent never holds up the ones that run. What
+        the node raised goes with the lease's release (a frame lease's, when the frame
+        closes, unless a later turn, a retry, ends well)."""
+        error = failure(error)
         if turn.context is not None:
             turn.context.__exit__(None if error is None else type(error), error, None)
         elif turn.between:
+            with self._lock:
+                if error is None:
+                    self._failed.pop(turn.lease.lease_id, None)
+                else:
+                    self._failed[turn.lease.lease_id] = error
             self.governor.park(turn.lease, reason="manual")
 
     def close(self) -> None:
@@ -282,17 +303,20 @@ class Frame:
         another fails (the first failure is raised after)."""
         with self._lock:
             held = [h for h in reversed(self._held.values()) if h.entered]
+            failed = dict(self._failed)
             self._held.clear()
             self._ran.clear()
             self._owners.clear()
-        failure: BaseException | None = None
+            self._failed.clear()
+        first: BaseException | None = None
         for entry in held:
+            error = failed.get(entry.context.lease.lease_id)
             try:
-                entry.context.__exit__(None, None, None)
+                entry.context.__exit__(None if error is None else type(error), error, None)
             except BaseException as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+                first = first or exc
+        if first is not None:
+            raise first
 
     def _enter_held(self, held: _Held) -> None:
         if held.entered:
@@ -340,6 +364,12 @@ class _Ending:
         tb: TracebackType | None,
     ) -> None:
         self.frame.end(self.turn, exc)
+
+
+def failure(error: BaseException | None) -> BaseException | None:
+    """``error`` unless it is LangGraph's control flow (an ``interrupt()``, a
+    ``Command`` to the parent graph: ``GraphBubbleUp``), which fails nothing."""
+    return None if isinstance(error, GraphBubbleUp) else error
 
 
 def _started(turn: Turn) -> None:

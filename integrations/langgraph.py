@@ -62,7 +62,7 @@ from langgraph.graph.state import CompiledStateGraph, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from governor import AgentSpec, ConfigError, Governor
-from integrations._graph_frame import Governance, open_frame
+from integrations._graph_frame import Governance, failure, open_frame
 from integrations._graph_node import GovernedNode
 from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
 from integrations._lease_context import current_lease
@@ -247,8 +247,9 @@ class _Invocation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # A caller that stops reading (GeneratorExit) ends the run, but is not its failure.
-        error = None if isinstance(exc, GeneratorExit) else exc
+        # A caller that stops reading (GeneratorExit) ends the run, but is not its failure;
+        # nor is an interrupt that a subgraph passes up to its parent graph.
+        error = None if isinstance(exc, GeneratorExit) else failure(exc)
         try:
             self.frame.close()
         finally:

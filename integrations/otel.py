@@ -22,8 +22,9 @@ admission and resume, parking, compaction and summarization (tokens before and
 after), retention, offload, drop and restore of held KV (with the pressure that caused
 an offload), and engine preemptions (``backend.metrics().num_preemptions``, polled
 after each model call: the engine does not say whose sequence it preempted, so the
-event goes on the agent span whose call saw it). Failed calls and tools, and runs that
-raise, get status ERROR. The run span records the KV budget (blocks, block size, bytes
+event goes on the agent span whose call saw it). Failed calls and tools, runs that
+raise, and agents whose work raised, was cancelled or was never admitted get status
+ERROR and ``error.type``. The run span records the KV budget (blocks, block size, bytes
 per block, safety factor) so ``kvgov report`` can size from it. Metrics: see
 ``integrations._otel_metrics``.
 
@@ -242,6 +243,7 @@ class Instrumentation(CallEvents):
             for lease_id, _ in waiting:
                 del self._leases[lease_id]
         for _, state in waiting:  # never admitted: its waiter timed out or was cancelled
+            state.span.set_attribute(n.ERROR_TYPE, "never admitted")
             state.span.set_status(Status(StatusCode.ERROR, "never admitted"))
             self._end_lease(state, event.at, was_active=False, ended_by="run end")
         if span is None:
@@ -338,6 +340,10 @@ class Instrumentation(CallEvents):
             state.max_seq_tokens = max(state.max_seq_tokens, tokens)
             state.num_calls = int(event.attributes.get("num_calls", state.num_calls))
             was_active, state.active = state.active, False
+        error = event.attributes.get("error")
+        if error is not None:  # the agent's work ended in a failure or was cancelled
+            state.span.set_attribute(n.ERROR_TYPE, str(error))
+            state.span.set_status(Status(StatusCode.ERROR, str(error)))
         self._poll()
         self._end_lease(state, event.at, was_active=was_active)
 

@@ -53,7 +53,11 @@ def test_a_lease_with_two_calls_and_a_tool_in_order() -> None:
     assert finished["completion_tokens"] == 5 and finished["finish_reason"] == "length"
     assert finished["tokens_in_context"] == finished["prompt_tokens"] + 5
     assert events[7].attributes["tool"] == "pytest" and events[7].attributes["error"] is None
-    assert events[-1].attributes == {"tokens_in_context": lease.tokens_in_context, "num_calls": 2}
+    assert events[-1].attributes == {
+        "tokens_in_context": lease.tokens_in_context,
+        "num_calls": 2,
+        "error": None,
+    }
 
 
 def test_children_name_their_parent() -> None:
@@ -128,3 +132,28 @@ def test_a_call_made_outside_the_governor_is_recorded() -> None:
     assert finished.attributes["elapsed_s"] >= 0.5
     messages, salt = governor.with_prefix(lease, TASK)
     assert list(messages) == TASK and salt is None  # no registered prefix
+
+
+def test_released_says_what_ended_the_leases_work() -> None:
+    governor, events = _governor()
+
+    async def main() -> None:
+        async with governor.lease(AGENT.name):
+            pass
+        with pytest.raises(ValueError):
+            async with governor.lease(AGENT.name):
+                raise ValueError("the agent's work failed")
+        waiting = asyncio.ensure_future(_hold(governor))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+    released = [e.attributes["error"] for e in events if e.kind == "released"]
+    assert released == [None, "ValueError", "cancelled"]
+
+
+async def _hold(governor: Governor) -> None:
+    async with governor.lease(AGENT.name):
+        await asyncio.sleep(10)

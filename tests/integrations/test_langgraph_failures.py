@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 from typing_extensions import TypedDict
 
 from governor import AgentSpec, Governor
@@ -70,6 +70,52 @@ def test_a_node_that_raises_fails_the_run_and_returns_every_lease(mode: str) -> 
     assert_no_leaks(governor)
     assert outermost_run_error(recorder) == "RuntimeError"
     assert recorder.kinds("worker").count("admitted") == recorder.kinds("worker").count("released")
+    # The released events say which agents failed: the worker whose call raised, the
+    # others LangGraph cancelled with the run; the planner, parked, did not fail.
+    released = {e.lease_id: e for e in recorder.events if e.kind == "released"}.values()
+    worker_errors = [e.attributes["error"] for e in released if e.agent == "worker"]
+    assert "RuntimeError" in worker_errors
+    assert set(worker_errors) <= {"RuntimeError", "cancelled"}
+    assert [e.attributes["error"] for e in released if e.agent == "planner"] == [None]
+
+
+def one_agent(governor: Governor, node: Any, **options: Any) -> Any:
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", node, **options)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return govern(builder, governor, {"agent": AgentSpec(name="solo", ceiling_tokens=1_000)})
+
+
+def test_a_failed_turn_is_the_failure_its_lease_is_released_with_unless_a_retry_ends_well() -> None:
+    attempts: list[int] = []
+
+    def flaky(state: MessagesState) -> dict[str, Any]:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise ConnectionError("the model server blinked")
+        return {"messages": [AIMessage("done")]}
+
+    def broken(state: MessagesState) -> dict[str, Any]:
+        raise ConnectionError("the model server is down")
+
+    retried, failed = make_governor(), make_governor()
+    retried_events, failed_events = Recorder(retried, "solo"), Recorder(failed, "solo")
+    retry = RetryPolicy(max_attempts=2, initial_interval=0.001, jitter=False)
+    inputs = {"messages": [HumanMessage("go")]}
+
+    assert one_agent(retried, flaky, retry_policy=retry).invoke(inputs)["messages"][-1].content == (
+        "done"
+    )
+    with pytest.raises(ConnectionError):
+        one_agent(failed, broken).invoke(inputs)
+
+    assert len(attempts) == 2
+    outcomes = ((retried, retried_events, None), (failed, failed_events, "ConnectionError"))
+    for governor, recorder, error in outcomes:
+        assert_no_leaks(governor)
+        (released,) = [e for e in recorder.events if e.kind == "released"]
+        assert released.attributes["error"] == error
 
 
 def test_a_cancelled_run_returns_every_lease_and_slot() -> None:
@@ -159,7 +205,9 @@ def test_an_interrupted_node_holds_no_lease_while_a_human_decides() -> None:
 
     assert len(paused["__interrupt__"]) == 2
     assert_no_leaks(governor)  # nobody holds memory while the human thinks
-    assert outermost_run_error(recorder) is None  # an interrupt is not a failure
+    # An interrupt is LangGraph's control flow, not a failure of the run or the agents.
+    assert outermost_run_error(recorder) is None
+    assert [e.attributes["error"] for e in recorder.events if e.kind == "released"] == [None] * 3
     answers = {pending.id: "approved" for pending in paused["__interrupt__"]}
     done = graph.invoke(Command(resume=answers), config)
 

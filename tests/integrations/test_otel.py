@@ -255,6 +255,9 @@ def test_failures_set_status_error(telemetry: Telemetry) -> None:
             with pytest.raises(KeyError):
                 async with governor.tool_call(lease, "lookup"):
                     raise KeyError("missing")
+        with pytest.raises(ValueError):
+            async with governor.lease("worker"):
+                raise ValueError("the agent's work failed")
         raise RuntimeError("the workflow failed")
 
     with telemetry.instrument(governor), pytest.raises(RuntimeError), governor.run("failing"):
@@ -262,10 +265,15 @@ def test_failures_set_status_error(telemetry: Telemetry) -> None:
     chat = _one(telemetry.finished("chat"))
     tool = _one(telemetry.finished("execute_tool"))
     run = _one(telemetry.finished("invoke_workflow"))
-    expected = {chat: "cancelled", tool: "KeyError", run: "RuntimeError"}
+    worker = _one(telemetry.finished("invoke_agent worker"))
+    expected = {chat: "cancelled", tool: "KeyError", worker: "ValueError", run: "RuntimeError"}
     for span, error in expected.items():
         assert span.status.status_code is StatusCode.ERROR
         assert span.attributes["error.type"] == error  # type: ignore[index]
+    # The coder's own work ended well: its call and tool failed, not the agent.
+    coder = _one(telemetry.finished("invoke_agent coder"))
+    assert coder.status.status_code is StatusCode.UNSET
+    assert "error.type" not in (coder.attributes or {})
 
 
 class PreemptingBackend(FakeBackend):
@@ -374,6 +382,7 @@ def test_a_lease_never_admitted_ends_with_its_run(telemetry: Telemetry) -> None:
         pass
     worker = _one(telemetry.finished("invoke_agent worker"))
     assert worker.status.status_code is StatusCode.ERROR
+    assert worker.attributes["error.type"] == "never admitted"  # type: ignore[index]
     assert worker.attributes["kvgov.span.ended_by"] == "run end"  # type: ignore[index]
     assert len(telemetry.finished()) == 3
 

@@ -46,9 +46,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
-from langgraph.errors import GraphBubbleUp
 
 from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
+from integrations._control_flow import failure
 from integrations._graph_messages import Tally
 from integrations._lease_context import current_lease
 
@@ -58,7 +58,6 @@ __all__ = [
     "Governance",
     "RunScope",
     "Turn",
-    "failure",
     "frame_of",
     "open_frame",
 ]
@@ -364,12 +363,6 @@ class _Ending:
         tb: TracebackType | None,
     ) -> None:
         self.frame.end(self.turn, exc)
-
-
-def failure(error: BaseException | None) -> BaseException | None:
-    """``error`` unless it is LangGraph's control flow (an ``interrupt()``, a
-    ``Command`` to the parent graph: ``GraphBubbleUp``), which fails nothing."""
-    return None if isinstance(error, GraphBubbleUp) else error
 
 
 def _started(turn: Turn) -> None:

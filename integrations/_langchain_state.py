@@ -44,6 +44,7 @@ from langgraph.channels.untracked_value import UntrackedValue
 from typing_extensions import NotRequired
 
 from governor import Governor, Lease, LeaseState
+from integrations._control_flow import failure
 
 __all__ = ["GovernorState", "RunHandle"]
 
@@ -82,18 +83,19 @@ class RunHandle:
         """An error or a cancellation leaving the block ends the run: release its lease."""
         try:
             yield
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(error=failure(exc))
             raise
 
-    def close(self) -> None:
-        """Release the run's lease, if it holds one (idempotent)."""
+    def close(self, *, error: BaseException | None = None) -> None:
+        """Release the run's lease, if it holds one (idempotent); ``error``: what ended
+        the run, when it failed."""
         with self._lock:
             finalizer, self._finalizer = self._finalizer, None
         held = None if finalizer is None else finalizer.detach()
         if held is not None:
             _, _, (governor, lease), _ = held
-            governor.release(lease)
+            governor.release(lease, error=error)
 
 
 class _Reaper:

@@ -62,7 +62,8 @@ from langgraph.graph.state import CompiledStateGraph, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from governor import AgentSpec, ConfigError, Governor
-from integrations._graph_frame import Governance, failure, open_frame
+from integrations._control_flow import failure
+from integrations._graph_frame import Governance, open_frame
 from integrations._graph_node import GovernedNode
 from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
 from integrations._lease_context import current_lease

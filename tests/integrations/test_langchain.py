@@ -30,6 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
 from pydantic import Field
 
 from governor import (
@@ -416,9 +417,42 @@ def test_a_failing_model_releases_the_lease() -> None:
     agent = create_agent(
         Broken(), [search], middleware=[GovernorMiddleware(governor, agent="coder")]
     )
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
     with pytest.raises(ConnectionError):
         agent.invoke({"messages": [HumanMessage("build")]})
     assert_no_leaks(governor, backend)
+    released = [e.attributes["error"] for e in events if e.kind == "released"]
+    assert released == ["ConnectionError"]  # what ended the agent's run, for its span
+
+
+def test_an_interrupted_run_releases_the_lease_without_failing_and_resumes() -> None:
+    governor, backend = make_governor()
+
+    @tool
+    def search(query: str) -> str:  # the name the fake model calls
+        """Ask a human first."""
+        return f"{query}: {interrupt('run the search?')}"
+
+    agent = create_agent(
+        ToolCallingModel(rounds=1, width=1),
+        [search],
+        middleware=[GovernorMiddleware(governor, agent="coder")],
+        checkpointer=InMemorySaver(),
+    )
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    config: dict[str, Any] = {"configurable": {"thread_id": "asks"}}
+
+    paused = agent.invoke({"messages": [HumanMessage("build")]}, config)
+    assert paused["__interrupt__"]
+    assert_no_leaks(governor, backend)  # nothing held while the human decides
+    result = agent.invoke(Command(resume="yes"), config)
+
+    assert result["messages"][-1].content == "answer to build"
+    assert result["messages"][-2].content == "build 0.0: yes"  # the tool's, after the human
+    assert_no_leaks(governor, backend)
+    assert {e.attributes["error"] for e in events if e.kind == "released"} == {None}
 
 
 def test_a_cancelled_run_releases_the_lease() -> None:

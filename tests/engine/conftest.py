@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.engine import hf
+
 VOCAB = 512
 
 
 def _checkpoint(factory: pytest.TempPathFactory, family: str) -> Path:
-    transformers = pytest.importorskip("transformers")
+    transformers = hf.models()
     config_cls, model_cls, extra = {
         "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
         "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),

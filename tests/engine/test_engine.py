@@ -20,6 +20,7 @@ from engine.errors import (
 )
 from engine.request import FinishReason
 from engine.sampling import SamplingParams
+from tests.engine import hf
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
@@ -65,16 +66,16 @@ def test_one_continuous_batch_equals_each_prompt_alone(
 
 def test_greedy_matches_transformers_generate(family_dir: Path, prompts: list[list[int]]) -> None:
     """Llama, Qwen2 and Qwen3: 8 prompts as one continuous batch, 32 greedy tokens each."""
-    transformers = pytest.importorskip("transformers")
+    transformers = hf.models()
     torch = pytest.importorskip("torch")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(family_dir, dtype=torch.float32)
-    hf.eval()
-    hf.generation_config.eos_token_id = None
+    reference = transformers.AutoModelForCausalLM.from_pretrained(family_dir, dtype=torch.float32)
+    reference.eval()
+    reference.generation_config.eos_token_id = None
     expected = []
     for prompt in prompts:
         ids = torch.tensor([prompt])
         with torch.no_grad():
-            out = hf.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0)
+            out = reference.generate(ids, max_new_tokens=32, do_sample=False, pad_token_id=0)
         expected.append(tuple(out[0, len(prompt) :].tolist()))
     engine = make_engine(family_dir)
     sampling = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)

@@ -20,6 +20,7 @@ from engine.model_config import ModelConfig
 from engine.models import LlamaForCausalLM
 from engine.presets import init_random_weights
 from engine.weights import hf_tensor_views
+from tests.engine import hf
 
 TINY_LLAMA = {
     "model_type": "llama",
@@ -52,7 +53,7 @@ def randomize_(model: torch.nn.Module, *, seed: int) -> None:
 @pytest.fixture
 def hf_checkpoint(tmp_path: Path) -> Callable[..., tuple[Path, torch.nn.Module]]:
     """``make(config, *, max_shard_size=None)`` -> (folder, the transformers model)."""
-    from transformers import AutoModelForCausalLM
+    AutoModelForCausalLM = hf.models().AutoModelForCausalLM
 
     def make(config: object, *, max_shard_size: str | None = None, seed: int = 0):
         torch.manual_seed(seed)

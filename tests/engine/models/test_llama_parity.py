@@ -17,6 +17,7 @@ from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
 from engine.models import LlamaForCausalLM
 from engine.weights import load_model
+from tests.engine.hf import rope_kwargs
 
 TOLERANCE = 1e-4
 BLOCK_SIZE = 8
@@ -36,14 +37,16 @@ def llama3_gqa_untied():
         num_key_value_heads=2,
         max_position_embeddings=256,
         tie_word_embeddings=False,
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 16,
-        },
+        **rope_kwargs(
+            {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
+        ),
     )
 
 
@@ -61,7 +64,7 @@ def llama_mqa_tied_biases_linear():
         tie_word_embeddings=True,
         attention_bias=True,
         mlp_bias=True,
-        rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+        **rope_kwargs({"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
     )
 
 
@@ -76,7 +79,7 @@ def qwen2_qkv_bias_tied():
         num_attention_heads=4,
         num_key_value_heads=2,
         tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **rope_kwargs({"rope_type": "default", "rope_theta": 1000000.0}),
     )
 
 

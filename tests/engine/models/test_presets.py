@@ -10,6 +10,7 @@ from engine.errors import ModelError, UnknownPresetError
 from engine.kv_cache import KVCache
 from engine.presets import PRESETS, Preset, build_preset_model, get_preset
 from engine.weights import hf_tensor_views
+from tests.engine import hf
 
 
 def build(seed: int = 0, device: str = "cpu", dtype: torch.dtype | None = None):
@@ -75,6 +76,7 @@ def test_presets_mapping_is_read_only() -> None:
 
 
 def test_logits_match_transformers_and_are_sane(tiny) -> None:
+    hf.models()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = tiny.config

@@ -8,6 +8,7 @@ import torch
 from engine.errors import ModelConfigError
 from engine.model_config import ModelConfig, RopeScaling
 from engine.models.rope import RotaryEmbedding, apply_rotary, rope_inv_freq
+from tests.engine import hf
 
 LLAMA31 = {
     "rope_type": "llama3",
@@ -29,6 +30,7 @@ LLAMA31 = {
     ids=["default", "linear", "llama3.1"],
 )
 def test_inv_freq_matches_transformers(rope: dict) -> None:
+    hf.models()
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
@@ -36,7 +38,7 @@ def test_inv_freq_matches_transformers(rope: dict) -> None:
         hidden_size=4096,
         num_attention_heads=32,
         max_position_embeddings=131072,
-        rope_parameters=dict(rope),
+        **hf.rope_kwargs(rope),
     )
     expected = LlamaRotaryEmbedding(hf_config).inv_freq
     config = ModelConfig.from_hf_dict(hf_config.to_dict())
@@ -46,6 +48,7 @@ def test_inv_freq_matches_transformers(rope: dict) -> None:
 
 
 def test_rotation_matches_transformers_and_keeps_norms() -> None:
+    hf.models()
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     rotary = RotaryEmbedding(head_dim=64, theta=10000.0, scaling=None)

@@ -290,11 +290,12 @@ class Frame:
         if turn.context is not None:
             turn.context.__exit__(None if error is None else type(error), error, None)
         elif turn.between:
-            with self._lock:
-                if error is None:
-                    self._failed.pop(turn.lease.lease_id, None)
-                else:
-                    self._failed[turn.lease.lease_id] = error
+            if error is not None or self._failed:  # the usual turn ends well: no lock
+                with self._lock:
+                    if error is None:
+                        self._failed.pop(turn.lease.lease_id, None)
+                    else:
+                        self._failed[turn.lease.lease_id] = error
             self.governor.park(turn.lease, reason="manual")
 
     def close(self) -> None:

@@ -26,12 +26,14 @@ Parked leases count against neither.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import reprlib
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from governor.admission_policy import AdmissionPolicy, PriorityWithAging
 from governor.config import AdmissionMode, GovernorConfig
@@ -80,6 +82,7 @@ class Waiter:
 class _Queued:
     lease: Lease
     waiter: Waiter
+    rank: Any = None  # the policy's key(lease), where it offers one
 
 
 class AdmissionController:
@@ -99,9 +102,13 @@ class AdmissionController:
         self.block_size = block_size
         self._policy = PriorityWithAging(aging_s=config.aging_s) if policy is None else policy
         _check_policy(self._policy)
+        self._key = _static_key(self._policy)
         self._lock = threading.Lock()
-        self._queue: list[_Queued] = []  # in the order queued; the policy orders each pass
+        # In the order queued, which the policy orders each pass; or, where the policy has
+        # a key, kept in its order (admission_policy's docstring).
+        self._queue: list[_Queued] = []
         self._active: set[Lease] = set()
+        self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
         self._peak_active = 0
         self._clock: Callable[[], float] = time.monotonic
 
@@ -115,11 +122,19 @@ class AdmissionController:
     def policy(self, policy: AdmissionPolicy) -> None:
         _check_policy(policy)
         with self._lock:
-            previous, self._policy = self._policy, policy
+            previous = self._policy, self._key, list(self._queue)
+            ranks = [queued.rank for queued in self._queue]
+            self._policy, self._key = policy, _static_key(policy)
             try:
+                if self._key is not None:
+                    for queued in self._queue:
+                        queued.rank = self._key(queued.lease)
+                    self._queue.sort(key=_rank)
                 self._pump()
             except BaseException:
-                self._policy = previous
+                self._policy, self._key, self._queue = previous
+                for queued, rank in zip(self._queue, ranks, strict=True):
+                    queued.rank = rank
                 raise
 
     # -- limits ---------------------------------------------------------------------
@@ -150,10 +165,13 @@ class AdmissionController:
     def enqueue(self, lease: Lease, waiter: Waiter) -> None:
         """Queue the lease; its waiter wakes once it is ACTIVE (maybe at once)."""
         with self._lock:
+            queued = _Queued(lease, waiter, None if self._key is None else self._key(lease))
             previous = lease.state
             lease.state = LeaseState.WAITING
-            queued = _Queued(lease, waiter)
-            self._queue.append(queued)
+            if self._key is None:
+                self._queue.append(queued)
+            else:
+                bisect.insort(self._queue, queued, key=_rank)
             try:
                 self._pump()
             except BaseException:  # the policy failed: nobody waits for this lease
@@ -176,14 +194,14 @@ class AdmissionController:
 
     def release(self, lease: Lease) -> None:
         with self._lock:
-            self._active.discard(lease)
+            self._discard_active(lease)
             lease.state = LeaseState.RELEASED
             self._pump()
 
     def park(self, lease: Lease) -> None:
         with self._lock:
             if lease.state is LeaseState.ACTIVE:
-                self._active.discard(lease)
+                self._discard_active(lease)
                 lease.state = LeaseState.PARKED
                 self._pump()
 
@@ -199,12 +217,12 @@ class AdmissionController:
         with self._lock:
             if lease.state is not LeaseState.ACTIVE:
                 return False
-            self._active.discard(lease)
+            self._discard_active(lease)
             lease.ceiling_tokens = ceiling_tokens
             fits = self._verdict(lease) == "ok"
             if not fits:
                 lease.ceiling_tokens = old
-            self._active.add(lease)
+            self._add_active(lease)
             return fits
 
     def counts(self) -> tuple[int, int, int]:
@@ -234,6 +252,8 @@ class AdmissionController:
 
     def _ordered(self) -> list[_Queued]:
         """The queue in the policy's order, checked to be exactly the waiting leases."""
+        if self._key is not None:
+            return self._queue  # kept in order as leases arrive; _pump changes it after
         waiting = {queued.lease: queued for queued in self._queue}
         answer = self._policy.order(
             list(waiting), active=frozenset(self._active), now=self._clock()
@@ -287,15 +307,35 @@ class AdmissionController:
 
     def _committed(self) -> int:
         if self.config.mode is AdmissionMode.GUARANTEED:
-            return sum(lease.blocks_reserved for lease in self._active)
+            return self._reserved
         return sum(lease.blocks_live for lease in self._active)
 
     def _admit(self, lease: Lease) -> None:
         lease.state = LeaseState.ACTIVE
         if lease.admitted_at is None:
             lease.admitted_at = self._clock()
-        self._active.add(lease)
+        self._add_active(lease)
         self._peak_active = max(self._peak_active, len(self._active))
+
+    # An active lease's ceiling (so its blocks_reserved) changes only in try_grow, which
+    # takes it out of the set first and puts it back after.
+    def _add_active(self, lease: Lease) -> None:
+        self._active.add(lease)
+        self._reserved += lease.blocks_reserved
+
+    def _discard_active(self, lease: Lease) -> None:
+        if lease in self._active:
+            self._active.remove(lease)
+            self._reserved -= lease.blocks_reserved
+
+
+def _static_key(policy: AdmissionPolicy) -> Callable[[Lease], Any] | None:
+    key = getattr(policy, "key", None)
+    return key if callable(key) else None
+
+
+def _rank(queued: _Queued) -> Any:
+    return queued.rank
 
 
 def _check_policy(policy: object) -> None:

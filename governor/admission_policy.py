@@ -27,6 +27,13 @@ It runs under the admission lock on every pass: keep it quick and deterministic,
 never call back into the governor from it (the lock is not re-entrant). It may keep
 state of its own, but must not assume it is called once per admission.
 
+A policy whose order depends on nothing that changes while a lease waits (neither
+``active`` nor ``now`` moves one waiting lease past another) may also offer
+``key(lease)``, a sort key that ``order`` sorts by. The controller then keeps its queue
+in that order as leases arrive and walks it from the front, calling neither ``key``
+again nor ``order``: a pass costs what it admits, not a sort of the whole queue
+(thousands of waiting leases, one pass per arrival and release).
+
 The governor's default is ``PriorityWithAging``; policies/ ships ``Fifo`` and
 ``FairShare``. Any object with a matching ``order`` method is accepted.
 """
@@ -77,8 +84,10 @@ class PriorityWithAging:
     def order(
         self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
     ) -> list[Lease]:
-        def key(lease: Lease) -> tuple[float, int]:
-            waited = now - lease.requested_at
-            return (-(lease.priority + waited / self.aging_s), lease.arrival)
+        return sorted(waiting, key=self.key)
 
-        return sorted(waiting, key=key)
+    def key(self, lease: Lease) -> tuple[float, int]:
+        """Effective priority, highest first, then arrival. Every waiting lease gains a
+        level per ``aging_s`` alike, so their order never changes while they wait: the
+        effective priority at any ``now`` is ``now / aging_s`` less the first member."""
+        return (lease.requested_at / self.aging_s - lease.priority, lease.arrival)

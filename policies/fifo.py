@@ -24,4 +24,9 @@ class Fifo:
     def order(
         self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
     ) -> list[Lease]:
-        return sorted(waiting, key=lambda lease: lease.arrival)
+        return sorted(waiting, key=self.key)
+
+    def key(self, lease: Lease) -> int:
+        """A lease's place never changes while it waits: the controller keeps its queue
+        in this order instead of calling ``order`` on every pass."""
+        return lease.arrival

@@ -150,19 +150,126 @@ def _old_order(waiting: Sequence[Lease], now: float, aging_s: float) -> list[Lea
     return sorted(waiting, key=key)
 
 
+# Times in quarter seconds and aging_s a power of two: every sum and quotient below is
+# exact, so both ways of writing the effective priority tie exactly when they should (in
+# general floats the old one, which subtracts from ``now``, can round two requests a
+# subnormal apart into a tie; the key cannot).
 @given(
-    st.lists(st.tuples(st.integers(-3, 3), st.floats(0, 100)), max_size=20),
-    st.floats(0, 50),
-    st.floats(0.5, 30),
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 400)), max_size=20),
+    st.integers(0, 200),
+    st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0, 16.0]),
 )
 def test_the_default_orders_exactly_as_the_controller_did_before_policies(
-    specs: list[tuple[int, float]], waited: float, aging_s: float
+    specs: list[tuple[int, int]], waited: int, aging_s: float
 ) -> None:
-    waiting = [lease(i, priority=p, requested_at=t) for i, (p, t) in enumerate(specs)]
+    waiting = [lease(i, priority=p, requested_at=t / 4) for i, (p, t) in enumerate(specs)]
     waiting.reverse()  # the order queued does not matter
-    now = 100.0 + waited
-    order = PriorityWithAging(aging_s=aging_s).order(waiting, active=(), now=now)
+    now = 100.0 + waited / 4
+    policy = PriorityWithAging(aging_s=aging_s)
+    order = policy.order(waiting, active=(), now=now)
     assert order == _old_order(waiting, now, aging_s)
+    assert order == sorted(waiting, key=policy.key)  # the key the controller sorts by
+
+
+class _OrderOnly:
+    """``policy`` without its ``key``: the controller orders the whole queue each pass."""
+
+    def __init__(self, policy: AdmissionPolicy) -> None:
+        self.policy = policy
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        return self.policy.order(waiting, active=active, now=now)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 400)), min_size=1, max_size=30),
+    st.sampled_from(["default", "fifo"]),
+)
+def test_a_keyed_queue_drains_as_ordering_it_every_pass_does(
+    specs: list[tuple[int, int]], which: str
+) -> None:
+    """A policy with a ``key`` is kept in order as leases arrive; the same policy without
+    it is sorted on every pass: both admit the same leases in the same order."""
+    policy: AdmissionPolicy = PriorityWithAging(aging_s=2.0) if which == "default" else ByArrival()
+    drained = []
+    for chosen in (policy, _OrderOnly(policy)):
+        ctl, clock, woken = controller(1, policy=chosen)
+        waiting = [lease(i, priority=p, requested_at=t / 4) for i, (p, t) in enumerate(specs)]
+        holder = queue_behind_a_holder(ctl, woken, waiting)
+        clock.now = 500.0
+        drained.append(admitted_one_at_a_time(ctl, woken, holder))
+    assert drained[0] == drained[1]
+
+
+def test_swapping_keyed_and_unkeyed_policies_keeps_every_waiting_lease() -> None:
+    ctl, _, woken = controller(1)
+    holder = queue_behind_a_holder(
+        ctl, woken, [lease(0, priority=0), lease(1, priority=2), lease(2, priority=1)]
+    )
+    ctl.policy = NewestFirst()  # no key: ordered each pass
+    ctl.policy = ByArrival()  # a key again: the queue is sorted by it
+    with pytest.raises(ZeroDivisionError):
+        ctl.policy = cast(AdmissionPolicy, _KeyRaises())
+    assert isinstance(ctl.policy, ByArrival)  # the failed swap left everything as it was
+    ctl.enqueue(late := lease(3), woken.waiter(late))
+    assert admitted_one_at_a_time(ctl, woken, holder) == ["0", "1", "2", "3"]
+
+
+class ByArrival:
+    """First come, first served, with a ``key``."""
+
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        return sorted(waiting, key=self.key)
+
+    def key(self, lease: Lease) -> int:
+        return lease.arrival
+
+
+class _KeyRaises:
+    def order(
+        self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+    ) -> list[Lease]:
+        return list(waiting)
+
+    def key(self, lease: Lease) -> int:
+        return 1 // 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["enqueue", "release", "park", "grow"]), st.integers(0, 9)),
+        max_size=60,
+    )
+)
+def test_the_blocks_committed_are_always_the_active_leases_reservations(
+    ops: list[tuple[str, int]],
+) -> None:
+    """Guaranteed mode keeps its committed blocks as leases come and go and grow, rather
+    than summing every active lease on each pass: the two never differ."""
+    ctl, _, woken = controller(4)
+    leases = [lease(i) for i in range(10)]
+    fresh = set(range(10))
+    for op, i in ops:
+        chosen = leases[i]
+        if op == "enqueue" and (i in fresh or chosen.state is LeaseState.PARKED):
+            fresh.discard(i)
+            ctl.enqueue(chosen, woken.waiter(chosen))
+        elif op == "release" and i not in fresh and chosen.state is not LeaseState.RELEASED:
+            if chosen.state is LeaseState.WAITING:
+                ctl.cancel(chosen)
+            else:
+                ctl.release(chosen)
+        elif op == "park":
+            ctl.park(chosen)
+        elif op == "grow" and chosen.state is LeaseState.ACTIVE:
+            ctl.try_grow(chosen, chosen.ceiling_tokens + 16)
+        active = [x for x in leases if x.state is LeaseState.ACTIVE]
+        assert ctl.blocks_committed() == sum(x.blocks_reserved for x in active)
+        assert ctl.counts()[0] == len(active)
 
 
 @pytest.mark.parametrize("aging_s", [0, -1.0, math.nan, math.inf, True, "10"])

@@ -54,6 +54,8 @@ def test_fifo_is_arrival_order_whatever_the_priority_or_the_wait() -> None:
     ]
     assert ids(Fifo().order(waiting, active=[lease("x", 0)], now=1e6)) == ["a", "b", "c", "d"]
     assert Fifo().order([], active=(), now=0.0) == []
+    # Its key (the controller keeps the queue sorted by it) is that same order.
+    assert ids(sorted(waiting, key=Fifo().key)) == ["a", "b", "c", "d"]
 
 
 # -- FairShare ----------------------------------------------------------------------------

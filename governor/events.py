@@ -9,7 +9,8 @@ OpenTelemetry instrumentation turns them into span events and metrics, tests and
   ``error`` (no lease: ``lease_id`` and ``agent`` are None)
 - ``requested``: ``ceiling_tokens``, ``priority``, ``parent_id`` (the parent lease's id)
 - ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
-- ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"grow"`` or ``"manual"``)
+- ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"turn"`` (idle between model
+  calls), ``"grow"`` or ``"manual"``)
 - ``resumed``: ``wait_s``, ``ceiling_tokens``
 - ``released``: ``tokens_in_context``, ``num_calls``, ``error`` (what ended the lease's
   block: None, the exception's class name, or ``"cancelled"``)

@@ -303,6 +303,15 @@ class Governor(ModelCalls):
             error=error_name(error),
         )
 
+    def between_calls(self, lease: Lease) -> None:
+        """The lease's agent is between model calls, with no tool running: reading its
+        reply, or gone (a caller that stopped reading a stream abandons the run where
+        it stands). It is parked after ``park_after_s`` (reason ``"turn"``) unless a
+        call, a tool or its release comes first, so an abandoned run holds no admission
+        room while it waits for the garbage collector. Its KV is not held for it."""
+        if lease.state is LeaseState.ACTIVE:
+            self.idle.begin(lease, reason="turn", budget_open=False, hold_kv=False)
+
     def park(self, lease: Lease, *, reason: str = "manual") -> None:
         """The lease waits on a tool or its children: it stops counting against limits."""
         was_active = lease.state is LeaseState.ACTIVE

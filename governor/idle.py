@@ -70,15 +70,22 @@ class IdleKeeper:
         return budget_open and lease.num_calls > 0 and self.config.retain_s > 0
 
     def begin(
-        self, lease: Lease, *, reason: str, budget_open: bool, expected_s: float | None = None
+        self,
+        lease: Lease,
+        *,
+        reason: str,
+        budget_open: bool,
+        expected_s: float | None = None,
+        hold_kv: bool = True,
     ) -> None:
-        """The lease waits on a tool (``reason="tool"``) or its children."""
+        """The lease waits on a tool (``reason="tool"``) or its children, or its agent is
+        between model calls (``"turn"``, ``hold_kv=False``: parked in time, KV not held)."""
         config = self.config
         with self._lock:
             self._end_locked(lease)
             idle = _Idle(reason)
             self._idle[lease] = idle
-            worth_holding = expected_s is None or expected_s <= config.retain_s
+            worth_holding = hold_kv and (expected_s is None or expected_s <= config.retain_s)
             if self.needs_backend(lease, budget_open=budget_open) and worth_holding:
                 self._retain(lease)
             if config.park_after_s > 0:

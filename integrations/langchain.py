@@ -13,8 +13,11 @@
   (resumed if parked) before each later one; released when the run ends
   (``after_agent``), when an error or a cancellation leaves a model or tool call (the
   run is over then; an outer retry takes a new lease), and, for an error raised
-  anywhere else, when the run's state is garbage-collected
-  (``integrations._langchain_state.RunHandle``). While a model call runs, the lease is
+  anywhere else, or a caller that stops reading a stream, when the run's state is
+  garbage-collected (``integrations._langchain_state.RunHandle``). Between a model
+  call and the run's next hook the lease is idle (``Governor.between_calls``): parked
+  after ``park_after_s``, so a run its caller abandoned holds no admission room while it
+  waits for the collector. While a model call runs, the lease is
   the current lease (``integrations._lease_context``): a ``GovernedChatModel`` without
   a lease of its own calls in it. Inside a node of a ``govern``-ed graph whose lease is
   of the same agent (by name) and governor, the run takes no lease of its own: it works
@@ -199,6 +202,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
                 return self.turns.ended(turn)
             with LeaseScope(lease):
                 response = handler(turn.request)
+            self._between_calls(handle, lease)
             return self.turns.answered(turn, response)
 
     async def awrap_model_call(
@@ -216,7 +220,16 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
                 return self.turns.ended(turn)
             with LeaseScope(lease):
                 response = await handler(turn.request)
+            self._between_calls(handle, lease)
             return self.turns.answered(turn, response)
+
+    def _between_calls(self, handle: RunHandle, lease: Lease) -> None:
+        """The run's own lease is idle until its next hook (a tool call, a model call, the
+        run's end), which a caller that stops reading a stream never reaches: parked in
+        time, it holds no admission room until the run is collected. A governed node's
+        lease is the node's to park."""
+        if handle.live() is lease:
+            self.governor.between_calls(lease)
 
     def _lease(self, handle: RunHandle) -> Lease | None:
         """The lease the run works in: its own, else a governed graph node's of this agent

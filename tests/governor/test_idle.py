@@ -132,6 +132,40 @@ def test_a_quick_tool_call_is_not_parked() -> None:
         assert lease.state is LeaseState.ACTIVE
 
 
+def test_an_agent_idle_between_calls_is_parked_in_time_and_holds_no_kv() -> None:
+    backend = FakeBackend(num_blocks=112, block_size=16)  # one lease of 1,600 at a time
+    config = GovernorConfig(park_after_s=0.05, admission_timeout_s=5)
+    governor = Governor(backend, config=config, agents=[WORKER])
+    events = _recorder(governor)
+    with governor.lease("worker") as lease:
+        governor.complete(lease, TASK, max_tokens=4)
+        governor.between_calls(lease)  # and then nothing: its caller went away
+        with governor.lease("worker") as other:  # admitted once the first is parked
+            assert lease.state is LeaseState.PARKED
+            governor.complete(other, TASK, max_tokens=4)
+        governor.complete(lease, TASK, max_tokens=4)  # back: resumed for its next call
+    parked = [e.attributes for e in events if e.kind == "parked"]
+    assert parked == [{"reason": "turn"}]
+    assert "retained" not in _kinds(events)  # nothing held for an agent that may be gone
+    _assert_released(backend)
+
+
+def test_a_call_or_tool_soon_after_keeps_the_lease_active() -> None:
+    governor = Governor(FakeBackend(), config=GovernorConfig(park_after_s=5), agents=[WORKER])
+    events = _recorder(governor)
+    with governor.lease("worker") as lease:
+        governor.complete(lease, TASK, max_tokens=4)
+        governor.between_calls(lease)
+        with governor.tool_call(lease, "ls"):
+            pass
+        governor.complete(lease, TASK, max_tokens=4)
+        governor.between_calls(lease)
+        assert lease.state is LeaseState.ACTIVE
+    assert "parked" not in _kinds(events)
+    time.sleep(0.01)
+    assert governor.idle._idle == {}  # released: no idle period or timer left behind
+
+
 # -- retention, offload, restore on the bundled engine ----------------------------------
 def _turns(governor: Governor, *, flood: bool) -> tuple[list[int], list[int]]:
     """Two turns of one agent with a tool call between them; with ``flood``, other

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import operator
+import time
 from collections.abc import Iterator
 from contextlib import aclosing
 from typing import Any
@@ -23,6 +25,7 @@ from governor import (
     AgentSpec,
     ConfigError,
     Governor,
+    GovernorConfig,
     GovernorEvent,
     LocalBackend,
     Policies,
@@ -219,6 +222,38 @@ def test_an_async_stream_stopped_early_returns_its_lease_and_blocks_at_once() ->
         return str(first.content)
 
     assert asyncio.run(first_chunk_only()) == " hello"
+
+
+def test_an_agent_run_whose_stream_is_abandoned_holds_no_admission_room() -> None:
+    backend = FakeBackend(num_blocks=256, latency_s=0.002)
+    governor = Governor(backend, agents=[CHATTER], config=GovernorConfig(park_after_s=0.05))
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    model = GovernedChatModel(governor=governor, agent="chatter", max_tokens=40)
+    middleware = GovernorMiddleware(governor, agent="chatter", max_tokens=40)
+    agent = create_agent(model, [], middleware=[middleware])
+
+    stream = agent.stream({"messages": [HumanMessage("hi")]}, stream_mode="messages")
+    next(stream), next(stream)
+    stream.close()  # the caller walks away mid-reply: the run never reaches its end
+
+    # The run's state, and its lease with it, goes when the garbage collector gets to
+    # it, which may be long. Meanwhile the lease is idle, so it is parked in time.
+    assert wait_until(lambda: governor.admission.counts()[0] == 0)
+    assert [e.attributes["reason"] for e in events if e.kind == "parked"] == ["turn"]
+    assert backend.metrics().num_blocks_in_use == 0
+    del stream
+    gc.collect()
+    assert wait_until(lambda: no_leaks(governor, backend))  # released once collected
+
+
+def wait_until(condition: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_an_agent_streams_its_reply_from_the_runs_lease() -> None:

@@ -31,13 +31,15 @@ def render(report: RunReport) -> RenderableType:
 
 def _agents(report: RunReport) -> Table:
     table = Table(title="Context per lease (its deepest, in tokens)", title_justify="left")
-    for header in ("agent", "leases", "calls", "p50", "p95", "max", "ceiling", "advised"):
+    headers = ("agent", "leases", "failed", "calls", "p50", "p95", "max", "ceiling", "advised")
+    for header in headers:
         table.add_column(header, justify="left" if header == "agent" else "right")
     for a in report.agents:
         c = a.context_tokens
         table.add_row(
             a.agent,
             str(a.num_leases),
+            str(a.num_failed),
             str(a.num_calls),
             f"{c.p50:,.0f}",
             f"{c.p95:,.0f}",
@@ -87,6 +89,7 @@ def _run(report: RunReport) -> Table:
             f"{report.restores} restores, {report.drops} drops",
         ),
         ("engine preemptions", str(report.preemptions)),
+        ("failed leases", _failed(report)),
     ]
     budget = report.budget
     if budget is not None:
@@ -119,3 +122,15 @@ def _levers(report: RunReport) -> Table:
         action = Text(lever.action, style="bold" if number == 1 else "")
         table.add_row(str(number), Text.assemble(action, "\n", (lever.reason, "dim")))
     return table
+
+
+def _failed(report: RunReport) -> str:
+    """``none``, or how many leases ended in error, by error type, over every agent."""
+    failed: dict[str, int] = {}
+    for agent in report.agents:
+        for kind, count in agent.failures:
+            failed[kind] = failed.get(kind, 0) + count
+    if not failed:
+        return "none"
+    kinds = sorted(failed.items(), key=lambda item: (-item[1], item[0]))
+    return f"{sum(failed.values())} ({', '.join(f'{kind} {count}' for kind, count in kinds)})"

@@ -12,6 +12,8 @@ the spans alone:
   or resumed until parked or released), from the agent spans' admission events;
 - admission waits (count, p50, p95, max), compactions and summarizations with the
   tokens they saved, offloads, drops, restores and engine preemptions;
+- per agent, the leases whose span ended in error, by ``error.type`` (a failure's class,
+  ``cancelled``, ``never admitted``);
 - per agent, the share of its deepest contexts that tool results brought: what the
   context grew by between two model calls with an ``execute_tool`` span between them
   (none without tool spans);
@@ -33,6 +35,7 @@ import itertools
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -82,6 +85,12 @@ class AgentFigures:
     tool_result_tokens: Spread  # what its context grew by across each tool call
     tool_share: float  # of its deepest contexts, the part that tool results brought
     recommended_ceiling: int
+    # (error.type, leases) of its leases whose span ended in error, most common first
+    failures: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def num_failed(self) -> int:
+        return sum(count for _, count in self.failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +223,17 @@ def _agent(
         tool_result_tokens=Spread.of(tool_results),
         tool_share=sum(tool_results) / sum(deepest) if sum(deepest) else 0.0,
         recommended_ceiling=recommended_ceiling(context, block_size),
+        failures=_failures(leases),
     )
+
+
+def _failures(leases: Iterable[SpanRecord]) -> tuple[tuple[str, int], ...]:
+    failed = Counter(
+        str(lease.attributes.get(n.ERROR_TYPE) or lease.status_description or "error")
+        for lease in leases
+        if lease.status == "ERROR"
+    )
+    return tuple(sorted(failed.items(), key=lambda item: (-item[1], item[0])))
 
 
 _Call = tuple[int, int, int, int]  # (time_ns, input tokens, output tokens, tokens in context)

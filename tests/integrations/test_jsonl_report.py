@@ -3,6 +3,7 @@ recorded run: its figures equal those computed from the run's own results and ev
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import math
@@ -303,3 +304,41 @@ def test_a_file_of_other_spans_is_not_a_run(tmp_path: Path) -> None:
     provider.shutdown()
     with pytest.raises(ReportError, match="no kvgov agent span"):
         RunReport.from_jsonl(path)
+
+
+def test_the_report_counts_the_leases_that_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "flaky.jsonl"
+    governor = Governor(FakeBackend(), agents=[CODER, SEARCHER])
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+
+    async def cancelled() -> None:
+        async def work() -> None:
+            async with governor.lease("searcher"):
+                await asyncio.sleep(10)
+
+        task = asyncio.ensure_future(work())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with instrument(governor, tracer_provider=provider), governor.run("flaky"):
+        with governor.lease("coder") as lease:
+            governor.complete(lease, [{"role": "user", "content": "Fix it."}], max_tokens=4)
+        for error in (RuntimeError, KeyError, RuntimeError):
+            with pytest.raises(error), governor.lease("searcher"):
+                raise error("the agent's work failed")
+        asyncio.run(cancelled())
+    provider.shutdown()
+
+    report = RunReport.from_jsonl(path)
+    failures = {a.agent: a.failures for a in report.agents}
+    assert failures == {
+        "coder": (),
+        "searcher": (("RuntimeError", 2), ("KeyError", 1), ("cancelled", 1)),
+    }
+    assert report_main(path) == 0
+    assert "4 (RuntimeError 2, KeyError 1, cancelled 1)" in capsys.readouterr().out

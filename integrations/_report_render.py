@@ -30,7 +30,9 @@ def render(report: RunReport) -> RenderableType:
 
 
 def _agents(report: RunReport) -> Table:
-    table = Table(title="Context per lease (its deepest, in tokens)", title_justify="left")
+    table = Table(
+        title="Context per lease (its deepest, in tokens)", title_justify="left", pad_edge=False
+    )
     headers = ("agent", "leases", "failed", "calls", "p50", "p95", "max", "ceiling", "advised")
     for header in headers:
         table.add_column(header, justify="left" if header == "agent" else "right")
@@ -90,6 +92,7 @@ def _run(report: RunReport) -> Table:
         ),
         ("engine preemptions", str(report.preemptions)),
         ("failed leases", _failed(report)),
+        ("failed runs", _listed(report.run_failures)),
     ]
     budget = report.budget
     if budget is not None:
@@ -130,7 +133,11 @@ def _failed(report: RunReport) -> str:
     for agent in report.agents:
         for kind, count in agent.failures:
             failed[kind] = failed.get(kind, 0) + count
-    if not failed:
+    return _listed(tuple(sorted(failed.items(), key=lambda item: (-item[1], item[0]))))
+
+
+def _listed(failures: tuple[tuple[str, int], ...]) -> str:
+    if not failures:
         return "none"
-    kinds = sorted(failed.items(), key=lambda item: (-item[1], item[0]))
-    return f"{sum(failed.values())} ({', '.join(f'{kind} {count}' for kind, count in kinds)})"
+    total = sum(count for _, count in failures)
+    return f"{total} ({', '.join(f'{kind} {count}' for kind, count in failures)})"

@@ -13,7 +13,8 @@ the spans alone:
 - admission waits (count, p50, p95, max), compactions and summarizations with the
   tokens they saved, offloads, drops, restores and engine preemptions;
 - per agent, the leases whose span ended in error, by ``error.type`` (a failure's class,
-  ``cancelled``, ``never admitted``);
+  ``cancelled``, ``never admitted``), and the runs (a graph's, a subgraph's) that raised,
+  whether their caller caught it or not;
 - per agent, the share of its deepest contexts that tool results brought: what the
   context grew by between two model calls with an ``execute_tool`` span between them
   (none without tool spans);
@@ -112,6 +113,9 @@ class RunReport:
     restores: int
     preemptions: int
     budget: Budget | None
+    # (error.type, runs) of the runs (invoke_workflow spans: a graph, a subgraph) that
+    # raised, caught by their caller or not, most common first
+    run_failures: tuple[tuple[str, int], ...]
     max_concurrent_now: int | None  # at the largest ceiling, in the recorded budget
     max_concurrent_recommended: int | None  # at the largest recommended ceiling
     levers: tuple[Lever, ...]
@@ -159,6 +163,7 @@ class RunReport:
             restores=_count(events, n.EVENT_RESTORED),
             preemptions=_total(events, n.EVENT_PREEMPTED, n.PREEMPTIONS),
             budget=budget,
+            run_failures=_failures(runs),
             max_concurrent_now=_at(budget, max(a.ceiling_tokens for a in agents)),
             max_concurrent_recommended=_at(budget, max(a.recommended_ceiling for a in agents)),
             levers=(),
@@ -227,11 +232,11 @@ def _agent(
     )
 
 
-def _failures(leases: Iterable[SpanRecord]) -> tuple[tuple[str, int], ...]:
+def _failures(spans: Iterable[SpanRecord]) -> tuple[tuple[str, int], ...]:
     failed = Counter(
-        str(lease.attributes.get(n.ERROR_TYPE) or lease.status_description or "error")
-        for lease in leases
-        if lease.status == "ERROR"
+        str(span.attributes.get(n.ERROR_TYPE) or span.status_description or "error")
+        for span in spans
+        if span.status == "ERROR"
     )
     return tuple(sorted(failed.items(), key=lambda item: (-item[1], item[0])))
 

@@ -332,6 +332,8 @@ def test_the_report_counts_the_leases_that_failed(
             with pytest.raises(error), governor.lease("searcher"):
                 raise error("the agent's work failed")
         asyncio.run(cancelled())
+        with pytest.raises(ValueError), governor.run("subgraph"):  # its caller copes
+            raise ValueError("a nested run failed")
     provider.shutdown()
 
     report = RunReport.from_jsonl(path)
@@ -340,5 +342,8 @@ def test_the_report_counts_the_leases_that_failed(
         "coder": (),
         "searcher": (("RuntimeError", 2), ("KeyError", 1), ("cancelled", 1)),
     }
+    assert report.run_failures == (("ValueError", 1),)
     assert report_main(path) == 0
-    assert "4 (RuntimeError 2, KeyError 1, cancelled 1)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4 (RuntimeError 2, KeyError 1, cancelled 1)" in out
+    assert "1 (ValueError 1)" in out

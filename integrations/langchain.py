@@ -202,8 +202,9 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
                 return self.turns.ended(turn)
             with LeaseScope(lease):
                 response = handler(turn.request)
+            answered = self.turns.answered(turn, response)
             self._between_calls(handle, lease)
-            return self.turns.answered(turn, response)
+            return answered
 
     async def awrap_model_call(
         self, request: ModelRequest[ContextT], handler: AsyncModelHandler[ContextT, ResponseT]
@@ -220,8 +221,9 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
                 return self.turns.ended(turn)
             with LeaseScope(lease):
                 response = await handler(turn.request)
+            answered = self.turns.answered(turn, response)
             self._between_calls(handle, lease)
-            return self.turns.answered(turn, response)
+            return answered
 
     def _between_calls(self, handle: RunHandle, lease: Lease) -> None:
         """The run's own lease is idle until its next hook (a tool call, a model call, the

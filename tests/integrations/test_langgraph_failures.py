@@ -1,6 +1,7 @@
 """A governed LangGraph run that does not end well returns every lease and fan-out slot:
 a node that raises, a cancelled ``ainvoke``, a consumer that stops streaming early, a
-node that interrupts for a human (and is resumed), the recursion limit. Real LangGraph
+node that interrupts for a human (and is resumed), the recursion limit; and its trace
+(the real OpenTelemetry SDK, in memory) says which agents failed and how. Real LangGraph
 runtime; the chat model is ``ToolCallingModel`` (``langgraph_graphs.py``), the governor
 runs on ``FakeBackend``.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from collections import Counter
+from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -18,10 +21,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, RetryPolicy, Send, interrupt
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from typing_extensions import TypedDict
 
 from governor import AgentSpec, Governor
 from integrations.langgraph import govern
+from integrations.otel import instrument
 from tests.integrations.langgraph_graphs import (
     NUM_WORKERS,
     PLANNER,
@@ -234,3 +242,51 @@ def test_the_recursion_limit_returns_every_lease() -> None:
     with pytest.raises(GraphRecursionError):
         graph.invoke({"messages": [HumanMessage("go")]}, {"recursion_limit": 10})
     assert_no_leaks(governor)
+
+
+def test_the_trace_says_which_agents_failed_and_leaves_no_span_open() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    governor = make_governor()
+    handle = instrument(governor, tracer_provider=provider)
+    model = ToolCallingModel(latency_s=0.5)
+    graph = swarm(governor, model)
+
+    async def cancel_mid_run() -> None:
+        task = asyncio.ensure_future(graph.ainvoke(INPUTS))
+        await asyncio.sleep(0.2)  # 3 workers in their model call, 7 queued for a slot
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_run())
+    cancelled = _outcomes(spans.get_finished_spans())
+    spans.clear()
+    with pytest.raises(RuntimeError):
+        asyncio.run(swarm(governor, FailingModel()).ainvoke(INPUTS))
+    failed = _outcomes(spans.get_finished_spans())
+    handle.uninstrument()
+
+    # Cancelled: the workers in a model call, cancelled; those queued for a fan-out slot,
+    # never admitted; the planner, parked meanwhile, did not fail; the runs, cancelled.
+    assert cancelled["invoke_agent worker"] == Counter(
+        {"cancelled": PLANNER.max_fanout, "never admitted": NUM_WORKERS - PLANNER.max_fanout}
+    )
+    assert cancelled["invoke_agent planner"] == Counter({None: 1})
+    assert set(cancelled["invoke_workflow LangGraph"]) == {"cancelled"}
+    # Raised: a worker's model call failed; LangGraph cancelled its siblings.
+    assert failed["invoke_agent worker"]["RuntimeError"] >= 1
+    assert set(failed["invoke_agent worker"]) <= {"RuntimeError", "cancelled", "never admitted"}
+    assert "RuntimeError" in failed["invoke_workflow LangGraph"]
+    assert_no_leaks(governor)
+
+
+def _outcomes(finished: Sequence[ReadableSpan]) -> dict[str, Counter[str | None]]:
+    """span name -> how many of them ended with each ``error.type`` (None: no error)."""
+    outcomes: dict[str, Counter[str | None]] = {}
+    for span in finished:
+        error = (span.attributes or {}).get("error.type")
+        assert (span.status.status_code is StatusCode.ERROR) == (error is not None), span.name
+        outcomes.setdefault(span.name, Counter())[error] += 1  # type: ignore[index]
+    return outcomes

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -110,7 +111,7 @@ class Tokenizes(Protocol):
 class TokenCounter:
     """Counts tokens exactly as one tokenizer sees them. Immutable and thread-safe."""
 
-    __slots__ = ("_decode", "_encode", "_length", "_name", "_short", "_tokenizer")
+    __slots__ = ("_decode", "_encode", "_length", "_long", "_name", "_short", "_tokenizer")
 
     def __init__(self, *, tokenizer: Tokenizes | None = None, encoding: str | None = None) -> None:
         if tokenizer is not None and encoding is not None:
@@ -148,6 +149,10 @@ class TokenCounter:
         # (a dict's get and set are atomic, so threads may share it; it is cleared when
         # it grows past _SHORT_CACHE entries).
         self._short: dict[str, int] = {}
+        # Long texts recur too: a conversation is counted again at every turn, a ceiling
+        # policy counts what it keeps. Their counts are kept by the text itself (a str
+        # keeps its hash, so a text seen before costs a lookup, not a count).
+        self._long = _LongCounts(self._length)
 
     def __repr__(self) -> str:
         return f"TokenCounter({self._name!r})"
@@ -175,7 +180,7 @@ class TokenCounter:
     def count(self, text: str) -> int:
         """Tokens in ``text``; special-token text such as ``<|endoftext|>`` counts as one."""
         if not isinstance(text, str) or len(text) > _SHORT_TEXT:
-            return self._length(_require_text(text))
+            return self._long.count(_require_text(text))
         tokens = self._short.get(text)
         if tokens is None:
             if len(self._short) >= _SHORT_CACHE:
@@ -248,8 +253,8 @@ class TokenCounter:
         if len(ids) <= max_tokens:
             return text
 
-        def fits(length: int) -> bool:
-            return length == 0 or self.count(text[:length]) <= max_tokens
+        def fits(length: int) -> bool:  # each prefix is counted once: not kept
+            return length == 0 or self._length(text[:length]) <= max_tokens
 
         if self._decode is not None:  # the text of the first max_tokens ids: close or exact
             guess = min(len(self._decode(ids[:max_tokens])), len(text) - 1)
@@ -270,8 +275,8 @@ class TokenCounter:
         return text[:lo]
 
     def _rendered_length(self, rendered: Any) -> int:
-        if isinstance(rendered, str):
-            return self.count(rendered)
+        if isinstance(rendered, str):  # a whole conversation: not kept
+            return self._length(_require_text(rendered))
         if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
             rendered = rendered["input_ids"]
         return len(rendered)
@@ -279,6 +284,40 @@ class TokenCounter:
 
 _SHORT_TEXT = 64  # characters: what count() keeps counts of
 _SHORT_CACHE = 4_096
+_LONG_KEPT = 1 << 22  # characters of long texts whose counts are kept, all told
+
+
+class _LongCounts:
+    """``length(text)`` for texts longer than ``_SHORT_TEXT``, kept for the
+    ``_LONG_KEPT`` characters of texts counted most recently (the texts themselves are
+    held, so the bound is on memory: 4 MB of ASCII). Thread-safe."""
+
+    __slots__ = ("_chars", "_counts", "_length", "_lock")
+
+    def __init__(self, length: Callable[[str], int]) -> None:
+        self._length = length
+        self._counts: dict[str, int] = {}  # text -> tokens, least recently used first
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        if type(text) is not str or len(text) > _LONG_KEPT // 8:  # a subclass may hash oddly
+            return self._length(text)
+        counts = self._counts
+        with self._lock:
+            tokens = counts.pop(text, None)
+            if tokens is not None:
+                counts[text] = tokens
+                return tokens
+        tokens = self._length(text)
+        with self._lock:
+            if text not in counts:
+                self._chars += len(text)
+                while self._chars > _LONG_KEPT:
+                    self._chars -= len(oldest := next(iter(counts)))
+                    del counts[oldest]
+            counts[text] = tokens
+        return tokens
 
 
 def _tiktoken_encode(encoding: tiktoken.Encoding) -> Callable[[str], list[int]]:

@@ -10,6 +10,10 @@
   service logs, every text different) by ``TokenCounter``, against tiktoken's own
   ``encode_ordinary`` on the same texts in the same run (reported: what the ASCII
   counter of ``governor._ascii_count`` saves the governor on every tool result).
+- ``recount_us_per_1k_chars``: a conversation counted again, as the middleware and the
+  ceiling policies count it at every turn: the same logs as tool results, their text
+  given back as new strings (as a checkpointer gives them back). The note gives its
+  first count beside it.
 - ``queued_lease_us``: a lease that queues behind a full backend, from request to
   release, with 2,000 waiting behind 200 active (asyncio, FakeBackend). The note gives
   the same run with the default policy made to order the whole queue on every pass (as
@@ -47,6 +51,7 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     yield _lease_overhead(num=2_000 if quick else 20_000, repeats=3 if quick else 5)
     yield _overcommit_ratio(num_agents=24 if quick else 60)
     yield _count_speed(num_texts=40 if quick else 400)
+    yield _recount_speed(num_texts=40 if quick else 400)
     yield _queued_lease(num_waiting=300 if quick else 2_000, num_active=30 if quick else 200)
 
 
@@ -135,6 +140,39 @@ def _count_speed(*, num_texts: int) -> Mapping[str, object]:
             f"tiktoken's encode_ordinary: {theirs_s * per_1k:.0f} us per 1,000 characters "
             f"({theirs_s / ours_s:.1f}x as long); {num_texts} distinct ASCII logs, "
             f"{characters:,} characters, {sum(ours):,} tokens, counts equal"
+        ),
+    }
+
+
+def _recount_speed(*, num_texts: int) -> Mapping[str, object]:
+    texts = _logs(num_texts)
+    characters = sum(map(len, texts))
+    counter = TokenCounter()
+
+    def conversation() -> list[dict[str, str]]:  # new strings each time, equal text
+        return [{"role": "tool", "content": "".join(list(text))} for text in texts]
+
+    first_prompt = conversation()
+    started = time.perf_counter()
+    first = counter.count_messages(first_prompt)
+    first_s = time.perf_counter() - started
+    again_prompt = conversation()
+    started = time.perf_counter()
+    again = counter.count_messages(again_prompt)
+    again_s = time.perf_counter() - started
+    assert first == again, "a recount must give the same tokens"
+    per_1k = 1e6 * 1_000 / characters
+    return {
+        "bench": _BENCH,
+        "metric": "recount_us_per_1k_chars",
+        "value": again_s * per_1k,
+        "unit": "us",
+        "target": None,
+        "direction": "lower",
+        "note": (
+            f"the first count: {first_s * per_1k:.0f} us per 1,000 characters "
+            f"({first_s / again_s:.0f}x as long); {num_texts} tool results, "
+            f"{characters:,} characters, {first:,} tokens"
         ),
     }
 

@@ -17,6 +17,7 @@ def test_bench_governor_quick_json() -> None:
         "lease_overhead_us",
         "overcommit_admitted_ratio",
         "count_us_per_1k_chars",
+        "recount_us_per_1k_chars",
         "queued_lease_us",
     }
     assert rows["lease_overhead_us"]["value"] > 0
@@ -24,5 +25,7 @@ def test_bench_governor_quick_json() -> None:
     assert "0 lost" in rows["overcommit_admitted_ratio"]["note"]
     assert rows["count_us_per_1k_chars"]["value"] > 0
     assert "counts equal" in rows["count_us_per_1k_chars"]["note"]
+    # a conversation counted again is looked up, not counted: far below its first count
+    assert 0 < rows["recount_us_per_1k_chars"]["value"] < rows["count_us_per_1k_chars"]["value"] / 5
     assert rows["queued_lease_us"]["value"] > 0
     assert "ordering the whole queue on every pass" in rows["queued_lease_us"]["note"]

@@ -1,0 +1,118 @@
+"""``TokenCounter`` keeps the counts of long texts it has counted (a conversation is
+counted again at every turn): a text seen before is looked up, not counted, within a
+bound on the characters held."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from governor import tokens
+from governor.tokens import TokenCounter
+
+
+class _CountingTokenizer:
+    """One token per word; remembers each text it was asked to encode."""
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded.append(text)
+        return [len(word) for word in text.split()]
+
+
+def _text(number: int, words: int = 40) -> str:
+    return " ".join(f"word{number}_{i}" for i in range(words))
+
+
+def test_a_long_text_is_counted_once_even_as_a_new_string() -> None:
+    tokenizer = _CountingTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    text = _text(1)
+    copy = "".join(list(text))  # equal, but another object (as a checkpointer gives back)
+    assert copy is not text
+    assert [counter.count(text), counter.count(text), counter.count(copy)] == [40, 40, 40]
+    assert tokenizer.encoded == [text]
+
+
+def test_a_conversation_counted_again_counts_only_its_new_message() -> None:
+    tokenizer = _CountingTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    conversation = [{"role": "user", "content": _text(0)}]
+    counter.count_messages(conversation)
+    conversation.append({"role": "tool", "content": _text(1)})
+    tokenizer.encoded.clear()
+    counter.count_messages(conversation)
+    assert [t for t in tokenizer.encoded if len(t) > 64] == [_text(1)]
+
+
+def test_the_least_recently_counted_texts_go_first_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text_chars = len(_text(0))
+    monkeypatch.setattr(tokens, "_LONG_KEPT", 10 * text_chars)
+    tokenizer = _CountingTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    for number in range(10):
+        counter.count(_text(number))
+    counter.count(_text(0))  # used again: now the most recent
+    counter.count(_text(10))  # over the bound: text 1 goes, not text 0
+    tokenizer.encoded.clear()
+    counter.count(_text(0))
+    assert tokenizer.encoded == []
+    counter.count(_text(1))
+    assert tokenizer.encoded == [_text(1)]
+    held = counter._long._counts
+    assert sum(map(len, held)) == counter._long._chars <= 10 * text_chars
+
+
+def test_a_text_longer_than_an_eighth_of_the_bound_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tokens, "_LONG_KEPT", 8 * 100)
+    tokenizer = _CountingTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    text = _text(1)  # over 100 characters
+    counter.count(text)
+    counter.count(text)
+    assert tokenizer.encoded == [text, text]
+    assert counter._long._counts == {}
+
+
+def test_truncation_probes_and_str_subclasses_are_not_kept() -> None:
+    class Marked(str):
+        pass
+
+    tokenizer = _CountingTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    counter.truncate(_text(1, words=400), 100)
+    marked = Marked(_text(2))
+    assert counter.count(marked) == counter.count(marked) == 40
+    assert counter._long._counts == {}
+
+
+def test_threads_share_the_counts_and_the_bound_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "_LONG_KEPT", 20 * len(_text(0)))
+    counter = TokenCounter()  # tiktoken, as a governor counts by default
+    texts = [_text(number) for number in range(60)]
+    expected = [counter._length(text) for text in texts]
+    wrong: list[int] = []
+
+    def work(offset: int) -> None:
+        for round_ in range(20):
+            for index in range(offset, len(texts), 3):
+                index = (index + round_) % len(texts)
+                if counter.count(texts[index]) != expected[index]:
+                    wrong.append(index)
+
+    threads = [threading.Thread(target=work, args=(offset % 3,)) for offset in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    held = counter._long._counts
+    assert sum(map(len, held)) == counter._long._chars <= tokens._LONG_KEPT
+    assert all(held[text] == expected[texts.index(text)] for text in held)

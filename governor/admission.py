@@ -31,6 +31,7 @@ import math
 import reprlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +110,11 @@ class AdmissionController:
         self._queue: list[_Queued] = []
         self._active: set[Lease] = set()
         self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
+        # The active leases per agent name and per tenant, kept likewise: a pass walks
+        # every lease blocked by a cap, and counting the active ones for each of them made
+        # a pass cost the waiting times the active.
+        self._per_agent: Counter[str] = Counter()
+        self._per_tenant: Counter[str] = Counter()
         self._peak_active = 0
         self._clock: Callable[[], float] = time.monotonic
 
@@ -290,14 +296,12 @@ class AdmissionController:
         config = self.config
         if config.max_concurrent is not None and len(self._active) >= config.max_concurrent:
             return "memory"
-        if config.max_per_agent is not None:
-            same = sum(1 for a in self._active if a.agent.name == lease.agent.name)
-            if same >= config.max_per_agent:
-                return "cap"
-        if config.max_per_tenant is not None and lease.tenant is not None:
-            same = sum(1 for a in self._active if a.tenant == lease.tenant)
-            if same >= config.max_per_tenant:
-                return "cap"
+        cap = config.max_per_agent
+        if cap is not None and self._per_agent[lease.agent.name] >= cap:
+            return "cap"
+        cap = config.max_per_tenant
+        if cap is not None and lease.tenant is not None and self._per_tenant[lease.tenant] >= cap:
+            return "cap"
         if config.mode is AdmissionMode.GUARANTEED:
             fits = self._committed() + lease.blocks_reserved <= self.limit_blocks
         else:
@@ -322,16 +326,30 @@ class AdmissionController:
     def _add_active(self, lease: Lease) -> None:
         self._active.add(lease)
         self._reserved += lease.blocks_reserved
+        self._per_agent[lease.agent.name] += 1
+        if lease.tenant is not None:
+            self._per_tenant[lease.tenant] += 1
 
     def _discard_active(self, lease: Lease) -> None:
         if lease in self._active:
             self._active.remove(lease)
             self._reserved -= lease.blocks_reserved
+            _decrement(self._per_agent, lease.agent.name)
+            if lease.tenant is not None:
+                _decrement(self._per_tenant, lease.tenant)
 
 
 def _static_key(policy: AdmissionPolicy) -> Callable[[Lease], Any] | None:
     key = getattr(policy, "key", None)
     return key if callable(key) else None
+
+
+def _decrement(counts: Counter[str], name: str) -> None:
+    """One fewer under ``name``; a name at none is dropped, so the counts stay small."""
+    if counts[name] <= 1:
+        del counts[name]
+    else:
+        counts[name] -= 1
 
 
 def _rank(queued: _Queued) -> Any:

@@ -18,6 +18,9 @@
   release, with 2,000 waiting behind 200 active (asyncio, FakeBackend). The note gives
   the same run with the default policy made to order the whole queue on every pass (as
   a policy without a ``key`` is), side by side.
+- ``capped_lease_us``: the same, but with memory for all and ``max_per_agent=200``
+  holding them back (every pass walks past the capped leases); the note gives
+  ``max_per_tenant=200``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     yield _count_speed(num_texts=40 if quick else 400)
     yield _recount_speed(num_texts=40 if quick else 400)
     yield _queued_lease(num_waiting=300 if quick else 2_000, num_active=30 if quick else 200)
+    yield _capped_lease(num_waiting=300 if quick else 2_000, cap=30 if quick else 200)
 
 
 def _lease_overhead(*, num: int, repeats: int) -> Mapping[str, object]:
@@ -201,27 +205,7 @@ def _queued_lease(*, num_waiting: int, num_active: int) -> Mapping[str, object]:
         governor = Governor(backend, agents=[agent])
         governor.admission.policy = policy  # type: ignore[assignment]
         assert governor.admission.max_concurrent(1_600) == num_active
-
-        async def main(governor: Governor = governor) -> float:
-            async def one() -> None:
-                async with governor.lease("worker"):
-                    await asyncio.sleep(0)
-
-            started = time.perf_counter()
-            await asyncio.gather(*(one() for _ in range(num_waiting + num_active)))
-            return time.perf_counter() - started
-
-        # The process's other objects (torch, the engine of the metrics before) out of
-        # the collector's way: a full collection over them would cost more than the
-        # queue does, and land on either variant by chance.
-        gc.collect()
-        gc.freeze()
-        try:
-            elapsed = asyncio.run(main())
-        finally:
-            gc.unfreeze()
-        assert governor.admission.counts()[:2] == (0, 0)
-        per_lease_us[name] = elapsed / (num_waiting + num_active) * 1e6
+        per_lease_us[name] = _per_lease_us(governor, num_waiting + num_active)
     return {
         "bench": _BENCH,
         "metric": "queued_lease_us",
@@ -235,6 +219,58 @@ def _queued_lease(*, num_waiting: int, num_active: int) -> Mapping[str, object]:
             f"({per_lease_us['ordered'] / per_lease_us['key']:.1f}x as long)"
         ),
     }
+
+
+def _capped_lease(*, num_waiting: int, cap: int) -> Mapping[str, object]:
+    per_lease_us = {}
+    agent = AgentSpec(name="worker", ceiling_tokens=1_600)
+    for name, config in (
+        ("agent", GovernorConfig(max_per_agent=cap)),
+        ("tenant", GovernorConfig(max_per_tenant=cap)),
+    ):
+        # Memory for every lease at once: only the cap holds them back.
+        backend = FakeBackend(num_blocks=200 * (num_waiting + cap))
+        governor = Governor(backend, config=config, agents=[agent])
+        per_lease_us[name] = _per_lease_us(governor, num_waiting + cap, tenant="acme")
+    return {
+        "bench": _BENCH,
+        "metric": "capped_lease_us",
+        "value": per_lease_us["agent"],
+        "unit": "us",
+        "target": None,
+        "direction": "lower",
+        "note": (
+            f"{num_waiting:,} waiting behind max_per_agent={cap}; behind max_per_tenant={cap}: "
+            f"{per_lease_us['tenant']:.0f} us"
+        ),
+    }
+
+
+def _per_lease_us(governor: Governor, num: int, *, tenant: str | None = None) -> float:
+    """``num`` leases of ``worker`` at once on one event loop, each held over one
+    suspension: the microseconds per lease, request to release. Every lease must be
+    returned."""
+
+    async def main() -> float:
+        async def one() -> None:
+            async with governor.lease("worker", tenant=tenant):
+                await asyncio.sleep(0)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(num)))
+        return time.perf_counter() - started
+
+    # The process's other objects (torch, the engine of the metrics before) out of the
+    # collector's way: a full collection over them would cost more than the queue does,
+    # and land on either variant by chance.
+    gc.collect()
+    gc.freeze()
+    try:
+        elapsed = asyncio.run(main())
+    finally:
+        gc.unfreeze()
+    assert governor.admission.counts()[:2] == (0, 0)
+    return elapsed / num * 1e6
 
 
 def _logs(num: int) -> list[str]:

@@ -4,6 +4,7 @@ fake clock and waiters that record the order they are woken in."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import cast
 
@@ -248,10 +249,13 @@ class _KeyRaises:
 def test_the_blocks_committed_are_always_the_active_leases_reservations(
     ops: list[tuple[str, int]],
 ) -> None:
-    """Guaranteed mode keeps its committed blocks as leases come and go and grow, rather
-    than summing every active lease on each pass: the two never differ."""
-    ctl, _, woken = controller(4)
-    leases = [lease(i) for i in range(10)]
+    """Guaranteed mode keeps its committed blocks, and the caps their active leases per
+    agent and per tenant, as leases come and go and grow, rather than summing every
+    active lease on each verdict: the two never differ."""
+    ctl, _, woken = controller(4, max_per_agent=3, max_per_tenant=2)
+    agents = [WORKER, AgentSpec(name="reviewer", ceiling_tokens=WORKER.ceiling_tokens)]
+    tenants = ["acme", "initech", None]
+    leases = [lease(i, agent=agents[i % 2], tenant=tenants[i % 3]) for i in range(10)]
     fresh = set(range(10))
     for op, i in ops:
         chosen = leases[i]
@@ -270,6 +274,11 @@ def test_the_blocks_committed_are_always_the_active_leases_reservations(
         active = [x for x in leases if x.state is LeaseState.ACTIVE]
         assert ctl.blocks_committed() == sum(x.blocks_reserved for x in active)
         assert ctl.counts()[0] == len(active)
+        # the caps' counts too, kept the same way
+        assert ctl._per_agent == Counter(x.agent.name for x in active)
+        assert ctl._per_tenant == Counter(x.tenant for x in active if x.tenant is not None)
+        assert max(ctl._per_agent.values(), default=0) <= 3
+        assert max(ctl._per_tenant.values(), default=0) <= 2
 
 
 @pytest.mark.parametrize("aging_s", [0, -1.0, math.nan, math.inf, True, "10"])

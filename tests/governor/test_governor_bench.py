@@ -19,6 +19,7 @@ def test_bench_governor_quick_json() -> None:
         "count_us_per_1k_chars",
         "recount_us_per_1k_chars",
         "queued_lease_us",
+        "capped_lease_us",
     }
     assert rows["lease_overhead_us"]["value"] > 0
     assert rows["overcommit_admitted_ratio"]["value"] >= 1
@@ -29,3 +30,5 @@ def test_bench_governor_quick_json() -> None:
     assert 0 < rows["recount_us_per_1k_chars"]["value"] < rows["count_us_per_1k_chars"]["value"] / 5
     assert rows["queued_lease_us"]["value"] > 0
     assert "ordering the whole queue on every pass" in rows["queued_lease_us"]["note"]
+    assert rows["capped_lease_us"]["value"] > 0
+    assert "max_per_tenant=30" in rows["capped_lease_us"]["note"]

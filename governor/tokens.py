@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -285,18 +286,22 @@ class TokenCounter:
 _SHORT_TEXT = 64  # characters: what count() keeps counts of
 _SHORT_CACHE = 4_096
 _LONG_KEPT = 1 << 22  # characters of long texts whose counts are kept, all told
+_SEEN_KEPT = 1 << 16  # hashes of long texts counted once, kept until there are this many
 
 
 class _LongCounts:
-    """``length(text)`` for texts longer than ``_SHORT_TEXT``, kept for the
-    ``_LONG_KEPT`` characters of texts counted most recently (the texts themselves are
-    held, so the bound is on memory: 4 MB of ASCII). Thread-safe."""
+    """``length(text)`` for texts longer than ``_SHORT_TEXT``, kept for texts counted
+    again: the first count of a text only notes its hash (most long texts, a tool
+    output's lines or a summarizer's drafts, are counted once), the second keeps its
+    count. Kept are the ``_LONG_KEPT`` characters of texts used most recently (the texts
+    themselves are held, so the bound is on memory: 4 MB of ASCII). Thread-safe."""
 
-    __slots__ = ("_chars", "_counts", "_length", "_lock")
+    __slots__ = ("_chars", "_counts", "_length", "_lock", "_seen")
 
     def __init__(self, length: Callable[[str], int]) -> None:
         self._length = length
-        self._counts: dict[str, int] = {}  # text -> tokens, least recently used first
+        self._counts: OrderedDict[str, int] = OrderedDict()  # least recently used first
+        self._seen: set[int] = set()  # hashes of texts counted once
         self._chars = 0
         self._lock = threading.Lock()
 
@@ -305,18 +310,24 @@ class _LongCounts:
             return self._length(text)
         counts = self._counts
         with self._lock:
-            tokens = counts.pop(text, None)
+            tokens = counts.get(text)
             if tokens is not None:
-                counts[text] = tokens
+                counts.move_to_end(text)
                 return tokens
+            seen = self._seen
+            again = hash(text) in seen
+            if not again:
+                if len(seen) >= _SEEN_KEPT:
+                    seen.clear()
+                seen.add(hash(text))
         tokens = self._length(text)
-        with self._lock:
-            if text not in counts:
-                self._chars += len(text)
-                while self._chars > _LONG_KEPT:
-                    self._chars -= len(oldest := next(iter(counts)))
-                    del counts[oldest]
-            counts[text] = tokens
+        if again:
+            with self._lock:
+                if text not in counts:
+                    self._chars += len(text)
+                    while self._chars > _LONG_KEPT:
+                        self._chars -= len(counts.popitem(last=False)[0])
+                counts[text] = tokens
         return tokens
 
 

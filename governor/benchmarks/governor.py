@@ -12,8 +12,9 @@
   counter of ``governor._ascii_count`` saves the governor on every tool result).
 - ``recount_us_per_1k_chars``: a conversation counted again, as the middleware and the
   ceiling policies count it at every turn: the same logs as tool results, their text
-  given back as new strings (as a checkpointer gives them back). The note gives its
-  first count beside it.
+  given back as new strings each time (as a checkpointer gives them back). The counter
+  notes a text the first time, keeps its count the second, and looks it up from the
+  third: the figure is the third count; the note gives the first beside it.
 - ``queued_lease_us``: a lease that queues behind a full backend, from request to
   release, with 2,000 waiting behind 200 active (asyncio, FakeBackend). The note gives
   the same run with the default policy made to order the whole queue on every pass (as
@@ -160,6 +161,7 @@ def _recount_speed(*, num_texts: int) -> Mapping[str, object]:
     started = time.perf_counter()
     first = counter.count_messages(first_prompt)
     first_s = time.perf_counter() - started
+    assert counter.count_messages(conversation()) == first  # the second turn keeps them
     again_prompt = conversation()
     started = time.perf_counter()
     again = counter.count_messages(again_prompt)

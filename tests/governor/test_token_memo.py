@@ -1,6 +1,7 @@
-"""``TokenCounter`` keeps the counts of long texts it has counted (a conversation is
-counted again at every turn): a text seen before is looked up, not counted, within a
-bound on the characters held."""
+"""``TokenCounter`` keeps the counts of long texts it counts again (a conversation is
+counted at every turn): from the third time on, a text is looked up, not counted. A
+text counted once (a tool output's lines, a summarizer's drafts) leaves only its hash.
+The characters held are bounded."""
 
 from __future__ import annotations
 
@@ -27,25 +28,36 @@ def _text(number: int, words: int = 40) -> str:
     return " ".join(f"word{number}_{i}" for i in range(words))
 
 
-def test_a_long_text_is_counted_once_even_as_a_new_string() -> None:
+def test_a_long_text_counted_twice_is_looked_up_after_even_as_a_new_string() -> None:
     tokenizer = _CountingTokenizer()
     counter = TokenCounter(tokenizer=tokenizer)
     text = _text(1)
     copy = "".join(list(text))  # equal, but another object (as a checkpointer gives back)
     assert copy is not text
-    assert [counter.count(text), counter.count(text), counter.count(copy)] == [40, 40, 40]
-    assert tokenizer.encoded == [text]
+    counts = [counter.count(text), counter.count(text), counter.count(copy), counter.count(text)]
+    assert counts == [40] * 4
+    assert tokenizer.encoded == [text, text]
 
 
-def test_a_conversation_counted_again_counts_only_its_new_message() -> None:
+def test_a_text_counted_once_is_not_kept() -> None:
+    counter = TokenCounter(tokenizer=_CountingTokenizer())
+    for number in range(100):
+        counter.count(_text(number))
+    assert counter._long._counts == {}
+    assert len(counter._long._seen) == 100
+
+
+def test_a_conversation_counted_at_each_turn_counts_only_its_new_messages() -> None:
     tokenizer = _CountingTokenizer()
     counter = TokenCounter(tokenizer=tokenizer)
     conversation = [{"role": "user", "content": _text(0)}]
-    counter.count_messages(conversation)
-    conversation.append({"role": "tool", "content": _text(1)})
-    tokenizer.encoded.clear()
-    counter.count_messages(conversation)
-    assert [t for t in tokenizer.encoded if len(t) > 64] == [_text(1)]
+    for turn in range(1, 5):
+        tokenizer.encoded.clear()
+        counter.count_messages(conversation)
+        counted = [t for t in tokenizer.encoded if len(t) > 64]
+        # each message is counted at its first two turns, then looked up
+        assert counted == [_text(n) for n in range(max(0, turn - 2), turn)]
+        conversation.append({"role": "tool", "content": _text(turn)})
 
 
 def test_the_least_recently_counted_texts_go_first_within_the_bound(
@@ -55,10 +67,11 @@ def test_the_least_recently_counted_texts_go_first_within_the_bound(
     monkeypatch.setattr(tokens, "_LONG_KEPT", 10 * text_chars)
     tokenizer = _CountingTokenizer()
     counter = TokenCounter(tokenizer=tokenizer)
-    for number in range(10):
+    for number in [*range(10), *range(10)]:  # counted twice: kept
         counter.count(_text(number))
     counter.count(_text(0))  # used again: now the most recent
-    counter.count(_text(10))  # over the bound: text 1 goes, not text 0
+    counter.count(_text(10))
+    counter.count(_text(10))  # kept, over the bound: text 1 goes, not text 0
     tokenizer.encoded.clear()
     counter.count(_text(0))
     assert tokenizer.encoded == []
@@ -75,9 +88,9 @@ def test_a_text_longer_than_an_eighth_of_the_bound_is_not_kept(
     tokenizer = _CountingTokenizer()
     counter = TokenCounter(tokenizer=tokenizer)
     text = _text(1)  # over 100 characters
-    counter.count(text)
-    counter.count(text)
-    assert tokenizer.encoded == [text, text]
+    for _ in range(3):
+        counter.count(text)
+    assert tokenizer.encoded == [text, text, text]
     assert counter._long._counts == {}
 
 
@@ -87,9 +100,10 @@ def test_truncation_probes_and_str_subclasses_are_not_kept() -> None:
 
     tokenizer = _CountingTokenizer()
     counter = TokenCounter(tokenizer=tokenizer)
-    counter.truncate(_text(1, words=400), 100)
+    for _ in range(3):
+        counter.truncate(_text(1, words=400), 100)
     marked = Marked(_text(2))
-    assert counter.count(marked) == counter.count(marked) == 40
+    assert counter.count(marked) == counter.count(marked) == counter.count(marked) == 40
     assert counter._long._counts == {}
 
 

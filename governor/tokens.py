@@ -151,8 +151,8 @@ class TokenCounter:
         # it grows past _SHORT_CACHE entries).
         self._short: dict[str, int] = {}
         # Long texts recur too: a conversation is counted again at every turn, a ceiling
-        # policy counts what it keeps. Their counts are kept by the text itself (a str
-        # keeps its hash, so a text seen before costs a lookup, not a count).
+        # policy counts what it keeps. Those counted twice are kept by the text itself
+        # (a str keeps its hash: from the third time a text costs a lookup, not a count).
         self._long = _LongCounts(self._length)
 
     def __repr__(self) -> str:

@@ -108,6 +108,7 @@ class AdmissionController:
         # In the order queued, which the policy orders each pass; or, where the policy has
         # a key, kept in its order (admission_policy's docstring).
         self._queue: list[_Queued] = []
+        self._waiting: dict[Lease, _Queued] = {}  # the same, by lease: cancel finds it
         self._active: set[Lease] = set()
         self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
         # The active leases per agent name and per tenant, kept likewise: a pass walks
@@ -178,10 +179,12 @@ class AdmissionController:
                 self._queue.append(queued)
             else:
                 bisect.insort(self._queue, queued, key=_rank)
+            self._waiting[lease] = queued
             try:
                 self._pump()
             except BaseException:  # the policy failed: nobody waits for this lease
-                if queued in self._queue:
+                if self._waiting.get(lease) is queued:
+                    del self._waiting[lease]
                     self._queue.remove(queued)
                     lease.state = previous
                 raise
@@ -190,13 +193,13 @@ class AdmissionController:
         """Take a waiting lease off the queue. False when it was admitted meanwhile: the
         caller then owns an active lease and must release it."""
         with self._lock:
-            for i, queued in enumerate(self._queue):
-                if queued.lease is lease:
-                    del self._queue[i]
-                    lease.state = LeaseState.RELEASED
-                    self._pump()  # it may have held the line for others
-                    return True
-            return False
+            queued = self._waiting.pop(lease, None)
+            if queued is None:
+                return False
+            self._queue.remove(queued)
+            lease.state = LeaseState.RELEASED
+            self._pump()  # it may have held the line for others
+            return True
 
     def release(self, lease: Lease) -> None:
         with self._lock:
@@ -254,6 +257,7 @@ class AdmissionController:
                 admitted.append(queued)
         for queued in admitted:
             self._queue.remove(queued)
+            del self._waiting[queued.lease]
             queued.waiter.wake()
 
     def _ordered(self) -> list[_Queued]:

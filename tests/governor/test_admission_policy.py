@@ -278,6 +278,9 @@ def test_the_blocks_committed_are_always_the_active_leases_reservations(
         assert ctl._per_agent == Counter(x.agent.name for x in active)
         assert ctl._per_tenant == Counter(x.tenant for x in active if x.tenant is not None)
         assert max(ctl._per_agent.values(), default=0) <= 3
+        # and the waiting leases by lease, which cancel looks them up in
+        assert len(ctl._waiting) == len(ctl._queue)
+        assert all(ctl._waiting[queued.lease] is queued for queued in ctl._queue)
         assert max(ctl._per_tenant.values(), default=0) <= 2
 
 

@@ -31,7 +31,6 @@ import math
 import reprlib
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -111,11 +110,16 @@ class AdmissionController:
         self._waiting: dict[Lease, _Queued] = {}  # the same, by lease: cancel finds it
         self._active: set[Lease] = set()
         self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
-        # The active leases per agent name and per tenant, kept likewise: a pass walks
-        # every lease blocked by a cap, and counting the active ones for each of them made
-        # a pass cost the waiting times the active.
-        self._per_agent: Counter[str] = Counter()
-        self._per_tenant: Counter[str] = Counter()
+        # Where a cap is set, the leases per agent name (per tenant), kept likewise: the
+        # active ones, which a verdict compares with the cap (counting them on each verdict
+        # made a pass cost the waiting times the active), and the waiting ones (tenant
+        # None too), so a pass stops once the cap holds back every one of them.
+        self._by_agent = config.max_per_agent is not None
+        self._by_tenant = config.max_per_tenant is not None
+        self._per_agent: dict[str, int] = {}
+        self._per_tenant: dict[str | None, int] = {}  # None is never counted
+        self._waiting_agents: dict[str, int] = {}
+        self._waiting_tenants: dict[str | None, int] = {}
         self._peak_active = 0
         self._clock: Callable[[], float] = time.monotonic
 
@@ -179,13 +183,13 @@ class AdmissionController:
                 self._queue.append(queued)
             else:
                 bisect.insort(self._queue, queued, key=_rank)
-            self._waiting[lease] = queued
+            self._add_waiting(queued)
             try:
                 self._pump()
             except BaseException:  # the policy failed: nobody waits for this lease
                 if self._waiting.get(lease) is queued:
-                    del self._waiting[lease]
                     self._queue.remove(queued)
+                    self._discard_waiting(lease)
                     lease.state = previous
                 raise
 
@@ -193,10 +197,11 @@ class AdmissionController:
         """Take a waiting lease off the queue. False when it was admitted meanwhile: the
         caller then owns an active lease and must release it."""
         with self._lock:
-            queued = self._waiting.pop(lease, None)
+            queued = self._waiting.get(lease)
             if queued is None:
                 return False
             self._queue.remove(queued)
+            self._discard_waiting(lease)
             lease.state = LeaseState.RELEASED
             self._pump()  # it may have held the line for others
             return True
@@ -248,17 +253,39 @@ class AdmissionController:
         if not self._queue:
             return
         admitted: list[_Queued] = []
+        capped: set[str | None] = set()  # agents and tenants found capped in this pass
         for queued in self._ordered():
-            verdict = self._verdict(queued.lease)
+            lease = queued.lease
+            verdict = self._verdict(lease)
             if verdict == "memory":
                 break
             if verdict == "ok":
-                self._admit(queued.lease)
+                self._admit(lease)
                 admitted.append(queued)
+            elif not capped >= {lease.agent.name, lease.tenant}:
+                capped.update((lease.agent.name, lease.tenant))
+                if self._all_capped():  # nobody behind it can pass either
+                    break
         for queued in admitted:
             self._queue.remove(queued)
-            del self._waiting[queued.lease]
+            self._discard_waiting(queued.lease)
             queued.waiter.wake()
+
+    def _all_capped(self) -> bool:
+        """Whether a cap holds back every waiting lease now: every waiting lease's agent
+        is at ``max_per_agent``, or every one's tenant at ``max_per_tenant``. Leases
+        admitted in the pass still count as waiting here, which can only say no."""
+        config = self.config
+        cap = config.max_per_agent
+        per_agent = self._per_agent
+        if cap is not None and all(per_agent.get(a, 0) >= cap for a in self._waiting_agents):
+            return True
+        cap = config.max_per_tenant
+        return (
+            cap is not None
+            and None not in self._waiting_tenants
+            and all(self._per_tenant.get(t, 0) >= cap for t in self._waiting_tenants)
+        )
 
     def _ordered(self) -> list[_Queued]:
         """The queue in the policy's order, checked to be exactly the waiting leases."""
@@ -301,10 +328,10 @@ class AdmissionController:
         if config.max_concurrent is not None and len(self._active) >= config.max_concurrent:
             return "memory"
         cap = config.max_per_agent
-        if cap is not None and self._per_agent[lease.agent.name] >= cap:
+        if cap is not None and self._per_agent.get(lease.agent.name, 0) >= cap:
             return "cap"
         cap = config.max_per_tenant
-        if cap is not None and lease.tenant is not None and self._per_tenant[lease.tenant] >= cap:
+        if cap is not None and self._per_tenant.get(lease.tenant, 0) >= cap:  # None: no cap
             return "cap"
         if config.mode is AdmissionMode.GUARANTEED:
             fits = self._committed() + lease.blocks_reserved <= self.limit_blocks
@@ -330,17 +357,34 @@ class AdmissionController:
     def _add_active(self, lease: Lease) -> None:
         self._active.add(lease)
         self._reserved += lease.blocks_reserved
-        self._per_agent[lease.agent.name] += 1
-        if lease.tenant is not None:
-            self._per_tenant[lease.tenant] += 1
+        if self._by_agent:
+            _add(self._per_agent, lease.agent.name, 1)
+        if self._by_tenant and lease.tenant is not None:
+            _add(self._per_tenant, lease.tenant, 1)
 
     def _discard_active(self, lease: Lease) -> None:
         if lease in self._active:
             self._active.remove(lease)
             self._reserved -= lease.blocks_reserved
-            _decrement(self._per_agent, lease.agent.name)
-            if lease.tenant is not None:
-                _decrement(self._per_tenant, lease.tenant)
+            if self._by_agent:
+                _add(self._per_agent, lease.agent.name, -1)
+            if self._by_tenant and lease.tenant is not None:
+                _add(self._per_tenant, lease.tenant, -1)
+
+    def _add_waiting(self, queued: _Queued) -> None:
+        lease = queued.lease
+        self._waiting[lease] = queued
+        if self._by_agent:
+            _add(self._waiting_agents, lease.agent.name, 1)
+        if self._by_tenant:
+            _add(self._waiting_tenants, lease.tenant, 1)
+
+    def _discard_waiting(self, lease: Lease) -> None:
+        del self._waiting[lease]
+        if self._by_agent:
+            _add(self._waiting_agents, lease.agent.name, -1)
+        if self._by_tenant:
+            _add(self._waiting_tenants, lease.tenant, -1)
 
 
 def _static_key(policy: AdmissionPolicy) -> Callable[[Lease], Any] | None:
@@ -348,12 +392,13 @@ def _static_key(policy: AdmissionPolicy) -> Callable[[Lease], Any] | None:
     return key if callable(key) else None
 
 
-def _decrement(counts: Counter[str], name: str) -> None:
-    """One fewer under ``name``; a name at none is dropped, so the counts stay small."""
-    if counts[name] <= 1:
-        del counts[name]
+def _add(counts: dict[Any, int], name: object, change: int) -> None:
+    """``counts[name] += change``; a name at none is dropped, so the counts stay small."""
+    count = counts.get(name, 0) + change
+    if count:
+        counts[name] = count
     else:
-        counts[name] -= 1
+        del counts[name]
 
 
 def _rank(queued: _Queued) -> Any:

@@ -20,8 +20,9 @@
   the same run with the default policy made to order the whole queue on every pass (as
   a policy without a ``key`` is), side by side.
 - ``capped_lease_us``: the same, but with memory for all and ``max_per_agent=200``
-  holding them back (every pass walks past the capped leases); the note gives
-  ``max_per_tenant=200``.
+  holding them back (a verdict compares the agent's active leases, kept as they come
+  and go, with the cap; a pass stops once the cap holds back every waiting lease); the
+  note gives ``max_per_tenant=200``.
 """
 
 from __future__ import annotations

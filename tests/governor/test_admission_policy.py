@@ -240,6 +240,24 @@ class _KeyRaises:
         return 1 // 0
 
 
+def apply_op(
+    ctl: AdmissionController, woken: Woken, chosen: Lease, op: str, *, fresh: bool
+) -> None:
+    """One step of a random sequence: ``enqueue`` a new or parked lease, ``release`` one
+    (cancel it while it waits), ``park`` it, or ``grow`` an active one's ceiling."""
+    if op == "enqueue" and (fresh or chosen.state is LeaseState.PARKED):
+        ctl.enqueue(chosen, woken.waiter(chosen))
+    elif op == "release" and not fresh and chosen.state is not LeaseState.RELEASED:
+        if chosen.state is LeaseState.WAITING:
+            ctl.cancel(chosen)
+        else:
+            ctl.release(chosen)
+    elif op == "park":
+        ctl.park(chosen)
+    elif op == "grow" and chosen.state is LeaseState.ACTIVE:
+        ctl.try_grow(chosen, chosen.ceiling_tokens + 16)
+
+
 @given(
     st.lists(
         st.tuples(st.sampled_from(["enqueue", "release", "park", "grow"]), st.integers(0, 9)),
@@ -258,19 +276,9 @@ def test_the_blocks_committed_are_always_the_active_leases_reservations(
     leases = [lease(i, agent=agents[i % 2], tenant=tenants[i % 3]) for i in range(10)]
     fresh = set(range(10))
     for op, i in ops:
-        chosen = leases[i]
-        if op == "enqueue" and (i in fresh or chosen.state is LeaseState.PARKED):
+        apply_op(ctl, woken, leases[i], op, fresh=i in fresh)
+        if op == "enqueue":
             fresh.discard(i)
-            ctl.enqueue(chosen, woken.waiter(chosen))
-        elif op == "release" and i not in fresh and chosen.state is not LeaseState.RELEASED:
-            if chosen.state is LeaseState.WAITING:
-                ctl.cancel(chosen)
-            else:
-                ctl.release(chosen)
-        elif op == "park":
-            ctl.park(chosen)
-        elif op == "grow" and chosen.state is LeaseState.ACTIVE:
-            ctl.try_grow(chosen, chosen.ceiling_tokens + 16)
         active = [x for x in leases if x.state is LeaseState.ACTIVE]
         assert ctl.blocks_committed() == sum(x.blocks_reserved for x in active)
         assert ctl.counts()[0] == len(active)

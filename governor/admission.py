@@ -253,17 +253,17 @@ class AdmissionController:
         if not self._queue:
             return
         admitted: list[_Queued] = []
-        capped: set[str | None] = set()  # agents and tenants found capped in this pass
+        changed = True  # admitted since _all_capped was last asked (only that can change it)
         for queued in self._ordered():
-            lease = queued.lease
-            verdict = self._verdict(lease)
+            verdict = self._verdict(queued.lease)
             if verdict == "memory":
                 break
             if verdict == "ok":
-                self._admit(lease)
+                self._admit(queued.lease)
                 admitted.append(queued)
-            elif not capped >= {lease.agent.name, lease.tenant}:
-                capped.update((lease.agent.name, lease.tenant))
+                changed = True
+            elif changed:
+                changed = False
                 if self._all_capped():  # nobody behind it can pass either
                     break
         for queued in admitted:

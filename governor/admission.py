@@ -291,13 +291,25 @@ class AdmissionController:
         """The queue in the policy's order, checked to be exactly the waiting leases."""
         if self._key is not None:
             return self._queue  # kept in order as leases arrive; _pump changes it after
-        waiting = {queued.lease: queued for queued in self._queue}
+        waiting = self._waiting  # by lease, in the order queued
         answer = self._policy.order(
             list(waiting), active=frozenset(self._active), now=self._clock()
         )
         if not isinstance(answer, Iterable):
             raise self._bad_order(f"it returned {reprlib.repr(answer)}")
         items = list(answer)
+        try:  # the answer as it should be: each waiting lease once (leases are equal by id)
+            ordered = [waiting[item] for item in items]
+        except (KeyError, TypeError):
+            pass
+        else:
+            if len(ordered) == len(waiting) == len(set(map(id, ordered))):
+                return ordered
+        return self._checked(items)
+
+    def _checked(self, items: list[Any]) -> list[_Queued]:
+        """``items`` as queued leases, or the error that says what is wrong with them."""
+        waiting = self._waiting
         remaining = dict(waiting)
         ordered = []
         for item in items:

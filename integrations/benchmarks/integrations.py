@@ -15,9 +15,9 @@
   call their own model): only the governor's own work is timed. Plain and governed runs
   alternate, after a warm-up of each; the figure is the median, over 61 pairs, of a
   governed run's time over the plain run's beside it. One pair's ratio scatters by
-  about 4.6% (standard deviation) on a shared 2-core host, so the median of 21 pairs
-  moved by about 1.3% from one invocation to the next, as much as the target's margin;
-  61 pairs bring that to about 0.7%.
+  3-5% (standard deviation, in the note) on a shared 2-core host, so the median of 21
+  pairs moved by about 1.3% from one invocation to the next, as much as the target's
+  margin; 61 pairs bring that to about half.
 
 What the governed run adds per run, measured on a 2-core CPU: the exact token counts of
 every message (once per message; about 45 us per 1,000-character tool result, split by
@@ -181,7 +181,8 @@ def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
     # Each governed run over the plain run beside it: the machine's drift (other jobs,
     # clock speed) moves both of a pair alike, so the median of the pairs' ratios is
     # steadier than the ratio of the two medians.
-    ratio = statistics.median(g / p for p, g in zip(plain_s, governed_s, strict=True))
+    ratios = [g / p for p, g in zip(plain_s, governed_s, strict=True)]
+    ratio = statistics.median(ratios)
     extra_ms = statistics.median(g - p for p, g in zip(plain_s, governed_s, strict=True)) * 1e3
     num_calls = NUM_AGENTS * (_TOOL_ROUNDS + 1)
     governed_ms, plain_ms = statistics.median(governed_s) * 1e3, statistics.median(plain_s) * 1e3
@@ -193,7 +194,9 @@ def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
         "target": 1.05,
         "direction": "lower",
         "note": (
-            f"median of {repeats} side-by-side pairs; runs of {governed_ms:.1f} ms governed "
+            f"median of {repeats} side-by-side pairs (one pair's ratio scatters by "
+            f"{statistics.stdev(ratios) * 100:.1f}%, standard deviation); runs of "
+            f"{governed_ms:.1f} ms governed "
             f"vs {plain_ms:.1f} ms plain (median {extra_ms:.1f} ms more per run, "
             f"{extra_ms / num_calls * 1e3:.0f} us per model call; the event loop's CPU time "
             f"{cpu_ratio:.2f}x plain's); planner + {NUM_AGENTS} "

@@ -300,12 +300,11 @@ class AdmissionController:
         items = list(answer)
         try:  # the answer as it should be: each waiting lease once (leases are equal by id)
             ordered = [waiting[item] for item in items]
-        except (KeyError, TypeError):
-            pass
-        else:
-            if len(ordered) == len(waiting) == len(set(map(id, ordered))):
-                return ordered
-        return self._checked(items)
+        except (KeyError, TypeError):  # not a waiting lease: say which
+            return self._checked(items)
+        if len(ordered) == len(waiting) == len(set(map(id, ordered))):
+            return ordered
+        return self._checked(items)  # one left out or given twice: say which
 
     def _checked(self, items: list[Any]) -> list[_Queued]:
         """``items`` as queued leases, or the error that says what is wrong with them."""

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
+from typing import Any
+
+from governor import Governor
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_RUN = ROOT / ".ci" / "run"
@@ -34,10 +39,96 @@ def test_ci_script_is_strict_and_executable() -> None:
     assert "set -euo pipefail" in CI_RUN.read_text(encoding="utf-8").splitlines()
 
 
-def test_readme_python_examples_run() -> None:
-    """Every ```python block of the README runs as written (on the tiny-random preset)."""
+def _python_blocks() -> list[str]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
+    return re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+
+
+def _run_block(block: str) -> tuple[dict[str, Any], str]:
+    """Runs one README block as written; its namespace and what it printed."""
+    namespace: dict[str, Any] = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "README.md", "exec"), namespace)
+    return namespace, printed.getvalue()
+
+
+def _block_with(text: str) -> str:
+    (block,) = [block for block in _python_blocks() if text in block]
+    return block
+
+
+def _nothing_held(governor: Governor) -> None:
+    """Every lease returned: none active or waiting."""
+    active, waiting, _peak = governor.admission.counts()
+    assert (active, waiting) == (0, 0)
+
+
+def test_readme_has_the_python_blocks_these_tests_check() -> None:
+    """Each block below is checked by a test of its own: a new one needs its test."""
+    blocks = _python_blocks()
+    checked = ("app = govern(", "Engine.from_pretrained", "governor.fanout(", "call.reduce(")
+    assert len(blocks) == len(checked)
+    assert all(sum(text in block for block in blocks) == 1 for text in checked)
+
+
+def test_quickstart_prints_the_reply_and_returns_its_lease() -> None:
+    namespace, printed = _run_block(_block_with("app = govern("))
+    governor = namespace["governor"]
+    _nothing_held(governor)
+    assert governor.admission.counts()[2] == 1  # the coder's lease was admitted
+    assert governor.backend.metrics().num_blocks_in_use == 0
+    assert printed.count("\n") == 1  # the reply, on one line
+    namespace["governor"].backend.close()
+
+
+def test_engine_block_reuses_the_pinned_prefix() -> None:
+    namespace, printed = _run_block(_block_with("Engine.from_pretrained"))
+    engine, prefix, done = namespace["engine"], namespace["prefix"], namespace["done"]
+    metrics = engine.metrics()
+    assert done.finish_reason.name == "LENGTH" and len(done.token_ids) == 32
+    # every pinned block of the system prompt is a cache hit; nothing else is held
+    assert done.num_cached_tokens == prefix.num_tokens == len(prefix.block_ids) * 16
+    assert metrics.num_blocks_in_use == metrics.num_blocks_pinned == len(prefix.block_ids)
+    assert printed.split() == [str(done.finish_reason), str(prefix.num_tokens), str(
+        metrics.kv_cache_usage
+    )]
+
+
+def test_fanout_block_runs_eight_workers_three_at_a_time() -> None:
+    namespace, printed = _run_block(_block_with("governor.fanout("))
+    governor = namespace["governor"]
+    _nothing_held(governor)
+    # the planner, parked while its workers run, and at most max_fanout=3 workers
+    assert governor.admission.counts()[2] == 3
+    lines = printed.splitlines()
+    assert lines[0] == "1 planner at 512 tokens, each with 8 workers at 256 tokens, max_fanout 3"
+    rows = [line.split() for line in lines if line.startswith(("guaranteed", "overcommit"))]
+    assert len(rows) == 4 and all(row[2] == "yes" and row[-1] == "no" for row in rows)
+
+
+def test_tool_output_block_reduces_the_log_and_reuses_the_held_kv() -> None:
+    namespace, printed = _run_block(_block_with("call.reduce("))
+    _nothing_held(namespace["governor"])
+    kinds = [line.split(" ", 1)[0] for line in printed.splitlines()]
+    assert kinds == [
+        "run.started",
+        "requested",
+        "admitted",
+        "call.started",
+        "call.finished",
+        "tool.started",
+        "retained",
+        "tool.finished",
+        "summarized",
+        "call.started",
+        "call.finished",
+        "released",
+        "run.finished",
+    ]
+    reduced = namespace["reduced"]
+    assert "KeyError: 'user'" in reduced.text
+    assert namespace["backend"].counter.count(reduced.text) <= 120
+    # the second call found the first call's KV held while the tool ran
+    second = [line for line in printed.splitlines() if line.startswith("call.finished")][1]
+    assert "'cached_tokens': 0," not in second

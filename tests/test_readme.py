@@ -90,9 +90,11 @@ def test_engine_block_reuses_the_pinned_prefix() -> None:
     # every pinned block of the system prompt is a cache hit; nothing else is held
     assert done.num_cached_tokens == prefix.num_tokens == len(prefix.block_ids) * 16
     assert metrics.num_blocks_in_use == metrics.num_blocks_pinned == len(prefix.block_ids)
-    assert printed.split() == [str(done.finish_reason), str(prefix.num_tokens), str(
-        metrics.kv_cache_usage
-    )]
+    assert printed.split() == [
+        str(done.finish_reason),
+        str(prefix.num_tokens),
+        str(metrics.kv_cache_usage),
+    ]
 
 
 def test_fanout_block_runs_eight_workers_three_at_a_time() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 from governor.cli import BENCHMARKS, app
@@ -24,8 +23,7 @@ def test_quick_run_reports_governed_over_plain() -> None:
 
 
 def test_cli_prints_the_row_as_json() -> None:
-    if "integrations" not in BENCHMARKS:
-        pytest.skip("governor.cli does not list the integrations benchmark yet")
+    assert BENCHMARKS["integrations"] == "integrations.benchmarks.integrations"
     result = CliRunner().invoke(app, ["bench", "integrations", "--quick", "--json"])
     assert result.exit_code == 0, result.output
     (row,) = map(json.loads, result.stdout.splitlines())

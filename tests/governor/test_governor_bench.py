@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 from typer.testing import CliRunner
 
+from governor import DEFAULT_SAFETY_FACTOR
 from governor.cli import app
 
 
@@ -22,8 +25,17 @@ def test_bench_governor_quick_json() -> None:
         "capped_lease_us",
     }
     assert rows["lease_overhead_us"]["value"] > 0
-    assert rows["overcommit_admitted_ratio"]["value"] >= 1
-    assert "0 lost" in rows["overcommit_admitted_ratio"]["note"]
+    ratio = rows["overcommit_admitted_ratio"]
+    found = re.search(
+        r"peak active: (\d+) overcommit vs (\d+) guaranteed; (\d+) agents", ratio["note"]
+    )
+    assert found, ratio["note"]
+    overcommit, guaranteed, agents = map(int, found.groups())
+    # guaranteed admits what fits at every ceiling: floor(900 blocks x 0.9 / 100 per lease)
+    assert guaranteed == math.floor(900 * DEFAULT_SAFETY_FACTOR / math.ceil(1_600 / 16)) == 8
+    assert guaranteed < overcommit <= agents
+    assert ratio["value"] == overcommit / guaranteed
+    assert "0 lost" in ratio["note"]
     assert rows["count_us_per_1k_chars"]["value"] > 0
     assert "counts equal" in rows["count_us_per_1k_chars"]["note"]
     # a conversation counted again is looked up, not counted: far below its first count

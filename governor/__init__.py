@@ -1,7 +1,7 @@
 """The runtime layer of kvgov: leases, admission, fan-out, ceilings and shared prefixes.
 
 governor/ drives any inference engine through its own small ``Backend`` protocol and
-never imports engine/ at module level; see DESIGN.md for the import rules.
+never imports engine/ at module level; see CONTRIBUTING.md for the import rules.
 ``import governor`` does not import torch: ``LocalBackend`` loads the bundled engine
 only when one is built.
 """

@@ -3,7 +3,7 @@
 From a model's KV shape (a named preset or a Hugging Face config.json), the card's
 memory, the weights' memory and a runtime overhead, the KV budget follows; from the
 agents' ceiling, a lower contiguous cap, their number and their average context, the
-three rows of DESIGN.md's table follow (``governor.sizing.compare_schemes``): reserve
+three rows of CONTRIBUTING.md's table follow (``governor.sizing.compare_schemes``): reserve
 the ceiling contiguously, reserve a lower cap contiguously, or page in blocks.
 
 ``Plan`` is plain data: the CLI prints it as a table or as JSON lines, and ``kvgov map``

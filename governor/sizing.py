@@ -2,7 +2,7 @@
 
 Pure arithmetic over integers (torch is not needed): a model's ``KVShape`` gives its KV
 bytes per token, ``blocks_per_seq`` and ``max_concurrent`` are the admission formulas
-the governor enforces, and ``compare_schemes`` reproduces DESIGN.md's table of what N
+the governor enforces, and ``compare_schemes`` reproduces CONTRIBUTING.md's table of what N
 agents cost under a contiguous reserve-for-max cache and under paging.
 
 Units: 1 MB = 1e6 bytes, 1 GB = 1e9 bytes, 16k = 16,000 tokens.
@@ -86,7 +86,7 @@ class KVShape:
 
 # Qwen3.5-9B's attention geometry (4 KV heads of 256 dims) over 34 full-attention-
 # equivalent layers: 2 x 34 x 4 x 256 x 2 bytes = 139,264 bytes, about 0.14 MB per token
-# at FP16, the planning figure DESIGN.md uses. The checkpoint itself is hybrid (only every
+# at FP16, the planning figure CONTRIBUTING.md uses. The checkpoint itself is hybrid (only every
 # fourth layer keeps per-token KV, the rest are linear attention with a fixed state), so
 # this is a conservative planning shape; kv_shape_from_hf_config gives a checkpoint's own.
 QWEN3_5_9B = KVShape(layers=34, kv_heads=4, head_dim=256, dtype_bytes=2)

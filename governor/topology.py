@@ -31,7 +31,7 @@ from governor.sizing import DEFAULT_SAFETY_FACTOR, blocks_per_seq, max_ceiling_t
 
 __all__ = ["DEFAULT_EXPECTED_USE", "TopologyFit", "TopologyReport", "check_topology"]
 
-DEFAULT_EXPECTED_USE = 0.2  # about 3k of a 16k ceiling, DESIGN.md's average
+DEFAULT_EXPECTED_USE = 0.2  # about 3k of a 16k ceiling, CONTRIBUTING.md's average
 _MODES = ("guaranteed", "overcommit")
 
 

@@ -2,7 +2,7 @@
 
 ``integrations.otel`` writes spans, span events and metrics with these names;
 ``integrations.report`` reads them back from a JSON-lines file. GenAI names follow the
-OpenTelemetry semantic conventions (DESIGN.md, "Observability names"); ``kvgov.*``
+OpenTelemetry semantic conventions (CONTRIBUTING.md, "Observability names"); ``kvgov.*``
 names are our own, for memory.
 """
 

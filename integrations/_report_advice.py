@@ -6,7 +6,7 @@ as headroom, rounded up to whole KV blocks, and never less than the deepest cont
 the run saw. ``max_concurrent`` is the governor's own formula (``governor.
 max_concurrent``) over the budget the run span recorded.
 
-Levers come in DESIGN.md's order, matched to the diagnosis, and the first is the one
+Levers come in CONTRIBUTING.md's order, matched to the diagnosis, and the first is the one
 to pull first:
 
 1. tool results make up at least half of an agent's context and it sets no

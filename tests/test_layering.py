@@ -1,4 +1,4 @@
-"""The import rules between the layers (DESIGN.md, "Layers and the direction of imports").
+"""The import rules between the layers (CONTRIBUTING.md, "Layers and the direction of imports").
 
 ``check_imports`` reads one module with ``ast`` and returns each import that breaks a
 rule; the last test runs it over every module of the four layers. The tests before it

@@ -34,6 +34,18 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert test_command in ci_lines
 
 
+def test_docs_need_nothing_outside_the_repository() -> None:
+    """A user's clone has only the repository: no file may send readers beyond it."""
+    outside = ("../" + "shared", "DESIGN" + ".md")  # spelled apart: this file is read too
+    folders = ("engine", "governor", "policies", "integrations", "examples", "tests")
+    paths = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    paths += [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        assert not any(name in text for name in outside), path
+    assert "](CONTRIBUTING.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 def test_ci_script_is_strict_and_executable() -> None:
     assert os.access(CI_RUN, os.X_OK)
     assert "set -euo pipefail" in CI_RUN.read_text(encoding="utf-8").splitlines()

@@ -1,4 +1,4 @@
-"""governor.sizing: DESIGN.md's table to the digit, the admission formulas, and KV shapes
+"""governor.sizing: CONTRIBUTING.md's table to the digit, the admission formulas, and KV shapes
 read from Hugging Face configs (dicts, files and folders written here)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from governor.sizing import (
 
 MB = 10**6
 GB = 10**9
-# Exactly 0.14 MB per token at FP16 (2 x 35 x 8 x 125 x 2 bytes): DESIGN.md's round figure.
+# Exactly 0.14 MB per token at FP16 (2 x 35 x 8 x 125 x 2 bytes): CONTRIBUTING.md's round figure.
 DESIGN_SHAPE = KVShape(layers=35, kv_heads=8, head_dim=125, dtype_bytes=2)
 DESIGN_WORKLOAD = {
     "kv_budget_bytes": 10 * GB,

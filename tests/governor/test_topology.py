@@ -1,4 +1,4 @@
-"""governor.topology: exact arithmetic on small budgets, DESIGN.md's reference swarm, and
+"""governor.topology: exact arithmetic on small budgets, CONTRIBUTING.md's reference swarm, and
 suggestions that are the largest values that fit (checked by asking again)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from governor.errors import ConfigError, TopologyError
 from governor.sizing import KVShape
 from governor.topology import TopologyFit, check_topology
 
-# Exactly 0.14 MB per token: DESIGN.md's round figure (2 x 35 x 8 x 125 x 2 bytes).
+# Exactly 0.14 MB per token: CONTRIBUTING.md's round figure (2 x 35 x 8 x 125 x 2 bytes).
 DESIGN_SHAPE = KVShape(layers=35, kv_heads=8, head_dim=125, dtype_bytes=2)
 DESIGN_BLOCKS = 10 * 10**9 // DESIGN_SHAPE.bytes_per_block(16)  # 10 GB of KV
 SMALL = {"available_blocks": 100, "block_size": 10, "safety_factor": 1.0}

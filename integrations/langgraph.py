@@ -4,7 +4,12 @@
     graph.invoke(inputs)        # also ainvoke, stream, astream, batch, with_config
 
 ``graph`` is a ``StateGraph`` (compiled here with no options) or a ``CompiledStateGraph``
-(its checkpointer, store, interrupts and config are kept). The result is a
+(its checkpointer, store, interrupts and config are kept). ``agents`` names the graph's
+nodes and those of the compiled graphs added as its nodes (its subgraphs, at any depth):
+a subgraph's node by its name alone when no node of the graph has that name and one
+subgraph only does, else by its path, ``"team/worker"``. Such a subgraph is governed on
+its own, in its node's place, so its nodes get what they get when you ``govern`` it and
+add it yourself (``integrations._graph_subgraphs``). The result is a
 ``GovernedGraph``, a ``CompiledStateGraph`` whose governed nodes have their runnable
 (``PregelNode.bound``) wrapped, and whose ``stream``/``astream`` (which ``invoke`` and
 ``ainvoke`` run on) open a frame per invocation inside ``governor.run(graph name)``, so
@@ -61,10 +66,11 @@ from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph.state import CompiledStateGraph, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from governor import AgentSpec, ConfigError, Governor
+from governor import AgentSpec, ConfigError, Governor, TopologyError
 from integrations._control_flow import failure
 from integrations._graph_frame import Governance, open_frame
 from integrations._graph_node import GovernedNode
+from integrations._graph_subgraphs import place
 from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
 from integrations._lease_context import current_lease
 
@@ -83,9 +89,12 @@ def govern(
 ) -> GovernedGraph:
     """``graph`` with each node named in ``agents`` run within its agent's lease.
 
-    ``topology``: the planner/worker pairs to check, as ``(planner_node, worker_node,
-    num_workers)``, in place of those inferred from the graph. ``messages_key``: the
-    state key (and node input/output key) that holds the conversation.
+    ``agents``: node name (or ``subgraph/node`` path, see the module docstring) -> its
+    agent. ``topology``: the planner/worker pairs to check, as ``(planner_node,
+    worker_node, num_workers)``, in place of those inferred from the graph (a subgraph's
+    pairs, written by path or name as in ``agents``, in place of that subgraph's).
+    ``messages_key``: the state key (and node input/output key) that holds the
+    conversation, in the graph and its subgraphs.
     Raises ``ConfigError`` for arguments that do not match the graph and
     ``TopologyError`` for a fan-out that cannot fit.
     """
@@ -112,9 +121,24 @@ def govern(
         raise ConfigError(
             f"messages_key must name a state key, got {messages_key!r}", setting="messages_key"
         )
-    specs = _check_agents(graph, agents or {})
-    pairs = fanout_pairs(graph, specs, topology)
+    placement = place(graph, _check_agents(agents or {}), topology)
+    specs = placement.own
+    pairs = fanout_pairs(graph, specs, placement.topology)
     check_pairs(governor, specs, pairs)
+    # A subgraph node whose nodes are named is replaced by that subgraph, governed on its
+    # own (integrations._graph_subgraphs): the same caps, parking and ceilings.
+    subgraphs = {}
+    for name in dict.fromkeys([*placement.nested, *placement.nested_topology]):
+        try:
+            subgraphs[name] = govern(
+                graph.nodes[name].bound,
+                governor,
+                placement.nested.get(name, {}),
+                topology=placement.nested_topology.get(name),
+                messages_key=messages_key,
+            )
+        except TopologyError as exc:
+            raise TopologyError(f"in subgraph {name!r}: {exc.reason}", exc.suggestion) from exc
     governance = Governance(
         governor=governor,
         agents=specs,
@@ -126,16 +150,20 @@ def govern(
     for name, node in graph.nodes.items():
         spec = specs.get(name)
         tool_node = isinstance(node.bound, ToolNode)
+        bound = subgraphs.get(name, node.bound)
+        update: dict[str, Any] = {} if bound is node.bound else {"subgraphs": [bound]}
         if spec is not None or tool_node:
-            wrapped = GovernedNode(node.bound, node=name, spec=spec, tool_node=tool_node)
-            nodes[name] = node.copy({"bound": wrapped})
-    return GovernedGraph._from(graph, nodes, governance)
+            bound = GovernedNode(bound, node=name, spec=spec, tool_node=tool_node)
+        if bound is not node.bound:
+            nodes[name] = node.copy({**update, "bound": bound})
+    return GovernedGraph._from(graph, nodes, governance, placement.paths)
 
 
 class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     """A compiled graph run within a governor; made by ``govern``, used as the graph was."""
 
     _governance: Governance
+    _agents: Mapping[str, AgentSpec]
 
     @classmethod
     def _from(
@@ -143,6 +171,7 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         graph: CompiledStateGraph[Any, Any, Any, Any],
         nodes: dict[str, Any],
         governance: Governance,
+        agents: Mapping[str, AgentSpec],
     ) -> GovernedGraph:
         # A shallow copy keeps everything the graph was compiled with; only the nodes
         # differ. Pregel.copy() would rebuild through __init__, which drops attributes
@@ -151,6 +180,7 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         governed.__dict__.update(graph.__dict__)
         governed.nodes = nodes
         governed._governance = governance
+        governed._agents = agents
         return governed
 
     @property
@@ -159,8 +189,8 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     @property
     def agents(self) -> Mapping[str, AgentSpec]:
-        """Node name -> the agent it runs as."""
-        return self._governance.agents
+        """Node name (``subgraph/node`` for a subgraph's) -> the agent it runs as."""
+        return self._agents
 
     def copy(self, update: dict[str, Any] | None = None) -> GovernedGraph:
         """As ``Pregel.copy`` (``with_config`` uses it), keeping the governance."""
@@ -261,28 +291,18 @@ class _Invocation:
                 self.run.__exit__(None if error is None else type(error), error, None)
 
 
-def _check_agents(
-    graph: CompiledStateGraph[Any, Any, Any, Any], agents: Mapping[str, AgentSpec]
-) -> dict[str, AgentSpec]:
+def _check_agents(agents: Mapping[str, AgentSpec]) -> Mapping[str, AgentSpec]:
     if not isinstance(agents, Mapping):
         raise ConfigError(
             f"agents maps node names to AgentSpec, got {type(agents).__name__}", setting="agents"
         )
-    specs = {}
     for name, spec in agents.items():
-        if name not in graph.builder.nodes:
-            known = ", ".join(repr(n) for n in graph.builder.nodes) or "none"
-            raise ConfigError(
-                f"agents names node {name!r}, which the graph does not have (its nodes: {known})",
-                setting="agents",
-            )
         if not isinstance(spec, AgentSpec):
             raise ConfigError(
                 f"agents[{name!r}] must be a governor.AgentSpec, got {type(spec).__name__}",
                 setting="agents",
             )
-        specs[name] = spec
-    return specs
+    return agents
 
 
 def _parents(pairs: Iterable[FanoutPair]) -> dict[str, frozenset[str]]:

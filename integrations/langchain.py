@@ -112,9 +112,12 @@ ToolResult = ToolMessage | Command[Any]
 class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, ResponseT]):
     """Runs a ``create_agent`` agent within a governor lease; see the module docstring.
 
-    ``agent``: a registered agent's name or an ``AgentSpec`` (None: an agent named
-    ``"agent"`` with the governor's ``default_ceiling_tokens``); ``ceiling_tokens`` and
-    ``tool_output_tokens`` override the spec's. ``on_ceiling``: ``"compact"``, ``"end"``
+    ``agent``: an agent's name or an ``AgentSpec`` (None: an agent named ``"agent"``
+    with the governor's ``default_ceiling_tokens``); ``ceiling_tokens`` and
+    ``tool_output_tokens`` override the spec's. A name the governor does not know is
+    created from them (the governor's ``default_ceiling_tokens`` when only
+    ``tool_output_tokens`` is given) and registered with the governor; with neither it
+    is refused, as a misspelling would be. ``on_ceiling``: ``"compact"``, ``"end"``
     or ``"raise"``. ``max_tokens``: the room kept for the reply when counting against
     the ceiling (None: the governor's default reserve). ``tenant``: the leases' tenant
     (their cache salt, and their per-tenant admission limits).
@@ -328,20 +331,50 @@ def _spec(
     ceiling_tokens: int | None,
     tool_output_tokens: int | None,
 ) -> AgentSpec:
+    """The middleware's agent: a name, registered (its spec, with the settings given) or
+    not (a new spec of the settings given, registered with the governor so that later
+    middlewares, chat models and leases of that name find it); an ``AgentSpec``; or None
+    (``"agent"`` at the governor's ``default_ceiling_tokens``)."""
+    settings: dict[str, Any] = {}
+    if ceiling_tokens is not None:
+        settings["ceiling_tokens"] = ceiling_tokens
+    if tool_output_tokens is not None:
+        settings["tool_output_tokens"] = tool_output_tokens
     if agent is None:
         spec = AgentSpec(name="agent", ceiling_tokens=governor.config.default_ceiling_tokens)
     elif isinstance(agent, AgentSpec):
         spec = agent
     elif isinstance(agent, str):
+        if agent not in governor.agents:
+            if not settings:  # most likely a misspelt name: creating it would hide that
+                raise ConfigError(
+                    f"no agent named {agent!r} (known: "
+                    f"{', '.join(map(repr, sorted(governor.agents))) or 'none yet'}); give its "
+                    f"settings here to create it (GovernorMiddleware(governor, agent={agent!r}, "
+                    "ceiling_tokens=...)), register it (governor.register_agent(AgentSpec("
+                    f"name={agent!r}, ...))) or use a known name",
+                    setting="agent",
+                )
+            ceiling = settings.pop("ceiling_tokens", governor.config.default_ceiling_tokens)
+            created = AgentSpec(name=agent, ceiling_tokens=ceiling, **settings)  # validates
+            governor.register_agent(created)
+            return created
         spec = governor.agent(agent)
     else:
         raise ConfigError(
             f"agent must be an agent's name or an AgentSpec, got {type(agent).__name__}",
             setting="agent",
         )
-    overrides: dict[str, Any] = {}
-    if ceiling_tokens is not None:
-        overrides["ceiling_tokens"] = ceiling_tokens
-    if tool_output_tokens is not None:
-        overrides["tool_output_tokens"] = tool_output_tokens
-    return replace(spec, **overrides) if overrides else spec  # AgentSpec validates them
+    if not settings:
+        return spec
+    try:
+        return replace(spec, **settings)  # AgentSpec validates them
+    except ConfigError as exc:
+        given = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+        raise ConfigError(
+            f"GovernorMiddleware({given}) does not fit agent {spec.name!r} "
+            f"(ceiling_tokens={spec.ceiling_tokens}, tool_output_tokens="
+            f"{spec.tool_output_tokens}): {exc}; give settings that fit together, or a "
+            "spec of its own (agent=AgentSpec(...))",
+            setting=exc.setting,
+        ) from exc

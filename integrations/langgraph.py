@@ -13,7 +13,11 @@ add it yourself (``integrations._graph_subgraphs``). The result is a
 ``GovernedGraph``, a ``CompiledStateGraph`` whose governed nodes have their runnable
 (``PregelNode.bound``) wrapped, and whose ``stream``/``astream`` (which ``invoke`` and
 ``ainvoke`` run on) open a frame per invocation inside ``governor.run(graph name)``, so
-every lease of the invocation carries its run id and traces nest.
+every lease of the invocation carries its run id and traces nest. LangGraph has no
+public hook to wrap a node or to tell a ``Send`` task from another, so this rests on a
+few of its internals (the node's ``PregelNode.bound``, the ``__pregel_push`` trigger, a
+conditional edge's ``BranchSpec``): ``langgraph`` is pinned to the minor version they
+were checked on, and tests/integrations/test_langgraph_internals.py names each one.
 
 What a governed node gets (the details live in the private modules named):
 

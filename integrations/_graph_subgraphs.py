@@ -127,6 +127,10 @@ class _Index:
                 path = (*prefix, node)
                 self.paths.extend((*path, name) for name in subgraph.builder.nodes)
                 self._walk(subgraph, path)
+            else:  # a graph of the functional API, a remote graph: no nodes to wrap
+                self.unreached.append(
+                    f"{where!r} is a {type(subgraph).__name__}, not a compiled StateGraph"
+                )
 
     def resolve(self, name: object, setting: str) -> tuple[str, ...]:
         path = self.find(name, setting)

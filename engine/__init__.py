@@ -56,9 +56,11 @@ from engine.kv_cache import BlockPairs, KVCache
 from engine.model_config import ModelConfig, RopeScaling
 from engine.models import LlamaForCausalLM
 from engine.outputs import (
+    BudgetBlocks,
     Capacity,
     Completion,
     EngineMetrics,
+    KVSnapshot,
     RequestOutput,
 )
 from engine.presets import (
@@ -85,6 +87,7 @@ __all__ = [
     "BlockPairs",
     "BlockPool",
     "BlockStats",
+    "BudgetBlocks",
     "BudgetExceededError",
     "BudgetInUseError",
     "BudgetInfo",
@@ -108,6 +111,7 @@ __all__ = [
     "IncrementalDecoder",
     "InvalidRequestError",
     "KVCache",
+    "KVSnapshot",
     "LlamaForCausalLM",
     "ModelConfig",
     "ModelConfigError",

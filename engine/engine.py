@@ -19,6 +19,7 @@ import torch
 from engine.attention.select import get_attention_backend
 from engine.block_manager import BlockManager
 from engine.block_results import PinnedPrefix
+from engine.block_table import SequenceState
 from engine.budget import BudgetInfo
 from engine.config import EngineConfig, PreemptionMode
 from engine.device import default_dtype, resolve_device
@@ -36,7 +37,14 @@ from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
 from engine.model_runner import ModelRunner
 from engine.models.llama import LlamaForCausalLM
-from engine.outputs import Capacity, Completion, EngineMetrics, RequestOutput
+from engine.outputs import (
+    BudgetBlocks,
+    Capacity,
+    Completion,
+    EngineMetrics,
+    KVSnapshot,
+    RequestOutput,
+)
 from engine.presets import PRESETS, build_preset_model
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
@@ -467,6 +475,37 @@ class Engine:
                 stats.num_in_use * self.config.block_size
                 - (stats.num_allocated_slots - stats.num_tokens),
             ),
+        )
+
+
+    def kv_snapshot(self) -> KVSnapshot:
+        """Each open budget's blocks (on the device and offloaded), the pinned prefixes'
+        blocks and the pool's counts, read together between two steps. Read-only."""
+        manager = self.block_manager
+        budgets = {}
+        for budget in manager.budgets:
+            seq_ids = list(budget.seq_ids)
+            held = self.retained.held_seq_id(budget.name)
+            if held is not None:
+                seq_ids.append(held)
+            device: set[int] = set()
+            num_tokens = num_host = 0
+            for seq_id in seq_ids:
+                if manager.sequence_state(seq_id) is SequenceState.SWAPPED:
+                    num_host += len(manager.block_ids(seq_id))
+                else:
+                    device.update(manager.block_ids(seq_id))
+                    num_tokens += manager.num_tokens(seq_id)
+            budgets[budget.name] = BudgetBlocks(
+                frozenset(device), num_tokens, num_host, budget.max_blocks
+            )
+        metrics = self.metrics()
+        return KVSnapshot(
+            budgets=budgets,
+            pinned_block_ids=frozenset(b.block_id for b in manager.pool.blocks if b.num_pins),
+            num_blocks=metrics.num_blocks,
+            num_blocks_in_use=metrics.num_blocks_in_use,
+            num_tokens_in_use=metrics.num_tokens_in_use,
         )
 
 

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from engine.request import FinishReason
 
-__all__ = ["Capacity", "Completion", "EngineMetrics", "RequestOutput"]
+__all__ = [
+    "BudgetBlocks",
+    "Capacity",
+    "Completion",
+    "EngineMetrics",
+    "KVSnapshot",
+    "RequestOutput",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +82,27 @@ class EngineMetrics:
     @property
     def kv_cache_usage(self) -> float:
         return self.num_blocks_in_use / self.num_blocks if self.num_blocks else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBlocks:
+    """What one budget holds at one instant: its unfinished requests and its retained
+    context. A block shared with another budget (a pinned prefix, a prefix-cache hit)
+    is listed by each holder; on the device it is one block."""
+
+    device_block_ids: frozenset[int]
+    num_device_tokens: int  # tokens whose K/V its device blocks hold, counted per holder
+    num_host_blocks: int  # offloaded to host memory: swapped requests, an offloaded hold
+    max_blocks: int  # the budget's cap
+
+
+@dataclass(frozen=True, slots=True)
+class KVSnapshot:
+    """The pool at one instant, between two engine steps: each open budget's blocks, the
+    pinned prefixes' blocks, and the pool's own counts, all read together."""
+
+    budgets: Mapping[str, BudgetBlocks]
+    pinned_block_ids: frozenset[int]
+    num_blocks: int
+    num_blocks_in_use: int
+    num_tokens_in_use: int

@@ -19,7 +19,7 @@ ends the oldest resident hold (``release_oldest_resident``) and tries again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from engine.block_manager import BlockManager
@@ -113,6 +113,10 @@ class RetainedContexts:
 
     def held_budgets(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def held_seq_id(self, budget: str) -> Hashable | None:
+        """The block manager's id for the budget's held context; None when none is held."""
+        return _seq_id(budget) if budget in self._held else None
 
     def release_oldest_resident(self) -> str | None:
         """End the oldest hold still on the device (its blocks stay cached, evictable);

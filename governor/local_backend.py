@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from engine.block_results import PinnedPrefix
     from engine.engine import Engine
     from engine.engine_loop import EngineLoop, RequestStream
-    from engine.outputs import Completion
+    from engine.outputs import Completion, KVSnapshot
     from engine.sampling import SamplingParams
 
 __all__ = ["LocalBackend"]
@@ -226,6 +226,11 @@ class LocalBackend:
             prefix_cache_hits=m.prefix_cache_hits,
             num_tokens_in_use=m.num_tokens_in_use,
         )
+
+    def kv_snapshot(self) -> KVSnapshot:
+        """The engine's ``kv_snapshot``: every budget's blocks, on the device and offloaded,
+        read at one instant between two steps (a budget is ``Lease.budget``)."""
+        return self._call(self._engine.kv_snapshot)
 
     def health(self) -> BackendHealth:
         """Ok when the engine thread answers within a few seconds."""

@@ -4,20 +4,22 @@ The top bar is the contiguous reserve-for-max cache: after the weights and the r
 overhead, each agent reserves its ceiling up front; the part of a reservation it does
 not use is wasted, and agents whose reservation does not fit stand past the admission
 wall. The bottom bar is the paged cache kvgov runs: each agent holds only the blocks its
-live context fills, and the rest is free headroom for more agents or longer contexts.
-A caption gives the figures.
+live context fills, a shared prefix is held once, and the rest is free headroom for more
+agents or longer contexts. KV offloaded to host memory is drawn on a third bar, off the
+card. A caption gives the figures.
 
 A ``MemoryMap`` comes from ``kvgov plan`` inputs (``from_plan``: every agent at the
-average) or from a run's record (``from_record``: each agent's peak live KV, as the demo
-writes it). ``render`` writes SVG and PNG with matplotlib (imported only there). The
-same functions are ``MemoryMap`` methods: ``MemoryMap.from_plan``, ``load``, ``save``,
-``caption`` and ``render``.
+average) or from a run's record (``from_record``; the demo writes one from the engine's
+blocks at the instant its blocks in use peaked, so its paged bar is what the card held
+then and never passes the KV budget). ``render`` writes SVG and PNG with matplotlib
+(imported only there). The same functions are ``MemoryMap`` methods:
+``MemoryMap.from_plan``, ``load``, ``save``, ``caption`` and ``render``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,10 @@ from governor.plan import GB, Plan
 __all__ = [
     "AgentMemory",
     "MemoryMap",
-    "agents_from_peaks",
     "caption",
     "from_plan",
     "from_record",
+    "paged_bytes",
     "render",
     "write_record",
 ]
@@ -40,9 +42,10 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class AgentMemory:
     name: str
-    live_bytes: int  # KV its context holds (at its peak, or at the average)
+    live_bytes: int  # KV its context holds on the device (at the map's instant, or average)
     reserved_bytes: int  # what a contiguous cache would set aside for it: its ceiling
-    shared_bytes: int = 0  # of its live KV, a prefix it shares with others (paged: once)
+    shared_bytes: int = 0  # of its live KV, blocks it shares with others (paged: held once)
+    offloaded_bytes: int = 0  # of its context, KV offloaded to host memory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +55,9 @@ class MemoryMap:
     weights_bytes: int
     overhead_bytes: int
     agents: tuple[AgentMemory, ...]
+    # Paged, the blocks shared between agents, held once; never less than one agent's
+    # shared part (0 for a map whose agents share one prefix: the largest share is it).
+    shared_bytes: int = 0
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -83,6 +89,10 @@ class MemoryMap:
     def save(self, path: str | Path) -> Path:
         """The map's inputs as JSON, for ``kvgov map --record``."""
         return write_record(self, path)
+
+    def paged_bytes(self) -> int:
+        """What the paged bar holds on the device (a shared block once)."""
+        return paged_bytes(self)
 
     def caption(self) -> str:
         """The figures, in one paragraph."""
@@ -127,6 +137,7 @@ def from_record(record: Mapping[str, Any] | str | Path) -> MemoryMap:
             weights_bytes=int(record["weights_bytes"]),
             overhead_bytes=int(record["overhead_bytes"]),
             agents=agents,
+            shared_bytes=int(record.get("shared_bytes", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
@@ -139,27 +150,46 @@ def caption(memory: MemoryMap) -> str:
     admitted = memory.contiguous_admitted()
     agents = memory.agents
     reserved = sum(a.reserved_bytes for a in agents[:admitted])
-    live_admitted = sum(a.live_bytes for a in agents[:admitted])
-    live = _paged_live(agents)
+    live_admitted = sum(_in_slot(a) for a in agents[:admitted])
+    live = paged_bytes(memory)
+    shared = _paged_shared(memory)
+    offloaded = sum(a.offloaded_bytes for a in agents)
     waste = 1 - live_admitted / reserved if reserved else 0.0
     free = memory.kv_budget_bytes - live
-    size, unit = _unit(memory.card_bytes)
+    size, unit, digits = _unit(memory.card_bytes)
+
+    def fmt(value: int) -> str:
+        return f"{value / size:.{digits}f} {unit}"
+
+    held_once = f" ({fmt(shared)} of it shared, held once)" if shared else ""
+    host = f"; {fmt(offloaded)} offloaded to host memory" if offloaded else ""
     return (
-        f"KV budget {memory.kv_budget_bytes / size:.2f} {unit}. Contiguous: {admitted} of "
-        f"{len(agents)} agents admitted, {reserved / size:.2f} {unit} reserved, "
+        f"KV budget {fmt(memory.kv_budget_bytes)}. Contiguous, each agent reserving its "
+        f"ceiling: {admitted} of {len(agents)} agents admitted, {fmt(reserved)} reserved, "
         f"{100 * waste:.0f}% of it unused. Paged: {len(agents)} of {len(agents)} hold "
-        f"{live / size:.2f} {unit} live, {max(free, 0) / size:.2f} {unit} free headroom."
+        f"{fmt(live)} of blocks on the device{held_once}, {fmt(max(free, 0))} free "
+        f"headroom{host}."
     )
 
 
-def _paged_live(agents: tuple[AgentMemory, ...]) -> int:
-    """Paged, a shared prefix is held once: each agent's own part, and the prefix."""
-    shared = max((a.shared_bytes for a in agents), default=0)
-    return sum(a.live_bytes - a.shared_bytes for a in agents) + shared
+def paged_bytes(memory: MemoryMap) -> int:
+    """What the paged bar holds on the device: each agent's own blocks, and the shared
+    ones once."""
+    return sum(a.live_bytes - a.shared_bytes for a in memory.agents) + _paged_shared(memory)
 
 
-def _unit(card_bytes: int) -> tuple[float, str]:
-    return (GB, "GB") if card_bytes >= GB else (1e6, "MB")
+def _paged_shared(memory: MemoryMap) -> int:
+    return max([memory.shared_bytes, *(a.shared_bytes for a in memory.agents)])
+
+
+def _in_slot(agent: AgentMemory) -> int:
+    """A contiguous slot keeps the whole context on the device, up to the ceiling."""
+    return min(agent.live_bytes + agent.offloaded_bytes, agent.reserved_bytes)
+
+
+def _unit(card_bytes: int) -> tuple[float, str, int]:
+    """GB (1e9) for a card, MiB for the small budgets of the demo's CPU runs."""
+    return (GB, "GB", 2) if card_bytes >= GB else (1 << 20, "MiB", 1)
 
 
 def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
@@ -187,6 +217,7 @@ def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
 
 
 _SHARED = "#7c3aed"
+_HOST = "#f59e0b"
 _WEIGHTS, _OVERHEAD, _LIVE, _WASTE, _FREE, _OUT = (
     "#6b7280",
     "#d1d5db",
@@ -198,9 +229,10 @@ _WEIGHTS, _OVERHEAD, _LIVE, _WASTE, _FREE, _OUT = (
 
 
 def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
-    gb, unit = _unit(memory.card_bytes)
+    gb, unit, _ = _unit(memory.card_bytes)
     base = (memory.weights_bytes + memory.overhead_bytes) / gb
     card = memory.card_bytes / gb
+    offloaded = sum(a.offloaded_bytes for a in memory.agents)
     rows = (1.0, 0.0)  # contiguous on top, paged below
     for y in rows:
         ax.barh(y, memory.weights_bytes / gb, color=_WEIGHTS, height=0.6)
@@ -209,7 +241,7 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     admitted = memory.contiguous_admitted()
     left = base
     for i, agent in enumerate(memory.agents):
-        reserved, live = agent.reserved_bytes / gb, min(agent.live_bytes, agent.reserved_bytes) / gb
+        reserved, live = agent.reserved_bytes / gb, _in_slot(agent) / gb
         fits = i < admitted
         ax.barh(rows[0], live, left=left, color=_LIVE if fits else "none", height=0.6,
                 edgecolor="white" if fits else _OUT, linestyle="-" if fits else "--")  # fmt: skip
@@ -218,7 +250,7 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
                 hatch="//" if fits else None, linestyle="-" if fits else "--")  # fmt: skip
         left += reserved
     left = base
-    shared = max((a.shared_bytes for a in memory.agents), default=0) / gb
+    shared = _paged_shared(memory) / gb
     if shared:
         ax.barh(rows[1], shared, left=left, color=_SHARED, edgecolor="white", height=0.6)
         left += shared
@@ -228,15 +260,19 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
         left += own
     if left < card:
         ax.barh(rows[1], card - left, left=left, color=_FREE, height=0.6)
+    ticks, labels = list(rows), ["contiguous,\nreserve the ceiling", "paged (kvgov)"]
+    if offloaded:  # host memory: off the card, drawn from where the KV budget starts
+        ax.barh(-1.0, offloaded / gb, left=base, color=_HOST, edgecolor="white", height=0.6)
+        ticks.append(-1.0)
+        labels.append("host memory\n(offloaded)")
     ax.axvline(card, color="black", linewidth=1.5)
     ax.text(card, 1.45, "admission wall (card full) ", fontsize=8, va="center", ha="right")
-    ax.set_yticks(rows, ["contiguous,\nreserve the ceiling", "paged (kvgov)"])
+    ax.set_yticks(ticks, labels)
     ax.set_xlabel(unit)
-    ax.set_ylim(-0.6, 1.7)
+    ax.set_ylim(-1.6 if offloaded else -0.6, 1.7)
     end = max(card, base + sum(a.reserved_bytes for a in memory.agents) / gb)
     ax.set_xlim(0, end * 1.02)
-    ax.legend(
-        handles=[
+    handles = [
             patch(color=_WEIGHTS, label="weights"),
             patch(color=_OVERHEAD, label="runtime overhead"),
             patch(color=_LIVE, label="live KV"),
@@ -244,10 +280,13 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
             patch(facecolor=_WASTE, hatch="//", label="reserved, unused"),
             patch(facecolor="none", edgecolor=_OUT, linestyle="--", label="not admitted"),
             patch(color=_FREE, label="free headroom"),
-        ],
+            *([patch(color=_HOST, label="offloaded")] if offloaded else []),
+    ]
+    ax.legend(
+        handles=handles,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.28),
-        ncol=7,
+        ncol=len(handles),
         fontsize=8,
         frameon=False,
     )
@@ -259,12 +298,3 @@ def write_record(memory: MemoryMap, path: str | Path) -> Path:
     target.write_text(json.dumps(memory.to_json(), indent=2))
     return target
 
-
-def agents_from_peaks(
-    peaks: Sequence[tuple[str, int, int]], *, bytes_per_token: int
-) -> tuple[AgentMemory, ...]:
-    """``(name, peak tokens, ceiling tokens)`` per agent as ``AgentMemory``."""
-    return tuple(
-        AgentMemory(name, tokens * bytes_per_token, ceiling * bytes_per_token)
-        for name, tokens, ceiling in peaks
-    )

@@ -1,48 +1,98 @@
 """What the demo measures in each run, from the governor's events and the engine.
 
 ``RunStats`` subscribes to a governor's events (thread-safe: they arrive from the event
-loop, tool threads and the deadline thread) and a sampler thread polls the backend's
-block counts, so the peak is seen even between events. Reserved KV is what the run's
-scheme sets aside: under reserve-for-max admission each active agent's whole ceiling;
-paged, the blocks in use. Live KV is the tokens whose K/V the engine holds. Waste is
-averaged over the samples: one minus live over reserved.
+loop, tool threads and the deadline thread) and a sampler thread reads the engine's
+``kv_snapshot`` every few milliseconds: each budget's blocks on the device (running and
+waiting requests, prompts being computed, held contexts) and offloaded to the host, all
+read at one instant between two engine steps.
+
+Reserved KV is what the run's scheme sets aside: under reserve-for-max, each admitted
+agent's whole ceiling (its slot); paged, the blocks in use. Live KV is the tokens whose
+K/V sits on the device: under reserve-for-max the context resident in each slot (a
+contiguous cache keeps an agent's context in its slot between calls, and shares nothing),
+paged the tokens the blocks in use hold (a shared prefix once). Waste is averaged over
+the samples: one minus live over reserved.
+
+The kvgov run's memory map is drawn from the snapshot taken when its blocks in use
+peaked (``peak``), so every agent's figure in it comes from the same instant.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from governor import Backend, BackendError, Governor, GovernorEvent
+from governor import BackendError, Governor, GovernorEvent, LocalBackend
 
-__all__ = ["RunStats"]
+__all__ = ["KVSnapshot", "LeaseInfo", "PeakSnapshot", "RunStats", "budget_of"]
 
-_SAMPLE_S = 0.02
+_SAMPLE_S = 0.01
+
+
+class BudgetBlocks(Protocol):
+    """The part of ``engine.BudgetBlocks`` the demo reads (integrations/ never import the
+    engine; ``LocalBackend.kv_snapshot`` hands these over)."""
+
+    @property
+    def device_block_ids(self) -> frozenset[int]: ...
+    @property
+    def num_device_tokens(self) -> int: ...
+    @property
+    def num_host_blocks(self) -> int: ...
+
+
+class KVSnapshot(Protocol):
+    """The part of ``engine.KVSnapshot`` the demo reads."""
+
+    @property
+    def budgets(self) -> Mapping[str, BudgetBlocks]: ...
+    @property
+    def pinned_block_ids(self) -> frozenset[int]: ...
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def num_blocks_in_use(self) -> int: ...
+    @property
+    def num_tokens_in_use(self) -> int: ...
+
+
+def budget_of(lease_id: str) -> str:
+    """The engine budget a lease owns (``Lease.budget``)."""
+    return f"lease-{lease_id}"
 
 
 @dataclass(slots=True)
-class _Lease:
+class LeaseInfo:
     agent: str
     ceiling: int
-    tokens: int = 0
     active: bool = False
-    peak_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeakSnapshot:
+    """The engine's snapshot at the run's peak of blocks in use, and the leases then."""
+
+    kv: KVSnapshot
+    leases: dict[str, LeaseInfo]  # by budget name
 
 
 @dataclass(slots=True)
 class RunStats:
     bytes_per_token: int
     bytes_per_block: int
-    paged: bool  # how reserved KV is counted
-    leases: dict[str, _Lease] = field(default_factory=dict)
+    paged: bool  # how reserved and live KV are counted
+    leases: dict[str, LeaseInfo] = field(default_factory=dict)  # by lease id
     peak_active: int = 0
     peak_reserved_bytes: int = 0
     peak_live_bytes: int = 0
     peak_blocks: int = 0
+    peak: PeakSnapshot | None = None
+    num_samples: int = 0
     reserved_sum: int = 0  # over the samples
     live_sum: int = 0
-    snapshot: dict[str, int] = field(default_factory=dict)  # lease tokens at the live peak
     waits: list[float] = field(default_factory=list)
     compactions: int = 0
     tokens_compacted: int = 0
@@ -64,7 +114,7 @@ class RunStats:
         kind, attributes = event.kind, event.attributes
         lease = self.leases.get(event.lease_id or "")
         if kind == "requested":
-            self.leases[event.lease_id or ""] = _Lease(
+            self.leases[event.lease_id or ""] = LeaseInfo(
                 str(event.agent), int(attributes["ceiling_tokens"])
             )
             return
@@ -76,12 +126,8 @@ class RunStats:
                 self.waits.append(float(attributes["wait_s"]))
         elif kind in ("parked", "released"):
             lease.active = False
-            if kind == "released":
-                lease.tokens = 0
         elif kind == "call.finished":
             self.model_calls += 1
-            lease.tokens = int(attributes["tokens_in_context"])
-            lease.peak_tokens = max(lease.peak_tokens, lease.tokens)
         elif kind == "compacted":
             self.compactions += 1
             self.tokens_compacted += event.record.tokens_saved
@@ -91,44 +137,61 @@ class RunStats:
             self.offloads += 1
         self.peak_active = max(self.peak_active, sum(1 for x in self.leases.values() if x.active))
 
-    def _on_sample(self, blocks: int, tokens: int) -> None:
+    # -- samples ------------------------------------------------------------------------
+    def on_sample(self, kv: KVSnapshot) -> None:
         with self._lock:
             if self.paged:
-                reserved = blocks * self.bytes_per_block
+                reserved = kv.num_blocks_in_use * self.bytes_per_block
+                live = kv.num_tokens_in_use * self.bytes_per_token
             else:
-                active = (lease.ceiling for lease in self.leases.values() if lease.active)
-                reserved = sum(active) * self.bytes_per_token
-            live = tokens * self.bytes_per_token
-            self.peak_blocks = max(self.peak_blocks, blocks)
+                reserved, live = self._slots(kv)
+            self.num_samples += 1
             self.peak_reserved_bytes = max(self.peak_reserved_bytes, reserved)
-            if live > self.peak_live_bytes:
-                self.peak_live_bytes = live
-                self.snapshot = {
-                    lease_id: lease.tokens
-                    for lease_id, lease in self.leases.items()
-                    if lease.tokens
-                }
+            self.peak_live_bytes = max(self.peak_live_bytes, live)
+            if kv.num_blocks_in_use > self.peak_blocks or self.peak is None:
+                self.peak_blocks = kv.num_blocks_in_use
+                self.peak = PeakSnapshot(
+                    kv,
+                    {
+                        budget_of(lease_id): LeaseInfo(lease.agent, lease.ceiling, lease.active)
+                        for lease_id, lease in self.leases.items()
+                    },
+                )
             if reserved:
                 self.reserved_sum += reserved
-                self.live_sum += min(live, reserved)
+                self.live_sum += live
+
+    def _slots(self, kv: KVSnapshot) -> tuple[int, int]:
+        """Reserve-for-max: each admitted lease's ceiling is its slot; the context resident
+        in a slot is what its budget holds on the device (never more than the slot)."""
+        reserved = live = 0
+        for lease_id, lease in self.leases.items():
+            if not lease.active:
+                continue
+            reserved += lease.ceiling
+            held = kv.budgets.get(budget_of(lease_id))
+            if held is not None:
+                live += min(held.num_device_tokens, lease.ceiling)
+        return reserved * self.bytes_per_token, live * self.bytes_per_token
 
     @property
     def waste(self) -> float:
         return 1 - self.live_sum / self.reserved_sum if self.reserved_sum else 0.0
 
-    def watch(self, governor: Governor) -> _Watch:
+    def watch(self, governor: Governor, backend: LocalBackend) -> _Watch:
         """Subscribe and sample until the returned handle is stopped."""
-        return _Watch(self, governor)
+        return _Watch(self, governor, backend)
 
 
 class _Watch:
-    def __init__(self, stats: RunStats, governor: Governor) -> None:
+    def __init__(self, stats: RunStats, governor: Governor, backend: LocalBackend) -> None:
         self._stats = stats
-        self._backend: Backend = governor.backend
-        self._preempted = self._backend.metrics().num_preemptions
+        self._backend = backend
+        self._preempted = backend.metrics().num_preemptions
         self._unsubscribe = governor.subscribe(stats.on_event)
         self._stop = threading.Event()
         self._started = time.perf_counter()
+        stats.on_sample(backend.kv_snapshot())  # the pool before the run: never no sample
         self._thread = threading.Thread(target=self._sample, name="kvgov-demo-sampler")
         self._thread.daemon = True
         self._thread.start()
@@ -136,13 +199,9 @@ class _Watch:
     def _sample(self) -> None:
         while not self._stop.wait(_SAMPLE_S):
             try:
-                self._take_sample()
+                self._stats.on_sample(self._backend.kv_snapshot())
             except BackendError:  # the backend closed under us: the run is over
                 return
-
-    def _take_sample(self) -> None:
-        metrics = self._backend.metrics()
-        self._stats._on_sample(metrics.num_blocks_in_use, metrics.num_tokens_in_use)
 
     def stop(self) -> None:
         self._stats.wall_s = time.perf_counter() - self._started

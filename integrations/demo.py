@@ -3,18 +3,22 @@
 A planner fans out to worker agents whose contexts grow turn by turn with tool outputs
 (``integrations._demo_swarm``); every model call is a real generation on the bundled
 engine (the ``tiny-random`` preset by default, or a local Hugging Face checkpoint). The
-swarm runs twice, each time on a fresh engine with the same number of KV blocks:
+swarm runs twice, each time on a fresh engine with the same number of KV blocks and the
+same content policies (tool outputs summarized to the worker's ``tool_output_tokens``,
+the oldest turns summarized at the ceiling), so the two differ in memory governance
+alone:
 
-1. reserve-for-max: what a contiguous KV cache does. Each agent's whole ceiling is set
-   aside up front (guaranteed admission at a safety factor of 1), tool outputs are
-   appended whole, nothing is compacted, shared or parked on tool calls;
-2. kvgov: paged blocks on demand (overcommit admission), tool outputs summarized to
-   the worker's ``tool_output_tokens``, compaction at the ceiling, the system prompt
-   registered once as a shared prefix, the fan-out capped, idle agents parked and
-   their KV held, offloaded under pressure and restored.
+1. reserve-for-max: what a contiguous KV cache does. Each agent's whole ceiling is its
+   slot, set aside up front (guaranteed admission at a safety factor of 1), and its
+   context stays resident in that slot between calls (held, never parked or offloaded);
+   each agent carries its own copy of the system prompt. Workers that do not fit wait;
+2. kvgov: paged blocks on demand (overcommit admission), the system prompt registered
+   once as a shared prefix, the fan-out capped, idle agents parked and their KV held,
+   offloaded under pressure and restored.
 
 It prints a table of what each run admitted, reserved, used and lost, writes each run's
-trace as JSON lines (``kvgov report`` reads them) and draws the kvgov run's memory map.
+trace as JSON lines (``kvgov report`` reads them) and draws the kvgov run's memory map
+from the engine's blocks at the instant they peaked.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from governor import (
     MemoryMap,
     Policies,
 )
-from integrations._demo_stats import RunStats
+from integrations._demo_stats import PeakSnapshot, RunStats
 from integrations._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from integrations.jsonl import JsonLinesSpanExporter
 from integrations.otel import instrument
@@ -52,6 +56,7 @@ from policies import ExtractiveSummarizer, SummarizeOldest
 __all__ = ["DemoOptions", "DemoResult", "parse_size", "run_demo"]
 
 MIB = 1 << 20
+_NEVER_S = 86_400.0  # reserve-for-max: a slot is never parked, its context never dropped
 SCRIPTED = (
     "The workers' control flow is scripted: the tiny random model cannot call tools, so a "
     "script picks each tool call a model would make. Every model call is a real "
@@ -181,25 +186,27 @@ def _run(
         worker = AgentSpec(
             name="worker",
             ceiling_tokens=options.ceiling,
-            tool_output_tokens=options.tool_output_tokens if kvgov else None,
+            tool_output_tokens=options.tool_output_tokens,
             prefix="worker-system" if kvgov else None,
+        )
+        # The same content policies in both runs: they differ in memory governance alone.
+        policies = Policies(
+            tool_output=ExtractiveSummarizer(backend.counter),
+            ceiling=SummarizeOldest(summary_tokens=192),
         )
         if kvgov:
             config = GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.05)
-            policies = Policies(
-                tool_output=ExtractiveSummarizer(backend.counter),
-                ceiling=SummarizeOldest(summary_tokens=192),
-            )
         else:
-            config = GovernorConfig(safety_factor=1.0, park_after_s=3_600, retain_s=0)
-            policies = Policies()
-        governor = Governor(backend, config=config, agents=[planner, worker], policies=policies)
-        prefix_tokens = 0
-        if kvgov:
-            handle = governor.register_prefix(
-                "worker-system", [{"role": "system", "content": SYSTEM_PROMPT}]
+            config = GovernorConfig(
+                safety_factor=1.0,
+                park_after_s=_NEVER_S,
+                retain_s=_NEVER_S,
+                pressure_watermark=1.0,
             )
-            prefix_tokens = handle.num_pinned_tokens
+        governor = Governor(backend, config=config, agents=[planner, worker], policies=policies)
+        if kvgov:
+            system = [{"role": "system", "content": SYSTEM_PROMPT}]
+            governor.register_prefix("worker-system", system)
         spec = SwarmSpec(
             num_workers=options.agents,
             turns=options.turns,
@@ -213,7 +220,7 @@ def _run(
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(trace)))
         instrumentation = instrument(governor, tracer_provider=provider)
-        watch = stats.watch(governor)
+        watch = stats.watch(governor, backend)
         try:
             swarm = build_swarm(governor, spec, on_call=on_call)
             done = asyncio.run(swarm.graph.ainvoke(swarm.inputs()))
@@ -223,40 +230,65 @@ def _run(
             provider.shutdown()
         stats.failures = [f for f in done["failures"] if f.endswith("CeilingExceeded")]
         stats.oom_failures = len(done["failures"]) - len(stats.failures)
-        memory = _memory(stats, cap, options, prefix_tokens)
+        assert stats.peak is not None, "the sampler reads the engine at least once a run"
+        memory = memory_at(stats.peak, cap, options)
         return stats, {"num_blocks": cap.num_blocks, "bytes_per_block": cap.bytes_per_block}, memory
     finally:
         backend.close()
 
 
-def _memory(stats: RunStats, cap: Any, options: DemoOptions, prefix_tokens: int) -> MemoryMap:
-    """The agents holding KV at the run's live peak: each one's context then, against the
-    ceiling a contiguous cache would have reserved for it."""
-    per_token = cap.bytes_per_block // cap.block_size
+def memory_at(peak: PeakSnapshot, cap: Any, options: DemoOptions) -> MemoryMap:
+    """The agents holding KV when the run's blocks in use peaked, from the engine's
+    snapshot of that instant: each one's blocks on the device and offloaded, against the
+    ceiling a contiguous cache would reserve for it. A block held by several agents (the
+    pinned system prompt, a prefix-cache hit) is shared, held once on the paged bar."""
+    kv, per_block = peak.kv, cap.bytes_per_block
+    holders: dict[int, int] = {}
+    for held in kv.budgets.values():
+        for block in held.device_block_ids:
+            holders[block] = holders.get(block, 0) + 1
+    shared = {b for b, n in holders.items() if n > 1} | set(kv.pinned_block_ids)
     agents = []
-    for lease_id, tokens in stats.snapshot.items():
-        lease = stats.leases[lease_id]
-        name = f"{lease.agent} {lease_id}"
-        shared = min(tokens, prefix_tokens) if lease.agent == "worker" else 0
+    for budget, held in sorted(kv.budgets.items()):
+        if not held.device_block_ids and not held.num_host_blocks:
+            continue
+        lease = peak.leases.get(budget)
+        name = f"{lease.agent} {budget.removeprefix('lease-')}" if lease else budget
+        ceiling = lease.ceiling if lease else options.ceiling
         agents.append(
-            AgentMemory(name, tokens * per_token, lease.ceiling * per_token, shared * per_token)
+            AgentMemory(
+                name,
+                live_bytes=len(held.device_block_ids) * per_block,
+                reserved_bytes=ceiling * (per_block // cap.block_size),
+                shared_bytes=len(held.device_block_ids & shared) * per_block,
+                offloaded_bytes=held.num_host_blocks * per_block,
+            )
         )
-    kv = cap.num_blocks * cap.bytes_per_block
+    budget_bytes = cap.num_blocks * per_block
     return MemoryMap(
-        title=f"kvgov demo at its peak: {options.model}, {len(agents)} agents holding KV, "
-        f"ceiling {options.ceiling:,} tokens, {kv / MIB:.0f} MiB of KV",
-        card_bytes=cap.weights_bytes + kv,
+        title=f"kvgov demo at its peak of blocks in use: {options.model}, {len(agents)} "
+        f"agents holding KV, ceiling {options.ceiling:,} tokens, "
+        f"{budget_bytes / MIB:.0f} MiB of KV",
+        card_bytes=cap.weights_bytes + budget_bytes,
         weights_bytes=cap.weights_bytes,
         overhead_bytes=0,
         agents=tuple(agents),
+        shared_bytes=len(shared) * per_block,
     )
 
 
 def result_table(result: DemoResult) -> Table:
     """The two runs side by side."""
     options, base, gov = result.options, result.baseline, result.kvgov
-    table = Table(title=f"{options.agents} workers + a planner on {result.num_blocks:,} KV blocks "
-                  f"({result.num_blocks * result.bytes_per_block / MIB:.0f} MiB)")  # fmt: skip
+    table = Table(
+        title=f"{options.agents} workers + a planner on {result.num_blocks:,} KV blocks "
+        f"({result.num_blocks * result.bytes_per_block / MIB:.0f} MiB), the same content "
+        "policies in both runs",
+        caption="reserved: reserve-for-max, each admitted agent's ceiling; kvgov, its blocks "
+        "in use. live: tokens on the device (reserve-for-max, the context resident in each "
+        "agent's slot).",
+        caption_justify="left",
+    )
     table.add_column("")
     table.add_column("reserve-for-max", justify="right")
     table.add_column("kvgov", justify="right")

@@ -84,6 +84,34 @@ def test_table_shows_each_figure_against_its_target(fake_bench: FakeBench) -> No
     assert "✓" not in rows["baseline_pct"] and "✗" not in rows["baseline_pct"]
 
 
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_the_table_is_whole_at_80_columns_and_piped(
+    monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    module = ModuleType("fake_wide_bench")
+    note = "10,000-block pool, prefix caching on, 50% cached, batches of 64 across the pool"
+    module.run = lambda *, quick=False: iter(  # type: ignore[attr-defined]
+        [
+            Measurement("integrations", "governed_over_ungoverned_wall", 1.0234, "x",
+                        target=1.1, direction=Direction.LOWER_IS_BETTER, note=note),
+            Measurement("allocator", "alloc_free_blocks_per_s", 1_234_567.8, "blocks/s",
+                        target=1_000_000, note=note),
+        ]
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "fake_wide_bench", module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"wide": "fake_wide_bench"})
+    result = runner.invoke(cli.app, ["bench", "wide"], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "…" not in result.stdout
+    assert max(len(line.rstrip()) for line in lines) <= int(columns)
+    for whole in ("integrations", "governed_over_ungoverned_wall", "alloc_free_blocks_per_s",
+                  "1,234,568", ">= 1,000,000", "<= 1.1", "blocks/s"):  # fmt: skip
+        assert any(whole in line for line in lines), whole
+    words = " ".join(result.stdout.split())
+    assert note in words  # the note wraps between words, never inside one
+
+
 def test_every_benchmark_module_is_listed() -> None:
     """A benchmark module that ``kvgov bench`` cannot reach, or a listed one that is
     gone, fails here rather than being skipped."""

@@ -77,3 +77,16 @@ def test_a_malformed_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     result = runner.invoke(app, ["plan", "--config", str(tmp_path)])
     assert result.exit_code == 2 and "Error:" in result.stderr
+
+
+@pytest.mark.parametrize("columns", ["80", "60"])
+def test_the_table_is_whole_at_80_columns_and_piped(columns: str) -> None:
+    # CliRunner's output is not a terminal: this is `kvgov plan | less` at that width.
+    result = runner.invoke(app, DESIGN, env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= int(columns)
+    for name in ("contiguous, ceiling", "contiguous, cap", "paged", "admitted", "max_conc",
+                 "on demand", "17.8 GB", "4 of 8", "71,792"):  # fmt: skip
+        assert any(name in line for line in lines), name

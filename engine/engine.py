@@ -477,7 +477,6 @@ class Engine:
             ),
         )
 
-
     def kv_snapshot(self) -> KVSnapshot:
         """Each open budget's blocks (on the device and offloaded), the pinned prefixes'
         blocks and the pool's counts, read together between two steps. Read-only."""

@@ -273,14 +273,14 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     end = max(card, base + sum(a.reserved_bytes for a in memory.agents) / gb)
     ax.set_xlim(0, end * 1.02)
     handles = [
-            patch(color=_WEIGHTS, label="weights"),
-            patch(color=_OVERHEAD, label="runtime overhead"),
-            patch(color=_LIVE, label="live KV"),
-            patch(color=_SHARED, label="shared prefix"),
-            patch(facecolor=_WASTE, hatch="//", label="reserved, unused"),
-            patch(facecolor="none", edgecolor=_OUT, linestyle="--", label="not admitted"),
-            patch(color=_FREE, label="free headroom"),
-            *([patch(color=_HOST, label="offloaded")] if offloaded else []),
+        patch(color=_WEIGHTS, label="weights"),
+        patch(color=_OVERHEAD, label="runtime overhead"),
+        patch(color=_LIVE, label="live KV"),
+        patch(color=_SHARED, label="shared prefix"),
+        patch(facecolor=_WASTE, hatch="//", label="reserved, unused"),
+        patch(facecolor="none", edgecolor=_OUT, linestyle="--", label="not admitted"),
+        patch(color=_FREE, label="free headroom"),
+        *([patch(color=_HOST, label="offloaded")] if offloaded else []),
     ]
     ax.legend(
         handles=handles,
@@ -297,4 +297,3 @@ def write_record(memory: MemoryMap, path: str | Path) -> Path:
     target = Path(path)
     target.write_text(json.dumps(memory.to_json(), indent=2))
     return target
-

@@ -73,7 +73,10 @@ def test_the_table_shows_the_figures(demo: DemoResult) -> None:
         return f"{value / (1 << 20):.1f} MiB"
 
     assert rows["agents active at once (peak)"] == ("2", "3")
-    assert rows["KV reserved (peak)"] == (mib(base.peak_reserved_bytes), mib(gov.peak_reserved_bytes))
+    assert rows["KV reserved (peak)"] == (
+        mib(base.peak_reserved_bytes),
+        mib(gov.peak_reserved_bytes),
+    )
     assert rows["KV live (peak)"] == (mib(base.peak_live_bytes), mib(gov.peak_live_bytes))
     assert rows["peak blocks in use"] == (f"{base.peak_blocks:,}", f"{gov.peak_blocks:,}")
     assert rows["model calls"] == ("8", "8")

@@ -43,7 +43,6 @@ from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
-from governor.memory_map import AgentMemory, MemoryMap
 from governor.policy_set import Policies
 from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
 from governor.runs import Run, current_run_id
@@ -81,7 +80,6 @@ __all__ = [
     "AdmissionPolicy",
     "AdmissionRejected",
     "AdmissionTimeout",
-    "AgentMemory",
     "AgentSpec",
     "Backend",
     "BackendCapacity",
@@ -113,7 +111,6 @@ __all__ = [
     "LeaseReleased",
     "LeaseState",
     "LocalBackend",
-    "MemoryMap",
     "Message",
     "Policies",
     "PrefixHandle",

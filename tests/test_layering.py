@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("engine", "governor", "policies", "integrations")
-COMPOSITION_ROOT = "governor.cli"
+COMPOSITION_ROOT = "kvgov"  # the top floor: imports every layer, imported by none
 LOCAL_BACKEND = "governor.local_backend"
 
 
@@ -123,7 +123,11 @@ def _broken_rule(module_name: str, imported: str, scope: Scope) -> str | None:
     if imported.startswith("."):
         return "relative import beyond the top-level package"
     target = imported.split(".")[0]
-    if target not in LAYERS or target == layer or module_name == COMPOSITION_ROOT:
+    if layer == COMPOSITION_ROOT:
+        return None
+    if target == COMPOSITION_ROOT:
+        return f"{layer}/ never imports kvgov/, the composition root above every layer"
+    if target not in LAYERS or target == layer:
         return None
     if layer == "engine":
         return "engine/ never imports governor/, policies/ or integrations/"
@@ -151,6 +155,10 @@ BAD_SOURCES = [
         "engine.block", "import importlib\nimportlib.import_module('governor')", id="engine-dynamic"
     ),
     pytest.param("engine.benchmarks.alloc", "from ...governor import x", id="relative-beyond-top"),
+    pytest.param("engine.block", "from kvgov import cli", id="engine-imports-kvgov"),
+    pytest.param("governor.plan", "def f():\n    import kvgov.memory_map", id="governor-kvgov"),
+    pytest.param("integrations.otel", "import kvgov.demo", id="integrations-imports-kvgov"),
+    pytest.param("governor.cli", "import engine", id="no-governor-module-is-exempt"),
     pytest.param("governor.lease", "import engine", id="governor-imports-engine"),
     pytest.param("governor.lease", "class A:\n    import engine", id="governor-class-body"),
     pytest.param(
@@ -193,7 +201,7 @@ GOOD_SOURCES = [
     pytest.param("engine.block", "import torch\nfrom engine.errors import E", id="engine"),
     pytest.param("engine", "from . import block\nfrom .errors import E", id="engine-relative"),
     pytest.param(
-        "governor.cli", "import engine\nimport policies\nimport integrations.otel", id="cli"
+        "kvgov.cli", "import engine\nimport policies\nimport integrations._otel", id="cli"
     ),
     pytest.param("governor.local_backend", "def f():\n    from engine import Engine", id="lazy"),
     pytest.param(
@@ -253,7 +261,7 @@ def test_relative_imports_count_from_the_package_in_an_init() -> None:
 
 
 def _modules() -> Iterator[tuple[str, Path, bool]]:
-    for layer in LAYERS:
+    for layer in (*LAYERS, COMPOSITION_ROOT):
         for path in sorted((ROOT / layer).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             is_package = parts[-1] == "__init__"
@@ -262,7 +270,7 @@ def _modules() -> Iterator[tuple[str, Path, bool]]:
 
 def test_the_tree_keeps_the_layering_rules() -> None:
     modules = list(_modules())
-    assert {"governor", "governor.cli"} <= {name for name, _, _ in modules}
+    assert {"governor", "kvgov", "kvgov.cli", "kvgov.demo"} <= {name for name, _, _ in modules}
     known = frozenset(name for name, _, _ in modules)
     violations = [
         str(violation)

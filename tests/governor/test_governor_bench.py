@@ -9,7 +9,7 @@ import re
 from typer.testing import CliRunner
 
 from governor import DEFAULT_SAFETY_FACTOR
-from governor.cli import app
+from kvgov.cli import app
 
 
 def test_bench_governor_quick_json() -> None:

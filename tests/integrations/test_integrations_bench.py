@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from governor.cli import BENCHMARKS, app
 from integrations.benchmarks.integrations import MODEL_LATENCY_S, NUM_AGENTS, run
+from kvgov.cli import BENCHMARKS, app
 
 
 def test_quick_run_reports_governed_over_plain() -> None:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from governor import TokenCounter
-from governor.cli import app
+from kvgov.cli import app
 from policies.benchmarks.corpus import MAX_TOKENS, MIN_TOKENS, Category, build_corpus
 from policies.benchmarks.policies import run
 

@@ -6,7 +6,7 @@ import importlib
 
 from engine.benchmarks import Direction
 from engine.benchmarks.attention import run
-from governor import cli
+from kvgov import cli
 
 
 def test_quick_run_reports_the_ratios_and_the_times_behind_them() -> None:

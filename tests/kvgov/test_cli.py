@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import governor
 from engine.benchmarks import Direction, Measurement
-from governor import cli
+from kvgov import cli
 
 runner = CliRunner()
 
@@ -115,7 +115,7 @@ def test_the_table_is_whole_at_80_columns_and_piped(
 def test_every_benchmark_module_is_listed() -> None:
     """A benchmark module that ``kvgov bench`` cannot reach, or a listed one that is
     gone, fails here rather than being skipped."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     modules = {
         f"{path.parent.parent.name}.benchmarks.{path.stem}"
         for path in root.glob("*/benchmarks/*.py")

@@ -1,7 +1,7 @@
 """``kvgov demo``: one swarm, run twice on the same KV budget.
 
 A planner fans out to worker agents whose contexts grow turn by turn with tool outputs
-(``integrations._demo_swarm``); every model call is a real generation on the bundled
+(``kvgov._demo_swarm``); every model call is a real generation on the bundled
 engine (the ``tiny-random`` preset by default, or a local Hugging Face checkpoint). The
 swarm runs twice, each time on a fresh engine with the same number of KV blocks and the
 same content policies (tool outputs summarized to the worker's ``tool_output_tokens``,
@@ -38,19 +38,18 @@ from rich.table import Table
 
 from governor import (
     AdmissionMode,
-    AgentMemory,
     AgentSpec,
     ConfigError,
     Governor,
     GovernorConfig,
     LocalBackend,
-    MemoryMap,
     Policies,
 )
-from integrations._demo_stats import PeakSnapshot, RunStats
-from integrations._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from integrations.jsonl import JsonLinesSpanExporter
 from integrations.otel import instrument
+from kvgov._demo_stats import PeakSnapshot, RunStats
+from kvgov._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
+from kvgov.memory_map import AgentMemory, MemoryMap
 from policies import ExtractiveSummarizer, SummarizeOldest
 
 __all__ = ["DemoOptions", "DemoResult", "parse_size", "run_demo"]

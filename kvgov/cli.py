@@ -1,5 +1,4 @@
-"""The ``kvgov`` command line, the composition root: the one module of governor/
-that may import every layer.
+"""The ``kvgov`` command line.
 
     kvgov --version
     kvgov demo [--agents N] [--ceiling TOKENS] [--kv-budget SIZE] [--model PATH] [...]
@@ -97,7 +96,7 @@ def demo(
     from pathlib import Path
 
     from governor.errors import GovernorError
-    from integrations.demo import DemoOptions, parse_size, result_table, run_demo
+    from kvgov.demo import DemoOptions, parse_size, result_table, run_demo
 
     console = Console()
     try:
@@ -350,7 +349,7 @@ def memory_map(
 ) -> None:
     """Draw the memory map: contiguous reserve-for-max against paged, as SVG and PNG."""
     from governor.errors import GovernorError
-    from governor.memory_map import MemoryMap
+    from kvgov.memory_map import MemoryMap
 
     if record is not None:
         try:

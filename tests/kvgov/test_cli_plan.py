@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from governor.cli import app
+from kvgov.cli import app
 
 runner = CliRunner()
 DESIGN = ["plan", "--preset", "qwen3.5-9b", "--card-gb", "16", "--weights-gb", "5.5"]

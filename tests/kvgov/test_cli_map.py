@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from governor import AgentMemory, MemoryMap
-from governor.cli import app
+from kvgov.cli import app
+from kvgov.memory_map import AgentMemory, MemoryMap
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -11,10 +11,10 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-import integrations.demo
-from governor import MemoryMap
-from governor.cli import app
-from integrations.demo import DemoOptions, DemoResult, parse_size, result_table, run_demo
+import kvgov.demo
+from kvgov.cli import app
+from kvgov.demo import DemoOptions, DemoResult, parse_size, result_table, run_demo
+from kvgov.memory_map import MemoryMap
 
 runner = CliRunner()
 
@@ -120,7 +120,7 @@ def test_the_cli_prints_the_table_the_footer_and_a_report(
     demo: DemoResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The module's run stands in for a second one: this checks what the CLI prints of it.
-    monkeypatch.setattr(integrations.demo, "run_demo", lambda options, console: demo)
+    monkeypatch.setattr(kvgov.demo, "run_demo", lambda options, console: demo)
     result = runner.invoke(app, ["demo", "--out", str(demo.options.out)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "…" not in result.stdout  # nothing cut at 80 columns

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from governor import CeilingExceeded, CeilingPolicy, CompactionEvent, ConfigError, TokenCounter
 from policies import DropOldest, RaiseAtCeiling, SummarizeOldest
+from policies._conversation import split
 
 COUNTER = TokenCounter()
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -237,24 +238,49 @@ def check_wellformed(original: list[dict], kept: list[dict]) -> None:
             open_ids = set()
 
 
+def smallest_fit(messages: list[dict], policy: object) -> int:
+    """The fewest tokens ``policy`` can compact ``messages`` to: the head and the last
+    round (``DropOldest``), with the shortest summary note before them
+    (``SummarizeOldest``: a one-token body, and a count at least as long as any it
+    writes); the whole conversation for ``RaiseAtCeiling``."""
+    if isinstance(policy, RaiseAtCeiling):
+        return COUNTER.count_messages(messages)
+    parts = split(messages, by_round=True)
+    last = parts.turns[-1] if parts.turns else []
+    kept = [messages[i] for i in parts.head]
+    if isinstance(policy, SummarizeOldest) and len(parts.turns) > 1:
+        kept.append({"role": "user", "content": f"[Summary of {len(messages)} earlier messages]\nx"})
+    return COUNTER.count_messages(kept + [messages[i] for i in last])
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     messages=conversations(),
     policy=st.sampled_from(POLICIES),
     fraction=st.floats(0.3, 1.1),
     reserve=st.integers(0, 40),
+    room_for_the_last_round=st.booleans(),
 )
-def test_any_conversation_fits_or_raises(messages, policy, fraction, reserve) -> None:
+def test_any_conversation_fits_or_raises(
+    messages, policy, fraction, reserve, room_for_the_last_round
+) -> None:
     tokens = COUNTER.count_messages(messages)
+    smallest = smallest_fit(messages, policy)
     ceiling = max(1, int(tokens * fraction))
+    if room_for_the_last_round:  # half the examples leave room for what must be kept
+        ceiling = max(ceiling, smallest + reserve)
     try:
         kept, event = policy.compact(
             messages, ceiling_tokens=ceiling, reserve_tokens=reserve, counter=COUNTER
         )
     except CeilingExceeded as error:
         assert error.ceiling == ceiling and error.tokens > ceiling
+        # A raise is right only when not even the head and the last round fit.
+        assert smallest + reserve > ceiling, (smallest, reserve, ceiling)
         return
     assert COUNTER.count_messages(kept) + reserve <= ceiling
+    if isinstance(policy, DropOldest):  # it keeps at least the last round: it cannot shrink more
+        assert smallest + reserve <= ceiling
     assert event.tokens_before == tokens
     assert event.tokens_after == COUNTER.count_messages(kept)
     assert (event.messages_before, event.messages_after) == (len(messages), len(kept))

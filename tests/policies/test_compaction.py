@@ -249,7 +249,8 @@ def smallest_fit(messages: list[dict], policy: object) -> int:
     last = parts.turns[-1] if parts.turns else []
     kept = [messages[i] for i in parts.head]
     if isinstance(policy, SummarizeOldest) and len(parts.turns) > 1:
-        kept.append({"role": "user", "content": f"[Summary of {len(messages)} earlier messages]\nx"})
+        note = f"[Summary of {len(messages)} earlier messages]\nx"
+        kept.append({"role": "user", "content": note})
     return COUNTER.count_messages(kept + [messages[i] for i in last])
 
 

@@ -251,6 +251,8 @@ class CallEvents:
             n.TOKENS_AFTER: record.tokens_after,
             n.TOKENS_SAVED: record.tokens_saved,
         }
+        if record.detail:  # e.g. why an LLM summary fell back to the extractive one
+            attributes[n.DETAIL] = record.detail
         if tool is not None:
             attributes[n.TOOL_NAME] = str(tool)
         if open_tool is None:  # reduced after the tool returned

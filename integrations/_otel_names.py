@@ -20,6 +20,7 @@ __all__ = [
     "CEILING",
     "COMPACTIONS",
     "COMPACTION_SAVED",
+    "DETAIL",
     "ELAPSED_S",
     "ENDED_BY",
     "ERROR_TYPE",
@@ -148,6 +149,7 @@ EVENT_RESTORED = "kvgov.restored"
 EVENT_PREEMPTED = "kvgov.preempted"
 REASON = "kvgov.reason"
 METHOD = "kvgov.method"
+DETAIL = "kvgov.detail"  # why a reduction took the method it did (a fallback's reason)
 TOKENS_BEFORE = "kvgov.tokens_before"
 TOKENS_AFTER = "kvgov.tokens_after"
 TOKENS_SAVED = "kvgov.tokens_saved"

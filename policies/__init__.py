@@ -16,7 +16,7 @@ from policies.drop_oldest import DropOldest
 from policies.extractive_summarizer import ExtractiveSummarizer
 from policies.fair_share import FairShare
 from policies.fifo import Fifo
-from policies.llm_summarizer import LLMSummarizer
+from policies.llm_summarizer import LLMSummarizer, SummarizerStats
 from policies.summarize_oldest import SummarizeOldest
 
 __all__ = [
@@ -29,5 +29,6 @@ __all__ = [
     "PressureOrder",
     "RaiseAtCeiling",
     "SummarizeOldest",
+    "SummarizerStats",
     "build_corpus",
 ]

@@ -8,10 +8,20 @@ identifiers the call's arguments mention; the user message carries the tool's na
 arguments and its output.
 
 The model's answer is counted with the summarizer's own ``TokenCounter``, the unit the
-budget is in. An answer that is empty or over budget, a model that raises, or one that
-does not answer within ``timeout_s`` hands the original text to the fallback
-(``ExtractiveSummarizer`` by default), and the record's ``detail`` says why. So the
-result never exceeds the budget, and a deterministic model gives a deterministic result.
+budget is in. An answer that is empty or over budget, a model that fails (unavailable,
+overloaded, refusing the request), or one that does not answer within ``timeout_s``
+hands the original text to the fallback (``ExtractiveSummarizer`` by default). Each
+fallback is counted by reason (``stats()``), logged at WARNING, and said in the
+record's ``detail``, which the governor's ``summarized`` event carries. So the result
+never exceeds the budget, and a deterministic model gives a deterministic result. A
+failure that no fallback should hide propagates (``policies._model_replies``): refused
+credentials (a 401/403, an ``AuthenticationError``), a ``ConfigError``, and programming
+errors (``TypeError``, ``AttributeError``, ``NameError``, ``LookupError``, ...).
+
+A call through a ``Backend`` runs inside an engine budget of its own, opened for it
+(named ``kvgov-summary-...``, sized to the prompt plus the answer) and closed after,
+so the engine holds it to the blocks it was sized for; the governor's leases do not
+see it, so keep summaries small against the pool (``max_input_tokens``).
 
 The prompt is kept to a size the model can take: output over ``max_input_tokens`` (8x
 the budget by default) is cut extractively first, and for a ``Backend`` the prompt plus
@@ -22,24 +32,31 @@ The timeout stops the work. ``areduce`` runs the call under ``asyncio.wait_for``
 cancelled ``agenerate`` aborts its request, whose blocks return, and a cancelled
 ``ainvoke`` cancels the model's own call. ``reduce`` is ``areduce`` on a private event
 loop, run on the calling thread, or on a worker thread when the caller's thread already
-runs a loop (which the call then blocks, as any sync call would). A sync-only chat model
-cannot be interrupted: its thread runs on after a timeout, unawaited, while the
-fallback answers.
+runs a loop (which the call then blocks, as any sync call would). ``areduce`` never waits
+on the engine on its event loop: sizing the prompt (the backend's capacity, counting,
+cutting), opening and closing the budget and the fallback run on worker threads. A
+sync-only chat model cannot be interrupted: its thread runs on after a timeout,
+unawaited, while the fallback answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import logging
 import math
+import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections import Counter
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from governor import (
     Backend,
+    BackendError,
     ConfigError,
     GenerationRequest,
     TokenCounter,
@@ -47,9 +64,12 @@ from governor import (
     ToolOutputReduction,
 )
 from policies._conversation import check_setting
+from policies._model_replies import content_text, describe, unless_a_bug
 from policies.extractive_summarizer import ExtractiveSummarizer
 
-__all__ = ["DEFAULT_PROMPT", "LLMSummarizer"]
+__all__ = ["DEFAULT_PROMPT", "LLMSummarizer", "SummarizerStats"]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_PROMPT = (
     "You condense the output of a tool call for an AI agent, which will read your summary "
@@ -64,6 +84,20 @@ _ARGUMENT_TOKENS = 256  # arguments shown to the model, at most
 _FIT_TRIES = 4  # rounds of cutting the output until the prompt fits the backend
 _FIT_MARGIN = 16  # tokens, for the two tokenizers disagreeing on where cuts fall
 _SHORTENED = " (shortened first; [... ...] marks what was cut)"
+_CLOSE_TRIES_S = 2.0  # how long closing a summary's budget waits for its aborted call
+_budget_ids = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizerStats:
+    """What an ``LLMSummarizer`` did so far: reductions asked of the model, answered by it,
+    and handed to the fallback, by reason (``"timeout"``, ``"error"``, ``"aborted"``,
+    ``"empty"``, ``"over_budget"``, ``"no_room"``)."""
+
+    num_model_calls: int = 0
+    num_llm: int = 0
+    num_fallbacks: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +108,12 @@ class _Prompt:
     max_tokens: int
     pre: ToolOutputReduction | None  # the extractive cut made first, if any
     detail: str = ""
+    reason: str = ""  # SummarizerStats' name for why there are none
+    max_blocks: int = 0  # the engine budget a backend call is given (prompt and answer)
 
     @classmethod
-    def failed(cls, detail: str) -> _Prompt:
-        return cls(None, 0, None, detail)
+    def failed(cls, reason: str, detail: str) -> _Prompt:
+        return cls(None, 0, None, detail, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +122,7 @@ class _Reply:
 
     text: str | None
     detail: str = ""
+    reason: str = ""  # SummarizerStats' name for why there is none
 
 
 class LLMSummarizer:
@@ -96,6 +133,7 @@ class LLMSummarizer:
     ``prompt`` is the system prompt; ``{budget_tokens}`` in it is replaced by the budget.
     ``fallback`` reduces the text when the model does not (``ExtractiveSummarizer`` over
     ``counter`` by default). Thread-safe; ``reduce`` and ``areduce`` may run at once.
+    ``stats()`` counts the model calls and the fallbacks by reason.
     """
 
     def __init__(
@@ -155,6 +193,20 @@ class LLMSummarizer:
         self._extractive = ExtractiveSummarizer(self._counter)
         self._fallback: ToolOutputPolicy = fallback if fallback is not None else self._extractive
         self._max_input_tokens = max_input_tokens
+        self._lock = threading.Lock()
+        self._num_model_calls = 0
+        self._num_llm = 0
+        self._fallbacks: Counter[str] = Counter()
+
+    def stats(self) -> SummarizerStats:
+        """The counts so far (a snapshot)."""
+        with self._lock:
+            return SummarizerStats(
+                num_model_calls=self._num_model_calls,
+                num_llm=self._num_llm,
+                num_fallbacks=sum(self._fallbacks.values()),
+                fallbacks=dict(self._fallbacks),
+            )
 
     def __repr__(self) -> str:
         return (
@@ -200,17 +252,23 @@ class LLMSummarizer:
         before = count(text)
         if before <= budget_tokens:
             return ToolOutputReduction(text, before, before, "none", time.perf_counter() - started)
-        prompt = self._prompt_for(text, before, budget_tokens, tool_name, arguments or {})
+        # The backend's capacity waits for an engine step; counting and cutting are CPU work.
+        prompt = await asyncio.to_thread(
+            self._prompt_for, text, before, budget_tokens, tool_name, arguments or {}
+        )
         reply = await self._ask(prompt)
         answer = None if reply.text is None else reply.text.strip()
-        detail = reply.detail
+        detail, reason = reply.detail, reply.reason
         if answer is not None:
             after = count(answer)
             if not answer:
-                detail = "llm answer empty"
+                detail, reason = "llm answer empty", "empty"
             elif after > budget_tokens:
                 detail = f"llm answer over budget ({after:,} > {budget_tokens:,} tokens)"
+                reason = "over_budget"
             else:
+                with self._lock:
+                    self._num_llm += 1
                 pre = prompt.pre
                 notes = [detail] if detail else []
                 if pre is not None:
@@ -224,8 +282,13 @@ class LLMSummarizer:
                     elided=() if pre is None else pre.elided,
                     detail="; ".join(notes),
                 )
-        reduced = self._fallback.reduce(
-            text, budget_tokens=budget_tokens, tool_name=tool_name, arguments=arguments
+        self._fell_back(reason, detail, tool_name)
+        reduced = await asyncio.to_thread(
+            self._fallback.reduce,
+            text,
+            budget_tokens=budget_tokens,
+            tool_name=tool_name,
+            arguments=arguments,
         )
         kept, method, after = reduced.text, reduced.method, count(reduced.text)
         if after > budget_tokens:  # a fallback that counts with another tokenizer
@@ -240,6 +303,15 @@ class LLMSummarizer:
             time.perf_counter() - started,
             elided=reduced.elided,
             detail=detail,
+        )
+
+    def _fell_back(self, reason: str, detail: str, tool_name: str | None) -> None:
+        with self._lock:
+            self._fallbacks[reason] += 1
+        _log.warning(
+            "LLMSummarizer: the fallback reduces %s's output: %s",
+            tool_name or "a tool",
+            detail,
         )
 
     # -- the prompt ---------------------------------------------------------------------
@@ -261,9 +333,10 @@ class LLMSummarizer:
             try:
                 cap = backend.capacity()
             except Exception as exc:  # the backend's failure: the fallback answers
-                return _Prompt.failed(f"llm error: {_describe(exc)}")
+                return _Prompt.failed("error", f"llm error: {describe(unless_a_bug(exc))}")
             # A call that needs more blocks than the pool has can never run.
             room = min(cap.max_model_len, cap.num_available_blocks * cap.block_size)
+            block_size = cap.block_size
         for _ in range(_FIT_TRIES):
             pre = None
             if num_tokens > limit:
@@ -277,15 +350,17 @@ class LLMSummarizer:
             if backend is None:
                 return _Prompt(messages, budget, pre)
             try:
-                over = backend.count_messages(messages) + budget - room
+                needed = backend.count_messages(messages) + budget
             except Exception as exc:
-                return _Prompt.failed(f"llm error: {_describe(exc)}")
+                return _Prompt.failed("error", f"llm error: {describe(unless_a_bug(exc))}")
+            over = needed - room
             if over <= 0:
-                return _Prompt(messages, budget, pre)
+                return _Prompt(messages, budget, pre, max_blocks=-(-needed // block_size))
             limit = min(limit, pre.tokens_after if pre else num_tokens) - over - _FIT_MARGIN
             if limit < 1:
                 break
         return _Prompt.failed(
+            "no_room",
             f"llm prompt and a {budget:,}-token answer do not fit the {room:,} tokens the "
             "backend can hold"
         )
@@ -300,32 +375,48 @@ class LLMSummarizer:
     # -- the model call -----------------------------------------------------------------
     async def _ask(self, prompt: _Prompt) -> _Reply:
         if prompt.messages is None:
-            return _Reply(None, prompt.detail)
+            return _Reply(None, prompt.detail, prompt.reason)
+        with self._lock:
+            self._num_model_calls += 1
         try:
             return await asyncio.wait_for(self._call(prompt), self._timeout_s)
         except asyncio.TimeoutError:  # only wait_for's: _call turns the model's errors into replies
-            return _Reply(None, f"llm timed out after {self._timeout_s:g} s")
+            return _Reply(None, f"llm timed out after {self._timeout_s:g} s", "timeout")
 
     async def _call(self, prompt: _Prompt) -> _Reply:
         assert prompt.messages is not None
         try:
             if self._backend is not None:
-                request = GenerationRequest(
-                    messages=prompt.messages, max_tokens=prompt.max_tokens, temperature=0.0
-                )
-                result = await self._backend.agenerate(request)
-                if result.finish_reason == "abort":
-                    return _Reply(None, "llm call aborted (the backend closed or dropped it)")
-                cut = result.finish_reason == "length"
-                return _Reply(result.text, "llm answer cut at max_tokens" if cut else "")
+                return await self._generate(self._backend, prompt)
             if _has_method(self._model, "ainvoke"):
                 message = await self._model.ainvoke(prompt.messages)
             else:  # a sync-only model: its thread runs on if the timeout cancels this
                 loop = asyncio.get_running_loop()
                 message = await loop.run_in_executor(None, self._model.invoke, prompt.messages)
-            return _Reply(_content_text(message))
-        except Exception as exc:  # any model failure: the fallback answers
-            return _Reply(None, f"llm error: {_describe(exc)}")
+            return _Reply(content_text(message))
+        except Exception as exc:  # the model failed: the fallback answers, unless a bug
+            return _Reply(None, f"llm error: {describe(unless_a_bug(exc))}", "error")
+
+    async def _generate(self, backend: Backend, prompt: _Prompt) -> _Reply:
+        """One call inside an engine budget of its own (see the module docstring)."""
+        assert prompt.messages is not None
+        budget = f"kvgov-summary-{next(_budget_ids)}"
+        await asyncio.to_thread(backend.open_budget, budget, max_blocks=prompt.max_blocks)
+        try:
+            request = GenerationRequest(
+                messages=prompt.messages,
+                max_tokens=prompt.max_tokens,
+                temperature=0.0,
+                budget=budget,
+            )
+            result = await backend.agenerate(request)
+        finally:
+            # Shielded: a second cancel must not skip it (the budget would stay open).
+            await asyncio.shield(asyncio.to_thread(_close_budget, backend, budget))
+        if result.finish_reason == "abort":
+            return _Reply(None, "llm call aborted (the backend closed or dropped it)", "aborted")
+        cut = result.finish_reason in ("length", "budget")
+        return _Reply(result.text, "llm answer cut at max_tokens" if cut else "")
 
     def _run(self, work: Coroutine[Any, Any, ToolOutputReduction]) -> ToolOutputReduction:
         """``work`` on a private event loop on this thread, as ``asyncio.run`` would, except
@@ -348,6 +439,21 @@ class LLMSummarizer:
                 # left running once reduce returns.
                 executor.shutdown(wait=self._backend is not None)
                 loop.close()
+
+
+def _close_budget(backend: Backend, budget: str) -> None:
+    """Close a summary's budget once its call is gone: an aborted call's blocks return
+    on the engine's next step, so an in-use refusal is retried for a moment."""
+    deadline = time.monotonic() + _CLOSE_TRIES_S
+    while True:
+        try:
+            backend.close_budget(budget)
+            return
+        except BackendError as exc:
+            if time.monotonic() >= deadline:
+                _log.warning("LLMSummarizer could not close engine budget %r: %s", budget, exc)
+                return
+            time.sleep(0.005)
 
 
 def _is_backend(model: Any) -> bool:
@@ -385,24 +491,3 @@ def _header(tool_name: str | None, arguments: str) -> str:
     if arguments:
         lines.append(f"Arguments: {arguments}\n")
     return "".join(lines)
-
-
-def _content_text(message: Any) -> str:
-    """The text of a chat model's reply: ``content`` as a string or a list of parts."""
-    content = getattr(message, "content", message)
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            part
-            if isinstance(part, str)
-            else str(part.get("text", ""))
-            if isinstance(part, Mapping) and part.get("type", "text") == "text"
-            else ""
-            for part in content
-        )
-    raise TypeError(f"the chat model replied with a {type(content).__name__}, not text")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

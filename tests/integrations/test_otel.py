@@ -34,7 +34,7 @@ from governor import (
 )
 from governor.testing import FakeBackend
 from integrations.otel import Instrumentation, instrument
-from policies import DropOldest
+from policies import DropOldest, LLMSummarizer
 
 CODER = AgentSpec(name="coder", ceiling_tokens=400, tool_output_tokens=40)
 WORKER = AgentSpec(name="worker", ceiling_tokens=400)
@@ -243,6 +243,25 @@ def test_compaction_and_summarization_are_events_with_tokens_before_and_after(
         1,
         reduction.tokens_saved,
     )
+
+
+def test_a_summary_that_fell_back_says_why_on_its_event(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    def down(request: Any) -> str:
+        raise ConnectionError("model server down")
+
+    summarizer = LLMSummarizer(FakeBackend(responder=down))
+    governor = Governor(FakeBackend(), agents=[CODER], policies=Policies(tool_output=summarizer))
+    with telemetry.instrument(governor), governor.lease("coder") as lease:
+        with governor.tool_call(lease, "grep") as call:
+            reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
+    assert reduction.method == "extractive"
+    (event,) = _events(_one(telemetry.finished("execute_tool")), "kvgov.summarized")
+    assert event["kvgov.method"] == "extractive"
+    assert event["kvgov.detail"] == "llm error: ConnectionError: model server down"
+    assert [r.name for r in caplog.records] == ["policies.llm_summarizer"]  # it was logged
+    caplog.clear()  # the fixture holds every other warning to none
 
 
 def test_failures_set_status_error(telemetry: Telemetry) -> None:

@@ -99,7 +99,7 @@ class CallEvents:
     _pressure: threading.local
     _start: Callable[[str, Span | None, SpanKind, dict[str, Any], float], Span]
     _lease: Callable[[GovernorEvent], LeaseSpans | None]
-    _poll: Callable[[], int]
+    _poll: Callable[[tuple[LeaseSpans, float] | None], None]
 
     # -- model calls ------------------------------------------------------------------
     def _call_started(self, event: GovernorEvent) -> None:
@@ -150,9 +150,7 @@ class CallEvents:
             span.end(end_time=ns(event.at))
         elif not self.model_spans:  # another instrumentation draws the chat span
             state.add_event(n.EVENT_CALL, attributes, event.at)
-        preempted = self._poll()
-        if preempted:
-            state.add_event(n.EVENT_PREEMPTED, {n.PREEMPTIONS: preempted}, event.at)
+        self._poll((state, event.at))  # its preemptions go on this span
 
     def _call_failed(self, event: GovernorEvent) -> None:
         error = str(event.attributes.get("error", "error"))

@@ -12,7 +12,8 @@
 
 The block gauges are synchronous gauges set whenever the instrumentation polls the
 backend (when instrumented, after every model call, at every release and when a run
-ends), not observable ones: an SDK meter keeps the callbacks of the first observable
+ends; on a sampler thread for async agents, ``integrations._otel_sampler``), not
+observable ones: an SDK meter keeps the callbacks of the first observable
 instrument of a name for good, so a governor instrumented a second time on the same
 meter provider would report nothing, and a collection would call a backend that may
 be closed by then.

@@ -22,7 +22,11 @@ admission and resume, parking, compaction and summarization (tokens before and
 after), retention, offload, drop and restore of held KV (with the pressure that caused
 an offload), and engine preemptions (``backend.metrics().num_preemptions``, polled
 after each model call: the engine does not say whose sequence it preempted, so the
-event goes on the agent span whose call saw it). Failed calls and tools, runs that
+event goes on the agent span whose call saw it). The backend is read on the calling
+thread only where that thread runs no event loop; an async agent's events have it read
+on a sampler thread instead (``integrations._otel_sampler``), so telemetry never makes
+an event loop wait for an engine step; a preemption found there after the asking
+lease's span ended is counted in the metric only. Failed calls and tools, runs that
 raise, and agents whose work raised, was cancelled or was never admitted get status
 ERROR and ``error.type``. The run span records the KV budget (blocks, block size, bytes
 per block, safety factor) so ``kvgov report`` can size from it. Metrics: see
@@ -54,10 +58,11 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from governor import ConfigError, Governor, GovernorEvent, __version__
+from governor import BackendMetrics, ConfigError, Governor, GovernorEvent, __version__
 from integrations import _otel_names as n
 from integrations._otel_calls import CallEvents, LeaseSpans, ns
 from integrations._otel_metrics import GovernorMetrics
+from integrations._otel_sampler import BackendSampler
 
 __all__ = ["Instrumentation", "instrument"]
 
@@ -115,7 +120,7 @@ class Instrumentation(CallEvents):
         self._runs: dict[str, Span] = {}
         self._leases: dict[str, LeaseSpans] = {}
         self._closed = False
-        self._preemptions = 0
+        self._preemptions: int | None = None  # the engine's count at the first reading
         self._pressure = threading.local()  # the pressure an offload on this thread answers
         self._common = {n.PROVIDER: governor.backend.name, n.REQUEST_MODEL: governor.backend.model}
         self._handlers = {
@@ -139,7 +144,11 @@ class Instrumentation(CallEvents):
             "restored": self._held_kv,
             "pressure": self._pressure_seen,
         }
-        self._poll(baseline=True)  # the engine's preemptions so far are not this run's
+        self._sampler: BackendSampler[tuple[LeaseSpans, float]] = BackendSampler(
+            governor.backend, self._sampled
+        )
+        self._sampler.poll()  # the baseline: the engine's preemptions so far are not this run's
+        self._sampler.capacity()  # what a run span started on an event loop will show
         self._unsubscribe = governor.subscribe(self._on_event)
 
     def __repr__(self) -> str:
@@ -178,6 +187,7 @@ class Instrumentation(CallEvents):
             for state in leases:
                 state.active = False
         self._unsubscribe()
+        self._sampler.close()  # the last reading lands before the spans end
         for state, was_active in zip(leases, active, strict=True):
             self._end_lease(state, None, was_active=was_active, ended_by="uninstrument")
         for span in runs:
@@ -256,9 +266,8 @@ class Instrumentation(CallEvents):
         span.end(end_time=ns(event.at))
 
     def _budget(self) -> dict[str, Any]:
-        try:
-            capacity = self.governor.backend.capacity()
-        except Exception:  # a backend that cannot say: the run is traced without it
+        capacity = self._sampler.capacity()
+        if capacity is None:  # a backend that cannot say: the run is traced without it
             return {}
         return {
             n.NUM_BLOCKS: capacity.num_blocks,
@@ -365,18 +374,24 @@ class Instrumentation(CallEvents):
             self._metrics.active(state.agent, -1)
         state.end(totals, end_time)
 
-    def _poll(self, *, baseline: bool = False) -> int:
-        """Read the engine's metrics: set the block gauges; new preemptions, counted
-        (with ``baseline``, only noted)."""
-        try:
-            m = self.governor.backend.metrics()
-        except Exception:  # a closed or unreachable backend: nothing to record now
-            return 0
+    def _poll(self, asker: tuple[LeaseSpans, float] | None = None) -> None:
+        """Read the engine's metrics (``_sampled`` records them); ``asker``: the lease and
+        time of the call whose end asked, for the preemptions the reading finds."""
+        self._sampler.poll(asker)
+
+    def _sampled(self, m: BackendMetrics, askers: list[tuple[LeaseSpans, float]]) -> None:
+        """Set the block gauges; count new preemptions, on the span of the latest call that
+        asked (none for the first reading: the baseline)."""
         self._metrics.blocks(in_use=m.num_blocks_in_use, free=m.num_blocks_free)
         with self._lock:
+            if self._preemptions is None:
+                self._preemptions = m.num_preemptions
+                return
             new = max(0, m.num_preemptions - self._preemptions)
             self._preemptions += new
-        if new and not baseline:
-            self._metrics.preempted(new)
-            return new
-        return 0
+        if not new:
+            return
+        self._metrics.preempted(new)
+        if askers:
+            state, at = askers[-1]
+            state.add_event(n.EVENT_PREEMPTED, {n.PREEMPTIONS: new}, at)

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import aclosing
 from typing import Any
@@ -344,6 +345,63 @@ def test_metrics(telemetry: Telemetry) -> None:
 def _one_point(points: list[Any]) -> Any:
     assert len(points) == 1, points
     return points[0]
+
+
+class SlowBookkeepingBackend(PreemptingBackend):
+    """A fake whose ``metrics()`` and ``capacity()`` take ``step_s``, as the bundled
+    engine's do while it runs a step."""
+
+    step_s = 0.2
+
+    def metrics(self) -> BackendMetrics:
+        time.sleep(self.step_s)
+        return super().metrics()
+
+    def capacity(self) -> Any:
+        time.sleep(self.step_s)
+        return super().capacity()
+
+
+def test_async_agents_keep_running_while_telemetry_reads_a_busy_engine(
+    telemetry: Telemetry,
+) -> None:
+    backend = SlowBookkeepingBackend(num_blocks=512)
+    governor, events = _governor(backend)
+    gaps: list[float] = []
+
+    async def agent() -> None:
+        async with governor.lease("worker") as lease:
+            for _ in range(3):
+                await governor.acomplete(lease, TASK, max_tokens=2)
+        backend.preemptions = 4  # seen by a later reading
+
+    async def other_coroutine(done: asyncio.Event) -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def main() -> None:
+        done = asyncio.Event()
+        ticking = asyncio.create_task(other_coroutine(done))
+        with governor.run("swarm"):
+            await asyncio.gather(*(agent() for _ in range(4)))
+        done.set()
+        await ticking
+
+    with telemetry.instrument(governor):  # off the loop: the baseline is read here
+        asyncio.run(main())
+    # 12 calls, 4 releases and a run each asked for a reading; a read takes 0.2 s.
+    assert max(gaps) < 0.1
+    assert sum(e.kind == "call.finished" for e in events) == 12
+    # The readings were taken off the loop, and the last lands by uninstrument.
+    points = telemetry.metrics()
+    assert _one_point(points["kvgov.engine.preemptions"]).value == 4
+    assert _one_point(points["kvgov.kv.blocks_in_use"]).value == 0
+    run = _one(telemetry.finished("invoke_workflow"))
+    assert (run.attributes or {})["kvgov.kv.num_blocks"] == 512  # capacity, read at instrument
 
 
 def test_model_spans_false_leaves_chat_spans_and_token_usage_to_others(

@@ -30,6 +30,7 @@ the lease:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
@@ -99,7 +100,8 @@ class GovernedNode(Runnable[Any, Any]):
                 async with self._tool_call(step):
                     with LeaseScope(turn.lease):
                         output = await self.inner.ainvoke(input, config, **kwargs)
-            return settle(step, input, output)
+            # Off the loop: the tool-output and ceiling policies may call a model.
+            return await asyncio.to_thread(settle, step, input, output)
 
     def _plan(self, config: RunnableConfig | None, value: Any) -> _Step | None:
         """This execution's frame, lease and input messages; None: run ungoverned."""

@@ -25,13 +25,14 @@ releases what was enqueued.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import operator
 import queue
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 from langchain.agents.middleware.types import (
@@ -86,6 +87,22 @@ class RunHandle:
         except BaseException as exc:
             self.close(error=failure(exc))
             raise
+
+    @contextlib.asynccontextmanager
+    async def aclosing_on_error(self) -> AsyncIterator[None]:
+        """``closing_on_error`` for async hooks: the release runs off the event loop."""
+        try:
+            yield
+        except BaseException as exc:
+            await self.aclose(error=failure(exc))
+            raise
+
+    async def aclose(self, *, error: BaseException | None = None) -> None:
+        """``close`` on a worker thread (releasing closes an engine budget), seen through
+        even when the caller is cancelled while it runs."""
+        if self._finalizer is None:
+            return
+        await asyncio.shield(asyncio.to_thread(self.close, error=error))
 
     def close(self, *, error: BaseException | None = None) -> None:
         """Release the run's lease, if it holds one (idempotent); ``error``: what ended

@@ -57,7 +57,11 @@
   ``kvgov_peak_tokens`` (its largest prompt).
 
 Sync and async hooks share one body; only waiting for admission and calling the
-handler differ. Where it sits among other middlewares matters (the first listed wraps
+handler differ, and the async hooks run what may wait on the engine or a model off the
+event loop (``asyncio.to_thread``): planning a call (counting, and compacting with a
+ceiling policy that may summarize with a model), reducing a tool's output (the
+tool-output policy may be an ``LLMSummarizer``) and releasing the lease (its engine
+budget is closed). Where it sits among other middlewares matters (the first listed wraps
 the others): it counts the request as the middlewares before it leave it, and a
 compaction writes that request's messages to the state. Tool schemas bound to the
 model are not counted (put them in the agent's registered prefix to have them counted
@@ -68,6 +72,7 @@ compacted only as a whole.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -187,7 +192,10 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
     async def aafter_agent(
         self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        return self.after_agent(state, runtime)
+        handle = _handle(state)
+        if handle is not None:
+            await handle.aclose()
+        return None
 
     # -- model calls --------------------------------------------------------------------
     def wrap_model_call(
@@ -213,13 +221,13 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         self, request: ModelRequest[ContextT], handler: AsyncModelHandler[ContextT, ResponseT]
     ) -> ModelResponse[ResponseT] | AIMessage | ExtendedModelResponse[ResponseT]:
         handle, update = self._run(request.state)
-        with handle.closing_on_error():
+        async with handle.aclosing_on_error():
             lease = self._lease(handle)
             if lease is None:
                 lease = handle.hold(self.governor, await self.governor.aacquire(self._new_lease()))
             else:
                 await self.governor.aresume(lease)
-            turn = self.turns.plan(lease, request, update)
+            turn = await asyncio.to_thread(self.turns.plan, lease, request, update)
             if turn.ending is not None:
                 return self.turns.ended(turn)
             with LeaseScope(lease):
@@ -278,11 +286,11 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         handle = _handle(request.state)
         lease = None if handle is None else self._lease(handle)
         if handle is None or lease is None:
-            return self._reduced(None, request, await handler(request))
-        with handle.closing_on_error():
+            return await asyncio.to_thread(self._reduced, None, request, await handler(request))
+        async with handle.aclosing_on_error():
             async with self._tool_call(lease, request) as call:
                 result = await handler(request)
-            return self._reduced(call, request, result)
+            return await asyncio.to_thread(self._reduced, call, request, result)
 
     def _tool_call(self, lease: Lease, request: ToolCallRequest) -> ToolCall:
         call = request.tool_call

@@ -13,7 +13,9 @@
   (resumed if parked) before each later one; released when the run ends
   (``after_agent``), when an error or a cancellation leaves a model or tool call (the
   run is over then; an outer retry takes a new lease), and, for an error raised
-  anywhere else, or a caller that stops reading a stream, when the run's state is
+  anywhere else (another middleware's hook) or a stream closed early, when the agent
+  graph's run reports its end to its callbacks (``integrations._langchain_run_end``),
+  before ``invoke`` raises; as a last resort, when the run's state is
   garbage-collected (``integrations._langchain_state.RunHandle``). Between a model
   call and the run's next hook the lease is idle (``Governor.between_calls``): parked
   after ``park_after_s``, so a run its caller abandoned holds no admission room while it
@@ -86,6 +88,7 @@ from langchain.agents.middleware.types import (
     ResponseT,
 )
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -99,6 +102,7 @@ from governor import (
     ToolOutputReduction,
 )
 from integrations._langchain_model import GovernedChatModel
+from integrations._langchain_run_end import RUN_ENDS
 from integrations._langchain_state import GovernorState, RunHandle
 from integrations._langchain_turn import OnCeiling, Turns
 from integrations._lease_context import LeaseScope, current_lease
@@ -174,7 +178,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
     def before_agent(
         self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
     ) -> dict[str, Any] | None:
-        return {_RUN: RunHandle()}
+        return {_RUN: _watched(RunHandle())}
 
     async def abefore_agent(
         self, state: GovernorState[ResponseT], runtime: Runtime[ContextT]
@@ -262,7 +266,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         handle = _handle(state)
         if handle is not None:
             return handle, {}
-        handle = RunHandle()
+        handle = _watched(RunHandle())
         return handle, {_RUN: handle}
 
     # -- tool calls ---------------------------------------------------------------------
@@ -326,6 +330,19 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         return self.governor.tool_output_policy.reduce(
             text, budget_tokens=budget, tool_name=call["name"], arguments=call.get("args")
         )
+
+
+def _watched(handle: RunHandle) -> RunHandle:
+    """``handle``, closed when its agent graph run ends, whatever ends it
+    (``integrations._langchain_run_end``): called from a node of that run."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable: the collector is the last resort
+        return handle
+    node_run = getattr(config.get("callbacks"), "parent_run_id", None)
+    if node_run is not None:
+        RUN_ENDS.watch(node_run, handle)
+    return handle
 
 
 def _handle(state: Any) -> RunHandle | None:

@@ -26,8 +26,9 @@ and answers those with one emptiness check unless a governed run is in flight:
 The release runs inline in the callback, before ``invoke`` or ``ainvoke`` raises; in an
 async run that is on the event loop (closing the lease's engine budget waits for one
 engine step), on the failure path only: a run that ends well was released by
-``aafter_agent`` off the loop already. Handles are held weakly: a run that never ends (a stream abandoned and never closed) still
-releases its lease when collected (``RunHandle``'s finalizer). State is guarded by one
+``aafter_agent`` off the loop already. Handles are held weakly: a run that never ends (a
+stream abandoned and never closed) still releases its lease when collected
+(``RunHandle``'s finalizer). State is guarded by one
 lock, never held while a lease is released.
 """
 

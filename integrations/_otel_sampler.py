@@ -51,9 +51,7 @@ class BackendSampler(Generic[T]):
     with the askers (the calls whose end asked for it) it answers; see the module
     docstring for where and when."""
 
-    def __init__(
-        self, backend: Backend, record: Callable[[BackendMetrics, list[T]], None]
-    ) -> None:
+    def __init__(self, backend: Backend, record: Callable[[BackendMetrics, list[T]], None]) -> None:
         self._backend = backend
         self._record = record
         self._cond = threading.Condition()
@@ -121,9 +119,7 @@ class BackendSampler(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(
-                    lambda: self._pending or self._capacity_wanted or self._closed
-                )
+                self._cond.wait_for(lambda: self._pending or self._capacity_wanted or self._closed)
                 if not (self._pending or self._capacity_wanted):  # closed, nothing left
                     self._thread = None
                     self._cond.notify_all()
@@ -159,4 +155,3 @@ class BackendSampler(Generic[T]):
         with self._cond:
             self._capacity = capacity
         return capacity
-

@@ -362,7 +362,7 @@ class LLMSummarizer:
         return _Prompt.failed(
             "no_room",
             f"llm prompt and a {budget:,}-token answer do not fit the {room:,} tokens the "
-            "backend can hold"
+            "backend can hold",
         )
 
     def _arguments_text(self, arguments: Mapping[str, Any]) -> str:

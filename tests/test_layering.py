@@ -135,7 +135,7 @@ def _broken_rule(module_name: str, imported: str, scope: Scope) -> str | None:
         if target != "engine":
             return "governor/ never imports policies/ or integrations/"
         if module_name != LOCAL_BACKEND:
-            return "only governor/local_backend.py (lazily) and governor/cli.py import engine/"
+            return "only governor/local_backend.py (lazily) imports engine/"
         if scope is Scope.MODULE:
             return "governor/local_backend.py imports engine/ only in functions or TYPE_CHECKING"
         return None

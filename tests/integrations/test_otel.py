@@ -206,9 +206,12 @@ def test_compaction_and_summarization_are_events_with_tokens_before_and_after(
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "word " * 60}
         for i in range(6)
     ] + [{"role": "user", "content": "And now?"}]
-    with telemetry.instrument(governor), governor.lease("coder") as lease:
-        with governor.tool_call(lease, "grep") as call:
-            reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
+    with (
+        telemetry.instrument(governor),
+        governor.lease("coder") as lease,
+        governor.tool_call(lease, "grep") as call,
+    ):
+        reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
         governor.complete(lease, turns, max_tokens=8)
     compaction = next(e.record for e in events if e.kind == "compacted")
     agent = _one(telemetry.finished("invoke_agent"))
@@ -254,9 +257,12 @@ def test_a_summary_that_fell_back_says_why_on_its_event(
 
     summarizer = LLMSummarizer(FakeBackend(responder=down))
     governor = Governor(FakeBackend(), agents=[CODER], policies=Policies(tool_output=summarizer))
-    with telemetry.instrument(governor), governor.lease("coder") as lease:
-        with governor.tool_call(lease, "grep") as call:
-            reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
+    with (
+        telemetry.instrument(governor),
+        governor.lease("coder") as lease,
+        governor.tool_call(lease, "grep") as call,
+    ):
+        reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
     assert reduction.method == "extractive"
     (event,) = _events(_one(telemetry.finished("execute_tool")), "kvgov.summarized")
     assert event["kvgov.method"] == "extractive"

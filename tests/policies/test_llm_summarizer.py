@@ -372,9 +372,11 @@ def test_fallbacks_are_counted_logged_and_carried_on_the_event(
     )
     events: list[GovernorEvent] = []
     governor.subscribe(events.append)
-    with caplog.at_level(logging.WARNING, logger="policies.llm_summarizer"):
-        with governor.lease("coder") as lease:
-            result = governor.reduce_tool_output(lease, LOG, tool="pytest")
+    with (
+        caplog.at_level(logging.WARNING, logger="policies.llm_summarizer"),
+        governor.lease("coder") as lease,
+    ):
+        result = governor.reduce_tool_output(lease, LOG, tool="pytest")
     detail = "llm error: ConnectionError: model server down"
     assert (result.method, result.detail) == ("extractive", detail)
     (event,) = [e for e in events if e.kind == "summarized"]

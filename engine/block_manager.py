@@ -155,8 +155,14 @@ class BlockManager:
         ceiling_tokens: int | None = None,
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
+        num_reserve_blocks: int = 0,
     ) -> Fit:
-        return self._plan_allocate(token_ids, budget, ceiling_tokens, cache_salt, extra_keys).fit
+        """``num_reserve_blocks``: the pool must keep this many free after (a scheduler's
+        reserve for what runs next; never charged to the budget)."""
+        reserve = require_int("num_reserve_blocks", num_reserve_blocks, minimum=0)
+        return self._plan_allocate(
+            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, reserve
+        ).fit
 
     def allocate(
         self,
@@ -242,6 +248,7 @@ class BlockManager:
         ceiling_tokens: int | None,
         cache_salt: str | None,
         extra_keys: Sequence[ExtraKey],
+        num_reserve_blocks: int = 0,
     ) -> _AllocationPlan:
         require_token_ids(token_ids, allow_empty=False)
         if ceiling_tokens is not None:
@@ -273,7 +280,7 @@ class BlockManager:
         )
         hits = self.pool.match(hashes)
         num_free_hits = sum(1 for block in hits if block.ref_cnt == 0)
-        needed = num_blocks - len(hits) + num_free_hits
+        needed = num_blocks - len(hits) + num_free_hits + num_reserve_blocks
         if needed > self.pool.num_free_blocks:
             return _AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
         return _AllocationPlan(_FITS, hits, hashes[: len(hits)], extra)
@@ -386,8 +393,10 @@ class BlockManager:
         """Move the sequence to host blocks; returns (device, host) moves to perform."""
         return self.swap_space.swap_out(self._resident(seq_id, "swap out"))
 
-    def can_swap_in(self, seq_id: Hashable) -> Fit:
-        return self.swap_space.can_swap_in(self._swapped(seq_id, "swap in"))
+    def can_swap_in(self, seq_id: Hashable, num_reserve_blocks: int = 0) -> Fit:
+        """``num_reserve_blocks``: as in ``can_allocate``."""
+        reserve = require_int("num_reserve_blocks", num_reserve_blocks, minimum=0)
+        return self.swap_space.can_swap_in(self._swapped(seq_id, "swap in"), reserve)
 
     def swap_in(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
         """Bring the sequence back; returns (host, device) moves to perform."""

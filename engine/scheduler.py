@@ -9,15 +9,23 @@ Each step schedules, within a per-step token budget:
    prompt cannot be preempted halfway) and computed chunk by chunk.
 
 Requests join and leave between steps. When the pool cannot give a running request its
-next block, the lowest-priority, newest running request is preempted: swapped to host
+next block, idle contexts go first (``reclaim``: the engine offloads or ends a retained
+hold), then the lowest-priority, newest running request is preempted: swapped to host
 while swap space lasts, else freed and recomputed later (its prefix is likely still
 cached). A request that reaches its ceiling or its budget ends with that finish reason;
 it never raises mid-batch. KV moves are performed on the cache as soon as the block
 manager returns them, as its contract requires.
+
+A request joins the running ones (admitted or swapped in) only with room for its known
+tokens plus the one it samples next, and ``watermark`` of the pool left free (vLLM's
+rule, 1% by default): without that reserve, one whose next token needs a new block is
+preempted again at once, and swaps in and out every step. A request that would run
+alone needs no reserve: nobody could preempt it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -60,7 +68,11 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         allow_swap: bool = True,
+        watermark: float = 0.01,
+        reclaim: Callable[[], bool] | None = None,
     ) -> None:
+        """``reclaim`` frees device blocks that no request is using (retained holds) and
+        says whether it freed any; it is tried before each preemption."""
         self.manager = block_manager
         self.allow_swap = allow_swap
         self.kv_cache = kv_cache
@@ -70,6 +82,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.swapped: list[Request] = []
         self.num_preemptions = 0
+        self.num_watermark_blocks = int(watermark * block_manager.pool.num_blocks)
+        self.reclaim = reclaim
 
     @property
     def has_unfinished(self) -> bool:
@@ -119,6 +133,8 @@ class Scheduler:
                 self.finish(request, FinishReason.BUDGET)
                 out.finished.append(request)
                 return None
+            if self.reclaim is not None and self.reclaim():
+                continue  # an idle context gave blocks back: no running request pays
             victim = self.running[-1]
             if victim is request and len(self.running) == 1:
                 # Alone and still out of blocks: the whole cache is its budget.
@@ -152,9 +168,11 @@ class Scheduler:
                 break
             if request.held:
                 continue
-            if not self.manager.can_swap_in(request.request_id):
+            rid = request.request_id
+            num_held = len(self.manager.block_ids(rid))
+            if not self.manager.can_swap_in(rid, self._num_reserve_blocks(request, num_held)):
                 break
-            self.kv_cache.swap_in(self.manager.swap_in(request.request_id))
+            self.kv_cache.swap_in(self.manager.swap_in(rid))
             self.swapped.remove(request)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
@@ -170,11 +188,13 @@ class Scheduler:
                 return
             if request.held:
                 continue
+            num_known = -(-request.num_tokens // self.manager.block_size)
             fit = self.manager.can_allocate(
                 request.token_ids,
                 budget=request.budget,
                 ceiling_tokens=request.ceiling_tokens,
                 cache_salt=request.cache_salt,
+                num_reserve_blocks=self._num_reserve_blocks(request, num_known),
             )
             if not fit:
                 if fit.shortfall is Shortfall.POOL:
@@ -197,6 +217,15 @@ class Scheduler:
             out.chunks.append(ScheduledChunk(request, num_new))
             budget -= num_new
 
+    def _num_reserve_blocks(self, request: Request, num_blocks: int) -> int:
+        """Free blocks a request joining the running ones must leave beyond the
+        ``num_blocks`` it will hold: its next sampled token's, and the watermark."""
+        if not self.running:
+            return 0
+        block_size = self.manager.block_size
+        next_step = -(-(request.num_tokens + 1) // block_size) - num_blocks
+        return max(0, next_step) + self.num_watermark_blocks
+
     def offload(self, request: Request) -> None:
         """Swap a running request out now and hold it there until ``restore``."""
         if request.status is RequestStatus.RUNNING:
@@ -213,7 +242,10 @@ class Scheduler:
         """Release the hold; swap back in now when it fits, else when room frees up."""
         request.held = False
         rid = request.request_id
-        if request.status is RequestStatus.SWAPPED and self.manager.can_swap_in(rid):
+        if request.status is not RequestStatus.SWAPPED:
+            return
+        reserve = self._num_reserve_blocks(request, len(self.manager.block_ids(rid)))
+        if self.manager.can_swap_in(rid, reserve):
             self.kv_cache.swap_in(self.manager.swap_in(rid))
             self.swapped.remove(request)
             request.status = RequestStatus.RUNNING

@@ -46,8 +46,9 @@ class SwapSpace:
         table.state = SequenceState.SWAPPED
         return moves
 
-    def can_swap_in(self, table: BlockTable) -> Fit:
-        return self._plan_swap_in(table)[0]
+    def can_swap_in(self, table: BlockTable, num_extra_blocks: int = 0) -> Fit:
+        """Room to bring the sequence back with ``num_extra_blocks`` more left free."""
+        return self._plan_swap_in(table, num_extra_blocks)[0]
 
     def swap_in(self, table: BlockTable) -> tuple[BlockMove, ...]:
         """(host, device) moves for the blocks the prefix cache no longer holds."""
@@ -76,13 +77,15 @@ class SwapSpace:
         table.state = SequenceState.RESIDENT
         return tuple(moves)
 
-    def _plan_swap_in(self, table: BlockTable) -> tuple[Fit, list[KVCacheBlock | None]]:
+    def _plan_swap_in(
+        self, table: BlockTable, num_extra_blocks: int = 0
+    ) -> tuple[Fit, list[KVCacheBlock | None]]:
         lookup = self.device_pool.lookup
         hits: list[KVCacheBlock | None] = [
             lookup(table.block_hashes[i]) if i < table.num_cached_blocks else None
             for i in range(len(table.blocks))
         ]
-        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0)
+        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0) + num_extra_blocks
         available = self.device_pool.num_free_blocks
         if needed > available:
             return Fit(Shortfall.POOL, needed, available), hits

@@ -18,7 +18,7 @@ from engine.errors import (
     UnknownBudgetError,
     UnknownSequenceError,
 )
-from engine.request import FinishReason
+from engine.request import FinishReason, RequestStatus
 from engine.sampling import SamplingParams
 from tests.engine import hf
 
@@ -304,7 +304,35 @@ def test_preemption_takes_the_lowest_priority_newest_first(
     assert top.num_preemptions == 0 and top.token_ids == baseline[5]
     rest = [engine.pop_completion(i) for i in others]
     assert [c.token_ids for c in rest] == baseline[2:5]
-    assert rest[-1].num_preemptions >= rest[0].num_preemptions  # newest goes first
+    # Newest goes first: only the last of the three is ever preempted.
+    assert [c.num_preemptions for c in rest] == [0, 0, 1]
+    assert_released(engine)
+
+
+def test_a_tight_pool_preempts_once_per_new_block_at_most(
+    llama_dir: Path, prompts: list[list[int]], baseline: list[tuple[int, ...]]
+) -> None:
+    """Six blocks for three requests that grow from 6 to 10 blocks: a request swapped out
+    comes back only with room for its next token, so it is never swapped in and preempted
+    again in one step, and each preemption answers a running request's new block."""
+    engine = make_engine(llama_dir, num_blocks=6)
+    chosen = (0, 2, 7)  # 3, 17 and 48 prompt tokens
+    ids = [engine.add_request(prompts[i], GREEDY) for i in chosen]
+    requests = [engine._requests[rid] for rid in ids]
+    bounced = []
+    while engine.has_unfinished():
+        swapped = {r: r.num_preemptions for r in requests if r.status is RequestStatus.SWAPPED}
+        engine.step()
+        bounced += [r.request_id for r, n in swapped.items() if r.num_preemptions > n]
+    assert bounced == []  # none swapped in and straight back out
+    block_size = engine.config.block_size
+    new_blocks = sum(
+        -(-(len(prompts[i]) + GREEDY.max_tokens) // block_size) - -(-len(prompts[i]) // block_size)
+        for i in chosen
+    )
+    assert engine.metrics().num_preemptions <= new_blocks == 4
+    done = [engine.pop_completion(rid) for rid in ids]
+    assert [c.token_ids for c in done] == [baseline[i] for i in chosen]
     assert_released(engine)
 
 

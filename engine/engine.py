@@ -105,6 +105,7 @@ class Engine:
             block_manager=self.block_manager,
         )
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
+        self.scheduler.reclaim = self._reclaim_hold
         self._requests: dict[str, Request] = {}
         self._stops: dict[str, TokenStopChecker] = {}
         self._arrivals = itertools.count()
@@ -254,7 +255,10 @@ class Engine:
         scheduled = self.scheduler.schedule()
         if self.retained.held_budgets():
             self._hand_over_retained(scheduled.chunks)
-            if not scheduled.chunks and self.scheduler.waiting and not self.scheduler.running:
+            scheduler = self.scheduler
+            queued = (*scheduler.waiting, *scheduler.swapped)
+            stalled = not scheduled.chunks and not scheduler.running
+            if stalled and any(not request.held for request in queued):
                 # Held contexts fill the pool and nothing can run: a hold is an
                 # optimization, never a reason to stall. Its blocks stay cached.
                 self.retained.release_oldest_resident()
@@ -275,6 +279,14 @@ class Engine:
             request.finish_time = now
             outputs.append(self._final_output(request, ()))
         return outputs
+
+    def _reclaim_hold(self) -> bool:
+        """A running request is short of blocks: a hold gives its blocks back before any
+        running request is preempted (``RetainedContexts.reclaim``)."""
+        if not self.retained.held_budgets():
+            return False
+        queued = frozenset(r.budget for r in self.scheduler.waiting if r.budget is not None)
+        return self.retained.reclaim(last=queued) is not None
 
     def _hand_over_retained(self, chunks: Sequence[ScheduledChunk]) -> None:
         """A retained context's hold ends once its budget's next request is allocated:

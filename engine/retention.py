@@ -13,8 +13,13 @@ allocated, and the hold ends.
 
 Holds are not charged to the budget: they are bounded by the context the budget's own
 request just held, and a charge would be counted twice when the next request reuses them.
-Holds never stall the engine: when requests wait and none can be scheduled, the engine
-ends the oldest resident hold (``release_oldest_resident``) and tries again.
+Holds never outrank a request: when a running request is short of blocks, the oldest
+resident hold gives way (``reclaim``: offloaded to host when there is room, else ended)
+before any running request is preempted; when requests wait and none can be scheduled,
+the engine ends the oldest resident hold (``release_oldest_resident``) and tries again.
+Either shows in the engine's metrics (fewer blocks in use, more swapped) and in
+``is_offloaded`` and ``held_budgets``; the budget's next request restores an offloaded
+context itself.
 """
 
 from __future__ import annotations
@@ -117,6 +122,23 @@ class RetainedContexts:
     def held_seq_id(self, budget: str) -> Hashable | None:
         """The block manager's id for the budget's held context; None when none is held."""
         return _seq_id(budget) if budget in self._held else None
+
+    def reclaim(self, *, last: frozenset[str] = frozenset()) -> str | None:
+        """Free the device blocks of the oldest hold still on the device, for a running
+        request short of blocks: offload it when the host has room (its context comes
+        back with the budget's next request), else end it (its blocks stay cached,
+        evictable). Holds of budgets in ``last`` (their next request is queued, about to
+        take them over) go after the others. The budget, or None when none is resident."""
+        resident = [budget for budget in self._held if not self.is_offloaded(budget)]
+        if not resident:
+            return None
+        budget = next((b for b in resident if b not in last), resident[0])
+        seq_id = _seq_id(budget)
+        if self.manager.can_swap_out(seq_id):
+            self.kv_cache.swap_out(self.manager.swap_out(seq_id))
+        else:
+            self.release(budget)
+        return budget
 
     def release_oldest_resident(self) -> str | None:
         """End the oldest hold still on the device (its blocks stay cached, evictable);

@@ -18,6 +18,7 @@ from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
 TOOL_RESULT = [7, 11, 13, 17, 19, 23, 29, 31]
+NO_HOST = {"swap_space_bytes": 0}
 
 
 def make_engine(llama_dir: Path, **overrides: object) -> Engine:
@@ -167,5 +168,58 @@ def test_holds_never_stall_the_engine(llama_dir: Path, prompts: list[list[int]])
     sampling = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     done = engine.generate([(t * 5) % 512 for t in range(120)], sampling)[0]  # 8 blocks
     assert len(done.token_ids) == 8
+    assert not engine.retained.held_budgets()
+    assert_released(engine)
+
+
+@pytest.mark.parametrize("host", ["offloaded", "no-host-room"])
+def test_holds_give_way_before_a_running_request_is_preempted(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]], host: str
+) -> None:
+    """A parked agent holds 5 of 12 blocks; two running requests grow from 6 blocks to 11.
+    The hold goes to host (or, with no host room, back to the prefix cache) and neither
+    request is preempted; the agent's next turn still gets its context when it was kept."""
+    engine = make_engine(llama_dir, num_blocks=12, **({} if host == "offloaded" else NO_HOST))
+    second, expected = cold
+    first_turn(engine, prompts[5])
+    assert engine.retain("agent") == 80
+    sampling = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    running = [prompts[3], prompts[6]]  # 33 and 43 tokens: 3 blocks each, 5 and 6 at the end
+    alone = make_engine(llama_dir, num_blocks=64).generate(running, sampling)
+    done = engine.generate(running, sampling)
+    assert [c.num_preemptions for c in done] == [0, 0]
+    assert engine.metrics().num_preemptions == 0
+    assert [c.token_ids for c in done] == [c.token_ids for c in alone]
+    m = engine.metrics()  # what the governor reads: the hold left the device
+    if host == "offloaded":
+        assert engine.retained.is_offloaded("agent")
+        assert (m.num_blocks_in_use, m.num_blocks_swapped) == (0, 5)
+        turn_two = engine.generate(second, GREEDY, budget="agent")[0]
+        assert turn_two.num_cached_tokens == 80  # restored from host by the request itself
+    else:
+        assert not engine.retained.held_budgets()
+        assert (m.num_blocks_in_use, m.num_blocks_swapped) == (0, 0)
+        turn_two = engine.generate(second, GREEDY, budget="agent")[0]
+    assert turn_two.token_ids == expected
+    assert_released(engine)
+
+
+def test_holds_never_stall_a_swapped_request(llama_dir: Path, prompts: list[list[int]]) -> None:
+    """A request offloaded and restored while holds fill the pool: nothing runs, so the
+    oldest hold ends and the request comes back."""
+    engine = make_engine(llama_dir, num_blocks=12)
+    sampling = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    rid = engine.add_request([(t * 5) % 512 for t in range(120)], sampling)  # 8 blocks
+    engine.step()
+    engine.offload(rid)
+    engine.open_budget("agent", 12)
+    engine.generate(prompts[5], GREEDY, budget="agent")  # 71 + 20 tokens
+    assert engine.retain("agent") == 80  # 5 blocks, and 8 are needed back
+    engine.restore(rid)
+    for _ in range(200):  # a stall leaves it swapped for good
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert len(engine.pop_completion(rid).token_ids) == 30
     assert not engine.retained.held_budgets()
     assert_released(engine)

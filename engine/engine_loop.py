@@ -7,6 +7,12 @@ running ``engine.step()`` while work remains. Results travel back through per-re
 sinks: a thread-safe queue for blocking callers, ``call_soon_threadsafe`` into an
 ``asyncio.Queue`` for coroutines. A consumer that stops listening (a cancelled task, a
 dropped HTTP client) aborts its request, so its blocks return at once.
+
+Closing: ``close`` marks the loop closed under ``_lock``, the same lock under which
+``call_soon`` checks the mark and queues, so no command is queued after it. The engine
+thread then stops taking commands, fails every one still queued with
+``EngineLoopClosedError`` and aborts every request: no caller waits forever. ``_lock`` is
+the only lock here and nothing is called while it is held.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from engine.engine import Engine
@@ -33,6 +40,31 @@ STREAM_END = object()  # what a sink receives after the last output
 class EngineLoopClosedError(EngineError):
     def __init__(self) -> None:
         super().__init__("the engine loop is closed; start a new EngineLoop")
+
+
+@dataclass(slots=True, eq=False)
+class _Command:
+    """A call to run on the engine thread, and where its answer goes."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    future: Future[Any]
+
+    def run(self) -> None:
+        if self.future.set_running_or_notify_cancel():
+            try:
+                self.future.set_result(self.fn(*self.args, **self.kwargs))
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                self.future.set_exception(exc)
+
+    def fail(self, error: BaseException) -> None:
+        if self.future.set_running_or_notify_cancel():
+            self.future.set_exception(error)
+
+
+def _nothing() -> None:
+    return None
 
 
 class RequestStream:
@@ -73,21 +105,24 @@ class EngineLoop:
     def __init__(self, engine: Engine, *, idle_wait_s: float = 0.05) -> None:
         self.engine = engine
         self._idle_wait_s = idle_wait_s
-        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._streams: dict[str, RequestStream] = {}
+        self._lock = threading.Lock()  # the closed mark against queueing a command
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvgov-engine", daemon=True)
         self._thread.start()
 
     # -- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
-        """Abort every request (returning its blocks) and stop the thread."""
-        if self._closed.is_set():
-            return
-        self.call(self._abort_all)
-        self._closed.set()
-        self._commands.put(lambda: None)  # wake the thread
-        self._thread.join()
+        """Abort every request (returning its blocks), fail every command still queued
+        with ``EngineLoopClosedError``, and stop the thread."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            self._commands.put(_Command(_nothing, (), {}, Future()))  # wake the thread
+        if threading.current_thread() is not self._thread:  # from a sink: it stops after
+            self._thread.join()
 
     def __enter__(self) -> EngineLoop:
         return self
@@ -101,18 +136,14 @@ class EngineLoop:
         return self.call_soon(fn, *args, **kwargs).result()
 
     def call_soon(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
-        if self._closed.is_set():
-            raise EngineLoopClosedError()
+        """Queue ``fn(*args, **kwargs)`` for the engine thread; its future fails with
+        ``EngineLoopClosedError`` if the loop closes before it runs."""
         future: Future[T] = Future()
-
-        def command() -> None:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # handed to the caller, who re-raises it
-                    future.set_exception(exc)
-
-        self._commands.put(command)
+        command = _Command(fn, args, kwargs, future)
+        with self._lock:
+            if self._closed.is_set():
+                raise EngineLoopClosedError()
+            self._commands.put(command)
         return future
 
     def submit(
@@ -145,7 +176,9 @@ class EngineLoop:
         return self.submit(prompt, sampling, **options).result()
 
     def abort(self, request_id: str) -> None:
-        self.call_soon(self._abort, request_id)
+        """Abort a request (a no-op once closed: closing aborted every request)."""
+        with contextlib.suppress(EngineLoopClosedError):
+            self.call_soon(self._abort, request_id)
 
     # -- calls from coroutines ------------------------------------------------------
     async def astream(
@@ -230,16 +263,27 @@ class EngineLoop:
                     continue
                 if output.finished:
                     self._complete(output.request_id)
+        self._shut_down()
 
     def _drain(self, *, block: bool) -> None:
         try:
             command = self._commands.get(timeout=self._idle_wait_s) if block else None
             if command is not None:
-                command()
-            while True:
-                self._commands.get_nowait()()
+                command.run()
+            while not self._closed.is_set():
+                self._commands.get_nowait().run()
         except queue.Empty:
             return
+
+    def _shut_down(self) -> None:
+        """Closed, and nothing can be queued any more: fail what was, abort the rest."""
+        error = EngineLoopClosedError()
+        while True:
+            try:
+                self._commands.get_nowait().fail(error)
+            except queue.Empty:
+                break
+        self._abort_all()
 
     def _complete(self, request_id: str) -> None:
         stream = self._streams.pop(request_id)

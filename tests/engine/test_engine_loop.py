@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -111,6 +114,64 @@ def test_close_aborts_what_is_in_flight(llama_dir: Path, prompts: list[list[int]
     assert metrics.num_blocks_in_use == 0
     with pytest.raises(EngineLoopClosedError):
         loop.submit(prompts[0], GREEDY)
+
+
+def test_close_fails_every_command_queued_before_it(llama_dir: Path) -> None:
+    """Callers queue commands (and submit requests) while the loop closes: each one
+    answers, with a result or ``EngineLoopClosedError``, and no caller is left waiting.
+    A fine thread switch interval opens the window between a caller's check that the
+    loop is open and its command reaching the queue, where a command used to be lost."""
+    engine = _engine(llama_dir)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        deadline = time.monotonic() + 2.0
+        rounds = 0
+        while time.monotonic() < deadline:
+            rounds += 1
+            loop = EngineLoop(engine, idle_wait_s=0.001)
+            futures: list[Future[object]] = []
+            submitted: list[object] = []
+
+            def spam(loop: EngineLoop = loop, futures: list[Future[object]] = futures) -> None:
+                while True:
+                    try:
+                        futures.append(loop.call_soon(engine.capacity))
+                    except EngineLoopClosedError:
+                        return
+                    time.sleep(0)  # let the others in: a short queue, many interleavings
+
+            def submit(loop: EngineLoop = loop, submitted: list[object] = submitted) -> None:
+                try:
+                    submitted.append(loop.submit([1, 2, 3], GREEDY))
+                except EngineLoopClosedError as exc:
+                    submitted.append(exc)
+
+            # Daemons: a caller left waiting must fail the test, not hang the interpreter.
+            callers = [threading.Thread(target=spam, daemon=True) for _ in range(4)]
+            callers.append(threading.Thread(target=submit, daemon=True))
+            for caller in callers:
+                caller.start()
+            time.sleep(0.001)
+            loop.close()
+            for caller in callers:
+                caller.join(timeout=5)
+                assert not caller.is_alive(), f"a caller still waits (round {rounds})"
+            for future in futures:
+                assert future.done(), f"a queued command never answered (round {rounds})"
+                if future.exception() is not None:
+                    assert isinstance(future.exception(), EngineLoopClosedError)
+            (answer,) = submitted
+            if not isinstance(answer, EngineLoopClosedError):  # queued in time: aborted
+                assert answer.result(timeout=5).finish_reason in (  # type: ignore[attr-defined]
+                    FinishReason.ABORT,
+                    FinishReason.LENGTH,
+                )
+            m = engine.metrics()
+            assert m.num_blocks_in_use == 0 and m.num_requests_running == 0
+    finally:
+        sys.setswitchinterval(switch)
+    assert rounds >= 5, rounds
 
 
 def test_the_engine_thread_survives_a_consumer_whose_event_loop_closed(

@@ -176,8 +176,9 @@ class AdmissionController:
     def enqueue(self, lease: Lease, waiter: Waiter) -> None:
         """Queue the lease; its waiter wakes once it is ACTIVE (maybe at once)."""
         with self._lock:
+            previous, previous_queued_at = lease.state, lease.queued_at
+            lease.queued_at = self._clock()  # aging counts from here, not from its request
             queued = _Queued(lease, waiter, None if self._key is None else self._key(lease))
-            previous = lease.state
             lease.state = LeaseState.WAITING
             if self._key is None:
                 self._queue.append(queued)
@@ -190,7 +191,7 @@ class AdmissionController:
                 if self._waiting.get(lease) is queued:
                     self._queue.remove(queued)
                     self._discard_waiting(lease)
-                    lease.state = previous
+                    lease.state, lease.queued_at = previous, previous_queued_at
                 raise
 
     def cancel(self, lease: Lease) -> bool:

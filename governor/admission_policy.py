@@ -17,8 +17,10 @@ The contract of ``order``:
 - ``waiting``: the waiting leases in the order they were queued, as a fresh list the
   policy may sort and return;
 - ``active``: the leases active now (parked leases are not); read it, never change it;
-- ``now``: the controller's clock, the clock of ``Lease.requested_at``
-  (``time.monotonic``), so ``now - lease.requested_at`` is the seconds a lease waited;
+- ``now``: the controller's clock, the clock of ``Lease.queued_at`` (``time.monotonic``),
+  so ``now - lease.queued_at`` is the seconds a lease has waited in the queue this time
+  (a lease re-queued after parking or growing starts again: time it spent running is
+  not waiting);
 - it returns the same leases, each exactly once, in the order to try them. The
   controller checks that before it acts on it: any other answer is refused with a
   ``ConfigError``, nobody is admitted and the queue is left as it was.
@@ -65,8 +67,10 @@ class PriorityWithAging:
     """The default: highest effective priority first, then first come, first served.
 
     A lease's effective priority is its ``priority`` plus one level per ``aging_s``
-    seconds it has waited, so a low-priority lease overtakes higher-priority work that
-    keeps arriving after it, and nobody starves. Ties go to the earlier ``arrival``.
+    seconds it has waited in the queue (since ``queued_at``: a lease re-queued after
+    parking ages from then, not from its first request), so a low-priority lease
+    overtakes higher-priority work that keeps arriving after it, and nobody starves.
+    Ties go to the earlier ``arrival``.
     """
 
     aging_s: float = 10.0
@@ -90,4 +94,5 @@ class PriorityWithAging:
         """Effective priority, highest first, then arrival. Every waiting lease gains a
         level per ``aging_s`` alike, so their order never changes while they wait: the
         effective priority at any ``now`` is ``now / aging_s`` less the first member."""
-        return (lease.requested_at / self.aging_s - lease.priority, lease.arrival)
+        queued_at = lease.requested_at if lease.queued_at is None else lease.queued_at
+        return (queued_at / self.aging_s - lease.priority, lease.arrival)

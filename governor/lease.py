@@ -44,6 +44,9 @@ class Lease:
     state: LeaseState = LeaseState.WAITING
     tokens_in_context: int = 0  # prompt plus output of its latest model call
     admitted_at: float | None = None
+    # When it last joined the admission queue (its request, or a re-queue after parking
+    # or growing): what priority aging counts from, so time spent running never counts.
+    queued_at: float | None = None
     released_at: float | None = None
     num_calls: int = 0
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
@@ -54,6 +57,10 @@ class Lease:
     tokens_compacted: int = 0  # tokens removed from its prompts by compaction
     tokens_summarized: int = 0  # tokens removed from its tool results
     governor: Governor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.queued_at is None:
+            self.queued_at = self.requested_at
 
     @property
     def budget(self) -> str:

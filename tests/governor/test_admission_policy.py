@@ -135,10 +135,30 @@ def test_higher_priority_first_and_first_come_first_served_within_a_priority() -
 def test_aging_lets_a_low_priority_waiter_overtake(released_at: float, first: str) -> None:
     ctl, clock, woken = controller(1, aging_s=10.0)
     low = lease(0, priority=0, requested_at=0.0)
-    high = lease(1, priority=1, requested_at=released_at)  # just arrived
-    holder = queue_behind_a_holder(ctl, woken, [low, high])
+    high = lease(1, priority=1, requested_at=released_at)
+    holder = queue_behind_a_holder(ctl, woken, [low])
     clock.now = released_at
+    ctl.enqueue(high, woken.waiter(high))  # just arrived
     assert admitted_one_at_a_time(ctl, woken, holder)[0] == first
+
+
+def test_a_lease_requeued_after_parking_ages_from_then_not_from_its_request() -> None:
+    """Time spent running is not time waited: a lease admitted at 0 that runs for 100 s,
+    parks and queues again has waited 5 s at 105, so a priority-1 lease queued beside it
+    goes first (aged from its request it would count 10.5 levels and overtake)."""
+    ctl, clock, woken = controller(1, aging_s=10.0)
+    low = lease(0, priority=0, requested_at=0.0)
+    ctl.enqueue(low, woken.waiter(low))
+    assert low.state is LeaseState.ACTIVE
+    clock.now = 100.0
+    ctl.park(low)
+    holder = queue_behind_a_holder(ctl, woken, [])
+    high = lease(1, priority=1, requested_at=100.0)
+    for waiting in (low, high):  # the parked lease resumes: it queues again
+        ctl.enqueue(waiting, woken.waiter(waiting))
+    assert low.queued_at == 100.0
+    clock.now = 105.0
+    assert admitted_one_at_a_time(ctl, woken, holder) == ["1", "0"]
 
 
 def _old_order(waiting: Sequence[Lease], now: float, aging_s: float) -> list[Lease]:

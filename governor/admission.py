@@ -14,13 +14,20 @@ queue is as it was, a lease being queued is taken off again, and a release, park
 cancel has still happened. Fix or swap the policy (``controller.policy = ...``) and
 admission carries on.
 
-- guaranteed: the ceilings of every active lease fit at once within
-  ``floor(available_blocks * safety_factor)``; nothing is ever preempted.
+- guaranteed: the ceilings of every active lease, plus the KV that leases not active
+  (parked, or queued again) still hold on the device (``set_held``: their context
+  retained between calls), fit at once within ``floor(available_blocks *
+  safety_factor)``; nothing is ever preempted. When those holds are all that keeps
+  the next lease out, the controller asks for them to be moved (``make_room``: the
+  governor offloads them to host memory on its deadline thread); a hold that ends or
+  moves makes room, and waiting leases are tried again.
 - overcommit: live use (the blocks active leases' contexts hold now) times
   ``1 + headroom_ratio`` must fit; under pressure the engine parks, offloads and
   preempts, it never runs out of memory.
 
-Parked leases count against neither.
+Parked leases' reservations count against neither. The lock is the last in the
+governor's lock order (``governor.governor``): nothing is called under it but the
+policy and the waiters' wake-ups, which never wait.
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class _Queued:
     lease: Lease
     waiter: Waiter
     rank: Any = None  # the policy's key(lease), where it offers one
+    previous: LeaseState = LeaseState.WAITING  # its state before it queued
 
 
 class AdmissionController:
@@ -110,6 +118,15 @@ class AdmissionController:
         self._waiting: dict[Lease, _Queued] = {}  # the same, by lease: cancel finds it
         self._active: set[Lease] = set()
         self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
+        # Device blocks each lease's retained context holds (set_held), and the sum of
+        # those of leases not active, which guaranteed mode counts beside _reserved (an
+        # active lease's hold is inside its own reservation).
+        self._held: dict[Lease, int] = {}
+        self._held_idle = 0
+        # make_room(num_blocks): move that many held blocks of leases not active out of
+        # the way; it must not wait (it schedules), and answers with room_made().
+        self.make_room: Callable[[int], None] | None = None
+        self._room_asked = False
         # Where a cap is set, the leases per agent name (per tenant), kept likewise: the
         # active ones, which a verdict compares with the cap (counting them on each verdict
         # made a pass cost the waiting times the active), and the waiting ones (tenant
@@ -179,6 +196,7 @@ class AdmissionController:
             previous, previous_queued_at = lease.state, lease.queued_at
             lease.queued_at = self._clock()  # aging counts from here, not from its request
             queued = _Queued(lease, waiter, None if self._key is None else self._key(lease))
+            queued.previous = previous
             lease.state = LeaseState.WAITING
             if self._key is None:
                 self._queue.append(queued)
@@ -196,42 +214,62 @@ class AdmissionController:
 
     def cancel(self, lease: Lease) -> bool:
         """Take a waiting lease off the queue. False when it was admitted meanwhile: the
-        caller then owns an active lease and must release it."""
+        caller then owns an active lease and must release it. A lease never admitted is
+        RELEASED; one queued again after parking is PARKED again, still its owner's to
+        release (its budget and held KV are returned then)."""
         with self._lock:
             queued = self._waiting.get(lease)
             if queued is None:
                 return False
             self._queue.remove(queued)
             self._discard_waiting(lease)
-            lease.state = LeaseState.RELEASED
+            again = queued.previous is not LeaseState.WAITING and lease.admitted_at is not None
+            lease.state = LeaseState.PARKED if again else LeaseState.RELEASED
             self._pump()  # it may have held the line for others
             return True
 
     def release(self, lease: Lease) -> None:
         with self._lock:
+            queued = self._waiting.get(lease)
+            if queued is not None:
+                self._queue.remove(queued)
+                self._discard_waiting(lease)
             self._discard_active(lease)
+            self._held_idle -= self._held.pop(lease, 0)
             lease.state = LeaseState.RELEASED
+            if queued is not None:  # released while queued: its waiter wakes to find out
+                queued.waiter.wake()
             self._pump()
 
-    def park(self, lease: Lease) -> None:
+    def park(self, lease: Lease, *, ceiling_tokens: int | None = None) -> bool:
+        """Park an active lease (True), at a new ceiling when given; False when it was
+        not active (a new ceiling is set all the same, unless it is queued)."""
         with self._lock:
-            if lease.state is LeaseState.ACTIVE:
+            parked = lease.state is LeaseState.ACTIVE
+            if parked:
                 self._discard_active(lease)
                 lease.state = LeaseState.PARKED
+            if ceiling_tokens is not None and lease not in self._waiting:
+                lease.ceiling_tokens = ceiling_tokens
+            if parked:
                 self._pump()
+            return parked
 
     def try_grow(self, lease: Lease, ceiling_tokens: int) -> bool:
         """Raise an active lease's ceiling when that fits now; False when it must queue.
-        Raises ``AdmissionRejected`` when the larger ceiling can never fit."""
-        old = lease.ceiling_tokens
-        lease.ceiling_tokens = ceiling_tokens
-        try:
-            self.check_can_ever_fit(lease)
-        finally:
-            lease.ceiling_tokens = old
+        Raises ``AdmissionRejected`` when the larger ceiling can never fit. The ceiling
+        of an active lease changes only here, under the lock, out of the ledger and
+        back in, so a concurrent park or release never subtracts a reservation that
+        was not added."""
+        if blocks_per_seq(ceiling_tokens, self.block_size) > self.limit_blocks:
+            possible = max_ceiling_tokens(
+                self.available_blocks, self.block_size, self.config.safety_factor
+            )
+            raise AdmissionRejected(ceiling_tokens, possible, agent=lease.agent.name)
         with self._lock:
             if lease.state is not LeaseState.ACTIVE:
                 return False
+            old = lease.ceiling_tokens
             self._discard_active(lease)
             lease.ceiling_tokens = ceiling_tokens
             fits = self._verdict(lease) == "ok"
@@ -239,6 +277,34 @@ class AdmissionController:
                 lease.ceiling_tokens = old
             self._add_active(lease)
             return fits
+
+    def set_held(self, lease: Lease, num_blocks: int) -> None:
+        """The device blocks the lease's retained context holds now (0: none, or moved
+        to host memory). Guaranteed mode counts them while the lease is not active."""
+        with self._lock:
+            if lease.state is LeaseState.RELEASED:
+                num_blocks = 0
+            old = self._held.pop(lease, 0)
+            if num_blocks > 0:
+                self._held[lease] = num_blocks
+            if lease not in self._active:
+                self._held_idle += num_blocks - old
+                if num_blocks < old:
+                    self._pump()  # room made: try the waiting leases again
+
+    def room_made(self) -> None:
+        """The holds ``make_room`` asked for were moved (or could not be): try again."""
+        with self._lock:
+            self._room_asked = False
+            self._pump()
+
+    def ledger(self) -> tuple[int, int, int, int]:
+        """The reservations of the active leases and the blocks held by leases not
+        active, each as kept and as summed over the leases now (the pairs are equal)."""
+        with self._lock:
+            reserved = sum(lease.blocks_reserved for lease in self._active)
+            held = sum(b for lease, b in self._held.items() if lease not in self._active)
+            return self._reserved, reserved, self._held_idle, held
 
     def counts(self) -> tuple[int, int, int]:
         """Active leases, waiting leases, peak active so far."""
@@ -258,6 +324,7 @@ class AdmissionController:
         for queued in self._ordered():
             verdict = self._verdict(queued.lease)
             if verdict == "memory":
+                self._ask_for_room(queued.lease)
                 break
             if verdict == "ok":
                 self._admit(queued.lease)
@@ -271,6 +338,18 @@ class AdmissionController:
             self._queue.remove(queued)
             self._discard_waiting(queued.lease)
             queued.waiter.wake()
+
+    def _ask_for_room(self, lease: Lease) -> None:
+        """Guaranteed mode, ``lease`` first in line and held out by memory: when moving
+        the holds of leases not active would let it in, ask for that (once at a time)."""
+        if self._room_asked or self.make_room is None or not self._held_idle:
+            return
+        if self.config.mode is not AdmissionMode.GUARANTEED:
+            return
+        needed = self._reserved + self._held_idle + lease.blocks_reserved - self.limit_blocks
+        if 0 < needed <= self._held_idle:
+            self._room_asked = True
+            self.make_room(needed)
 
     def _all_capped(self) -> bool:
         """Whether a cap holds back every waiting lease now: every waiting lease's agent
@@ -354,7 +433,7 @@ class AdmissionController:
 
     def _committed(self) -> int:
         if self.config.mode is AdmissionMode.GUARANTEED:
-            return self._reserved
+            return self._reserved + self._held_idle
         return sum(lease.blocks_live for lease in self._active)
 
     def _admit(self, lease: Lease) -> None:
@@ -369,6 +448,7 @@ class AdmissionController:
     def _add_active(self, lease: Lease) -> None:
         self._active.add(lease)
         self._reserved += lease.blocks_reserved
+        self._held_idle -= self._held.get(lease, 0)  # its hold is in its reservation now
         if self._by_agent:
             _add(self._per_agent, lease.agent.name, 1)
         if self._by_tenant and lease.tenant is not None:
@@ -378,6 +458,7 @@ class AdmissionController:
         if lease in self._active:
             self._active.remove(lease)
             self._reserved -= lease.blocks_reserved
+            self._held_idle += self._held.get(lease, 0)
             if self._by_agent:
                 _add(self._per_agent, lease.agent.name, -1)
             if self._by_tenant and lease.tenant is not None:

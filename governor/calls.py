@@ -5,11 +5,16 @@ prefix first, compact the conversation by the ceiling policy when the call and i
 reply's reserve would not fit, open the lease's engine budget at its first call, bring
 its held KV back, and record usage and events. ``Governor`` inherits these; they use its
 backend, counter, config, policies, idle keeper and event publisher.
+
+``acomplete`` and ``astream`` prepare a call (compaction, which may count or summarize
+at length, the budget's opening, bringing held KV back) on a worker thread: an event
+loop never waits on the engine, and other agents' coroutines run meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
@@ -42,6 +47,7 @@ class ModelCalls:
     policies: Policies
     idle: IdleKeeper
     prefixes: PrefixRegistry
+    _lock: threading.Lock
     _budgets_open: set[str]
 
     # -- model calls ----------------------------------------------------------------
@@ -51,9 +57,7 @@ class ModelCalls:
         """One model call within the lease (resumed first if it was parked; compacted by
         the ceiling policy when it would not fit; its held KV restored)."""
         self.resume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            self.idle.before_call(lease)
+        request = self._prepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         try:
             result = self.backend.generate(request)
@@ -66,9 +70,7 @@ class ModelCalls:
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
         await self.aresume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            await asyncio.to_thread(self.idle.before_call, lease)
+        request = await asyncio.to_thread(self._prepare_call, lease, messages, options)
         started = self._call_started(lease, request)
         try:
             result = await self.backend.agenerate(request)
@@ -82,9 +84,7 @@ class ModelCalls:
     ) -> AsyncIterator[GenerationChunk]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
         await self.aresume(lease)
-        request = self._request(lease, messages, options)
-        if self.idle.has_work_before_call(lease):
-            await asyncio.to_thread(self.idle.before_call, lease)
+        request = await asyncio.to_thread(self._prepare_call, lease, messages, options)
         started = self._call_started(lease, request)
         finished = False
         try:
@@ -102,6 +102,27 @@ class ModelCalls:
             raise
         if not finished:  # pragma: no cover - a backend whose stream ends without a result
             self._call_failed(lease, started, None)
+
+    def _prepare_call(
+        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
+    ) -> GenerationRequest:
+        """The request, the lease's budget open and its held KV back (it may wait on the
+        engine: a worker thread's work on an event loop)."""
+        request = self._request(lease, messages, options)
+        with self._lock:
+            budget_open = lease.budget in self._budgets_open
+        if not budget_open:
+            self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
+            with self._lock:
+                released = lease.released_at is not None
+                if not released:
+                    self._budgets_open.add(lease.budget)
+            if released:  # by another thread meanwhile, which found no budget to close
+                self.backend.close_budget(lease.budget)
+                raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        if self.idle.has_work_before_call(lease):
+            self.idle.before_call(lease)
+        return request
 
     def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
         self._publish("call.started", lease, max_tokens=request.max_tokens)
@@ -123,9 +144,6 @@ class ModelCalls:
         prompt_tokens = event.tokens_after
         if prompt_tokens >= lease.ceiling_tokens:  # a policy that broke its contract
             raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
-        if lease.budget not in self._budgets_open:
-            self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
-            self._budgets_open.add(lease.budget)
         room = lease.ceiling_tokens - prompt_tokens
         options["max_tokens"] = min(options.get("max_tokens", room), room)
         return GenerationRequest(

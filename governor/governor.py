@@ -10,14 +10,42 @@ lease idle while a tool runs: parked, its KV held, offloaded under pressure, res
 before its next call (``governor.idle``); a tool's result is reduced to the agent's
 ``tool_output_tokens`` by the tool-output policy. Every decision is published as a
 ``GovernorEvent`` (``subscribe``). A cancelled or timed-out waiter leaves no trace; a
-released lease returns its budget and its held KV.
+released lease returns its budget and its held KV, exactly once, whatever state it is in
+(active, parked, or queued again when its owner gave up).
+
+Async paths never wait on the engine on the event loop: what calls the backend (opening
+and closing a budget, holding, offloading and restoring KV, tokenizing) runs on a worker
+thread (``asyncio.to_thread``) or on the deadline thread.
+
+Threads and event loops share a governor. Its locks, in the only order they are taken
+(a lock is never taken while one after it is held):
+
+1. ``IdleKeeper._backend`` (re-entrant): the keeper's backend calls (hold, offload,
+   restore, drop) and each lease's ``close_budget``. Held across engine steps, so only
+   threads take it: never an event loop, never a fan-out hook.
+2. ``FanoutLimiter._lock``: a child's slot. Its hook parks the parent (3, 4) and leaves
+   the hold of the parent's KV to the deadline thread; it never waits.
+3. ``IdleKeeper._lock``: idle periods and holds. Never held across a backend call.
+   Parking by deadline checks and parks under it.
+4. ``Governor._lock``: the open budgets, parents and released marks. Nothing is called
+   under it.
+5. ``AdmissionController._lock``: the queue and the ledger of reservations and holds;
+   an active lease's ceiling changes only under it. The admission policy and waiter
+   wake-ups run under it and never call back.
+
+Backend locks (``LocalBackend``'s, ``FakeBackend``'s, the engine loop's), the deadline
+thread's and the event bus's come after all of these and call nothing back (arming a
+deadline under 5 is allowed); subscribers run under none of 3-5.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import itertools
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -88,9 +116,13 @@ class Governor(ModelCalls):
             config=self.config,
             pressure=self.policies.pressure or PressureOrder(),
             events=self.events,
-            park=self.park,
+            park=self.admission.park,
+            held=self.admission.set_held,
+            room_made=self.admission.room_made,
         )
+        self.admission.make_room = self.idle.make_room
         self._ids = itertools.count()
+        self._lock = threading.Lock()  # the two below and release marks (lock order: top)
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
@@ -155,8 +187,31 @@ class Governor(ModelCalls):
     ) -> LeaseContext:
         """``with`` or ``async with``: an ACTIVE lease for the block, released after it.
 
-        Refused at once with ``AdmissionRejected`` when its ceiling can never fit.
+        Refused at once with ``AdmissionRejected`` when its ceiling can never fit. A
+        sub-agent's lease comes from ``child()`` or ``fanout()``, which take one of the
+        parent's fan-out slots; ``parent=`` here is refused with a ``ConfigError``, since
+        a lease that named a parent without a slot would slip past ``max_fanout``.
         """
+        if parent is not None:
+            raise ConfigError(
+                f"lease(parent=...) takes no fan-out slot, so it would run past the parent "
+                f"agent's max_fanout; use governor.child(parent, {_agent_name(agent)!r}) "
+                "for one sub-agent or governor.fanout(parent, agent, n) for several",
+                setting="parent",
+            )
+        return LeaseContext(
+            self, self._new_lease(agent, ceiling_tokens, priority, parent=None, tenant=tenant)
+        )
+
+    def _new_lease(
+        self,
+        agent: str | AgentSpec,
+        ceiling_tokens: int | None,
+        priority: int | None,
+        *,
+        parent: Lease | None,
+        tenant: str | None,
+    ) -> Lease:
         spec = agent if isinstance(agent, AgentSpec) else self.agent(agent)
         ceiling = spec.ceiling_tokens if ceiling_tokens is None else ceiling_tokens
         if not isinstance(ceiling, int) or isinstance(ceiling, bool) or ceiling < 1:
@@ -184,7 +239,7 @@ class Governor(ModelCalls):
             priority=lease.priority,
             parent_id=None if parent is None else parent.lease_id,
         )
-        return LeaseContext(self, lease)
+        return lease
 
     def child(
         self,
@@ -198,18 +253,19 @@ class Governor(ModelCalls):
         the parent is parked while its children run."""
         if parent.state is LeaseState.RELEASED:
             raise LeaseReleased(parent.lease_id, agent=parent.agent.name)
-        lease = self.lease(
+        lease = self._new_lease(
             agent,
-            ceiling_tokens=ceiling_tokens,
-            priority=parent.priority if priority is None else priority,
+            ceiling_tokens,
+            parent.priority if priority is None else priority,
             parent=parent,
             tenant=parent.tenant,
         )
-        self._parents[parent.lease_id] = parent
+        with self._lock:
+            self._parents[parent.lease_id] = parent
         slot = self.fanout_limiter.slot(
             parent.lease_id, parent.agent.max_fanout, timeout_s=self.config.admission_timeout_s
         )
-        return ChildContext(parent, slot, lease)
+        return ChildContext(parent, slot, LeaseContext(self, lease))
 
     def fanout(
         self, parent: Lease, agent: str | AgentSpec, n: int, **options: int | None
@@ -243,11 +299,15 @@ class Governor(ModelCalls):
         )
 
     def _park_parent(self, parent_id: object) -> None:
-        parent = self._parents.get(str(parent_id))
+        # Under the fan-out lock, maybe on an event loop: parked at once (its children
+        # need the room), its KV held later on the deadline thread; nothing here waits.
+        with self._lock:
+            parent = self._parents.get(str(parent_id))
+            budget_open = parent is not None and parent.budget in self._budgets_open
         if parent is not None:
-            budget_open = parent.budget in self._budgets_open
-            self.idle.begin(parent, reason="children", budget_open=budget_open)
-            self.park(parent, reason="children")  # at once: its children need the room
+            self.idle.begin(
+                parent, reason="children", budget_open=budget_open, park_now=True, defer_hold=True
+            )
 
     def acquire(self, lease: Lease) -> Lease:
         """Wait (blocking this thread) until the lease is ACTIVE."""
@@ -267,7 +327,7 @@ class Governor(ModelCalls):
             admitted = await waiter.await_(self.config.admission_timeout_s)
         except asyncio.CancelledError:
             if not self.admission.cancel(lease):  # admitted as we were cancelled
-                self.release(lease)
+                await self.arelease(lease, error=asyncio.CancelledError())
             raise
         if not admitted and self.admission.cancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
@@ -275,25 +335,56 @@ class Governor(ModelCalls):
         return lease
 
     def _admitted(self, lease: Lease, started: float, resumed: bool) -> None:
+        if lease.state is LeaseState.RELEASED:  # released by another thread as it waited
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if self.events.active:
             wait_s = time.monotonic() - started
             kind = "resumed" if resumed else "admitted"
             self._publish(kind, lease, wait_s=wait_s, ceiling_tokens=lease.ceiling_tokens)
 
     def release(self, lease: Lease, *, error: BaseException | None = None) -> None:
-        """Return the lease's context, its held KV and its engine budget (idempotent).
-        ``error``: what ended the lease's work, when it failed (the ``released`` event's
-        ``error``, so tracing marks the agent's span failed)."""
-        if lease.state is LeaseState.RELEASED:
+        """Return the lease's context, its held KV and its engine budget, exactly once
+        whatever its state (a second call does nothing). ``error``: what ended the
+        lease's work, when it failed (the ``released`` event's ``error``, so tracing
+        marks the agent's span failed). Blocks on the engine: ``arelease`` on a loop."""
+        if not self._mark_released(lease):
             return
         try:
-            self.admission.release(lease)  # a failing admission policy raises here...
-        finally:  # ...and the lease's KV and budget are returned all the same
-            self.idle.forget(lease)
-            self._parents.pop(lease.lease_id, None)
+            self._release_admission(lease)
+        finally:
+            self._release_budget(lease, error)
+
+    async def arelease(self, lease: Lease, *, error: BaseException | None = None) -> None:
+        """``release`` for an event loop: the budget closes on a worker thread, and is
+        closed even when this task is cancelled meanwhile."""
+        if not self._mark_released(lease):
+            return
+        try:
+            self._release_admission(lease)
+        finally:
+            await _to_thread_to_the_end(self._release_budget, lease, error)
+
+    def _mark_released(self, lease: Lease) -> bool:
+        """True for the one caller that releases the lease (a lease is released once)."""
+        with self._lock:
+            if lease.released_at is not None:
+                return False
             lease.released_at = time.monotonic()
-            if lease.budget in self._budgets_open:
-                self._budgets_open.discard(lease.budget)
+            self._parents.pop(lease.lease_id, None)
+            return True
+
+    def _release_admission(self, lease: Lease) -> None:
+        try:
+            self.admission.release(lease)  # a failing admission policy raises here...
+        finally:  # ...and the lease's hold is forgotten all the same
+            self.idle.forget(lease)
+
+    def _release_budget(self, lease: Lease, error: BaseException | None) -> None:
+        with self._lock:
+            budget_open = lease.budget in self._budgets_open
+            self._budgets_open.discard(lease.budget)
+        if budget_open:
+            with self.idle.backend_lock:  # never in the middle of an offload of it
                 self.backend.close_budget(lease.budget)
         self._publish(
             "released",
@@ -314,9 +405,7 @@ class Governor(ModelCalls):
 
     def park(self, lease: Lease, *, reason: str = "manual") -> None:
         """The lease waits on a tool or its children: it stops counting against limits."""
-        was_active = lease.state is LeaseState.ACTIVE
-        self.admission.park(lease)
-        if was_active and lease.state is LeaseState.PARKED:
+        if self.admission.park(lease):
             self._publish("parked", lease, reason=reason)
 
     # -- tools ----------------------------------------------------------------------
@@ -337,12 +426,16 @@ class Governor(ModelCalls):
         return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
 
     def _tool_needs_backend(self, lease: Lease) -> bool:
-        return self.idle.needs_backend(lease, budget_open=lease.budget in self._budgets_open)
+        return self.idle.needs_backend(lease, budget_open=self._budget_open(lease))
+
+    def _budget_open(self, lease: Lease) -> bool:
+        with self._lock:
+            return lease.budget in self._budgets_open
 
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
         self._publish("tool.started", lease, tool=tool)
-        budget_open = lease.budget in self._budgets_open
+        budget_open = self._budget_open(lease)
         self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
 
     def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
@@ -412,12 +505,25 @@ class Governor(ModelCalls):
             raise ConfigError.below_minimum("tokens", tokens, 1)
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        if not self.admission.try_grow(lease, lease.ceiling_tokens + tokens):
-            self.park(lease, reason="grow")  # queued: re-admitted at the larger size
-            lease.ceiling_tokens += tokens
+        ceiling = lease.ceiling_tokens + tokens
+        if not self.admission.try_grow(lease, ceiling):
+            # Parked at the larger size in one step, then queued: re-admitted at it.
+            if self.admission.park(lease, ceiling_tokens=ceiling):
+                self._publish("parked", lease, reason="grow")
             self.acquire(lease)
-        if lease.budget in self._budgets_open:
+        if self._budget_open(lease):
             self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
+
+
+async def _to_thread_to_the_end(fn: Callable[..., None], *args: object) -> None:
+    """``fn(*args)`` on a worker thread, run to its end even when the awaiting task is
+    cancelled: ``asyncio.to_thread`` would drop a call still queued for a thread."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, call))
+
+
+def _agent_name(agent: str | AgentSpec) -> str:
+    return agent.name if isinstance(agent, AgentSpec) else str(agent)
 
 
 class LeaseContext:
@@ -449,4 +555,4 @@ class LeaseContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor.release(self.lease, error=exc)
+        await self.governor.arelease(self.lease, error=exc)

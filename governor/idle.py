@@ -16,6 +16,21 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
 Deadlines run on one thread (``governor.deadlines``) and are cancelled when the wait
 ends; each idle period is its own object, so a deadline that fires as its wait ends
 does nothing.
+
+Locks. Two, taken in this order, never the other way (the governor's whole lock order
+is written in ``governor.governor``):
+
+- ``_backend`` serializes the keeper's calls to the backend (hold, offload, restore,
+  drop) and the governor's ``close_budget``, so that a lease's budget is never closed
+  in the middle of an offload. It is held across engine steps, so only threads take
+  it: never an event loop, never a fan-out hook.
+- ``_lock`` guards the idle periods and holds (and ``Lease.num_retained_tokens`` and
+  ``kv_offloaded``). It is never held across a backend call, so an event loop may take
+  it. Parking by deadline happens under it: a lease whose next call has begun (``end``
+  took its idle period, under the same lock) is never parked mid-call.
+
+Under ``_lock`` the keeper parks leases and reports held blocks to the admission
+controller (whose lock comes after both); it publishes events only outside it.
 """
 
 from __future__ import annotations
@@ -50,19 +65,30 @@ class IdleKeeper:
         config: GovernorConfig,
         pressure: PressurePolicy,
         events: EventBus,
-        park: Callable[..., None],  # Governor.park(lease, reason=...)
+        park: Callable[[Lease], bool],  # the admission controller's park: True if it parked
+        held: Callable[[Lease, int], None] = lambda lease, blocks: None,  # device blocks held
+        room_made: Callable[[], None] = lambda: None,  # make_room is done
     ) -> None:
         self.backend = backend
         self.config = config
         self.pressure = pressure
         self.events = events
         self._park = park
-        self._lock = threading.RLock()  # retention state; backend calls happen under it
+        self._held = held
+        self._room_made = room_made
+        self._backend = threading.RLock()  # backend calls; threads only (module docstring)
+        self._lock = threading.Lock()  # the state below; never held across a backend call
         self._idle: dict[Lease, _Idle] = {}
         self._holding: set[Lease] = set()  # leases whose KV is held (resident or offloaded)
+        self._busy: dict[Lease, _Idle] = {}  # a hold being made: their next call waits for it
         self._expiry: dict[Lease, Deadline] = {}  # when each hold ends, tool over or not
         self._holds = 0  # numbers each hold, so a deadline fires only for its own
         self._deadlines = Deadlines()
+
+    @property
+    def backend_lock(self) -> threading.RLock:
+        """Held around a budget's ``close_budget`` (threads only: module docstring)."""
+        return self._backend
 
     # -- an idle period ---------------------------------------------------------------
     def needs_backend(self, lease: Lease, *, budget_open: bool) -> bool:
@@ -77,22 +103,34 @@ class IdleKeeper:
         budget_open: bool,
         expected_s: float | None = None,
         hold_kv: bool = True,
+        park_now: bool = False,
+        defer_hold: bool = False,
     ) -> None:
         """The lease waits on a tool (``reason="tool"``) or its children, or its agent is
-        between model calls (``"turn"``, ``hold_kv=False``: parked in time, KV not held)."""
+        between model calls (``"turn"``, ``hold_kv=False``: parked in time, KV not held).
+
+        ``park_now`` parks it at once; ``defer_hold`` holds its KV on the deadline
+        thread, so a caller that must not wait on the engine (an event loop, a fan-out
+        hook) never does; otherwise the hold is made here."""
         config = self.config
+        worth_holding = hold_kv and (expected_s is None or expected_s <= config.retain_s)
+        hold = worth_holding and self.needs_backend(lease, budget_open=budget_open)
         with self._lock:
             self._end_locked(lease)
             idle = _Idle(reason)
             self._idle[lease] = idle
-            worth_holding = hold_kv and (expected_s is None or expected_s <= config.retain_s)
-            if self.needs_backend(lease, budget_open=budget_open) and worth_holding:
-                self._retain(lease)
-            if config.park_after_s > 0:
+            if hold:
+                self._busy[lease] = idle
+            if config.park_after_s > 0 and not park_now:
                 idle.timers.append(self._timer(config.park_after_s, self._park_idle, lease, idle))
-        if config.park_after_s == 0:
-            self._park(lease, reason=reason)
-        if lease.num_retained_blocks:
+        held = False
+        if hold and defer_hold:
+            self._timer(0, self._hold, lease, idle, True)
+        elif hold:
+            held = self._hold(lease, idle, False)
+        if park_now or config.park_after_s == 0:
+            self._park_idle(lease, idle)
+        if held:
             self.relieve()
 
     def end(self, lease: Lease) -> None:
@@ -104,42 +142,42 @@ class IdleKeeper:
 
     def has_work_before_call(self, lease: Lease) -> bool:
         """Whether ``before_call`` has anything to do (it calls the backend if so)."""
-        return bool(self._holding) or lease in self._idle
+        return bool(self._holding) or lease in self._idle or lease in self._busy
 
     def before_call(self, lease: Lease) -> None:
         """The lease is about to call the model: make room, bring its KV back, and let
-        the engine hand the held blocks to the call."""
-        with self._lock:
-            self._end_locked(lease)
-        self.relieve(exclude=lease)
-        with self._lock:
-            if lease.kv_offloaded:
+        the engine hand the held blocks to the call. On a thread: it waits for a hold
+        being made for the lease, and for the engine."""
+        with self._backend:
+            self.end(lease)
+            self.relieve(exclude=lease)
+            with self._lock:
+                restore = lease in self._holding and lease.kv_offloaded
                 blocks = lease.num_retained_tokens // lease.block_size
+            if restore:
                 self.backend.restore(budget=lease.budget)
-                lease.kv_offloaded = False
-                self._publish("restored", lease, blocks=blocks)
-            self._holding.discard(lease)
-            self._set_expiry(lease, None)
-            lease.num_retained_tokens = 0
+            with self._lock:
+                self._clear_hold(lease)
+        if restore:
+            self._publish("restored", lease, blocks=blocks)
 
     def forget(self, lease: Lease) -> None:
         """The lease is released: its budget closes, and the hold with it."""
         with self._lock:
             self._end_locked(lease)
-            self._holding.discard(lease)
-            self._set_expiry(lease, None)
-            lease.num_retained_tokens = 0
-            lease.kv_offloaded = False
+            self._clear_hold(lease)
 
     # -- pressure ---------------------------------------------------------------------
     def relieve(self, *, exclude: Lease | None = None) -> int:
-        """Offload held KV while blocks in use exceed the watermark; blocks freed."""
-        with self._lock:
-            candidates = [
-                lease
-                for lease in self._holding
-                if lease is not exclude and lease.num_retained_blocks
-            ]
+        """Offload held KV while blocks in use exceed the watermark; blocks freed. On a
+        thread (it calls the backend)."""
+        with self._backend:
+            with self._lock:
+                candidates = [
+                    lease
+                    for lease in self._holding
+                    if lease is not exclude and lease.num_retained_blocks
+                ]
             if not candidates:
                 return 0
             m = self.backend.metrics()
@@ -154,35 +192,122 @@ class IdleKeeper:
                 num_blocks=num_blocks,
                 blocks_needed=needed,
             )
-            freed = 0
-            for choice in self.pressure.choose(candidates, num_blocks_needed=needed):
-                lease = choice.lease
-                if lease not in self._holding or not lease.num_retained_blocks:
-                    continue  # a policy that names a lease twice, or one not offered
-                blocks = lease.num_retained_blocks
-                try:
-                    self.backend.offload(budget=lease.budget)
-                except BackendError as exc:  # no host room: let the prefix cache keep it
-                    self._drop(lease, f"{choice.reason}; not offloaded: {exc}")
-                else:
-                    lease.kv_offloaded = True
-                    self._publish("offloaded", lease, blocks=blocks, reason=choice.reason)
-                freed += blocks
-                if freed >= needed:
-                    break
-            return freed
+            return self._move(candidates, needed)
 
-    # -- under the lock -----------------------------------------------------------------
-    def _retain(self, lease: Lease) -> None:
-        tokens = self.backend.retain(budget=lease.budget)
-        lease.num_retained_tokens = tokens
+    def make_room(self, num_blocks: int) -> None:
+        """Guaranteed mode: a waiting lease fits only once leases not active stop holding
+        ``num_blocks`` device blocks. Their holds are offloaded (or dropped) on the
+        deadline thread; this only schedules that, so the admission lock may call it."""
+        self._timer(0, self._make_room, num_blocks)
+
+    def _make_room(self, needed: int) -> None:
+        try:
+            with self._backend:
+                with self._lock:
+                    candidates = [
+                        lease
+                        for lease in self._holding
+                        if lease.state is not LeaseState.ACTIVE and lease.num_retained_blocks
+                    ]
+                if candidates:
+                    self._move(candidates, needed)
+        finally:
+            self._room_made()
+
+    def _move(self, candidates: list[Lease], needed: int) -> int:
+        """Offload the holds the pressure policy picks until ``needed`` blocks are freed
+        (under ``_backend``); blocks freed."""
+        freed = 0
+        for choice in self.pressure.choose(candidates, num_blocks_needed=needed):
+            lease = choice.lease
+            with self._lock:
+                blocks = lease.num_retained_blocks if lease in self._holding else 0
+            if not blocks:
+                continue  # a policy that names a lease twice, one not offered, or gone
+            try:
+                self.backend.offload(budget=lease.budget)
+            except BackendError as exc:  # no host room: let the prefix cache keep it
+                self._drop(lease, f"{choice.reason}; not offloaded: {exc}")
+            else:
+                with self._lock:
+                    if lease in self._holding:
+                        lease.kv_offloaded = True
+                        self._held(lease, 0)
+                self._publish("offloaded", lease, blocks=blocks, reason=choice.reason)
+            freed += blocks
+            if freed >= needed:
+                break
+        return freed
+
+    # -- holds (under _backend) ---------------------------------------------------------
+    def _hold(self, lease: Lease, idle: _Idle, deferred: bool) -> bool:
+        """Hold the lease's KV for this idle period, unless the period is over already;
+        True when held. Deferred (on the deadline thread), a hold the backend refuses is
+        not made (it saves a recompute, nobody waits for it), and pressure is relieved
+        here; otherwise by the caller."""
+        try:
+            with self._backend:
+                with self._lock:
+                    current = self._idle.get(lease) is idle and lease.released_at is None
+                tokens = 0
+                try:
+                    if current:
+                        tokens = self.backend.retain(budget=lease.budget)
+                except BackendError:
+                    if not deferred:
+                        raise
+                with self._lock:
+                    recorded = tokens > 0 and lease.released_at is None
+                    if recorded:
+                        self._holds += 1
+                        expiry = self._timer(self.config.retain_s, self._expire, lease, self._holds)
+                        self._set_expiry(lease, expiry)
+                        self._holding.add(lease)
+                        lease.num_retained_tokens = tokens
+                        lease.kv_offloaded = False
+                        self._held(lease, lease.num_retained_blocks)
+            if recorded:
+                self._publish("retained", lease, tokens=tokens)
+                if deferred:
+                    self.relieve()
+            return recorded
+        finally:
+            with self._lock:
+                if self._busy.get(lease) is idle:
+                    del self._busy[lease]
+
+    def _drop(self, lease: Lease, reason: str) -> None:
+        """Let a hold go back to the prefix cache (under ``_backend``)."""
+        with self._lock:
+            blocks = lease.num_retained_blocks
+        self.backend.release_retained(budget=lease.budget)
+        with self._lock:
+            self._clear_hold(lease)
+        self._publish("dropped", lease, blocks=blocks, reason=reason)
+
+    def _expire(self, lease: Lease, number: int) -> None:
+        """``retain_s`` is up, whether or not the tool has returned: a hold still on the
+        device goes back to the prefix cache (an offloaded one costs no device blocks and
+        waits for the next call). A lease parked after its tool, queued behind others,
+        must not keep blocks the running ones need."""
+        with self._backend:
+            with self._lock:
+                deadline = self._expiry.get(lease)
+                if lease not in self._holding or deadline is None or deadline.args[1] != number:
+                    return
+                self._expiry.pop(lease, None)
+                drop = not lease.kv_offloaded and lease.released_at is None
+            if drop:
+                self._drop(lease, f"held for retain_s={self.config.retain_s:g} s")
+
+    # -- under _lock ----------------------------------------------------------------------
+    def _clear_hold(self, lease: Lease) -> None:
+        if lease in self._holding:
+            self._held(lease, 0)
+        self._holding.discard(lease)
+        self._set_expiry(lease, None)
+        lease.num_retained_tokens = 0
         lease.kv_offloaded = False
-        if tokens:
-            self._holding.add(lease)
-            self._holds += 1
-            deadline = self._timer(self.config.retain_s, self._expire, lease, self._holds)
-            self._set_expiry(lease, deadline)
-            self._publish("retained", lease, tokens=tokens)
 
     def _set_expiry(self, lease: Lease, deadline: Deadline | None) -> None:
         old = self._expiry.pop(lease, None)
@@ -191,39 +316,19 @@ class IdleKeeper:
         if deadline is not None:
             self._expiry[lease] = deadline
 
-    def _drop(self, lease: Lease, reason: str) -> None:
-        blocks = lease.num_retained_blocks
-        self.backend.release_retained(budget=lease.budget)
-        self._holding.discard(lease)
-        self._set_expiry(lease, None)
-        lease.num_retained_tokens = 0
-        lease.kv_offloaded = False
-        self._publish("dropped", lease, blocks=blocks, reason=reason)
-
     def _end_locked(self, lease: Lease) -> None:
         idle = self._idle.pop(lease, None)
         if idle is not None:
             for timer in idle.timers:
                 timer.cancel()
 
-    def _expire(self, lease: Lease, number: int) -> None:
-        """``retain_s`` is up, whether or not the tool has returned: a hold still on the
-        device goes back to the prefix cache (an offloaded one costs no device blocks and
-        waits for the next call). A lease parked after its tool, queued behind others,
-        must not keep blocks the running ones need."""
-        with self._lock:
-            deadline = self._expiry.get(lease)
-            if lease not in self._holding or deadline is None or deadline.args[1] != number:
-                return
-            self._expiry.pop(lease, None)
-            if not lease.kv_offloaded and lease.state is not LeaseState.RELEASED:
-                self._drop(lease, f"held for retain_s={self.config.retain_s:g} s")
-
     def _park_idle(self, lease: Lease, idle: _Idle) -> None:
+        # Checked and parked under one lock: the lease's next call ends its idle period
+        # under it first, so a lease is never parked once that call has begun.
         with self._lock:
-            if self._idle.get(lease) is not idle:
-                return
-        self._park(lease, reason=idle.reason)
+            parked = self._idle.get(lease) is idle and self._park(lease)
+        if parked:
+            self._publish("parked", lease, reason=idle.reason)
 
     def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> Deadline:
         return self._deadlines.call_later(seconds, fn, *args)

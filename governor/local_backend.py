@@ -7,7 +7,9 @@ Every engine call goes through one ``EngineLoop``: the engine lives on the loop'
 and each call runs there between steps, so any thread or event loop may use the backend
 at once. A bookkeeping call (capacity, budgets, pins, metrics) waits for the engine's
 current step to end. Tokenizing happens in the caller's thread (the tokenizer is
-immutable and thread-safe), which keeps long prompts from stalling the engine thread.
+immutable and thread-safe), which keeps long prompts from stalling the engine thread;
+``agenerate`` and ``astream`` tokenize and queue on a worker thread, so an event loop
+never waits on either.
 
 Errors: an engine error keeps its own class, message and fields (``needed``,
 ``available``, ``name``...) and is also a ``governor.errors.BackendError``. It is raised
@@ -278,7 +280,6 @@ class LocalBackend:
         """
         from engine.outputs import RequestOutput
 
-        prompt, sampling, options = self._prepare(request)
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[object] = asyncio.Queue()
 
@@ -288,7 +289,7 @@ class LocalBackend:
             with suppress(RuntimeError):
                 loop.call_soon_threadsafe(items.put_nowait, item)
 
-        stream = await self._asubmit(prompt, sampling, sink, options)
+        stream = await self._asubmit(request, sink)
         finished = False
         try:
             while True:
@@ -308,21 +309,19 @@ class LocalBackend:
                 self._abort(stream.request_id)
 
     async def _asubmit(
-        self,
-        prompt: _Prompt,
-        sampling: SamplingParams,
-        sink: Callable[[object], None],
-        options: _Options,
+        self, request: GenerationRequest, sink: Callable[[object], None]
     ) -> RequestStream:
-        """Queue the request from a worker thread. A caller cancelled meanwhile would
-        leave it running to the end with nobody listening, so whichever side finishes
-        second (the queueing or the cancel) aborts it; no event loop needs to be alive."""
+        """Tokenize and queue the request from a worker thread. A caller cancelled
+        meanwhile would leave it running to the end with nobody listening, so whichever
+        side finishes second (the queueing or the cancel) aborts it; no event loop needs
+        to be alive."""
         self._check_open()
         lock = threading.Lock()
         queued: list[RequestStream] = []
         cancelled = False
 
         def submit() -> RequestStream:
+            prompt, sampling, options = self._prepare(request)
             # The loop's ``sink`` hook rather than its astream: that one never hands back
             # the Completion, which has the cached tokens.
             stream = self._translated(self._loop.submit, prompt, sampling, sink=sink, **options)

@@ -32,7 +32,6 @@ policy and the waiters' wake-ups, which never wait.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import math
 import reprlib
@@ -47,42 +46,9 @@ from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected, ConfigError
 from governor.lease import Lease, LeaseState
 from governor.sizing import blocks_per_seq, max_ceiling_tokens
-from governor.wakeup import wake
+from governor.wakeup import Waiter
 
 __all__ = ["AdmissionController", "Waiter"]
-
-
-class Waiter:
-    """Wakes one waiting caller: a thread (an Event) or a coroutine (a future on its
-    own event loop, woken thread-safely)."""
-
-    __slots__ = ("_event", "_future", "_loop")
-
-    def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop
-        self._event = threading.Event() if loop is None else None
-        self._future: asyncio.Future[None] | None = None if loop is None else loop.create_future()
-
-    def wake(self) -> None:
-        if self._event is not None:
-            self._event.set()
-            return
-        assert self._loop is not None and self._future is not None
-        wake(self._loop, self._future)  # False: its event loop is gone, nobody waits
-
-    def wait(self, timeout: float | None) -> bool:
-        assert self._event is not None
-        return self._event.wait(timeout)
-
-    async def await_(self, timeout: float | None) -> bool:
-        assert self._future is not None
-        if self._future.done():  # woken already (admitted as it was queued)
-            return True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._future), timeout)
-        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
-            return False
-        return True
 
 
 @dataclass(slots=True, eq=False)

@@ -47,9 +47,8 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any
 
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
@@ -70,15 +69,14 @@ from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
 from governor.runs import Run, current_run_id
-from governor.tool_calls import ToolCall
-from governor.tool_output import ToolOutputReduction
+from governor.tool_calls import ToolCalls
 from governor.topology import TopologyReport, check_topology
 from governor.truncate import HeadTailTruncation
 
 __all__ = ["Governor", "LeaseContext"]
 
 
-class Governor(ModelCalls):
+class Governor(ModelCalls, ToolCalls):
     def __init__(
         self,
         backend: Backend,
@@ -408,68 +406,9 @@ class Governor(ModelCalls):
         if self.admission.park(lease):
             self._publish("parked", lease, reason=reason)
 
-    # -- tools ----------------------------------------------------------------------
-    def tool_call(
-        self,
-        lease: Lease,
-        tool: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        expected_s: float | None = None,
-    ) -> ToolCall:
-        """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
-        (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
-        ``expected_s`` to take longer). ``call.reduce(output)`` fits its result to the
-        agent's ``tool_output_tokens``."""
-        if lease.state is LeaseState.RELEASED:
-            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
-
-    def _tool_needs_backend(self, lease: Lease) -> bool:
-        return self.idle.needs_backend(lease, budget_open=self._budget_open(lease))
-
     def _budget_open(self, lease: Lease) -> bool:
         with self._lock:
             return lease.budget in self._budgets_open
-
-    def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
-        lease.tool = tool
-        self._publish("tool.started", lease, tool=tool)
-        budget_open = self._budget_open(lease)
-        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
-
-    def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
-        tool, lease.tool = lease.tool, None
-        self.idle.end(lease)
-        self._publish(
-            "tool.finished",
-            lease,
-            tool=tool,
-            elapsed_s=time.perf_counter() - started,
-            error=error_name(error),
-        )
-
-    def reduce_tool_output(
-        self,
-        lease: Lease,
-        text: str,
-        *,
-        tool: str | None = None,
-        arguments: Mapping[str, Any] | None = None,
-    ) -> ToolOutputReduction:
-        """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
-        policy (unchanged, method ``"none"``, when the agent sets no such budget)."""
-        budget = lease.agent.tool_output_tokens
-        if budget is None:
-            tokens = self.counter.count(text)
-            return ToolOutputReduction(text, tokens, tokens, "none", 0.0)
-        reduction = self.tool_output_policy.reduce(
-            text, budget_tokens=budget, tool_name=tool, arguments=arguments
-        )
-        if reduction.changed:
-            lease.tokens_summarized += reduction.tokens_saved
-            self._publish("summarized", lease, record=reduction, tool=tool)
-        return reduction
 
     def _publish(
         self, kind: str, lease: Lease, *, record: object = None, **attributes: object

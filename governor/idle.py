@@ -10,15 +10,17 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
 3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
    starts and before every model call), the pressure policy picks whose held KV to
    offload to host memory; with no host room it is dropped to the prefix cache;
-4. before its next call an offloaded context is restored; the engine hands the blocks
+4. in guaranteed mode a resident hold counts against admission (``set_held``), and is
+   offloaded the same way when it alone keeps a waiting lease out (``make_room``);
+5. before its next call an offloaded context is restored; the engine hands the blocks
    to that call, and the hold ends.
 
 Deadlines run on one thread (``governor.deadlines``) and are cancelled when the wait
 ends; each idle period is its own object, so a deadline that fires as its wait ends
 does nothing.
 
-Locks. Two, taken in this order, never the other way (the governor's whole lock order
-is written in ``governor.governor``):
+Locks. Two (where they sit in the governor's lock order, the one place it is written,
+is ``governor.governor``'s docstring):
 
 - ``_backend`` serializes the keeper's calls to the backend (hold, offload, restore,
   drop) and the governor's ``close_budget``, so that a lease's budget is never closed
@@ -30,7 +32,7 @@ is written in ``governor.governor``):
   took its idle period, under the same lock) is never parked mid-call.
 
 Under ``_lock`` the keeper parks leases and reports held blocks to the admission
-controller (whose lock comes after both); it publishes events only outside it.
+controller; it publishes events only outside it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@
 While the block runs the lease is idle: parked after ``park_after_s``, its KV held for
 up to ``retain_s`` and offloaded under pressure (``governor.idle``). The same object
 works with ``async with``. ``reduce`` may be called inside or after the block.
+``ToolCalls`` is the part of ``Governor`` that makes and serves them.
 """
 
 from __future__ import annotations
@@ -17,13 +18,84 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from governor.lease import Lease
-from governor.tool_output import ToolOutputReduction
+from governor.errors import LeaseReleased
+from governor.events import error_name
+from governor.lease import Lease, LeaseState
+from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
 
 if TYPE_CHECKING:
     from governor.governor import Governor
+    from governor.idle import IdleKeeper
+    from governor.tokens import TokenCounter
 
-__all__ = ["ToolCall"]
+__all__ = ["ToolCall", "ToolCalls"]
+
+
+class ToolCalls:
+    """Mixed into ``Governor``; the attributes below, and ``_budget_open`` and
+    ``_publish``, are the governor's."""
+
+    idle: IdleKeeper
+    counter: TokenCounter
+    tool_output_policy: ToolOutputPolicy
+
+    def tool_call(
+        self,
+        lease: Lease,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        expected_s: float | None = None,
+    ) -> ToolCall:
+        """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
+        (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
+        ``expected_s`` to take longer). ``call.reduce(output)`` fits its result to the
+        agent's ``tool_output_tokens``."""
+        if lease.state is LeaseState.RELEASED:
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
+
+    def _tool_needs_backend(self, lease: Lease) -> bool:
+        return self.idle.needs_backend(lease, budget_open=self._budget_open(lease))
+
+    def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
+        lease.tool = tool
+        self._publish("tool.started", lease, tool=tool)
+        budget_open = self._budget_open(lease)
+        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
+
+    def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
+        tool, lease.tool = lease.tool, None
+        self.idle.end(lease)
+        self._publish(
+            "tool.finished",
+            lease,
+            tool=tool,
+            elapsed_s=time.perf_counter() - started,
+            error=error_name(error),
+        )
+
+    def reduce_tool_output(
+        self,
+        lease: Lease,
+        text: str,
+        *,
+        tool: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> ToolOutputReduction:
+        """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
+        policy (unchanged, method ``"none"``, when the agent sets no such budget)."""
+        budget = lease.agent.tool_output_tokens
+        if budget is None:
+            tokens = self.counter.count(text)
+            return ToolOutputReduction(text, tokens, tokens, "none", 0.0)
+        reduction = self.tool_output_policy.reduce(
+            text, budget_tokens=budget, tool_name=tool, arguments=arguments
+        )
+        if reduction.changed:
+            lease.tokens_summarized += reduction.tokens_saved
+            self._publish("summarized", lease, record=reduction, tool=tool)
+        return reduction
 
 
 class ToolCall:

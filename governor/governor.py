@@ -360,7 +360,10 @@ class Governor(ModelCalls, ToolCalls):
         try:
             self._release_admission(lease)
         finally:
-            await _to_thread_to_the_end(self._release_budget, lease, error)
+            if self._budget_open(lease):  # closing it waits on the engine
+                await _to_thread_to_the_end(self._release_budget, lease, error)
+            else:
+                self._release_budget(lease, error)
 
     def _mark_released(self, lease: Lease) -> bool:
         """True for the one caller that releases the lease (a lease is released once)."""
@@ -440,18 +443,34 @@ class Governor(ModelCalls, ToolCalls):
         return lease
 
     def grow(self, lease: Lease, tokens: int) -> None:
+        """Raise the lease's ceiling by ``tokens`` (``Lease.grow``); blocks this thread
+        while it waits to be admitted at the larger size. ``agrow`` on an event loop."""
+        if not self._grow_now(lease, tokens):
+            self.acquire(lease)
+        if self._budget_open(lease):
+            self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
+
+    async def agrow(self, lease: Lease, tokens: int) -> None:
+        if not self._grow_now(lease, tokens):
+            await self.aacquire(lease)
+        if self._budget_open(lease):
+            await asyncio.to_thread(
+                self.backend.resize_budget, lease.budget, max_blocks=lease.blocks_reserved
+            )
+
+    def _grow_now(self, lease: Lease, tokens: int) -> bool:
+        """Grown at once (True), or parked at the larger size to queue for it (False)."""
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise ConfigError.below_minimum("tokens", tokens, 1)
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         ceiling = lease.ceiling_tokens + tokens
-        if not self.admission.try_grow(lease, ceiling):
-            # Parked at the larger size in one step, then queued: re-admitted at it.
-            if self.admission.park(lease, ceiling_tokens=ceiling):
-                self._publish("parked", lease, reason="grow")
-            self.acquire(lease)
-        if self._budget_open(lease):
-            self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
+        if self.admission.try_grow(lease, ceiling):
+            return True
+        # Parked at the larger size in one step (under the admission lock), then queued.
+        if self.admission.park(lease, ceiling_tokens=ceiling):
+            self._publish("parked", lease, reason="grow")
+        return False
 
 
 async def _to_thread_to_the_end(fn: Callable[..., None], *args: object) -> None:

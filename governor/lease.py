@@ -113,6 +113,10 @@ class Lease:
         when the larger ceiling can never fit."""
         self._owner().grow(self, tokens)
 
+    async def agrow(self, tokens: int) -> None:
+        """``grow`` for an event loop: waits for admission without blocking it."""
+        await self._owner().agrow(self, tokens)
+
     def _owner(self) -> Governor:
         assert self.governor is not None, "a lease is made by Governor.lease()"
         return self.governor

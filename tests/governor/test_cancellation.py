@@ -11,7 +11,17 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from governor import AgentSpec, GovernorConfig, GovernorEvent, Lease, LeaseState, LocalBackend
+import pytest
+
+from governor import (
+    AdmissionTimeout,
+    AgentSpec,
+    GovernorConfig,
+    GovernorEvent,
+    Lease,
+    LeaseState,
+    LocalBackend,
+)
 from governor.backend import Backend
 from governor.governor import Governor
 from governor.testing import FakeBackend
@@ -125,3 +135,26 @@ def test_cancelling_leases_on_the_engine_leaks_nothing() -> None:
         _assert_released_exactly_once(governor, backend, events)
     finally:
         backend.close()
+
+
+def test_a_resume_that_times_out_leaves_the_lease_parked_and_its_release_returns_all() -> None:
+    """On a thread: the lease parks on a tool, another takes the room, and its
+    re-admission times out. It stays its owner's, PARKED, and leaving the block still
+    closes its budget, ends its hold and says ``released`` once."""
+    backend = FakeBackend(num_blocks=112, block_size=16)  # room for one 1,600-token lease
+    agent = AgentSpec(name="agent", ceiling_tokens=1_600)
+    config = GovernorConfig(park_after_s=0, retain_s=30, admission_timeout_s=0.05)
+    governor = Governor(backend, config=config, agents=[agent])
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    with governor.lease("agent") as lease:
+        governor.complete(lease, TASK, max_tokens=4)
+        with governor.tool_call(lease, "build"):
+            assert lease.state is LeaseState.PARKED
+            other = governor.lease("agent").__enter__()  # its hold moved to host for this
+        with pytest.raises(AdmissionTimeout):
+            governor.complete(lease, TASK, max_tokens=4)
+        assert lease.state is LeaseState.PARKED
+        governor.release(other)
+    _assert_released_exactly_once(governor, backend, events)
+    assert [e.kind for e in events if e.lease_id == lease.lease_id].count("released") == 1

@@ -160,9 +160,9 @@ def test_park_grow_call_and_release_from_threads_and_event_loops_keep_the_ledger
                 elif turn == "tool":
                     async with governor.tool_call(lease, "pytest"):
                         await asyncio.sleep(rng.random() * 0.002)
-                        await asyncio.to_thread(lease.grow, 16)
+                        await lease.agrow(16)
                 elif turn == "grow":
-                    await asyncio.to_thread(lease.grow, 16)
+                    await lease.agrow(16)
                 else:
                     lease.park()
                     await lease.aresume()

@@ -92,7 +92,8 @@ class AdmissionController:
         # make_room(num_blocks): move that many held blocks of leases not active out of
         # the way; it must not wait (it schedules), and answers with room_made().
         self.make_room: Callable[[int], None] | None = None
-        self._room_asked = False
+        self._room_asked: int | None = None  # _held_idle when asked, until room_made
+        self._room_not_made: int | None = None  # _held_idle after a make_room that moved none
         # Where a cap is set, the leases per agent name (per tenant), kept likewise: the
         # active ones, which a verdict compares with the cap (counting them on each verdict
         # made a pass cost the waiting times the active), and the waiting ones (tenant
@@ -261,7 +262,9 @@ class AdmissionController:
     def room_made(self) -> None:
         """The holds ``make_room`` asked for were moved (or could not be): try again."""
         with self._lock:
-            self._room_asked = False
+            moved = self._held_idle != self._room_asked
+            self._room_not_made = None if moved else self._held_idle
+            self._room_asked = None
             self._pump()
 
     def ledger(self) -> tuple[int, int, int, int]:
@@ -308,13 +311,14 @@ class AdmissionController:
     def _ask_for_room(self, lease: Lease) -> None:
         """Guaranteed mode, ``lease`` first in line and held out by memory: when moving
         the holds of leases not active would let it in, ask for that (once at a time)."""
-        if self._room_asked or self.make_room is None or not self._held_idle:
+        held = self._held_idle
+        if self._room_asked is not None or self.make_room is None or not held:
             return
-        if self.config.mode is not AdmissionMode.GUARANTEED:
-            return
-        needed = self._reserved + self._held_idle + lease.blocks_reserved - self.limit_blocks
-        if 0 < needed <= self._held_idle:
-            self._room_asked = True
+        if self.config.mode is not AdmissionMode.GUARANTEED or held == self._room_not_made:
+            return  # not asked twice for the same holds: they could not be moved
+        needed = self._reserved + held + lease.blocks_reserved - self.limit_blocks
+        if 0 < needed <= held:
+            self._room_asked = held
             self.make_room(needed)
 
     def _all_capped(self) -> bool:

@@ -48,7 +48,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
@@ -65,6 +64,7 @@ from governor.events import EventBus, GovernorEvent, Subscriber, error_name
 from governor.fanout import FanoutLimiter
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseState
+from governor.lease_context import LeaseContext
 from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
@@ -482,35 +482,3 @@ async def _to_thread_to_the_end(fn: Callable[..., None], *args: object) -> None:
 
 def _agent_name(agent: str | AgentSpec) -> str:
     return agent.name if isinstance(agent, AgentSpec) else str(agent)
-
-
-class LeaseContext:
-    """What ``Governor.lease`` returns: a context manager for ``with`` and ``async with``."""
-
-    __slots__ = ("governor", "lease")
-
-    def __init__(self, governor: Governor, lease: Lease) -> None:
-        self.governor = governor
-        self.lease = lease
-
-    def __enter__(self) -> Lease:
-        return self.governor.acquire(self.lease)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.governor.release(self.lease, error=exc)
-
-    async def __aenter__(self) -> Lease:
-        return await self.governor.aacquire(self.lease)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.governor.arelease(self.lease, error=exc)

@@ -189,10 +189,9 @@ class BlockManager:
         for block in plan.hits:
             pool.touch(block)
         blocks = list(plan.hits)
-        prev = blocks[-1] if blocks else None
-        for _ in range(self._num_blocks_for(len(token_ids)) - len(blocks)):
-            prev = pool.allocate_after(prev)
-            blocks.append(prev)
+        blocks += pool.allocate_blocks(
+            self._num_blocks_for(len(token_ids)) - len(blocks), blocks[-1] if blocks else None
+        )
         table = BlockTable(
             seq_id=seq_id,
             token_ids=list(token_ids),
@@ -310,16 +309,15 @@ class BlockManager:
             blocks[-1] = private
             pool.free(shared)
             copies = ((shared.block_id, private.block_id),)
-        new_ids = []
-        prev = blocks[-1] if blocks else None
-        for _ in range(num_new_blocks):
-            prev = pool.allocate_after(prev)
-            blocks.append(prev)
-            new_ids.append(prev.block_id)
+        new_ids: tuple[int, ...] = ()
+        if num_new_blocks:  # most decode steps need none
+            new_blocks = pool.allocate_blocks(num_new_blocks, blocks[-1] if blocks else None)
+            blocks += new_blocks
+            new_ids = tuple(block.block_id for block in new_blocks)
         if table.budget is not None:
             table.budget.num_blocks += num_new_blocks
         table.token_ids.extend(token_ids)
-        return AppendResult(new_block_ids=tuple(new_ids), copies=copies)
+        return AppendResult(new_block_ids=new_ids, copies=copies)
 
     def _plan_append(self, table: BlockTable, num_new_tokens: int) -> tuple[Fit, bool, int]:
         require_int("num_new_tokens", num_new_tokens, minimum=0)
@@ -378,8 +376,7 @@ class BlockManager:
         before its head (a later request is likelier to share the head)."""
         table = self._table(seq_id)
         pool = self.pool if table.state is SequenceState.RESIDENT else self.host_pool
-        for block in reversed(table.blocks):
-            pool.free(block)
+        pool.free_blocks(reversed(table.blocks))
         del self._tables[seq_id]
         if table.budget is not None:
             table.budget.num_blocks -= len(table.blocks)

@@ -14,7 +14,7 @@ serves as the host swap pool with caching off.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from engine.block import KVCacheBlock
 from engine.errors import DoubleFreeError, InvalidRequestError, PinnedBlockError
@@ -87,6 +87,41 @@ class BlockPool:
                     block.ref_cnt = 1
                     return block
         return self.allocate()
+
+    def allocate_blocks(
+        self, num_blocks: int, after: KVCacheBlock | None = None
+    ) -> list[KVCacheBlock]:
+        """``num_blocks`` blocks, as ``allocate_after`` would hand them out one by one
+        starting after ``after``: a sequence's new blocks in one call, the hot path of
+        admission and decode. The caller checks ``num_free_blocks`` first."""
+        out = self._free_queue.take_run(num_blocks, after, self.blocks)
+        cached = self.cached
+        for block in out:
+            if block.block_hash is not None:
+                del cached[block.block_hash]
+                block.block_hash = None
+                self.num_cached -= 1
+            block.ref_cnt = 1
+        return out
+
+    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """``free`` each block in order (a sequence frees its tail first); a bad free
+        raises at that block, after the ones before it are freed."""
+        empty: list[KVCacheBlock] = []
+        cached: list[KVCacheBlock] = []
+        try:
+            for block in blocks:
+                ref = block.ref_cnt
+                if ref <= block.num_pins:
+                    self._raise_bad_free(block)
+                ref -= 1
+                block.ref_cnt = ref
+                if ref == 0:
+                    (empty if block.block_hash is None else cached).append(block)
+        finally:
+            self._free_queue.extendleft(empty)
+            self._free_queue.extend(cached)
+            self.num_cached += len(cached)
 
     def free(self, block: KVCacheBlock) -> None:
         """Drop one table's reference; at zero the block joins the free queue."""

@@ -78,6 +78,58 @@ class FreeBlockQueue:
         first.prev_free = block  # type: ignore[union-attr]
         self.num_free_blocks += 1
 
+    def take_run(
+        self, num_blocks: int, after: KVCacheBlock | None, blocks: Sequence[KVCacheBlock]
+    ) -> list[KVCacheBlock]:
+        """``num_blocks`` blocks, each the block with the id after the previous one's
+        (``after`` for the first) when that block is in the queue and holds no cached content,
+        else the head: what ``BlockPool.allocate_after`` does one at a time, in one call.
+        ``blocks`` are every block by id. The caller checks there are enough."""
+        assert num_blocks <= self.num_free_blocks, "take_run past the free blocks"
+        head, limit = self._head, len(blocks)
+        out: list[KVCacheBlock] = []
+        nxt = limit if after is None else after.block_id + 1
+        for _ in range(num_blocks):
+            block = blocks[nxt] if nxt < limit else None
+            if block is None or block.prev_free is None or block.block_hash is not None:
+                block = head.next_free
+            prev, succ = block.prev_free, block.next_free  # type: ignore[union-attr]
+            prev.next_free = succ  # type: ignore[union-attr]
+            succ.prev_free = prev  # type: ignore[union-attr]
+            block.prev_free = block.next_free = None  # type: ignore[union-attr]
+            out.append(block)  # type: ignore[arg-type]
+            nxt = block.block_id + 1  # type: ignore[union-attr]
+        self.num_free_blocks -= num_blocks
+        return out
+
+    def extend(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """``append`` each block in order."""
+        if not blocks:
+            return
+        tail = self._tail
+        prev = tail.prev_free
+        for block in blocks:
+            prev.next_free = block  # type: ignore[union-attr]
+            block.prev_free = prev
+            prev = block
+        prev.next_free = tail
+        tail.prev_free = prev
+        self.num_free_blocks += len(blocks)
+
+    def extendleft(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """``appendleft`` each block in order (the last one ends up at the head)."""
+        if not blocks:
+            return
+        head = self._head
+        succ = head.next_free
+        for block in blocks:
+            succ.prev_free = block  # type: ignore[union-attr]
+            block.next_free = succ
+            succ = block
+        head.next_free = succ
+        succ.prev_free = head
+        self.num_free_blocks += len(blocks)
+
     def __iter__(self) -> Iterator[KVCacheBlock]:
         block = self._head.next_free
         while block is not self._tail:

@@ -1,8 +1,10 @@
 """``kvgov bench allocator``: speed of the block pool and prefix cache, and KV waste.
 
 Figures (targets from the foundation issue, on a 2-core CPU):
-- ``alloc_free_blocks_per_s``: one-block allocate plus free in a 10,000-block pool with
-  prefix caching on and half the pool holding cached content (>= 1,000,000).
+- ``alloc_free_blocks_per_s``: blocks allocated and freed per second as sequences of 64
+  blocks come and go, 120 live at once in a 10,000-block pool with prefix caching on
+  that starts half cached; half of each ended sequence's blocks are cached, so the
+  allocations evict cached blocks all along (>= 1,000,000; ``churn``).
 - ``prefix_lookup_blocks_per_s``: hash every block of fresh 512-token requests and find
   the longest cached prefix among 200 cached 512-token sequences (>= 500,000).
 - ``waste_pct``: unused allocated slots over allocated slots for 8 sequences of 1,500 to
@@ -17,13 +19,16 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from engine.benchmarks.measurement import Direction, Measurement
+from engine.block import KVCacheBlock
 from engine.block_manager import BlockManager
 from engine.block_pool import BlockPool
 
-__all__ = ["run"]
+__all__ = ["Churn", "churn", "fill", "run"]
 
 _BENCH = "allocator"
 _BLOCK_SIZE = 16
@@ -45,28 +50,78 @@ def _median_rate(work: Callable[[], int], repeats: int) -> float:
     return statistics.median(rates)
 
 
+@dataclass(frozen=True, slots=True)
+class Churn:
+    """The sequence churn ``alloc_free_blocks_per_s`` times (see ``churn``)."""
+
+    num_blocks: int = 10_000
+    seq_blocks: int = 64  # a 1,024-token sequence
+    num_live: int = 120  # sequences held at once: 7,680 blocks, 77% of the pool
+    num_cached: int = 5_000  # cached free blocks at the start: half the pool
+
+
+def fill(pool: BlockPool, churn: Churn) -> deque[list[KVCacheBlock]]:
+    """Half the pool cached and free, then ``num_live`` sequences allocated: the state
+    each timed run starts from. Returns the live sequences, oldest first."""
+    warm = pool.allocate_blocks(churn.num_cached)
+    for i, block in enumerate(warm):
+        pool.cache(block, _hash(i))
+    pool.free_blocks(reversed(warm))
+    return deque(pool.allocate_blocks(churn.seq_blocks) for _ in range(churn.num_live))
+
+
+def churn(
+    pool: BlockPool, live: deque[list[KVCacheBlock]], hashes: Iterator[bytes], num_rounds: int
+) -> int:
+    """Each round the oldest live sequence ends (the first half of its blocks cached, as
+    a finished prompt's full blocks are, then every block freed tail first) and a new
+    one is allocated. Freed empty blocks are reused first, so once they run out every
+    allocation evicts the least recently used cached blocks. Returns the blocks
+    allocated (each round frees as many)."""
+    allocate, free, cache = pool.allocate_blocks, pool.free_blocks, pool.cache
+    num_blocks = len(live[0])
+    half = num_blocks // 2
+    for _ in range(num_rounds):
+        ended = live.popleft()
+        for block in ended[:half]:
+            cache(block, next(hashes))
+        free(reversed(ended))
+        live.append(allocate(num_blocks))
+    return num_rounds * num_blocks
+
+
 def _alloc_free(*, num_ops: int, repeats: int) -> Measurement:
-    pool = BlockPool(num_blocks=10_000, enable_caching=True)
-    held = [pool.allocate() for _ in range(5_000)]
-    for i, block in enumerate(held):
-        pool.cache(block, i.to_bytes(16, "little"))
-    for block in held:
-        pool.free(block)
-    allocate, free = pool.allocate, pool.free
-
-    def work() -> int:
-        for _ in range(num_ops):
-            free(allocate())
-        return num_ops
-
+    shape = Churn()
+    num_rounds = num_ops // shape.seq_blocks
+    rates, evicted = [], []
+    for repeat in range(repeats):
+        pool = BlockPool(num_blocks=shape.num_blocks, enable_caching=True)
+        live = fill(pool, shape)
+        # Distinct from the warm-up's hashes and from each other: every cache() takes.
+        start_hash = (repeat + 1) << 40
+        hashes = map(_hash, range(start_hash, start_hash + num_rounds * shape.seq_blocks))
+        num_cached = len(pool.cached)
+        start = time.perf_counter()
+        count = churn(pool, live, hashes, num_rounds)
+        rates.append(count / (time.perf_counter() - start))
+        evicted.append(num_cached + num_rounds * (shape.seq_blocks // 2) - len(pool.cached))
     return Measurement(
         bench=_BENCH,
         metric="alloc_free_blocks_per_s",
-        value=_median_rate(work, repeats),
+        value=statistics.median(rates),
         unit="blocks/s",
         target=1_000_000,
-        note="10,000-block pool, prefix caching on, 50% cached",
+        note=(
+            f"{num_rounds:,} sequences of {shape.seq_blocks} blocks allocated and freed, "
+            f"{shape.num_live} live at once in a {shape.num_blocks:,}-block pool that starts "
+            f"{shape.num_cached:,} cached; half of each ended sequence cached, "
+            f"{statistics.median(evicted):,.0f} cached blocks evicted per run; median of {repeats}"
+        ),
     )
+
+
+def _hash(i: int) -> bytes:
+    return i.to_bytes(16, "little")
 
 
 def _prefix_lookup(*, num_requests: int, repeats: int, seed: int) -> Measurement:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from engine.block_pool import BlockPool
@@ -338,3 +340,47 @@ def test_counts_add_up_through_mixed_operations() -> None:
     assert _counts(pool) == (4, 3, 1, 1)
     pool.allocate_after(blocks[1])
     assert _counts(pool) == (3, 2, 1, 2)
+
+
+# -- batches ------------------------------------------------------------------------------
+def test_allocate_blocks_and_free_blocks_match_one_block_at_a_time() -> None:
+    """The batch calls the block manager uses hand out and take back the same blocks, in
+    the same free-queue order, as ``allocate_after`` and ``free`` one by one."""
+    rng = random.Random(7)
+    one, batch = BlockPool(num_blocks=64), BlockPool(num_blocks=64)
+    seqs: list[tuple[list, list]] = []
+    next_hash = 0
+    for _ in range(400):
+        if seqs and (one.num_free_blocks < 8 or rng.random() < 0.45):
+            a, b = seqs.pop(rng.randrange(len(seqs)))
+            for i in range(rng.randrange(len(a) + 1)):  # a computed prefix gets cached
+                one.cache(a[i], next_hash.to_bytes(16, "little"))
+                batch.cache(b[i], next_hash.to_bytes(16, "little"))
+                next_hash += 1
+            for block in reversed(a):
+                one.free(block)
+            batch.free_blocks(reversed(b))
+        else:
+            n = rng.randint(1, min(8, one.num_free_blocks))
+            k = rng.randrange(len(seqs) + 1)  # grow after another sequence's last block
+            after_a, after_b = (seqs[k][0][-1], seqs[k][1][-1]) if k < len(seqs) else (None, None)
+            a: list = []
+            for _ in range(n):
+                after_a = one.allocate_after(after_a)
+                a.append(after_a)
+            b = batch.allocate_blocks(n, after_b)
+            seqs.append((a, b))
+        assert [x.block_id for a, _ in seqs for x in a] == [x.block_id for _, b in seqs for x in b]
+        assert [x.block_id for x in one._free_queue] == [x.block_id for x in batch._free_queue]
+        assert _counts(one) == _counts(batch)
+        assert one.cached.keys() == batch.cached.keys()
+
+
+def test_free_blocks_stops_at_a_double_free_after_freeing_the_ones_before() -> None:
+    pool = BlockPool(num_blocks=3)
+    b0, b1, b2 = pool.allocate_blocks(3)
+    pool.free(b1)
+    with pytest.raises(DoubleFreeError):
+        pool.free_blocks([b2, b1, b0])
+    assert b2.ref_cnt == 0 and b0.ref_cnt == 1
+    assert _counts(pool) == (2, 2, 0, 1)

@@ -79,6 +79,9 @@ class BlockManager:
         self._next_pin_id = 0
         self._prefix_queries = 0
         self._prefix_hits = 0
+        # Blocks handed out to copy device -> host and host -> device, since the start.
+        self.num_blocks_swapped_out = 0
+        self.num_blocks_swapped_in = 0
 
     # -- prefix cache -----------------------------------------------------------------
     def block_hashes(
@@ -145,6 +148,13 @@ class BlockManager:
                 table.blocks[i] = canonical
                 pool.free(block)
         table.num_cached_blocks = max(table.num_cached_blocks, num_full)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop the content of every cached block that nothing holds (vLLM's name): the
+        next requests start cold. Blocks held by a sequence or a pin keep their entries;
+        True when none did, so the cache is now empty."""
+        self.pool.reset_cache()
+        return not self.pool.cached
 
     # -- allocate -----------------------------------------------------------------------
     def can_allocate(
@@ -388,7 +398,9 @@ class BlockManager:
 
     def swap_out(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
         """Move the sequence to host blocks; returns (device, host) moves to perform."""
-        return self.swap_space.swap_out(self._resident(seq_id, "swap out"))
+        moves = self.swap_space.swap_out(self._resident(seq_id, "swap out"))
+        self.num_blocks_swapped_out += len(moves)
+        return moves
 
     def can_swap_in(self, seq_id: Hashable, num_reserve_blocks: int = 0) -> Fit:
         """``num_reserve_blocks``: as in ``can_allocate``."""
@@ -396,8 +408,11 @@ class BlockManager:
         return self.swap_space.can_swap_in(self._swapped(seq_id, "swap in"), reserve)
 
     def swap_in(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
-        """Bring the sequence back; returns (host, device) moves to perform."""
-        return self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
+        """Bring the sequence back; returns (host, device) moves to perform (none for the
+        blocks whose content the prefix cache still holds)."""
+        moves = self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
+        self.num_blocks_swapped_in += len(moves)
+        return moves
 
     # -- pins ---------------------------------------------------------------------------
     def pin(self, seq_id: Hashable, num_tokens: int | None = None) -> PinnedPrefix:

@@ -416,6 +416,13 @@ class Engine:
     def unpin(self, prefix: PinnedPrefix) -> None:
         self.block_manager.unpin(prefix)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix no request, hold or pin is using, so the next
+        requests compute their prompts cold (a benchmark's cold run, a weights change).
+        True when the cache is empty afterwards; running requests, retained contexts
+        and pinned prefixes keep theirs (False)."""
+        return self.block_manager.reset_prefix_cache()
+
     def offload(self, request_id: str | None = None, *, budget: str | None = None) -> None:
         """Move a request's KV (or that of every request in a budget) to host memory now,
         and keep it there until ``restore``: an agent parked on a tool call frees its

@@ -9,6 +9,11 @@ greedy outputs are identical. Figures (targets from the engine issue, 2-core CPU
   (``generate_batch``, 16-token pages, ``num_blocks`` given) on 8 prompts (>= 3).
 - ``vs_hf_generate``: our throughput over plain transformers ``generate``, one prompt
   at a time (>= 8).
+
+Both comparisons are cold against cold: our prefix cache is reset before each timed run
+(``Engine.reset_prefix_cache``) and the run is checked to take no prompt token from it,
+as transformers builds a fresh cache for every call. Our prompts were served before
+(warm-up, ``batch_scaling``), so without the reset most of their tokens would be hits.
 - ``prefix_hit_ttft_speedup``: time to first token of a 2,000-token prompt whose first
   1,900 tokens are cached, over the same prompt cold (>= 5).
 
@@ -22,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -31,7 +37,7 @@ from engine.engine import Engine
 from engine.sampling import SamplingParams
 from engine.weights import save_model
 
-__all__ = ["run"]
+__all__ = ["ColdRun", "run", "time_cold"]
 
 _BENCH = "engine"
 _VOCAB_HIGH = 100_000  # stay below cl100k's special and unused ids
@@ -57,9 +63,41 @@ def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
         note=f"decode tok/s: {batched:,.0f} with 8 sequences, {single:,.0f} with 1",
     )
 
-    ours_s, ours_tokens = _timed(lambda: _run_batch(engine, prompts, greedy), repeats)
-    yield from _versus_transformers(engine, prompts, num_new, ours_s, ours_tokens, repeats)
+    ours = time_cold(engine, prompts, greedy, repeats)
+    yield from _versus_transformers(engine, prompts, num_new, ours, repeats)
     yield _prefix_ttft(engine, g, repeats)
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRun:
+    seconds: float  # median over the repeats
+    token_ids: list[tuple[int, ...]]  # each prompt's output
+    num_prompt_tokens: int  # per run
+    num_cached_tokens: int  # prompt tokens taken from the prefix cache, over every run
+
+
+def time_cold(
+    engine: Engine, prompts: list[list[int]], sampling: SamplingParams, repeats: int
+) -> ColdRun:
+    """Serve ``prompts`` ``repeats`` times, each from an empty prefix cache (the reset is
+    not timed); raises if any prompt token came from the cache."""
+    times, tokens, cached = [], [], 0
+    for _ in range(repeats):
+        if not engine.reset_prefix_cache():
+            raise RuntimeError("a request, hold or pin keeps cached blocks: cannot time cold")
+        start = time.perf_counter()
+        completions = engine.generate(prompts, sampling)
+        times.append(time.perf_counter() - start)
+        tokens = [c.token_ids for c in completions]
+        cached += sum(c.num_cached_tokens for c in completions)
+    if cached:
+        raise RuntimeError(f"{cached} prompt tokens came from the prefix cache in a cold run")
+    return ColdRun(
+        seconds=statistics.median(times),
+        token_ids=tokens,
+        num_prompt_tokens=sum(len(p) for p in prompts),
+        num_cached_tokens=cached,
+    )
 
 
 def _run_batch(
@@ -92,12 +130,7 @@ def _decode_rate(engine: Engine, prompts: list[list[int]], sampling: SamplingPar
 
 
 def _versus_transformers(
-    engine: Engine,
-    prompts: list[list[int]],
-    num_new: int,
-    ours_s: float,
-    ours_tokens: list[tuple[int, ...]],
-    repeats: int,
+    engine: Engine, prompts: list[list[int]], num_new: int, ours: ColdRun, repeats: int
 ) -> Iterator[Measurement]:
     try:
         import transformers
@@ -143,14 +176,18 @@ def _versus_transformers(
         ("vs_hf_generate", hf_one_by_one, 8, "transformers generate, one prompt at a time"),
     ):
         hf_s, hf_tokens = _timed(fn, repeats)
-        assert hf_tokens == ours_tokens, f"{metric}: greedy outputs differ from transformers"
+        assert hf_tokens == ours.token_ids, f"{metric}: greedy outputs differ from transformers"
         yield Measurement(
             bench=_BENCH,
             metric=metric,
-            value=hf_s / ours_s,
+            value=hf_s / ours.seconds,
             unit="x",
             target=target,
-            note=f"8 prompts x {num_new} tokens: ours {ours_s:.2f} s, {what} {hf_s:.2f} s",
+            note=(
+                f"8 prompts x {num_new} tokens, cold (prefix cache reset, 0 of "
+                f"{ours.num_prompt_tokens:,} prompt tokens cached): ours {ours.seconds:.2f} s, "
+                f"{what} {hf_s:.2f} s; median of {repeats}"
+            ),
         )
 
 

@@ -18,8 +18,9 @@ with the arguments of the tool call that produced it.
 - ``summarize_ms_per_10k_tokens``: wall time of ``reduce`` (exact token counts included)
   per 10,000 input tokens over the corpus, median of 5 passes after a warm-up (3 with
   ``--quick``); target <= 20.
-- ``offload_restore_gb_per_s``: a parked agent's 4,096-token context to host memory and
-  back through ``LocalBackend`` (``policies.benchmarks.offload``).
+- ``offload_gb_per_s`` and ``restore_gb_per_s``: a parked agent's 4,096-token context to
+  host memory, and every block of it back, through ``LocalBackend``
+  (``policies.benchmarks.offload``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 
 from governor import TokenCounter, ToolOutputReduction
+from policies.benchmarks import offload
 from policies.benchmarks.corpus import Document, build_corpus
-from policies.benchmarks.offload import offload_restore
 from policies.extractive_summarizer import ExtractiveSummarizer
 
 __all__ = ["BUDGET_TOKENS", "run"]
@@ -49,7 +50,7 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     yield _tokens_saved(corpus, results)
     yield _error_lines_kept(corpus, results, counter)
     yield _ms_per_10k_tokens(corpus, summarizer, counter, repeats=3 if quick else 5)
-    yield offload_restore(quick=quick)
+    yield from offload.run(quick=quick)
 
 
 def _reduce(summarizer: ExtractiveSummarizer, document: Document) -> ToolOutputReduction:

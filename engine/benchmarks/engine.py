@@ -9,13 +9,13 @@ greedy outputs are identical. Figures (targets from the engine issue, 2-core CPU
   (``generate_batch``, 16-token pages, ``num_blocks`` given) on 8 prompts (>= 3).
 - ``vs_hf_generate``: our throughput over plain transformers ``generate``, one prompt
   at a time (>= 8).
+- ``prefix_hit_ttft_speedup``: time to first token of a 2,000-token prompt whose first
+  1,900 tokens are cached, over the same prompt cold (>= 5).
 
-Both comparisons are cold against cold: our prefix cache is reset before each timed run
+Both comparisons with transformers are cold against cold: our prefix cache is reset before each timed run
 (``Engine.reset_prefix_cache``) and the run is checked to take no prompt token from it,
 as transformers builds a fresh cache for every call. Our prompts were served before
 (warm-up, ``batch_scaling``), so without the reset most of their tokens would be hits.
-- ``prefix_hit_ttft_speedup``: time to first token of a 2,000-token prompt whose first
-  1,900 tokens are cached, over the same prompt cold (>= 5).
 
 transformers is imported only here, from the ``dev`` extra; without it the two
 comparisons with transformers are reported as skipped.

@@ -12,10 +12,11 @@ greedy outputs are identical. Figures (targets from the engine issue, 2-core CPU
 - ``prefix_hit_ttft_speedup``: time to first token of a 2,000-token prompt whose first
   1,900 tokens are cached, over the same prompt cold (>= 5).
 
-Both comparisons with transformers are cold against cold: our prefix cache is reset before each timed run
-(``Engine.reset_prefix_cache``) and the run is checked to take no prompt token from it,
-as transformers builds a fresh cache for every call. Our prompts were served before
-(warm-up, ``batch_scaling``), so without the reset most of their tokens would be hits.
+Both comparisons with transformers are cold against cold: our prefix cache is reset
+before each timed run (``Engine.reset_prefix_cache``) and the run is checked to take no
+prompt token from it, as transformers builds a fresh cache for every call. Our prompts
+were served before (warm-up, ``batch_scaling``), so without the reset most of their
+tokens would be hits.
 
 transformers is imported only here, from the ``dev`` extra; without it the two
 comparisons with transformers are reported as skipped.

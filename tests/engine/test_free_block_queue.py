@@ -157,3 +157,34 @@ def test_operations_only_ever_hand_out_the_original_blocks() -> None:
     assert {id(block) for block in queue} == originals
     drained = [queue.popleft() for _ in range(len(queue))]
     assert all(block is blocks[block.block_id] for block in drained)
+
+
+def test_take_run_follows_ids_while_the_next_one_is_free_and_uncached() -> None:
+    blocks = _blocks(8)
+    queue = FreeBlockQueue(blocks)
+    queue.remove(blocks[0])  # in use
+    queue.remove(blocks[2])  # in use
+    queue.remove(blocks[4])
+    blocks[4].block_hash = b"h"  # cached, so at the tail: [1, 3, 5, 6, 7, 4]
+    queue.append(blocks[4])
+    taken = queue.take_run(4, blocks[2], blocks)
+    # 3 follows 2; 4 is cached so the head (1) comes next; 2 is in use so the head (5);
+    # then 6 follows 5.
+    assert [b.block_id for b in taken] == [3, 1, 5, 6]
+    assert _ids(queue) == [7, 4]
+    assert len(queue) == 2
+    assert all(b.prev_free is None and b.next_free is None for b in taken)
+
+
+def test_extend_and_extendleft_match_append_and_appendleft_one_by_one() -> None:
+    one, batch = _blocks(6), _blocks(6)
+    q_one, q_batch = FreeBlockQueue(one[:2]), FreeBlockQueue(batch[:2])
+    for block in one[2:4]:
+        q_one.append(block)
+    for block in one[4:]:
+        q_one.appendleft(block)
+    q_batch.extend(batch[2:4])
+    q_batch.extendleft(batch[4:])
+    q_batch.extend([])
+    assert _ids(q_one) == _ids(q_batch) == [5, 4, 0, 1, 2, 3]
+    assert len(q_one) == len(q_batch) == 6

@@ -64,7 +64,7 @@ def test_quick_run_reports_the_figures_the_issue_names(
     # every labelled line the figure counts as kept is in its document's reduction
     survived = [set(r.text.split("\n")) for r in reduced]
     kept_anywhere = sum(
-        line in lines for d, lines in zip(corpus, survived) for line in d.error_texts
+        line in lines for d, lines in zip(corpus, survived, strict=True) for line in d.error_texts
     )
     assert num_kept <= kept_anywhere
     assert kept["target"] is None  # reported: see the benchmark's docstring

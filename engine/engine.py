@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -27,16 +26,14 @@ from engine.errors import (
     BudgetExceededError,
     CeilingExceededError,
     InvalidRequestError,
-    ModelConfigError,
     OutOfBlocksError,
     OutOfSwapSpaceError,
     SequenceStateError,
     UnknownSequenceError,
 )
 from engine.kv_cache import KVCache
-from engine.model_config import ModelConfig
+from engine.loader import load_parts, num_kv_blocks
 from engine.model_runner import ModelRunner
-from engine.models.llama import LlamaForCausalLM
 from engine.outputs import (
     BudgetBlocks,
     Capacity,
@@ -45,22 +42,15 @@ from engine.outputs import (
     KVSnapshot,
     RequestOutput,
 )
-from engine.presets import PRESETS, build_preset_model
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
 from engine.sampling import SamplingParams, request_generator
 from engine.scheduler import ScheduledChunk, Scheduler
 from engine.stop import TokenStopChecker
-from engine.tokenizer import Tokenizer, load_tokenizer
-from engine.weights import load_model
 
 __all__ = ["Engine"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_CPU_DEFAULT_KV_BYTES = 256 << 20
-# Of the memory free once the weights are loaded: the rest is for activations, the
-# attention workspace and allocator fragmentation.
-_GPU_DEFAULT_FRACTION = 0.8
 
 
 class Engine:
@@ -69,12 +59,14 @@ class Engine:
         self.device = resolve_device(config.device)
         self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
         self.attention = get_attention_backend(config.attention, device=self.device)
-        self.model_config, self.model, self.tokenizer = self._load(config)
+        self.model_config, self.model, self.tokenizer = load_parts(
+            config, attention=self.attention, device=self.device, dtype=self.dtype
+        )
         self.model.eval()
         mc = self.model_config
         self.max_model_len = config.max_model_len or mc.max_position_embeddings
         bytes_per_block = mc.kv_bytes_per_token(self.dtype) * config.block_size
-        num_blocks = self._num_kv_blocks(bytes_per_block)
+        num_blocks = num_kv_blocks(config, device=self.device, bytes_per_block=bytes_per_block)
         self.kv_cache = KVCache(
             num_layers=mc.num_layers,
             num_blocks=num_blocks,
@@ -119,54 +111,6 @@ class Engine:
             valid = ", ".join(f.name for f in fields(EngineConfig))
             raise InvalidRequestError(f"unknown engine settings {unknown}; valid ones: {valid}")
         return cls(replace(EngineConfig(), model=path_or_preset, **overrides))  # type: ignore[arg-type]
-
-    def _load(self, config: EngineConfig) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
-        """The model config, weights and tokenizer, from a preset or a local folder."""
-        if config.model in PRESETS:
-            preset = PRESETS[config.model]
-            model = build_preset_model(
-                config.model,
-                attention=self.attention,
-                device=self.device,
-                dtype=self.dtype,
-                seed=config.seed,
-            )
-            return preset.config, model, load_tokenizer(config.tokenizer or preset.tokenizer)
-        if not os.path.exists(config.model):
-            raise ModelConfigError(
-                f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
-                "existing folder; pass a preset name or a local Hugging Face model folder"
-            )
-        model = load_model(
-            config.model, attention=self.attention, device=self.device, dtype=self.dtype
-        )
-        tokenizer = load_tokenizer(config.tokenizer or config.model)
-        return ModelConfig.from_pretrained(config.model), model, tokenizer
-
-    def _num_kv_blocks(self, bytes_per_block: int) -> int:
-        config = self.config
-        if config.num_blocks is not None:
-            return config.num_blocks
-        if config.kv_cache_bytes is not None:
-            nbytes = config.kv_cache_bytes
-        elif self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            nbytes = int(free * (config.kv_cache_fraction or _GPU_DEFAULT_FRACTION))
-        elif config.kv_cache_fraction is not None:
-            nbytes = int(
-                os.sysconf("SC_AVPHYS_PAGES")
-                * os.sysconf("SC_PAGE_SIZE")
-                * config.kv_cache_fraction
-            )
-        else:
-            nbytes = _CPU_DEFAULT_KV_BYTES
-        num_blocks = nbytes // bytes_per_block
-        if num_blocks < 1:
-            raise InvalidRequestError(
-                f"the KV cache gets {nbytes} bytes but one block needs {bytes_per_block}; "
-                "give it more memory or a smaller block_size"
-            )
-        return num_blocks
 
     # -- requests -------------------------------------------------------------------
     def add_request(

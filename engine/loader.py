@@ -1,0 +1,78 @@
+"""What an engine is built from: the model, its tokenizer, and the size of its KV pool.
+
+A preset (``engine.presets``) is built in memory; anything else must be a local Hugging
+Face folder (``config.json``, ``*.safetensors``, the tokenizer's files). The pool takes
+``num_blocks`` when set, else ``kv_cache_bytes``, else a fraction of the memory free on
+the device (80% of what a GPU has left once the weights are loaded; 256 MiB on a CPU
+unless ``kv_cache_fraction`` says how much of the free host memory to take).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from engine.attention.backend import AttentionBackend
+from engine.config import EngineConfig
+from engine.errors import InvalidRequestError, ModelConfigError
+from engine.model_config import ModelConfig
+from engine.models.llama import LlamaForCausalLM
+from engine.presets import PRESETS, build_preset_model
+from engine.tokenizer import Tokenizer, load_tokenizer
+from engine.weights import load_model
+
+__all__ = ["load_parts", "num_kv_blocks"]
+
+_CPU_DEFAULT_KV_BYTES = 256 << 20
+# Of the memory free once the weights are loaded: the rest is for activations, the
+# attention workspace and allocator fragmentation.
+_GPU_DEFAULT_FRACTION = 0.8
+
+
+def load_parts(
+    config: EngineConfig,
+    *,
+    attention: AttentionBackend,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
+    """The model config, weights and tokenizer, from a preset or a local folder."""
+    if config.model in PRESETS:
+        preset = PRESETS[config.model]
+        model = build_preset_model(
+            config.model, attention=attention, device=device, dtype=dtype, seed=config.seed
+        )
+        return preset.config, model, load_tokenizer(config.tokenizer or preset.tokenizer)
+    if not os.path.exists(config.model):
+        raise ModelConfigError(
+            f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
+            "existing folder; pass a preset name or a local Hugging Face model folder"
+        )
+    model = load_model(config.model, attention=attention, device=device, dtype=dtype)
+    tokenizer = load_tokenizer(config.tokenizer or config.model)
+    return ModelConfig.from_pretrained(config.model), model, tokenizer
+
+
+def num_kv_blocks(config: EngineConfig, *, device: torch.device, bytes_per_block: int) -> int:
+    """The KV pool's size in blocks, from the config or the memory the device has free."""
+    if config.num_blocks is not None:
+        return config.num_blocks
+    if config.kv_cache_bytes is not None:
+        nbytes = config.kv_cache_bytes
+    elif device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        nbytes = int(free * (config.kv_cache_fraction or _GPU_DEFAULT_FRACTION))
+    elif config.kv_cache_fraction is not None:
+        nbytes = int(
+            os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * config.kv_cache_fraction
+        )
+    else:
+        nbytes = _CPU_DEFAULT_KV_BYTES
+    num_blocks = nbytes // bytes_per_block
+    if num_blocks < 1:
+        raise InvalidRequestError(
+            f"the KV cache gets {nbytes} bytes but one block needs {bytes_per_block}; "
+            "give it more memory or a smaller block_size"
+        )
+    return num_blocks

@@ -47,9 +47,11 @@ class PagedAttention:
         "_chunk_tokens",
         "_metadata",
         "_min_run_tokens",
+        "_min_view_tokens",
         "_plan",
         "_stage_bytes",
         "_token_bytes",
+        "_view_chunk_tokens",
         "_workspace",
     )
 
@@ -59,10 +61,14 @@ class PagedAttention:
         stage_bytes: int = 4 * _MIB,
         chunk_tokens: int = 2048,
         min_run_tokens: int = 128,
+        min_view_tokens: int = 512,
+        view_chunk_tokens: int = 2048,
     ) -> None:
         self._stage_bytes = require_int("stage_bytes", stage_bytes, minimum=1)
         self._chunk_tokens = require_int("chunk_tokens", chunk_tokens, minimum=1)
         self._min_run_tokens = require_int("min_run_tokens", min_run_tokens, minimum=1)
+        self._min_view_tokens = require_int("min_view_tokens", min_view_tokens, minimum=1)
+        self._view_chunk_tokens = require_int("view_chunk_tokens", view_chunk_tokens, minimum=1)
         self._metadata: AttentionMetadata | None = None
         self._plan: StepPlan | None = None
         # K+V bytes per token of the layers seen so far: sizes the decode tiles. Until
@@ -103,12 +109,29 @@ class PagedAttention:
         lses: list[torch.Tensor] = []  # each [n, Hq]
 
         folded = q.view(q.shape[0], kv_heads, -1, head_dim)  # [T, Hkv, G, D]
+        decode_outs: list[torch.Tensor] = []  # each [n, Hkv, G, D]
+        decode_lses: list[torch.Tensor] = []  # each [n, Hkv, G]
+        row_stride = kv_heads * head_dim
+        for view in plan.decode_views:
+            # The run's chunks as the batch axis of one zero-copy strided view.
+            shape = (view.num_chunks, kv_heads, view.chunk_tokens, head_dim)
+            strides = (view.chunk_tokens * row_stride, head_dim, row_stride, 1)
+            offset = view.start_slot * row_stride
+            keys = key_cache.as_strided(shape, strides, key_cache.storage_offset() + offset)
+            values = value_cache.as_strided(shape, strides, value_cache.storage_offset() + offset)
+            query = folded[view.row].expand(view.num_chunks, -1, -1, -1)
+            out, lse = attend(query, keys, values, scale=scale)
+            decode_outs.append(out)
+            decode_lses.append(lse)
         for tile in plan.decode_tiles:
             keys, values, mask = workspace.gather(tile.keys, key_cache, value_cache, q.dtype)
             query = folded.index_select(0, tile.rows)  # [R, Hkv, G, D]
             out, lse = attend(query, keys, values, scale=scale, mask=mask)
-            outs.append(out.flatten(1, 2))
-            lses.append(lse.flatten(1, 2))
+            decode_outs.append(out)
+            decode_lses.append(lse)
+        if decode_outs:  # one copy into [P, Hkv, G, D] order, so flattening is a view
+            outs.append(torch.cat(decode_outs).flatten(1, 2))
+            lses.append(torch.cat(decode_lses).flatten(1, 2))
 
         slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
         slots_v = value_cache.view(-1, kv_heads, head_dim)
@@ -134,11 +157,12 @@ class PagedAttention:
                 outs.append(out[0].transpose(0, 1))
                 lses.append(lse[0].transpose(0, 1))
 
-        parts = torch.cat(outs)  # [P, Hq, D]
+        parts = outs[0] if len(outs) == 1 else torch.cat(outs)  # [P, Hq, D]
         if plan.merge.one_per_row:
             out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
             return out.index_copy_(0, plan.merge.rows, parts.to(out_dtype))
-        return merge_partials(parts, torch.cat(lses), plan.merge).to(out_dtype)
+        part_lses = lses[0] if len(lses) == 1 else torch.cat(lses)
+        return merge_partials(parts, part_lses, plan.merge).to(out_dtype)
 
     def _make_plan(self, metadata: AttentionMetadata) -> StepPlan:
         assert self._token_bytes is not None
@@ -148,4 +172,8 @@ class PagedAttention:
             min_run_tokens=self._min_run_tokens,
             chunk_tokens=max(1, min(self._chunk_tokens, stage_tokens // 4)),
             stage_tokens=stage_tokens,
+            min_view_tokens=self._min_view_tokens,
+            view_chunk_tokens=self._view_chunk_tokens,
+            # A chunk per thread at least: the kernel shares chunks x kv heads among them.
+            min_view_chunks=torch.get_num_threads(),
         )

@@ -3,12 +3,14 @@
 The step's query rows (tokens) get their attention as partial results over disjoint
 parts of their keys, each with its log-sum-exp, merged per row (see ``partial``):
 
-- decodes: staged tiles of gathered keys, batched across sequences (``decode_tiles``);
+- decodes: long runs of the cache read in place (``decode_views``), the rest in staged
+  tiles of gathered keys, batched across sequences (``decode_tiles``);
 - prefill chunks: one sequence at a time, long runs in place, fragments gathered
   (``prefill_pieces``).
 
 ``merge`` places every partial by its row, in the order the backend produces them:
-decode tiles first, then each prefill's pieces and its gathered fragments.
+decode views' chunks first, then decode tiles, then each prefill's pieces and its
+gathered fragments.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.attention.decode_tiles import DecodeTile, plan_decode_tiles
+from engine.attention.decode_views import DecodeView, plan_decode_views
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.partial import MergeLayout
 from engine.attention.prefill_pieces import PrefillPlan, plan_prefill
@@ -28,6 +31,7 @@ __all__ = ["StepPlan", "plan_step"]
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     num_tokens: int
+    decode_views: tuple[DecodeView, ...]
     decode_tiles: tuple[DecodeTile, ...]
     prefills: tuple[PrefillPlan, ...]
     merge: MergeLayout  # where each partial goes, in the order the backend makes them
@@ -40,9 +44,14 @@ def plan_step(
     min_run_tokens: int,
     chunk_tokens: int,
     stage_tokens: int,
+    min_view_tokens: int | None = None,
+    view_chunk_tokens: int | None = None,
+    min_view_chunks: int = 1,
 ) -> StepPlan:
     """Plan the step: ``min_run_tokens`` for prefill runs attended in place,
-    ``chunk_tokens``/``stage_tokens`` for decode rows and tiles (see ``decode_tiles``)."""
+    ``min_view_tokens``/``view_chunk_tokens``/``min_view_chunks`` for decode runs read
+    in place (``decode_views``; ``None``: none are), ``chunk_tokens``/``stage_tokens`` for
+    the decode rows and tiles of gathered keys (``decode_tiles``)."""
     block_size = metadata.block_size
     device = metadata.seq_lens.device
     tables = _cpu_block_tables(metadata)  # [S, W]
@@ -52,12 +61,22 @@ def plan_step(
     for n in query_lens:
         first_rows.append(first_rows[-1] + n)
 
-    decoding = [s for s, n in enumerate(query_lens) if n == 1]
+    decoding = torch.tensor([s for s, n in enumerate(query_lens) if n == 1], dtype=torch.int64)
+    token_rows = torch.tensor(first_rows[:-1], dtype=torch.int64)[decoding]
+    views, rest = plan_decode_views(
+        tables=tables[decoding],
+        seq_lens=seq_lens[decoding],
+        token_rows=token_rows,
+        block_size=block_size,
+        min_view_tokens=min_view_tokens if min_view_tokens is not None else 1 << 62,
+        chunk_tokens=view_chunk_tokens or chunk_tokens,
+        min_chunks=min_view_chunks,
+    )
     tiles = plan_decode_tiles(
-        tables=tables,
-        seq_lens=seq_lens,
-        seqs=torch.tensor(decoding, dtype=torch.int64),
-        token_rows=torch.tensor([first_rows[s] for s in decoding], dtype=torch.int64),
+        tables=rest.tables,
+        seq_lens=rest.visible_tokens,
+        seqs=torch.arange(rest.token_rows.numel()),
+        token_rows=rest.token_rows,
         block_size=block_size,
         chunk_blocks=max(1, chunk_tokens // block_size),
         stage_tokens=stage_tokens,
@@ -75,7 +94,8 @@ def plan_step(
         if n > 1
     ]
 
-    rows = [tile.rows for tile in tiles]
+    rows = [torch.full((v.num_chunks,), v.row, dtype=torch.int64) for v in views]
+    rows += [tile.rows for tile in tiles]
     for prefill in prefills:
         end = prefill.first_row + prefill.num_queries
         for part in (*prefill.pieces, *prefill.gathered):
@@ -84,6 +104,7 @@ def plan_step(
     gathers = [t.keys for t in tiles] + [g.keys for p in prefills for g in p.gathered]
     return StepPlan(
         num_tokens=first_rows[-1],
+        decode_views=tuple(views),
         decode_tiles=tuple(t.to(device) for t in tiles),
         prefills=tuple(p.to(device) for p in prefills),
         merge=MergeLayout.build(partial_rows, num_rows=first_rows[-1]).to(device),

@@ -148,6 +148,9 @@ FAST_BACKENDS: dict[str, Callable[[], AttentionBackend]] = {
     "paged-small-tiles": lambda: PagedAttention(stage_bytes=4096, chunk_tokens=8),
     "paged-prefill-all-gathered": lambda: PagedAttention(min_run_tokens=10**9),
     "paged-prefill-all-in-place": lambda: PagedAttention(min_run_tokens=1),
+    # Decode runs of a block or more read in place, cut in chunks of at most two blocks.
+    "paged-decode-views": lambda: PagedAttention(min_view_tokens=1, view_chunk_tokens=2),
+    "paged-decode-all-gathered": lambda: PagedAttention(min_view_tokens=10**9),
     "gather": GatherAttention,
 }
 
@@ -200,7 +203,9 @@ def test_fast_backends_equal_the_reference_in_half_precision(
 
 def small_tiles() -> PagedAttention:
     """Every code path in a small batch: in-place runs, gathers, several tiles, merges."""
-    return PagedAttention(min_run_tokens=4, stage_bytes=4096, chunk_tokens=8)
+    return PagedAttention(
+        min_run_tokens=4, stage_bytes=4096, chunk_tokens=8, min_view_tokens=8, view_chunk_tokens=8
+    )
 
 
 @settings(max_examples=20, deadline=None)

@@ -1,0 +1,108 @@
+"""Decode attention over long runs of the cache read in place, the rest left to gathers.
+
+A decode reads its whole context once per layer, a stream through memory. Gathering
+that context into a workspace first (``decode_tiles``) adds a second pass: the copy
+streams the keys from memory while the kernel waits, then the kernel computes on the
+copy while memory idles. How much that costs depends on the machine's balance of
+memory bandwidth to arithmetic: measured on 2-core x86 CPUs, the copy of 16 MiB of K/V
+cost 0.1-0.3x the attention on one machine and 0.9-1.0x on another of the same kind
+(2 threads, 8 x 4,096 tokens), so paged decode read 1.1x contiguous SDPA on the first
+and 1.4-1.8x on the second. Read in place, the keys stream once and the kernel's
+arithmetic overlaps the memory traffic as it does for contiguous K/V.
+
+A run (a stretch of a block table whose ids count up by one) is a strided view of the
+cache: with ``[N, B, Hkv, D]`` per layer, a run of ``n`` tokens from slot ``s`` is
+``[Hkv, n, D]`` with strides ``(D, Hkv * D, 1)``. One kernel call attends one run, cut
+into ``num_chunks`` equal chunks of whole blocks as the batch axis of one strided view
+(zero-copy), so the kernel has ``num_chunks x Hkv`` independent work items to share out
+among its threads. The chunks' partials merge by log-sum-exp like any others.
+
+A run is read in place when it holds at least ``min_view_tokens`` whole blocks' worth
+of tokens; the blocks of shorter runs, the run's last few blocks that do not fill a
+whole chunk, and a sequence's partly written last block are gathered into tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["DecodeView", "Leftover", "plan_decode_views"]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeView:
+    """``num_chunks`` chunks of ``chunk_tokens`` consecutive slots from ``start_slot``,
+    attended in place by the query of token ``row``."""
+
+    row: int
+    start_slot: int
+    num_chunks: int
+    chunk_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """What the views leave to gathered tiles: per decode, its other blocks in order."""
+
+    tables: torch.Tensor  # [Sl, W] int64: each decode's remaining blocks first, in order
+    visible_tokens: torch.Tensor  # [Sl] int64: tokens of those blocks it sees (a prefix)
+    token_rows: torch.Tensor  # [Sl] int64: the decode's token in the step's batch
+
+
+def plan_decode_views(
+    *,
+    tables: torch.Tensor,  # [Sd, W] int64: the decodes' block tables (CPU)
+    seq_lens: torch.Tensor,  # [Sd] int64
+    token_rows: torch.Tensor,  # [Sd] int64
+    block_size: int,
+    min_view_tokens: int,
+    chunk_tokens: int,
+    min_chunks: int,
+) -> tuple[list[DecodeView], Leftover]:
+    """Views over each decode's runs of at least ``min_view_tokens`` tokens, cut in at
+    least ``min_chunks`` chunks of about ``chunk_tokens``; the rest as a ``Leftover``."""
+    num_seqs, width = tables.shape
+    num_blocks = (seq_lens + block_size - 1) // block_size  # [Sd]
+    cols = torch.arange(width)
+    used = cols[None, :] < num_blocks[:, None]  # [Sd, W]
+    # Only whole blocks are read in place: a partly written last block needs a mask.
+    whole = cols[None, :] < (seq_lens // block_size)[:, None]
+    starts = torch.ones_like(whole)
+    starts[:, 1:] = tables[:, 1:] != tables[:, :-1] + 1
+    starts &= whole
+    run_of = torch.cumsum(starts.flatten(), 0).view(num_seqs, width) - 1  # [Sd, W]
+    run_len = torch.bincount(run_of[whole], minlength=int(starts.sum()))  # blocks per run
+    seq_of_run, first_col = starts.nonzero(as_tuple=True)
+
+    min_blocks = -(-min_view_tokens // block_size)
+    chunk_blocks = max(1, chunk_tokens // block_size)
+    in_place = torch.zeros_like(whole)
+    views = []
+    for run in (run_len >= min_blocks).nonzero().flatten().tolist():
+        seq, first, blocks = int(seq_of_run[run]), int(first_col[run]), int(run_len[run])
+        chunks = min(blocks, max(min_chunks, -(-blocks // chunk_blocks)))
+        per_chunk = blocks // chunks  # the last blocks % chunks blocks are gathered
+        in_place[seq, first : first + chunks * per_chunk] = True
+        views.append(
+            DecodeView(
+                row=int(token_rows[seq]),
+                start_slot=int(tables[seq, first]) * block_size,
+                num_chunks=chunks,
+                chunk_tokens=per_chunk * block_size,
+            )
+        )
+
+    rest = used & ~in_place  # [Sd, W]
+    count = rest.sum(dim=1)
+    # Move each decode's remaining blocks to the front, in order (a stable sort).
+    order = torch.sort((~rest).to(torch.int8), dim=1, stable=True).indices
+    remaining = tables.gather(1, order)
+    # Views hold whole blocks only, so the last block (partly written or not) is in the
+    # rest whenever anything is: the rest's tokens are a prefix of its blocks.
+    visible = count * block_size - (num_blocks * block_size - seq_lens)
+    keep = count > 0
+    return views, Leftover(
+        tables=remaining[keep], visible_tokens=visible[keep], token_rows=token_rows[keep]
+    )

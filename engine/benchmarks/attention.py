@@ -1,8 +1,8 @@
 """``kvgov bench attention``: paged decode attention against SDPA on contiguous K/V.
 
 One decode step of one layer for 8 sequences of 4,096 tokens with the tiny-random head
-sizes (8 query heads, 2 KV heads, head_dim 32, float32, 16-token blocks), the new
-tokens' K/V write included:
+sizes (8 query heads, 2 KV heads, head_dim 32, float32, 16-token blocks; 16 MiB of K/V
+per layer), the new tokens' K/V write included:
 
 - ``paged_over_contiguous``: the fast backend (``PagedAttention``) over torch SDPA on
   the same K/V stored contiguously as ``[8, 2, 4096, 32]`` (target <= 1.15). The blocks
@@ -20,9 +20,15 @@ folded into the query axis, as the paged backend does, so a ratio prices paging 
 (``sdpa_enable_gqa_ms`` shows plain ``enable_gqa=True`` SDPA beside it). Each ratio is
 measured as a pair, baseline and candidate interleaved call by call, and is the median
 of the per-repeat ratios; pairs run apart because the naive path's fresh allocations
-(page faults, unmaps) slow whatever runs next to it. Each timed call runs 4 layers in
-turn, whose K/V (16 MiB each) overflow a 32 MiB L3, so every layer reads cold memory as
-in a real model. ``prepare`` (the plan, once per step for all layers) is timed apart.
+(page faults, unmaps) slow whatever runs next to it. ``prepare`` (the plan, once per
+step for all layers) is timed apart.
+
+Each timed call runs every layer in turn, and there are enough layers for each side's
+K/V to be twice the CPU's last-level cache as the OS reports it (at least 4 layers):
+every layer then reads cold memory, as in a real model whose KV is GBs. With fewer
+layers the K/V stays in a large L3 (300 MiB on some 2-core cloud machines) and the
+figures price cache bandwidth instead, which favours whatever reads the least.
+Threads: torch's default (``torch.get_num_threads()``), reported in the notes.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -47,18 +54,51 @@ from engine.kv_cache import KVCache
 __all__ = ["run"]
 
 _BENCH = "attention"
-_NUM_SEQS, _SEQ_LEN, _DECODED, _NUM_LAYERS = 8, 4_096, 512, 4
+_NUM_SEQS, _SEQ_LEN, _DECODED, _MIN_LAYERS = 8, 4_096, 512, 4
 _Q_HEADS, _KV_HEADS, _HEAD_DIM, _BLOCK_SIZE = 8, 2, 32, 16
+LAYER_BYTES = 2 * _NUM_SEQS * _SEQ_LEN * _KV_HEADS * _HEAD_DIM * 4  # K and V, float32
+_MIB = 1 << 20
+# The last-level cache assumed where the OS does not report one (32 MiB: a common L3).
+_DEFAULT_LLC_BYTES = 32 * _MIB
 
 Layer = Callable[[int], object]  # runs one layer's attention
 
 
-def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The largest data or unified cache of CPU 0 as Linux reports it (its L3 on x86)."""
+    sizes = []
+    for index in root.glob("index*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip()  # e.g. "307200K"
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if size[-1:] in units and size[:-1].isdigit():
+            sizes.append(int(size[:-1]) * units[size[-1]])
+        elif size.isdigit():
+            sizes.append(int(size))
+    return max(sizes, default=_DEFAULT_LLC_BYTES)
+
+
+def num_layers_for(llc_bytes: int) -> int:
+    """Layers whose K/V together are at least twice ``llc_bytes`` (and at least 4)."""
+    return max(_MIN_LAYERS, -(-2 * llc_bytes // LAYER_BYTES))
+
+
+def run(
+    *, quick: bool = False, seed: int = 0, num_layers: int | None = None
+) -> Iterator[Measurement]:
+    """``num_layers``: ``None`` sizes the K/V to the machine's last-level cache
+    (``num_layers_for``); tests pass a few to run quickly."""
     repeats = 9 if quick else 41
+    llc = last_level_cache_bytes()
+    num_layers = num_layers_for(llc) if num_layers is None else num_layers
     gen = torch.Generator().manual_seed(seed)
     tables, num_blocks = _allocator_layout(seed)
     cache = KVCache(
-        num_layers=_NUM_LAYERS,
+        num_layers=num_layers,
         num_blocks=num_blocks,
         num_kv_heads=_KV_HEADS,
         head_dim=_HEAD_DIM,
@@ -81,11 +121,11 @@ def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
 
     paged = PagedAttention()
     write = step(paged, runs_md)
-    for layer in range(_NUM_LAYERS):  # the new tokens, so the contiguous copy has them
+    for layer in range(num_layers):  # the new tokens, so the contiguous copy has them
         write(layer)
     contiguous = [  # the same K/V, one [S, Hkv, L, D] pair per layer
         (_contiguous(cache.key_cache(i), tables), _contiguous(cache.value_cache(i), tables))
-        for i in range(_NUM_LAYERS)
+        for i in range(num_layers)
     ]
     folded = q.view(_NUM_SEQS, _KV_HEADS, -1, _HEAD_DIM)  # [S, Hkv, G, D]
 
@@ -99,21 +139,27 @@ def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
     }
     ratios, times = {}, {}
     for name, candidate in candidates.items():
-        base, cand = _paired(sdpa, candidate, repeats=repeats)
+        base, cand = _paired(sdpa, candidate, layers=num_layers, repeats=repeats)
         ratios[name] = statistics.median(c / b for c, b in zip(cand, base, strict=True))
         times[name] = statistics.median(cand)
         times.setdefault("contiguous", statistics.median(base))
-    times["prepare"] = _alone(lambda _: paged.prepare(runs_md), repeats=repeats)
+    times["prepare"] = _alone(lambda _: paged.prepare(runs_md), layers=1, repeats=repeats)
     if sdpa_enable_gqa():
         query = q[:, :, None, :]  # [S, Hq, 1, D]
         times["sdpa_enable_gqa"] = _alone(
             lambda i: F.scaled_dot_product_attention(
                 query, *contiguous[i], scale=scale, enable_gqa=True
             ),
+            layers=num_layers,
             repeats=repeats,
         )
 
     layout = f"{_NUM_SEQS} x {_SEQ_LEN:,} tokens, {_Q_HEADS}/{_KV_HEADS} heads, d={_HEAD_DIM}"
+    setup = (
+        f"{num_layers} layers x {LAYER_BYTES // _MIB} MiB of K/V = "
+        f"{num_layers * LAYER_BYTES // _MIB:,} MiB per side against a "
+        f"{llc // _MIB:,} MiB last-level cache, {torch.get_num_threads()} threads"
+    )
     yield Measurement(
         bench=_BENCH,
         metric="paged_over_contiguous",
@@ -121,7 +167,7 @@ def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
         unit="x",
         target=1.15,
         direction=Direction.LOWER_IS_BETTER,
-        note=f"{layout}; prompts in runs, then {_DECODED} tokens decoded round-robin",
+        note=f"{layout}; prompts in runs, then {_DECODED} tokens decoded round-robin; {setup}",
     )
     yield Measurement(
         bench=_BENCH,
@@ -161,7 +207,9 @@ _NOTES = {
 }
 
 
-def _paired(base: Layer, candidate: Layer, *, repeats: int) -> tuple[list[float], list[float]]:
+def _paired(
+    base: Layer, candidate: Layer, *, layers: int, repeats: int
+) -> tuple[list[float], list[float]]:
     """Seconds per layer of each, every repeat running both over all layers in turn."""
     for fn in (base, candidate):  # warm up: allocations, thread pool, lazy feature checks
         fn(0)
@@ -170,20 +218,20 @@ def _paired(base: Layer, candidate: Layer, *, repeats: int) -> tuple[list[float]
         for j in (i % 2, 1 - i % 2):  # alternate which goes first
             fn = (base, candidate)[j]
             start = time.perf_counter()
-            for layer in range(_NUM_LAYERS):
+            for layer in range(layers):
                 fn(layer)
-            times[j].append((time.perf_counter() - start) / _NUM_LAYERS)
+            times[j].append((time.perf_counter() - start) / layers)
     return times
 
 
-def _alone(fn: Layer, *, repeats: int) -> float:
+def _alone(fn: Layer, *, layers: int, repeats: int) -> float:
     fn(0)
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for layer in range(_NUM_LAYERS):
+        for layer in range(layers):
             fn(layer)
-        samples.append((time.perf_counter() - start) / _NUM_LAYERS)
+        samples.append((time.perf_counter() - start) / layers)
     return statistics.median(samples)
 
 

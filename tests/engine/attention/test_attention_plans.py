@@ -116,3 +116,52 @@ def test_prefill_fragments_are_gathered_for_the_rows_that_see_them() -> None:
     mask = new.keys.mask
     assert mask is not None and mask.shape == (1, 1, 6, 8)
     assert (mask[0, 0] == 0).sum(dim=1).tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_decode_runs_are_read_in_place_and_only_the_rest_is_gathered() -> None:
+    # Decode 0: a 40-block run, then three scattered blocks, the last 11 tokens full.
+    # Decode 1: a 20-block run, then two scattered blocks, all full.
+    tables = [[*range(40), 100, 102, 104], [*range(40, 60), 101, 103]]
+    lens = [42 * 16 + 11, 22 * 16]
+    plan = plan_step(
+        metadata(16, [1, 1], lens, tables),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+        min_view_tokens=256,
+        view_chunk_tokens=256,  # 16 blocks: 40 -> 3 chunks of 13, 20 -> 2 chunks of 10
+        min_view_chunks=1,
+    )
+    views = [(v.row, v.start_slot, v.num_chunks, v.chunk_tokens) for v in plan.decode_views]
+    assert views == [(0, 0, 3, 13 * 16), (1, 40 * 16, 2, 10 * 16)]
+    # The rest, in position order: block 39 (the run's 40th, no whole chunk), then the
+    # scattered ones; the partly written last block is never read in place.
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    visible: dict[int, int] = {}
+    for tile in plan.decode_tiles:
+        mask = tile.keys.mask
+        for r, row in enumerate(tile.rows.tolist()):
+            width = tile.keys.blocks.shape[1] * 16
+            visible[row] = width if mask is None else int((mask[r, 0, 0] == 0).sum())
+            seen[row] += tile.keys.blocks[r, : -(-visible[row] // 16)].tolist()
+    assert seen == {0: [39, 100, 102, 104], 1: [101, 103]}
+    assert visible == {0: 3 * 16 + 11, 1: 2 * 16}
+    # Every position exactly once: in place plus gathered is the whole context.
+    in_place = {row: chunks * tokens for row, _, chunks, tokens in views}
+    assert [in_place[row] + visible[row] for row in (0, 1)] == lens
+    assert plan.merge.num_rows == 2 and plan.merge.rows.tolist() == [0, 0, 0, 1, 1, 0, 1]
+
+
+def test_without_long_runs_every_decode_is_gathered() -> None:
+    plan = plan_step(
+        metadata(4, [1, 1], [14, 8], [[5, 6, 2, 7], [1, 3]]),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+        min_view_tokens=12,  # three blocks: the longest run, [5, 6], is two
+        view_chunk_tokens=8,
+    )
+    assert plan.decode_views == ()
+    (tile,) = plan.decode_tiles
+    assert tile.rows.tolist() == [0, 1]
+    assert tile.keys.blocks.tolist() == [[5, 6, 2, 7], [1, 3, 1, 1]]  # padding repeats

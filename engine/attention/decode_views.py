@@ -15,7 +15,10 @@ cache: with ``[N, B, Hkv, D]`` per layer, a run of ``n`` tokens from slot ``s`` 
 ``[Hkv, n, D]`` with strides ``(D, Hkv * D, 1)``. One kernel call attends one run, cut
 into ``num_chunks`` equal chunks of whole blocks as the batch axis of one strided view
 (zero-copy), so the kernel has ``num_chunks x Hkv`` independent work items to share out
-among its threads. The chunks' partials merge by log-sum-exp like any others.
+among its threads. The chunks' partials merge by log-sum-exp like any others. Runs
+that lie back to back in the cache with chunks of one size (prompts of one length
+prefilled one after another) are one view, each chunk with its own query: one kernel
+call for all of them, since each call costs about as much as reading ~100 tokens.
 
 A run is read in place when it holds at least ``min_view_tokens`` whole blocks' worth
 of tokens; the blocks of shorter runs, the run's last few blocks that do not fill a
@@ -34,12 +37,20 @@ __all__ = ["DecodeView", "Leftover", "plan_decode_views"]
 @dataclass(frozen=True, slots=True)
 class DecodeView:
     """``num_chunks`` chunks of ``chunk_tokens`` consecutive slots from ``start_slot``,
-    attended in place by the query of token ``row``."""
+    chunk ``i`` attended in place by the query of token ``rows[i]``."""
 
-    row: int
+    rows: torch.Tensor  # [num_chunks] int64
     start_slot: int
     num_chunks: int
     chunk_tokens: int
+
+    def to(self, device: torch.device) -> DecodeView:
+        return DecodeView(
+            rows=self.rows.to(device, non_blocking=True),
+            start_slot=self.start_slot,
+            num_chunks=self.num_chunks,
+            chunk_tokens=self.chunk_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,20 +90,34 @@ def plan_decode_views(
     min_blocks = -(-min_view_tokens // block_size)
     chunk_blocks = max(1, chunk_tokens // block_size)
     in_place = torch.zeros_like(whole)
-    views = []
+    pieces = []  # (start slot, chunks, chunk tokens, row) of each long run
     for run in (run_len >= min_blocks).nonzero().flatten().tolist():
         seq, first, blocks = int(seq_of_run[run]), int(first_col[run]), int(run_len[run])
         chunks = min(blocks, max(min_chunks, -(-blocks // chunk_blocks)))
         per_chunk = blocks // chunks  # the last blocks % chunks blocks are gathered
         in_place[seq, first : first + chunks * per_chunk] = True
+        start = int(tables[seq, first]) * block_size
+        pieces.append((start, chunks, per_chunk * block_size, int(token_rows[seq])))
+
+    views = []
+    pieces.sort()
+    i = 0
+    while i < len(pieces):  # back to back with one chunk size: one view
+        start, _, tokens, _ = pieces[i]
+        j, end = i, start
+        while j < len(pieces) and pieces[j][0] == end and pieces[j][2] == tokens:
+            end += pieces[j][1] * tokens
+            j += 1
+        rows = [row for _, chunks, _, row in pieces[i:j] for _ in range(chunks)]
         views.append(
             DecodeView(
-                row=int(token_rows[seq]),
-                start_slot=int(tables[seq, first]) * block_size,
-                num_chunks=chunks,
-                chunk_tokens=per_chunk * block_size,
+                rows=torch.tensor(rows, dtype=torch.int64),
+                start_slot=start,
+                num_chunks=len(rows),
+                chunk_tokens=tokens,
             )
         )
+        i = j
 
     rest = used & ~in_place  # [Sd, W]
     count = rest.sum(dim=1)

@@ -108,25 +108,18 @@ class PagedAttention:
         outs: list[torch.Tensor] = []  # each [n, Hq, D]
         lses: list[torch.Tensor] = []  # each [n, Hq]
 
-        q = q.contiguous()  # views of one token's query below index it by element
         folded = q.view(q.shape[0], kv_heads, -1, head_dim)  # [T, Hkv, G, D]
         decode_outs: list[torch.Tensor] = []  # each [n, Hkv, G, D]
         decode_lses: list[torch.Tensor] = []  # each [n, Hkv, G]
-        # Each view is one kernel call on zero-copy strided views: the run's chunks as the
-        # batch axis of K and V, the token's query repeated with stride 0.
-        row_stride, query_stride = kv_heads * head_dim, q.shape[1] * head_dim
-        group = q.shape[1] // kv_heads
+        row_stride = kv_heads * head_dim
         for view in plan.decode_views:
-            chunks, offset = view.num_chunks, view.start_slot * row_stride
-            shape = (chunks, kv_heads, view.chunk_tokens, head_dim)
+            # One kernel call on zero-copy strided views: the chunks as the batch axis.
+            shape = (view.num_chunks, kv_heads, view.chunk_tokens, head_dim)
             strides = (view.chunk_tokens * row_stride, head_dim, row_stride, 1)
+            offset = view.start_slot * row_stride
             keys = key_cache.as_strided(shape, strides, key_cache.storage_offset() + offset)
             values = value_cache.as_strided(shape, strides, value_cache.storage_offset() + offset)
-            query = q.as_strided(
-                (chunks, kv_heads, group, head_dim),
-                (0, group * head_dim, head_dim, 1),
-                q.storage_offset() + view.row * query_stride,
-            )
+            query = folded.index_select(0, view.rows)  # [chunks, Hkv, G, D]
             out, lse = attend(query, keys, values, scale=scale)
             decode_outs.append(out)
             decode_lses.append(lse)

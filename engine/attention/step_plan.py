@@ -94,7 +94,7 @@ def plan_step(
         if n > 1
     ]
 
-    rows = [torch.full((v.num_chunks,), v.row, dtype=torch.int64) for v in views]
+    rows = [v.rows for v in views]
     rows += [tile.rows for tile in tiles]
     for prefill in prefills:
         end = prefill.first_row + prefill.num_queries
@@ -104,7 +104,7 @@ def plan_step(
     gathers = [t.keys for t in tiles] + [g.keys for p in prefills for g in p.gathered]
     return StepPlan(
         num_tokens=first_rows[-1],
-        decode_views=tuple(views),
+        decode_views=tuple(v.to(device) for v in views),
         decode_tiles=tuple(t.to(device) for t in tiles),
         prefills=tuple(p.to(device) for p in prefills),
         merge=MergeLayout.build(partial_rows, num_rows=first_rows[-1]).to(device),

@@ -132,8 +132,8 @@ def test_decode_runs_are_read_in_place_and_only_the_rest_is_gathered() -> None:
         view_chunk_tokens=256,  # 16 blocks: 40 -> 3 chunks of 13, 20 -> 2 chunks of 10
         min_view_chunks=1,
     )
-    views = [(v.row, v.start_slot, v.num_chunks, v.chunk_tokens) for v in plan.decode_views]
-    assert views == [(0, 0, 3, 13 * 16), (1, 40 * 16, 2, 10 * 16)]
+    views = [(v.rows.tolist(), v.start_slot, v.chunk_tokens) for v in plan.decode_views]
+    assert views == [([0, 0, 0], 0, 13 * 16), ([1, 1], 40 * 16, 10 * 16)]
     # The rest, in position order: block 39 (the run's 40th, no whole chunk), then the
     # scattered ones; the partly written last block is never read in place.
     seen: dict[int, list[int]] = {0: [], 1: []}
@@ -147,7 +147,7 @@ def test_decode_runs_are_read_in_place_and_only_the_rest_is_gathered() -> None:
     assert seen == {0: [39, 100, 102, 104], 1: [101, 103]}
     assert visible == {0: 3 * 16 + 11, 1: 2 * 16}
     # Every position exactly once: in place plus gathered is the whole context.
-    in_place = {row: chunks * tokens for row, _, chunks, tokens in views}
+    in_place = {rows[0]: len(rows) * tokens for rows, _, tokens in views}
     assert [in_place[row] + visible[row] for row in (0, 1)] == lens
     assert plan.merge.num_rows == 2 and plan.merge.rows.tolist() == [0, 0, 0, 1, 1, 0, 1]
 
@@ -165,3 +165,21 @@ def test_without_long_runs_every_decode_is_gathered() -> None:
     (tile,) = plan.decode_tiles
     assert tile.rows.tolist() == [0, 1]
     assert tile.keys.blocks.tolist() == [[5, 6, 2, 7], [1, 3, 1, 1]]  # padding repeats
+
+
+def test_runs_back_to_back_with_one_chunk_size_are_one_kernel_call() -> None:
+    # Four prompts of 24 blocks prefilled one after another, then decoded round-robin.
+    tables = [[*range(24 * s, 24 * s + 24), 96 + s, 100 + s] for s in range(4)]
+    plan = plan_step(
+        metadata(16, [1] * 4, [26 * 16] * 4, tables),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+        min_view_tokens=256,
+        view_chunk_tokens=128,  # 8 blocks: each prompt is 3 chunks
+    )
+    (view,) = plan.decode_views
+    assert view.start_slot == 0 and view.chunk_tokens == 128
+    assert view.rows.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    (tile,) = plan.decode_tiles  # the decoded blocks, one row per sequence
+    assert sorted(tile.keys.blocks.tolist()) == [[96 + s, 100 + s] for s in range(4)]

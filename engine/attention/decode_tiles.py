@@ -1,22 +1,21 @@
-"""Decode attention planned as staged tiles of gathered keys, batched across sequences.
+"""Decode attention over gathered keys: staged tiles, batched across sequences.
 
-A decode token reads its whole context once per layer, so decode attention is a
-stream through memory, and torch's CPU flash kernel streams cold memory poorly.
-Measured on a 2-core x86 CPU (8 x 4,096 tokens, K/V of 4 layers so every read is cold):
-SDPA over contiguous K/V, 1.3-1.5 ms per layer; the kernel over the cache's runs in
-place (one call per run; ``[N, B, Hkv, D]`` interleaves the heads), 1.5-1.7x that;
-copying the same keys a few MiB at a time into a workspace that stays in the CPU
-caches and attending the copy, 1.1-1.3x. So every decode is planned as:
+What ``decode_views`` does not read in place (short runs, scattered blocks, a run's last
+blocks short of a whole chunk, a partly written last block) is copied a few MiB at a
+time into a workspace and attended there. The copy is a second pass over those keys
+before the kernel reads them, so it costs most where memory is slow against the
+arithmetic: about 0.3x of the attention where this was written (a copy at ~40 GB/s, the
+kernel reading at 7-12 GB/s), 0.9-1.0x on another 2-core x86 machine of the same kind. The rest is planned as:
 
-- rows: each sequence cut into pieces of at most ``chunk_blocks`` blocks; a row is one
-  (sequence, position range) pair whose query is the sequence's token;
+- rows: each sequence's remaining blocks cut into pieces of at most ``chunk_blocks``; a
+  row is one (sequence, position range) pair whose query is the sequence's token;
 - tiles: rows sorted by width and packed into tiles of about ``stage_tokens``
   positions, padded to the tile's widest row and masked; one tile is one gather into
   the workspace and one batched kernel call, and the rows' partial results merge by
   log-sum-exp.
 
-Kernel calls per layer: about the step's decode tokens over ``stage_tokens``, however
-many sequences there are and however fragmented their blocks. Rows give the kernel
+Kernel calls: about the gathered tokens over ``stage_tokens``, however many sequences
+there are and however fragmented their blocks. Rows give the kernel
 ``rows x kv_heads`` independent work items, so long sequences use every thread.
 """
 

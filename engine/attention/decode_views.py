@@ -4,10 +4,10 @@ A decode reads its whole context once per layer, a stream through memory. Gather
 that context into a workspace first (``decode_tiles``) adds a second pass: the copy
 streams the keys from memory while the kernel waits, then the kernel computes on the
 copy while memory idles. How much that costs depends on the machine's balance of
-memory bandwidth to arithmetic: measured on 2-core x86 CPUs, the copy of 16 MiB of K/V
-cost 0.1-0.3x the attention on one machine and 0.9-1.0x on another of the same kind
-(2 threads, 8 x 4,096 tokens), so paged decode read 1.1x contiguous SDPA on the first
-and 1.4-1.8x on the second. Read in place, the keys stream once and the kernel's
+memory bandwidth to arithmetic: on 2-core x86 CPUs the copy of 16 MiB of K/V cost
+about 0.3x the attention on one machine and 0.9-1.0x on another of the same kind
+(8 x 4,096 tokens), so paged decode read 1.11-1.15x contiguous SDPA on the first and
+1.4-1.8x on the second. Read in place, the keys stream once and the kernel's
 arithmetic overlaps the memory traffic as it does for contiguous K/V.
 
 A run (a stretch of a block table whose ids count up by one) is a strided view of the

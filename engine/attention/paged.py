@@ -4,9 +4,11 @@
 the new K/V into their slots and computes, for every query row, partial attention over
 disjoint parts of its keys, merged by log-sum-exp:
 
-- decodes in staged tiles: a few MiB of gathered keys at a time, batched across
-  sequences, grouped-query heads folded into the query axis (``[R, Hkv, Hq / Hkv, D]``:
-  a decode sees its whole context, so no mask, and each kv head is read once);
+- decodes: long runs of the cache read in place as strided views cut in chunks, runs
+  back to back in one kernel call (``decode_views``); the rest in staged tiles of a few
+  MiB of gathered keys, batched across sequences (``decode_tiles``). Grouped-query heads
+  are folded into the query axis (``[R, Hkv, Hq / Hkv, D]``: a decode sees its whole
+  context, so no mask, and each kv head is read once);
 - prefill chunks per sequence: long runs of the cache attended in place as zero-copy
   views, fragments gathered.
 
@@ -34,11 +36,16 @@ class PagedAttention:
     """Paged attention through staged gathers and zero-copy runs.
 
     - ``stage_bytes``: K and V bytes a decode tile gathers for one kernel call; small
-      enough to stay in the CPU's caches (4 MiB, an eighth of a 32 MiB L3, measured best).
+      enough to stay in the CPU's caches (4 MiB, measured best with a 32 MiB L3; with
+      2 MiB of L2 per core and a 300 MiB L3, 1-8 MiB were within noise of each other).
     - ``chunk_tokens``: the most positions of one sequence in one tile row; fewer when
       needed for a tile to hold at least four rows (parallel work for the kernel).
     - ``min_run_tokens``: prefill runs at least this long are attended in place; shorter
       ones are gathered (one kernel call costs about as much as copying ~64 tokens).
+    - ``min_view_tokens``: decode runs at least this long are read in place
+      (``decode_views``); shorter ones are gathered.
+    - ``view_chunk_tokens``: the most tokens of one chunk of a decode view; runs are cut
+      in at least as many chunks as torch has threads.
     """
 
     name = "paged"

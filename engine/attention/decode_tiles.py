@@ -5,7 +5,8 @@ blocks short of a whole chunk, a partly written last block) is copied a few MiB 
 time into a workspace and attended there. The copy is a second pass over those keys
 before the kernel reads them, so it costs most where memory is slow against the
 arithmetic: about 0.3x of the attention where this was written (a copy at ~40 GB/s, the
-kernel reading at 7-12 GB/s), 0.9-1.0x on another 2-core x86 machine of the same kind. The rest is planned as:
+kernel reading at 7-12 GB/s), 0.9-1.0x on another 2-core x86 machine of the same kind.
+The rest is planned as:
 
 - rows: each sequence's remaining blocks cut into pieces of at most ``chunk_blocks``; a
   row is one (sequence, position range) pair whose query is the sequence's token;

@@ -124,8 +124,8 @@ def plan_decode_views(
     # Move each decode's remaining blocks to the front, in order (a stable sort).
     order = torch.sort((~rest).to(torch.int8), dim=1, stable=True).indices
     remaining = tables.gather(1, order)
-    # Views hold whole blocks only, so the last block (partly written or not) is in the
-    # rest whenever anything is: the rest's tokens are a prefix of its blocks.
+    # Views hold whole blocks only: a partly written last block is always in the rest, and
+    # last there, so the rest's tokens are a prefix of its blocks.
     visible = count * block_size - (num_blocks * block_size - seq_lens)
     keep = count > 0
     return views, Leftover(

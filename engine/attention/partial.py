@@ -125,9 +125,12 @@ def merge_partials(
         grid_lse.index_copy_(0, layout.slots, lses)
         grid_out = torch.zeros((cells, *outs.shape[1:]), device=outs.device)
         grid_out.index_copy_(0, layout.slots, outs.float())
-        weights = grid_lse.view(num_rows, layout.width, num_heads).softmax(dim=1)
+        # Softmax over the last axis: torch's CPU softmax over another axis opens a
+        # parallel region even for a few hundred numbers, and each region waits up to a
+        # scheduler tick (4 ms) for a worker thread when other processes hold the cores.
+        weights = grid_lse.view(num_rows, layout.width, num_heads).transpose(1, 2).softmax(-1)
         grid = grid_out.view(num_rows, layout.width, *outs.shape[1:])
-        return (grid * weights[..., None]).sum(dim=1)
+        return (grid * weights.transpose(1, 2)[..., None]).sum(dim=1)
     rows = layout.rows
     index = rows[:, None].expand(-1, num_heads)
     peak = torch.full((num_rows, num_heads), -math.inf, device=lses.device)

@@ -99,7 +99,8 @@ class PagedAttention:
         scale: float,
     ) -> torch.Tensor:  # [T, Hq, D]
         assert key_cache.is_contiguous() and value_cache.is_contiguous()
-        token_bytes = 2 * key_cache[0, 0].numel() * key_cache.element_size()
+        block_size, kv_heads, head_dim = key_cache.shape[1:]
+        token_bytes = 2 * kv_heads * head_dim * key_cache.element_size()
         plan = self._plan
         # Replan for a step that prepare did not see (or before the geometry was known).
         if plan is None or self._metadata is not metadata or self._token_bytes != token_bytes:
@@ -109,9 +110,9 @@ class PagedAttention:
         if plan.num_tokens == 0:
             return torch.empty_like(q)
         out_dtype, q = q.dtype, q.to(key_cache.dtype)  # the kernel wants one dtype
-        kv_heads, head_dim = key_cache.shape[2:]
         workspace = self._workspace
-        workspace.reserve(2 * plan.max_gathered_blocks * key_cache[0].numel(), key_cache)
+        block_numel = block_size * kv_heads * head_dim
+        workspace.reserve(2 * plan.max_gathered_blocks * block_numel, key_cache)
         outs: list[torch.Tensor] = []  # each [n, Hq, D]
         lses: list[torch.Tensor] = []  # each [n, Hq]
 
@@ -140,8 +141,9 @@ class PagedAttention:
             outs.append(torch.cat(decode_outs).flatten(1, 2))
             lses.append(torch.cat(decode_lses).flatten(1, 2))
 
-        slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
-        slots_v = value_cache.view(-1, kv_heads, head_dim)
+        if plan.prefills:
+            slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
+            slots_v = value_cache.view(-1, kv_heads, head_dim)
         for prefill in plan.prefills:
             chunk = q[prefill.first_row : prefill.first_row + prefill.num_queries]  # [Q, Hq, D]
             for piece in prefill.pieces:

@@ -18,7 +18,8 @@ into ``num_chunks`` equal chunks of whole blocks as the batch axis of one stride
 among its threads. The chunks' partials merge by log-sum-exp like any others. Runs
 that lie back to back in the cache with chunks of one size (prompts of one length
 prefilled one after another) are one view, each chunk with its own query: one kernel
-call for all of them, since each call costs about as much as reading ~100 tokens.
+call for all of them: a call costs ~20 us on one thread before it reads anything (a
+few hundred tokens' worth of reading) and opens an OpenMP parallel region.
 
 A run is read in place when it holds at least ``min_view_tokens`` whole blocks' worth
 of tokens; the blocks of shorter runs, the run's last few blocks that do not fill a

@@ -164,9 +164,10 @@ def caption(memory: MemoryMap) -> str:
     held_once = f" ({fmt(shared)} of it shared, held once)" if shared else ""
     host = f"; {fmt(offloaded)} offloaded to host memory" if offloaded else ""
     return (
-        f"KV budget {fmt(memory.kv_budget_bytes)}. Contiguous, each agent reserving its "
-        f"ceiling: {admitted} of {len(agents)} agents admitted, {fmt(reserved)} reserved, "
-        f"{100 * waste:.0f}% of it unused. Paged: {len(agents)} of {len(agents)} hold "
+        f"KV budget {fmt(memory.kv_budget_bytes)}. These contexts, each reserving its "
+        f"agent's ceiling contiguously: {admitted} of {len(agents)} agents admitted, "
+        f"{fmt(reserved)} reserved, {100 * waste:.0f}% of it unused. "
+        f"Paged: {len(agents)} of {len(agents)} hold "
         f"{fmt(live)} of blocks on the device{held_once}, {fmt(max(free, 0))} free "
         f"headroom{host}."
     )

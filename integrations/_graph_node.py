@@ -100,8 +100,16 @@ class GovernedNode(Runnable[Any, Any]):
                 async with self._tool_call(step):
                     with LeaseScope(turn.lease):
                         output = await self.inner.ainvoke(input, config, **kwargs)
-            # Off the loop: the tool-output and ceiling policies may call a model.
-            return await asyncio.to_thread(settle, step, input, output)
+            # The tool-output and ceiling policies may call a model: they run off the
+            # loop. Most turns call neither and settle on it (a thread hop costs more).
+            if reduces_a_result(step, output):
+                return await asyncio.to_thread(settle, step, input, output)
+            output, context, tokens = account(step, input, output)
+            if context is None or not _over_ceiling(step, tokens):
+                return output
+            return await asyncio.to_thread(
+                _at_ceiling, step.frame, step.turn, output, context, tokens
+            )
 
     def _plan(self, config: RunnableConfig | None, value: Any) -> _Step | None:
         """This execution's frame, lease and input messages; None: run ungoverned."""
@@ -146,6 +154,16 @@ class _Step:
 def settle(step: _Step, value: Any, output: Any) -> Any:
     """The node's output, its tool results reduced, its calls recorded and its context
     counted (and compacted, or refused, at the ceiling)."""
+    output, context, tokens = account(step, value, output)
+    if context is not None and _over_ceiling(step, tokens):
+        output = _at_ceiling(step.frame, step.turn, output, context, tokens)
+    return output
+
+
+def account(step: _Step, value: Any, output: Any) -> tuple[Any, list[BaseMessage] | None, int]:
+    """``settle`` up to the ceiling: the output with its tool results reduced, its calls
+    recorded, and the context it leaves with its count (None: the node neither read nor
+    wrote messages)."""
     frame, turn, seen = step.frame, step.turn, step.seen
     lease = turn.lease
     governance = frame.governance
@@ -159,7 +177,7 @@ def settle(step: _Step, value: Any, output: Any) -> Any:
         )
         added = messages_out(output, key)
     if added is None and seen is None:
-        return output
+        return output, None, 0
     tally = frame.scope.tally
     if added:
         frame.note_calls(lease, added)
@@ -177,9 +195,28 @@ def settle(step: _Step, value: Any, output: Any) -> Any:
         context = _merge(governance.reducer, seen, added)
         tokens = tally.count(context)
     lease.tokens_in_context = tokens
-    if tokens + frame.governor.reply_reserve(lease) > lease.ceiling_tokens:
-        output = _at_ceiling(frame, turn, output, context, tokens)
-    return output
+    return output, context, tokens
+
+
+def reduces_a_result(step: _Step, output: Any) -> bool:
+    """Whether ``settle`` will ask the tool-output policy to reduce a tool result (one
+    over the agent's ``tool_output_tokens``). Its counts are the tally's: ``settle``
+    looks them up."""
+    lease, tally = step.turn.lease, step.frame.scope.tally
+    budget = lease.agent.tool_output_tokens
+    if budget is None:
+        return False
+    for message in messages_out(output, step.frame.governance.messages_key) or ():
+        if isinstance(message, ToolMessage):
+            text = text_of(message.content)
+            if text is not None and tally.count_content(message, text) > budget:
+                return True
+    return False
+
+
+def _over_ceiling(step: _Step, tokens: int) -> bool:
+    lease = step.turn.lease
+    return tokens + step.frame.governor.reply_reserve(lease) > lease.ceiling_tokens
 
 
 def _record(frame: Frame, turn: Turn, replies: list[AIMessage]) -> None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
@@ -125,3 +126,28 @@ def test_a_governed_graph_summarizes_off_the_event_loop() -> None:
     assert [m.content for m in result["messages"] if m.type == "tool"] == [SUMMARY] * 2
     assert sum(e.kind == "released" for e in events) == 1
     assert stalled < WAIT_S / 2, stalled
+
+
+def test_a_governed_graph_settles_on_the_loop_when_no_policy_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tool results within ``tool_output_tokens`` and contexts within the ceiling: no
+    policy runs, so no governed turn takes a thread hop to settle (the summarizing test
+    above shows the hop where a policy does run)."""
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    governor, summarizer, ceiling, _ = governed()
+    roomy = AgentSpec(name="worker", ceiling_tokens=20_000, tool_output_tokens=10_000)
+    model = ToolCallingModel(rounds=2)
+    graph = react_worker(governor, model, agent=roomy)
+    result = asyncio.run(graph.ainvoke({"messages": [HumanMessage("build")]}))
+    assert sum(m.type == "tool" for m in result["messages"]) == 2
+    assert summarizer.stats().num_llm == 0 and ceiling.num_calls == 0
+    assert len(model.contexts) == 3
+    assert not [hop for hop in hops if hop in ("settle", "_at_ceiling")], hops

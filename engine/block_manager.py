@@ -16,12 +16,12 @@ pool, a budget or a sequence's token ceiling.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 
 from engine.block import KVCacheBlock
 from engine.block_pool import BlockPool
 from engine.block_results import (
     Allocation,
+    AllocationPlan,
     AppendResult,
     BlockMove,
     BlockStats,
@@ -48,14 +48,6 @@ __all__ = ["BlockManager"]
 _FITS = Fit()
 
 
-@dataclass(frozen=True, slots=True)
-class _AllocationPlan:
-    fit: Fit
-    hits: list[KVCacheBlock]
-    hashes: list[bytes]
-    extra: bytes = b""
-
-
 class BlockManager:
     def __init__(
         self,
@@ -79,9 +71,6 @@ class BlockManager:
         self._next_pin_id = 0
         self._prefix_queries = 0
         self._prefix_hits = 0
-        # Blocks handed out to copy device -> host and host -> device, since the start.
-        self.num_blocks_swapped_out = 0
-        self.num_blocks_swapped_in = 0
 
     # -- prefix cache -----------------------------------------------------------------
     def block_hashes(
@@ -258,7 +247,7 @@ class BlockManager:
         cache_salt: str | None,
         extra_keys: Sequence[ExtraKey],
         num_reserve_blocks: int = 0,
-    ) -> _AllocationPlan:
+    ) -> AllocationPlan:
         require_token_ids(token_ids, allow_empty=False)
         if ceiling_tokens is not None:
             require_int("ceiling_tokens", ceiling_tokens, minimum=1)
@@ -271,11 +260,11 @@ class BlockManager:
         group = self.budgets.get(budget) if budget is not None else None
         num_tokens = len(token_ids)
         if ceiling_tokens is not None and num_tokens > ceiling_tokens:
-            return _AllocationPlan(Fit(Shortfall.CEILING, num_tokens, ceiling_tokens), [], [])
+            return AllocationPlan(Fit(Shortfall.CEILING, num_tokens, ceiling_tokens), [], [])
         num_blocks = self._num_blocks_for(num_tokens)
         if group is not None and num_blocks > group.num_free_blocks:
             fit = Fit(Shortfall.BUDGET, num_blocks, group.num_free_blocks)
-            return _AllocationPlan(fit, [], [])
+            return AllocationPlan(fit, [], [])
         # Only full blocks before the last token may come from the cache.
         hashes = (
             hash_blocks(
@@ -291,8 +280,8 @@ class BlockManager:
         num_free_hits = sum(1 for block in hits if block.ref_cnt == 0)
         needed = num_blocks - len(hits) + num_free_hits + num_reserve_blocks
         if needed > self.pool.num_free_blocks:
-            return _AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
-        return _AllocationPlan(_FITS, hits, hashes[: len(hits)], extra)
+            return AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
+        return AllocationPlan(_FITS, hits, hashes[: len(hits)], extra)
 
     # -- append -------------------------------------------------------------------------
     def can_append(self, seq_id: Hashable, num_new_tokens: int = 1) -> Fit:
@@ -398,9 +387,7 @@ class BlockManager:
 
     def swap_out(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
         """Move the sequence to host blocks; returns (device, host) moves to perform."""
-        moves = self.swap_space.swap_out(self._resident(seq_id, "swap out"))
-        self.num_blocks_swapped_out += len(moves)
-        return moves
+        return self.swap_space.swap_out(self._resident(seq_id, "swap out"))
 
     def can_swap_in(self, seq_id: Hashable, num_reserve_blocks: int = 0) -> Fit:
         """``num_reserve_blocks``: as in ``can_allocate``."""
@@ -410,9 +397,7 @@ class BlockManager:
     def swap_in(self, seq_id: Hashable) -> tuple[BlockMove, ...]:
         """Bring the sequence back; returns (host, device) moves to perform (none for the
         blocks whose content the prefix cache still holds)."""
-        moves = self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
-        self.num_blocks_swapped_in += len(moves)
-        return moves
+        return self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
 
     # -- pins ---------------------------------------------------------------------------
     def pin(self, seq_id: Hashable, num_tokens: int | None = None) -> PinnedPrefix:

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.block import KVCacheBlock
 from engine.budget import Budget
 from engine.errors import (
     BudgetExceededError,
@@ -17,6 +18,7 @@ from engine.errors import (
 
 __all__ = [
     "Allocation",
+    "AllocationPlan",
     "AppendResult",
     "BlockMove",
     "BlockStats",
@@ -106,3 +108,14 @@ def refusal(
         return OutOfSwapSpaceError(fit.needed, fit.available)
     assert fit.shortfall is Shortfall.POOL
     return OutOfBlocksError(fit.needed, fit.available)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationPlan:
+    """What ``BlockManager.allocate`` checked before acting: whether it fits, the cached
+    blocks its prompt reuses, and the hashes of its full blocks."""
+
+    fit: Fit
+    hits: list[KVCacheBlock]
+    hashes: list[bytes]
+    extra: bytes = b""

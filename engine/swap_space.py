@@ -20,11 +20,15 @@ _FITS = Fit()
 
 
 class SwapSpace:
-    __slots__ = ("device_pool", "host_pool")
+    __slots__ = ("device_pool", "host_pool", "num_blocks_swapped_in", "num_blocks_swapped_out")
 
     def __init__(self, *, device_pool: BlockPool, host_pool: BlockPool) -> None:
         self.device_pool = device_pool
         self.host_pool = host_pool
+        # Blocks copied device -> host and host -> device since the start: the moves the
+        # swaps returned, which is what a benchmark of offload and restore must have moved.
+        self.num_blocks_swapped_out = 0
+        self.num_blocks_swapped_in = 0
 
     def can_swap_out(self, table: BlockTable) -> Fit:
         needed, available = len(table.blocks), self.host_pool.num_free_blocks
@@ -44,6 +48,7 @@ class SwapSpace:
             self.device_pool.free(block)
         table.blocks = host_blocks
         table.state = SequenceState.SWAPPED
+        self.num_blocks_swapped_out += len(moves)
         return moves
 
     def can_swap_in(self, table: BlockTable, num_extra_blocks: int = 0) -> Fit:
@@ -75,6 +80,7 @@ class SwapSpace:
             self.host_pool.free(host)
         table.blocks = device_blocks
         table.state = SequenceState.RESIDENT
+        self.num_blocks_swapped_in += len(moves)
         return tuple(moves)
 
     def _plan_swap_in(

@@ -18,7 +18,10 @@ def test_every_held_block_goes_to_the_host_and_comes_back_from_it() -> None:
     try:
         result = measure(backend, repeats=repeats, context_tokens=CONTEXT_TOKENS)
         # The engine thread is idle once measure returns: its counts are final.
-        swapped_out, swapped_in = manager.num_blocks_swapped_out, manager.num_blocks_swapped_in
+        swapped_out, swapped_in = (
+            manager.swap_space.num_blocks_swapped_out,
+            manager.swap_space.num_blocks_swapped_in,
+        )
     finally:
         backend.close()
     held = CONTEXT_TOKENS // BLOCK_SIZE

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from governor import (
     AgentSpec,
@@ -41,8 +42,8 @@ WAIT_S = 0.25  # what the slowest blocking step here would hold the loop for, at
 class SlowCeiling:
     """``DropOldest`` that first takes 0.3 s, as a ceiling policy summarizing with a model."""
 
-    def __init__(self) -> None:
-        self.inner = DropOldest(keep_last_turns=2)
+    def __init__(self, *, keep_last_turns: int = 2) -> None:
+        self.inner = DropOldest(keep_last_turns=keep_last_turns)
         self.num_calls = 0
 
     def compact(
@@ -151,3 +152,39 @@ def test_a_governed_graph_settles_on_the_loop_when_no_policy_runs(
     assert summarizer.stats().num_llm == 0 and ceiling.num_calls == 0
     assert len(model.contexts) == 3
     assert not [hop for hop in hops if hop in ("settle", "_at_ceiling")], hops
+
+
+def test_a_governed_graph_compacts_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One conversation over two invocations (a checkpointer keeps it), each searching
+    once for about 6,000 tokens, against an 8,000-token ceiling: the second result
+    overflows it, and the slow ceiling policy drops the first turn off the loop, in the
+    one governed turn that takes a thread hop."""
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    ceiling = SlowCeiling(keep_last_turns=1)
+    worker = AgentSpec(name="worker", ceiling_tokens=8_000)
+    governor = Governor(
+        FakeBackend(num_blocks=4_096), agents=[worker], policies=Policies(ceiling=ceiling)
+    )
+    model = ToolCallingModel(rounds=1)
+    graph = react_worker(governor, model, checkpointer=InMemorySaver(), agent=worker)
+    thread = {"configurable": {"thread_id": "conversation"}}
+    result: dict[str, Any] = {}
+
+    async def work() -> None:
+        for question in ("build", "test"):
+            result.update(await graph.ainvoke({"messages": [HumanMessage(question)]}, thread))
+
+    stalled = longest_stall(work)
+    assert ceiling.num_calls == 1
+    assert [m.content for m in result["messages"] if m.type == "human"] == ["build", "test"]
+    assert sum(m.type == "tool" for m in result["messages"]) == 1  # the first turn's dropped
+    assert max(model.contexts) <= worker.ceiling_tokens
+    assert [hop for hop in hops if hop in ("settle", "_at_ceiling")] == ["_at_ceiling"]
+    assert stalled < WAIT_S / 2, stalled

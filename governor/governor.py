@@ -324,7 +324,8 @@ class Governor(ModelCalls, ToolCalls):
         try:
             admitted = await waiter.await_(self.config.admission_timeout_s)
         except asyncio.CancelledError:
-            if not self.admission.cancel(lease):  # admitted as we were cancelled
+            if not self.admission.cancel(lease):  # admitted as we were cancelled:
+                self._publish_admitted(lease, started, resumed)  # its span says both
                 await self.arelease(lease, error=asyncio.CancelledError())
             raise
         if not admitted and self.admission.cancel(lease):
@@ -335,6 +336,9 @@ class Governor(ModelCalls, ToolCalls):
     def _admitted(self, lease: Lease, started: float, resumed: bool) -> None:
         if lease.state is LeaseState.RELEASED:  # released by another thread as it waited
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        self._publish_admitted(lease, started, resumed)
+
+    def _publish_admitted(self, lease: Lease, started: float, resumed: bool) -> None:
         if self.events.active:
             wait_s = time.monotonic() - started
             kind = "resumed" if resumed else "admitted"

@@ -158,3 +158,35 @@ def test_a_resume_that_times_out_leaves_the_lease_parked_and_its_release_returns
         governor.release(other)
     _assert_released_exactly_once(governor, backend, events)
     assert [e.kind for e in events if e.lease_id == lease.lease_id].count("released") == 1
+
+
+def test_a_lease_admitted_as_its_task_is_cancelled_says_so_before_it_ends() -> None:
+    """The first lease's release admits the second and wakes its task, which is cancelled
+    before it runs again: the second was admitted, so its events say ``admitted`` and then
+    ``released`` (cancelled), and nothing is held."""
+    backend = FakeBackend(num_blocks=30, block_size=16)  # 27 usable: one 20-block lease
+    worker = AgentSpec(name="worker", ceiling_tokens=320)
+    governor = Governor(backend, agents=[worker])
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+
+    async def main() -> None:
+        first = governor.lease("worker")
+        lease = await first.__aenter__()
+        second = asyncio.ensure_future(governor.lease("worker").__aenter__())
+        for _ in range(10):  # let it queue
+            await asyncio.sleep(0)
+        assert governor.admission.counts()[:2] == (1, 1)
+        governor.release(lease)  # admits the second and wakes its task...
+        second.cancel()  # ...which is cancelled before it runs again
+        with pytest.raises(asyncio.CancelledError):
+            await second
+
+    asyncio.run(main())
+    ids = sorted({e.lease_id for e in events if e.lease_id is not None})
+    assert len(ids) == 2
+    kinds = [e.kind for e in events if e.lease_id == ids[1]]
+    assert kinds == ["requested", "admitted", "released"]
+    released = next(e for e in events if e.lease_id == ids[1] and e.kind == "released")
+    assert released.attributes["error"] == "cancelled"
+    _assert_released_exactly_once(governor, backend, events)

@@ -388,16 +388,18 @@ class Governor(ModelCalls, ToolCalls):
         with self._lock:
             budget_open = lease.budget in self._budgets_open
             self._budgets_open.discard(lease.budget)
-        if budget_open:
-            with self.idle.backend_lock:  # never in the middle of an offload of it
-                self.backend.close_budget(lease.budget)
-        self._publish(
-            "released",
-            lease,
-            tokens_in_context=lease.tokens_in_context,
-            num_calls=lease.num_calls,
-            error=error_name(error),
-        )
+        try:
+            if budget_open:
+                with self.idle.backend_lock:  # never in the middle of an offload of it
+                    self.backend.close_budget(lease.budget)
+        finally:  # the lease has ended, even where the engine failed to close its budget
+            self._publish(
+                "released",
+                lease,
+                tokens_in_context=lease.tokens_in_context,
+                num_calls=lease.num_calls,
+                error=error_name(error),
+            )
 
     def between_calls(self, lease: Lease) -> None:
         """The lease's agent is between model calls, with no tool running: reading its

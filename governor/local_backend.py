@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import itertools
 import os
@@ -332,14 +333,21 @@ class LocalBackend:
                 self._abort(stream.request_id)
             return stream
 
+        call = functools.partial(contextvars.copy_context().run, submit)
+        job = asyncio.get_running_loop().run_in_executor(None, call)
         try:
-            return await asyncio.to_thread(submit)
+            return await asyncio.shield(job)
         except asyncio.CancelledError:
             with lock:
                 cancelled = True
                 orphan = queued[0] if queued else None
             if orphan is not None:
                 self._abort(orphan.request_id)
+            else:
+                # Still tokenizing or queueing: it aborts itself once queued. Wait for that,
+                # so that what the caller does next (a lease released, its budget closed)
+                # reaches the engine after the abort, never between the request and it.
+                await _finished(job)
             raise
 
     def _abort(self, request_id: str) -> None:
@@ -394,6 +402,15 @@ class LocalBackend:
             return fn(*args, **kwargs)
         except EngineError as exc:
             _reraise(exc)
+
+
+async def _finished(job: asyncio.Future[Any]) -> None:
+    """Wait for ``job`` to end, whatever it ends with, through further cancellations."""
+    while not job.done():
+        with suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(job)
+    if not job.cancelled():
+        job.exception()  # retrieved: its outcome went to the orphan's abort
 
 
 def _result(completion: Completion) -> GenerationResult:

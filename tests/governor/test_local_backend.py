@@ -7,6 +7,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,39 @@ def test_capacity_reports_the_weights_memory() -> None:
     with LocalBackend(config={"num_blocks": 16}) as backend:
         cap = backend.capacity()
     assert cap.weights_bytes == 29_474_304 * 4  # tiny-random's parameters in float32
+
+
+def test_a_call_cancelled_while_it_is_queued_returns_after_its_abort(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is cancelled while a worker thread still tokenizes its request: the
+    cancelled call returns only once the request is queued and aborted, so what the
+    caller does next (its lease released, the budget closed) reaches the engine after
+    the abort. Before, the budget could close between the request and its abort."""
+    prepare = backend._prepare
+    queued_at: list[float] = []
+
+    def slow_prepare(request: GenerationRequest) -> Any:
+        time.sleep(0.3)  # tokenizing a long prompt
+        try:
+            return prepare(request)
+        finally:
+            queued_at.append(time.monotonic())
+
+    monkeypatch.setattr(backend, "_prepare", slow_prepare)
+    backend.open_budget("cancelled-agent", max_blocks=64)
+    request = GenerationRequest(prompt="Plan the work.", max_tokens=200, budget="cancelled-agent")
+
+    async def main() -> float:
+        call = asyncio.ensure_future(backend.agenerate(request))
+        await asyncio.sleep(0.05)  # the worker thread is tokenizing
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        returned_at = time.monotonic()
+        backend.close_budget("cancelled-agent")  # as a released lease does: no error
+        return returned_at
+
+    returned_at = asyncio.run(main())
+    assert queued_at and queued_at[0] <= returned_at
+    _wait_until(_settled(backend))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from governor import AgentSpec, Governor, GovernorConfig, LocalBackend
+from tests.loop_ticker import loop_ticker
 
 STEP_S = 0.25  # what each engine round trip takes here
 TASK = [{"role": "user", "content": "Find the failing test."}]
@@ -59,14 +60,6 @@ def test_a_slow_engine_never_stalls_the_event_loop() -> None:
     backend._tokenizer = _RecordingTokenizer(backend._tokenizer, tokenized_on)
     gaps: list[float] = []
 
-    async def other_agent(done: asyncio.Event) -> None:
-        last = time.monotonic()
-        while not done.is_set():
-            await asyncio.sleep(0.005)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
     async def work(child: Any) -> None:
         async with child as lease:
             await governor.acomplete(lease, TASK, max_tokens=2)
@@ -81,14 +74,10 @@ def test_a_slow_engine_never_stalls_the_event_loop() -> None:
             await governor.acomplete(plan, TASK, max_tokens=2)
 
     async def main() -> int:
-        done = asyncio.Event()
-        ticker = asyncio.ensure_future(other_agent(done))
         started = time.monotonic()
-        try:
+        async with loop_ticker() as ticks:
             await asyncio.wait_for(governed_agent(), timeout=60)
-        finally:
-            done.set()
-            await ticker
+        gaps.extend(ticks)
         # How many slow round trips the agent's life took, all of them off the loop.
         return round((time.monotonic() - started) / STEP_S)
 

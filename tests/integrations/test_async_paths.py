@@ -33,6 +33,7 @@ from governor.testing import FakeBackend
 from integrations.langchain import GovernorMiddleware
 from policies import DropOldest, LLMSummarizer
 from tests.integrations.langgraph_graphs import ToolCallingModel, react_worker, search
+from tests.loop_ticker import loop_ticker
 
 WORKER = AgentSpec(name="worker", ceiling_tokens=4_000, tool_output_tokens=200)
 SUMMARY = "search: 400 lines matched, every build step status ok."
@@ -74,27 +75,13 @@ def governed() -> tuple[Governor, LLMSummarizer, SlowCeiling, list[GovernorEvent
 
 def longest_stall(work: Callable[[], Awaitable[Any]]) -> float:
     """Run ``work`` with a coroutine beside it on the loop; its longest gap between ticks."""
-    gaps: list[float] = []
 
-    async def other_agent(done: asyncio.Event) -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async def main() -> None:
-        done = asyncio.Event()
-        ticking = asyncio.create_task(other_agent(done))
-        try:
+    async def main() -> float:
+        async with loop_ticker() as gaps:
             await work()
-        finally:
-            done.set()
-            await ticking
+        return max(gaps)
 
-    asyncio.run(main())
-    return max(gaps)
+    return asyncio.run(main())
 
 
 def test_the_middleware_summarizes_and_plans_off_the_event_loop() -> None:

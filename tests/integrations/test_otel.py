@@ -36,6 +36,7 @@ from governor import (
 from governor.testing import FakeBackend
 from integrations.otel import Instrumentation, instrument
 from policies import DropOldest, LLMSummarizer
+from tests.loop_ticker import loop_ticker
 
 CODER = AgentSpec(name="coder", ceiling_tokens=400, tool_output_tokens=40)
 WORKER = AgentSpec(name="worker", ceiling_tokens=400)
@@ -373,7 +374,6 @@ def test_async_agents_keep_running_while_telemetry_reads_a_busy_engine(
 ) -> None:
     backend = SlowBookkeepingBackend(num_blocks=512)
     governor, events = _governor(backend)
-    gaps: list[float] = []
 
     async def agent() -> None:
         async with governor.lease("worker") as lease:
@@ -381,26 +381,16 @@ def test_async_agents_keep_running_while_telemetry_reads_a_busy_engine(
                 await governor.acomplete(lease, TASK, max_tokens=2)
         backend.preemptions = 4  # seen by a later reading
 
-    async def other_coroutine(done: asyncio.Event) -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(0.005)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    async def main() -> None:
-        done = asyncio.Event()
-        ticking = asyncio.create_task(other_coroutine(done))
-        with governor.run("swarm"):
-            await asyncio.gather(*(agent() for _ in range(4)))
-        done.set()
-        await ticking
+    async def main() -> float:
+        async with loop_ticker() as gaps:
+            with governor.run("swarm"):
+                await asyncio.gather(*(agent() for _ in range(4)))
+        return max(gaps)
 
     with telemetry.instrument(governor):  # off the loop: the baseline is read here
-        asyncio.run(main())
+        longest = asyncio.run(main())
     # 12 calls, 4 releases and a run each asked for a reading; a read takes 0.2 s.
-    assert max(gaps) < 0.1
+    assert longest < 0.1
     assert sum(e.kind == "call.finished" for e in events) == 12
     # The readings were taken off the loop, and the last lands by uninstrument.
     points = telemetry.metrics()

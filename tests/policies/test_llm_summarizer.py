@@ -36,6 +36,7 @@ from governor import (
 from governor.testing import FakeBackend
 from policies.extractive_summarizer import ExtractiveSummarizer
 from policies.llm_summarizer import DEFAULT_PROMPT, LLMSummarizer, SummarizerStats
+from tests.loop_ticker import loop_ticker
 
 COUNTER = TokenCounter()
 ARGUMENTS = {"path": "src/config.py", "verbose": True}
@@ -449,23 +450,8 @@ def test_areduce_leaves_the_event_loop_free_while_the_engine_is_busy() -> None:
     summarizer = LLMSummarizer(backend, max_input_tokens=20_000)
 
     async def main() -> tuple[ToolOutputReduction, float]:
-        done = asyncio.Event()
-        gaps: list[float] = []
-
-        async def other_agent() -> None:  # another coroutine on the same loop
-            last = time.perf_counter()
-            while not done.is_set():
-                await asyncio.sleep(0.005)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        ticking = asyncio.create_task(other_agent())
-        try:
+        async with loop_ticker() as gaps:  # another coroutine on the same loop
             result = await summarizer.areduce(LOG, budget_tokens=60)
-        finally:
-            done.set()
-            await ticking
         return result, max(gaps)
 
     result, longest = asyncio.run(main())

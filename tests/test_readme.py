@@ -13,7 +13,7 @@ from governor import Governor
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_RUN = ROOT / ".ci" / "run"
-MAIN_JOB = "pip install torch==2.13.0 && pip install -e . && kvgov demo"
+MAIN_JOB = "pip install torch==2.13.0 && pip install -e '.[engine]' && kvgov demo"
 TEST_COMMAND = "pip install torch==2.13.0 && pip install -e '.[dev]' && python -m pytest"
 
 

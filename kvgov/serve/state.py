@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from governor import __version__
 from governor.local_backend import LocalBackend
+from kvgov.serve.events import EventLog
 from kvgov.serve.settings import ServeSettings
 
 __all__ = ["ServerState"]
@@ -29,6 +30,7 @@ class ServerState:
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: float = field(default_factory=time.time)
     version: str = __version__
+    events: EventLog = field(default_factory=EventLog)
 
     @property
     def model_name(self) -> str:

@@ -39,7 +39,9 @@ from engine.outputs import (
     Capacity,
     Completion,
     EngineMetrics,
+    EngineSnapshot,
     KVSnapshot,
+    RequestInfo,
     RequestOutput,
 )
 from engine.request import FinishReason, Request, RequestStatus
@@ -451,15 +453,16 @@ class Engine:
             if held is not None:
                 seq_ids.append(held)
             device: set[int] = set()
-            num_tokens = num_host = 0
+            num_tokens = num_host = num_host_tokens = 0
             for seq_id in seq_ids:
                 if manager.sequence_state(seq_id) is SequenceState.SWAPPED:
                     num_host += len(manager.block_ids(seq_id))
+                    num_host_tokens += manager.num_tokens(seq_id)
                 else:
                     device.update(manager.block_ids(seq_id))
                     num_tokens += manager.num_tokens(seq_id)
             budgets[budget.name] = BudgetBlocks(
-                frozenset(device), num_tokens, num_host, budget.max_blocks
+                frozenset(device), num_tokens, num_host, budget.max_blocks, num_host_tokens
             )
         metrics = self.metrics()
         return KVSnapshot(
@@ -469,6 +472,14 @@ class Engine:
             num_blocks_in_use=metrics.num_blocks_in_use,
             num_tokens_in_use=metrics.num_tokens_in_use,
         )
+
+    def snapshot(self) -> EngineSnapshot:
+        """Metrics, capacity, the KV map and the unfinished requests, read together between
+        two steps: one instant, so a live view's figures agree. Read-only."""
+        s = self.scheduler
+        queues = {"running": s.running, "waiting": s.waiting, "swapped": s.swapped}
+        requests = tuple(RequestInfo.of(r, state) for state, queue in queues.items() for r in queue)
+        return EngineSnapshot(self.metrics(), self.capacity(), self.kv_snapshot(), requests)
 
 
 def _is_single_prompt(prompts: object) -> bool:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.request import FinishReason
+from engine.request import FinishReason, Request
 
 __all__ = [
     "BudgetBlocks",
     "Capacity",
     "Completion",
     "EngineMetrics",
+    "EngineSnapshot",
     "KVSnapshot",
+    "RequestInfo",
     "RequestOutput",
 ]
 
@@ -94,6 +96,7 @@ class BudgetBlocks:
     num_device_tokens: int  # tokens whose K/V its device blocks hold, counted per holder
     num_host_blocks: int  # offloaded to host memory: swapped requests, an offloaded hold
     max_blocks: int  # the budget's cap
+    num_host_tokens: int = 0  # tokens whose K/V its host blocks hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +109,40 @@ class KVSnapshot:
     num_blocks: int
     num_blocks_in_use: int
     num_tokens_in_use: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """One unfinished request as the scheduler holds it: ``state`` names the queue it is
+    in ("running", "waiting" or "swapped"), so the counts match ``EngineMetrics``."""
+
+    request_id: str
+    state: str
+    budget: str | None
+    priority: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+
+    @classmethod
+    def of(cls, request: Request, state: str) -> RequestInfo:
+        return cls(
+            request.request_id,
+            state,
+            request.budget,
+            request.priority,
+            request.num_prompt_tokens,
+            request.num_output_tokens,
+            request.num_cached_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """What an observer shows (a live page, a metrics scrape), read at one instant between
+    two steps, so its figures agree with each other."""
+
+    metrics: EngineMetrics
+    capacity: Capacity
+    kv: KVSnapshot
+    requests: tuple[RequestInfo, ...]

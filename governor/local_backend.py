@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from engine.block_results import PinnedPrefix
     from engine.engine import Engine
     from engine.engine_loop import EngineLoop, RequestStream
-    from engine.outputs import Completion, KVSnapshot
+    from engine.outputs import Completion, EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
 
 __all__ = ["LocalBackend"]
@@ -234,6 +234,15 @@ class LocalBackend:
         """The engine's ``kv_snapshot``: every budget's blocks, on the device and offloaded,
         read at one instant between two steps (a budget is ``Lease.budget``)."""
         return self._call(self._engine.kv_snapshot)
+
+    def live_snapshot(self) -> EngineSnapshot:
+        """The engine's ``snapshot``: metrics, capacity, KV map and requests at one instant."""
+        return self._call(self._engine.snapshot)
+
+    @property
+    def weights_bytes(self) -> int:
+        """Device memory the model's weights take."""
+        return self._weights_bytes
 
     def health(self) -> BackendHealth:
         """Ok when the engine thread answers within a few seconds."""

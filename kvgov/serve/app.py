@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from governor import __version__
 from governor.local_backend import LocalBackend
-from kvgov.serve import control, openai_api, ops
+from kvgov.serve import control, openai_api, ops, page
 from kvgov.serve.settings import ServeSettings
 from kvgov.serve.state import ServerState
 
@@ -26,4 +26,5 @@ def create_app(backend: LocalBackend, settings: ServeSettings | None = None) -> 
     app.include_router(ops.router)
     app.include_router(openai_api.router)
     app.include_router(control.router)
+    app.include_router(page.router)
     return app

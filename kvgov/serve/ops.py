@@ -1,4 +1,5 @@
-"""Operations routes: ``GET /health`` and ``GET /version``.
+"""Operations routes: ``GET /health``, ``GET /version`` and ``GET /metrics`` (Prometheus
+text, vLLM's names where vLLM has the figure: see ``kvgov.serve.metrics``).
 
 ``/health`` is the one route that needs no API key (load balancers and restart probes call
 it); it answers 503 with the reason when the engine thread does not answer.
@@ -7,8 +8,10 @@ it); it answers 503 with the reason when the engine thread does not answer.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from kvgov.serve.metrics import exposition, families
 from kvgov.serve.state import ServerState
 
 __all__ = ["router"]
@@ -38,3 +41,18 @@ def version(request: Request) -> dict[str, object]:
         "started_at": state.started_at,
         "model": state.model_name,
     }
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    # A plain def: Starlette runs it on its thread pool, where waiting for the engine's
+    # snapshot (the current step to end) holds no event loop.
+    state = state_of(request)
+
+    def read() -> list:  # type: ignore[type-arg]
+        snapshot = state.backend.live_snapshot()
+        return families(
+            snapshot, model_name=state.model_name, weights_bytes=state.backend.weights_bytes
+        )
+
+    return Response(exposition(read), media_type=CONTENT_TYPE_LATEST)

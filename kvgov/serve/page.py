@@ -31,6 +31,7 @@ CONTENT_SECURITY_POLICY = (
     "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 _STATIC = {
+    "favicon.svg": "image/svg+xml",
     "live.css": "text/css; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
 }

@@ -1,0 +1,49 @@
+"""``serving(app)``: an ASGI app under a real uvicorn server on a free loopback port, in a
+background thread, for as long as a ``with`` block lasts.
+
+For the live page's screenshot script and for tests that drive the server over real
+sockets (a browser, an HTTP client). The socket is bound before the thread starts, so the
+address is known at once and no other process can take the port in between.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+__all__ = ["serving"]
+
+_START_TIMEOUT_S = 30.0
+
+
+@contextmanager
+def serving(app: object, *, host: str = "127.0.0.1") -> Iterator[str]:
+    """Yields the base URL (``http://127.0.0.1:PORT``); stops the server on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise RuntimeError(f"uvicorn did not start on {host}:{port} in {_START_TIMEOUT_S} s")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=_START_TIMEOUT_S)
+        sock.close()

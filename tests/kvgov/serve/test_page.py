@@ -111,8 +111,10 @@ def updates(page: Any) -> int:
 
 
 def next_update(page: Any, after: int, timeout_s: float = 10) -> None:
+    # A function, not an expression: the page's CSP forbids eval, which an expression needs.
     page.wait_for_function(
-        f"Number(document.getElementById('updated').dataset.updates) > {after}",
+        "after => Number(document.getElementById('updated').dataset.updates) > after",
+        arg=after,
         timeout=timeout_s * 1000,
     )
 

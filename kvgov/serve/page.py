@@ -21,7 +21,7 @@ from fastapi.responses import Response
 from kvgov.serve.live import live_view
 from kvgov.serve.state import ServerState
 
-__all__ = ["CONTENT_SECURITY_POLICY", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "PUBLIC_PATHS", "router"]
 
 router = APIRouter()
 
@@ -35,6 +35,9 @@ _STATIC = {
     "live.css": "text/css; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
 }
+# The page's shell: no figure in it, and a browser cannot send a Bearer header when it
+# navigates, so the auth middleware lets these through; the data route is not among them.
+PUBLIC_PATHS = frozenset({"/", *(f"/static/{name}" for name in _STATIC)})
 _HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",

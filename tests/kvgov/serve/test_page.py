@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governor.backend import GenerationRequest
 from governor.local_backend import LocalBackend
-from kvgov.serve import create_app
+from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.background import serving
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -87,8 +87,9 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-def scrape(base_url: str) -> Figures:
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+def scrape(base_url: str, key: str | None = None) -> Figures:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10).text
     return {
         (s.name, frozenset((k, v) for k, v in s.labels.items() if k not in SHARED_LABELS)): s.value
         for family in text_string_to_metric_families(text)
@@ -119,13 +120,15 @@ def next_update(page: Any, after: int, timeout_s: float = 10) -> None:
     )
 
 
-def wait_until_page_shows_metrics(page: Any, base_url: str, timeout_s: float = 20) -> Figures:
+def wait_until_page_shows_metrics(
+    page: Any, base_url: str, timeout_s: float = 20, key: str | None = None
+) -> Figures:
     """The page's figures and a scrape of /metrics agree (the engine is idle, so each poll
     of the page and each scrape read the same instant's figures)."""
     deadline = time.monotonic() + timeout_s
     while True:
         seen = updates(page)
-        want = scrape(base_url)
+        want = scrape(base_url, key)
         shown = page_figures(page)
         wrong = [(n, dict(labels), v, want.get((n, labels))) for n, labels, v in shown]
         wrong = [w for w in wrong if w[2] != w[3]]
@@ -243,3 +246,40 @@ def test_the_live_route_lists_running_requests_with_the_engine(
         assert in_use == samples["kvgov:kv_blocks_in_use"]
     finally:
         generation.stop()
+
+
+def test_with_api_keys_the_page_asks_for_one_and_keeps_it_out_of_urls(
+    browser: Any, backend: LocalBackend
+) -> None:
+    pytest.importorskip("kvgov.serve.security", reason="API keys come with the auth middleware")
+    key = "page-test-key-5c1d"
+    app = create_app(backend, ServeSettings(api_keys=(key,)))
+    with serving(app) as url:
+        for route in ("/kvgov/v1/live", "/metrics"):  # the figures need the key
+            assert httpx.get(url + route, timeout=10).status_code == 401
+        context = browser.new_context()
+        page = context.new_page()
+        requested: list[str] = []
+        context.on("request", lambda request: requested.append(request.url))
+        try:
+            response = page.goto(url + "/")  # the shell has no figures: it loads without one
+            assert response is not None and response.status == 200
+            page.wait_for_selector("#key-form", state="visible", timeout=15_000)
+            assert page.text_content("#status") == "API key needed"
+            assert page.get_attribute("#updated", "data-updates") == "0"
+
+            page.fill("#key", "not-the-key")
+            page.click("#key-form button[type=submit]")
+            page.wait_for_function(
+                "() => document.getElementById('status').textContent == 'key refused'",
+                timeout=15_000,
+            )
+            page.fill("#key", key)
+            page.click("#key-form button[type=submit]")
+            next_update(page, 0, timeout_s=15)
+            assert page.is_hidden("#key-form")
+            wait_until_page_shows_metrics(page, url, key=key)
+            assert page.evaluate("() => sessionStorage.getItem('kvgov.apiKey')") == key
+        finally:
+            context.close()
+    assert requested and all(key not in u and u.startswith(url + "/") for u in requested)

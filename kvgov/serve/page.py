@@ -47,7 +47,7 @@ _HEADERS = {
 
 
 def _read(name: str) -> bytes:
-    return resources.files("kvgov.serve").joinpath("static", name).read_bytes()
+    return resources.files("kvgov.serve.static").joinpath(name).read_bytes()
 
 
 @router.get("/", include_in_schema=False)

@@ -92,16 +92,20 @@ class _Running:
 
 def _scene(backend: LocalBackend, events: EventLog, running: _Running) -> None:
     handle = backend.pin_prefix(SYSTEM)
-    events.record("prefix.pinned", key=handle.key, num_blocks=handle.num_blocks)
+    events.record(
+        "prefix.pinned", tenant="", key=handle.key, num_pinned_tokens=handle.num_pinned_tokens
+    )
     for name, max_blocks in (("planner", 12), ("worker-1", 24), ("worker-2", 24), ("worker-3", 8)):
         backend.open_budget(name, max_blocks=max_blocks)
-        events.record("budget.opened", name=name, max_blocks=max_blocks)
+        events.record("budget.opened", tenant="", budget=name, max_blocks=max_blocks)
     _turn(backend, events, "planner", "Plan the refactor of the scheduler into three tasks.")
-    events.record("kv.retained", budget="planner", tokens=backend.retain(budget="planner"))
+    held = backend.retain(budget="planner")
+    events.record("kv.retained", tenant="", budget="planner", tokens=held)
     _turn(backend, events, "worker-3", "Task 3: update the docs for the new scheduler.")
-    events.record("kv.retained", budget="worker-3", tokens=backend.retain(budget="worker-3"))
+    held = backend.retain(budget="worker-3")
+    events.record("kv.retained", tenant="", budget="worker-3", tokens=held)
     backend.offload(budget="worker-3")
-    events.record("kv.offloaded", budget="worker-3")
+    events.record("kv.offloaded", tenant="", budget="worker-3")
     for i, task in ((1, "Task 1: split schedule() in two."), (2, "Task 2: add the tests.")):
         budget = f"worker-{i}"
         request = GenerationRequest(prompt=SYSTEM + task, max_tokens=2000, budget=budget)

@@ -143,7 +143,9 @@
   function renderEvents(events) {
     const items = events.slice().reverse().map((e) => {
       const { seq, at, kind, ...fields } = e;
-      const detail = Object.entries(fields).map(([k, v]) => k + "=" + JSON.stringify(v));
+      const detail = Object.entries(fields)
+        .filter(([, v]) => v !== "" && v !== null) // no tenant without API keys
+        .map(([k, v]) => k + "=" + JSON.stringify(v));
       const time = new Date(at * 1000).toLocaleTimeString();
       return el("li", { "data-seq": seq, "data-kind": kind }, el("time", {}, time), " ",
         el("b", {}, kind), " ", el("span", { class: "muted" }, detail.join(" ")));

@@ -13,9 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.outputs import Capacity, EngineMetrics, EngineSnapshot, KVSnapshot
 from governor.backend import GenerationRequest
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
+from kvgov.serve.metrics import families, samples
 
 Scrape = dict[tuple[str, frozenset[tuple[str, str]]], float]
 MODEL = "tiny-random"
@@ -185,3 +187,45 @@ def test_apps_in_one_process_keep_their_own_metrics(backend: LocalBackend) -> No
         s.name for family in prometheus_client.REGISTRY.collect() for s in family.samples
     }
     assert not any(n.startswith(("vllm:", "kvgov:")) for n in global_names)
+
+
+def test_swapped_requests_count_as_waiting_as_vllm_counts_preempted_ones() -> None:
+    # A hand-built snapshot: the instant a preempted request sits swapped out is a race in
+    # a real run. vLLM puts a preempted request back in its waiting queue.
+    metrics = EngineMetrics(
+        num_blocks=8,
+        num_blocks_in_use=6,
+        num_blocks_free=2,
+        num_blocks_cached=1,
+        num_blocks_pinned=0,
+        num_blocks_swapped=3,
+        num_requests_running=1,
+        num_requests_waiting=2,
+        num_requests_swapped=3,
+        num_preemptions=3,
+        prefix_cache_queries=0,
+        prefix_cache_hits=0,
+        tokens_per_sequence={},
+    )
+    capacity = Capacity(
+        block_size=16,
+        num_blocks=8,
+        num_free_blocks=2,
+        num_pinned_blocks=0,
+        num_host_blocks=16,
+        bytes_per_block=1024,
+        max_model_len=512,
+    )
+    kv = KVSnapshot(
+        budgets={},
+        pinned_block_ids=frozenset(),
+        num_blocks=8,
+        num_blocks_in_use=6,
+        num_tokens_in_use=90,
+    )
+    snapshot = EngineSnapshot(metrics, capacity, kv, requests=())
+    got = {s.name: s.value for s in samples(families(snapshot, model_name="m", weights_bytes=0))}
+    assert got["vllm:num_requests_waiting"] == 5
+    assert got["kvgov:num_requests_swapped"] == 3
+    assert got["vllm:num_requests_running"] == 1
+    assert got["vllm:kv_cache_usage_perc"] == 6 / 8

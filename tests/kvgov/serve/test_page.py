@@ -196,7 +196,7 @@ def test_the_page_shows_what_metrics_shows_and_follows_requests(
         # A request runs in a budget: the page shows it running and its blocks.
         events = app.state.kvgov.events  # the control plane records this; the test stands in
         backend.open_budget("agent-a", max_blocks=32)
-        events.record("budget.opened", name="agent-a", max_blocks=32)
+        events.record("budget.opened", tenant="", budget="agent-a", max_blocks=32)
         request = GenerationRequest(
             prompt="agent a reads the logs " * 6, max_tokens=2000, budget="agent-a"
         )

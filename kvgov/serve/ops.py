@@ -2,7 +2,8 @@
 text, vLLM's names where vLLM has the figure: see ``kvgov.serve.metrics``).
 
 ``/health`` is the one route that needs no API key (load balancers and restart probes call
-it); it answers 503 with the reason when the engine thread does not answer.
+it); it answers 503 with the reason when the engine thread does not answer. ``/metrics``
+needs the key when the server has keys (Prometheus sends it with ``authorization``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import Metric
 
 from kvgov.serve.metrics import exposition, families
 from kvgov.serve.state import ServerState
@@ -49,7 +51,7 @@ def metrics(request: Request) -> Response:
     # snapshot (the current step to end) holds no event loop.
     state = state_of(request)
 
-    def read() -> list:  # type: ignore[type-arg]
+    def read() -> list[Metric]:
         snapshot = state.backend.live_snapshot()
         return families(
             snapshot, model_name=state.model_name, weights_bytes=state.backend.weights_bytes

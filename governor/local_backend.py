@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from engine.engine_loop import EngineLoop, RequestStream
     from engine.outputs import Completion, EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
+    from engine.tokenizer import Tokenizer
 
 __all__ = ["LocalBackend"]
 
@@ -194,6 +195,12 @@ class LocalBackend:
     @property
     def counter(self) -> TokenCounter:
         return self._counter
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The engine's tokenizer (immutable, thread-safe): what ``kvgov serve``'s
+        ``/tokenize`` and ``return_token_ids`` encode with."""
+        return self._tokenizer
 
     def count_tokens(self, text: str) -> int:
         return self._translated(self._counter.count, text)

@@ -1,10 +1,150 @@
 """The OpenAI-compatible routes: ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/models``, ``/tokenize`` and ``/detokenize``."""
+``/v1/models``, ``/tokenize`` and ``/detokenize``.
+
+Request bodies are ``openai_schemas``; answers are ``openai_responses``; each model call
+is a ``ModelCall`` (gate, events, errors, tenancy). A streamed call takes its first
+chunk before the response starts, so a request the engine refuses (a prompt over the
+context, an unknown budget) still gets its 4xx instead of a 200 stream that breaks off.
+The tokenizer routes tokenize on a worker thread: a long text never holds the event loop.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+from contextlib import suppress
+from typing import Any
 
-__all__ = ["router"]
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from kvgov.serve.errors import ApiError
+from kvgov.serve.openai_calls import ApiContext, ClientGone, ModelCall
+from kvgov.serve.openai_responses import SSEResponse, completion_body, event_stream
+from kvgov.serve.openai_schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from kvgov.serve.state import ServerState
+
+__all__ = ["api_context", "router"]
 
 router = APIRouter()
+
+# What a server answers a client that has gone: nobody reads it (nginx's 499 convention).
+_CLIENT_CLOSED = 499
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.kvgov
+    return state
+
+
+def api_context(request: Request) -> ApiContext:
+    context: ApiContext = request.app.state.kvgov_api
+    return context
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    return await _run(ModelCall(_state(request), api_context(request), request, body, "chat"))
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    return await _run(ModelCall(_state(request), api_context(request), request, body, "text"))
+
+
+async def _run(call: ModelCall) -> Response:
+    prompt_ids = await call.prompt_token_ids() if call.body.return_token_ids else None
+    if not call.body.stream:
+        try:
+            result = await call.generate()
+        except ClientGone:
+            return Response(status_code=_CLIENT_CLOSED)
+        return JSONResponse(completion_body(call, result, prompt_ids))
+    chunks = call.stream()
+    try:
+        first = await call.until_disconnect(anext(chunks))
+    except ClientGone:
+        with suppress(Exception):
+            await chunks.aclose()
+        return Response(status_code=_CLIENT_CLOSED)
+    except BaseException:
+        with suppress(Exception):
+            await chunks.aclose()
+        raise
+    return SSEResponse(event_stream(call, first, chunks, prompt_ids))
+
+
+@router.get("/v1/models")
+def models(request: Request) -> dict[str, Any]:
+    state = _state(request)
+    card = {
+        "id": state.model_name,
+        "object": "model",
+        "created": int(state.started_at),
+        "owned_by": "kvgov",
+        "root": state.backend.model,
+        "parent": None,
+        "max_model_len": api_context(request).max_model_len,
+    }
+    return {"object": "list", "data": [card]}
+
+
+@router.get("/v1/models/{model_id:path}")
+def model(model_id: str, request: Request) -> dict[str, Any]:
+    for card in models(request)["data"]:
+        if card["id"] == model_id:
+            return card
+    raise ApiError(404, f"The model `{model_id}` does not exist", code="model_not_found")
+
+
+def _check_model(request: Request, model_name: str | None) -> None:
+    served = _state(request).model_name
+    if model_name is not None and model_name != served:
+        raise ApiError(
+            404,
+            f"The model `{model_name}` does not exist; this server serves `{served}`",
+            code="model_not_found",
+            param="model",
+        )
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    _check_model(request, body.model)
+    tokenizer = _state(request).backend.tokenizer
+    if body.messages is not None:
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        tokens = await asyncio.to_thread(
+            tokenizer.encode_chat, messages, add_generation_prompt=body.add_generation_prompt
+        )
+    else:
+        assert body.prompt is not None
+        tokens = await asyncio.to_thread(
+            tokenizer.encode, body.prompt, add_special_tokens=body.add_special_tokens
+        )
+    return {
+        "count": len(tokens),
+        "max_model_len": api_context(request).max_model_len,
+        "tokens": tokens,
+    }
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
+    _check_model(request, body.model)
+    tokenizer = _state(request).backend.tokenizer
+    vocab = tokenizer.vocab_size
+    bad = [token for token in body.tokens if token >= vocab]
+    if bad:
+        raise ApiError(
+            400,
+            f"token ids must be in 0..{vocab - 1} for this tokenizer; got {bad[:5]}",
+            code="invalid_token_ids",
+            param="tokens",
+        )
+    text = await asyncio.to_thread(tokenizer.decode, body.tokens, skip_special_tokens=False)
+    return {"prompt": text}

@@ -1,0 +1,219 @@
+"""``ModelCall``: one OpenAI request turned into a ``GenerationRequest`` and run on the
+backend, with what every model call of the server does around it.
+
+Around each call: the model name is checked (404), the queue gate is passed (429), the
+tenant's budget name and cache salt are applied, ``request.*`` events are recorded, the
+engine's errors become ``ApiError`` (a prompt over the model's context is 400
+``context_length_exceeded``), and ``retain`` holds the KV once the call is done.
+
+A call whose client goes away is cancelled: ``LocalBackend.astream`` aborts the engine
+request when its consumer stops, so its blocks return at once. A non-streamed call races
+the generation against the client's disconnect (the request's ``receive``, which yields
+``http.disconnect`` once the body has been read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import aclosing, suppress
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from fastapi import Request
+
+from governor.backend import GenerationChunk, GenerationRequest, GenerationResult
+from kvgov.serve import security
+from kvgov.serve.errors import ApiError, from_exception
+from kvgov.serve.limits import QueueGate
+from kvgov.serve.openai_schemas import ChatCompletionRequest, CompletionRequest
+from kvgov.serve.state import ServerState
+
+__all__ = ["ApiContext", "ClientGone", "ModelCall"]
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+@dataclass(slots=True)
+class ApiContext:
+    """What the OpenAI routes keep besides ``ServerState`` (``app.state.kvgov_api``)."""
+
+    gate: QueueGate
+    max_model_len: int
+
+
+@dataclass(slots=True)
+class ModelCall:
+    state: ServerState
+    api: ApiContext
+    request: Request
+    body: ChatCompletionRequest | CompletionRequest
+    kind: Literal["chat", "text"]
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+    tenant: str = ""
+
+    def __post_init__(self) -> None:
+        prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.tenant = security.tenant_of(self.request)
+        model = self.body.model
+        if model is not None and model != self.state.model_name:
+            self._refused(404, "model_not_found")
+            raise ApiError(
+                404,
+                f"The model `{model}` does not exist; this server serves "
+                f"`{self.state.model_name}` (GET /v1/models lists it)",
+                code="model_not_found",
+                param="model",
+            )
+
+    @property
+    def model(self) -> str:
+        return self.state.model_name
+
+    def generation_request(self) -> GenerationRequest:
+        body = self.body
+        budget = None if body.budget is None else security.scoped_budget(self.tenant, body.budget)
+        common = {
+            # Without a limit the call may use the rest of the context: the engine ends it
+            # at the ceiling (finish "length"), as vLLM does with no max_tokens.
+            "max_tokens": body.output_limit or self.api.max_model_len,
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "seed": body.seed,
+            "stop": body.stop_strings,
+            "ceiling_tokens": body.ceiling_tokens,
+            "budget": budget,
+            "cache_salt": security.cache_salt_for(self.tenant, body.cache_salt),
+            "priority": body.priority,
+        }
+        if isinstance(body, ChatCompletionRequest):
+            return GenerationRequest(messages=body.message_dicts(), **common)
+        return GenerationRequest(prompt=body.one_prompt(), **common)
+
+    async def prompt_token_ids(self) -> list[int]:
+        """The prompt's ids, as the engine tokenizes it (for ``return_token_ids``)."""
+        tokenizer = self.state.backend.tokenizer
+        body = self.body
+        if isinstance(body, ChatCompletionRequest):
+            return await asyncio.to_thread(tokenizer.encode_chat, body.message_dicts())
+        prompt = body.one_prompt()
+        if isinstance(prompt, str):
+            return await asyncio.to_thread(tokenizer.encode, prompt)
+        return list(prompt)
+
+    # -- running ------------------------------------------------------------------------
+    async def generate(self) -> GenerationResult:
+        """The whole answer; ``ClientGone`` (after aborting) if the client left first."""
+        return await self.until_disconnect(self._collect())
+
+    async def _collect(self) -> GenerationResult:
+        async with aclosing(self.stream()) as chunks:
+            async for chunk in chunks:
+                if chunk.result is not None:
+                    return chunk.result
+        raise AssertionError("a stream always ends with a chunk that has the result")
+
+    async def stream(self) -> AsyncIterator[GenerationChunk]:
+        """The backend's chunks, inside the gate, events and error mapping."""
+        await self._enter()
+        finished = refused = False
+        try:
+            generation = self.generation_request()
+            self._record("request.started")
+            async with aclosing(self.state.backend.astream(generation)) as chunks:
+                async for chunk in chunks:
+                    if chunk.result is not None:
+                        await self._finish(chunk.result)
+                        finished = True
+                    yield chunk
+        except ApiError as exc:
+            refused = True
+            self._refused(exc.status, exc.code)
+            raise
+        except Exception as exc:
+            refused = True
+            error = self._translate(exc)
+            self._refused(error.status, error.code)
+            raise error from exc
+        finally:
+            self.api.gate.leave()
+            if not finished and not refused:
+                self._record("request.aborted", reason="client disconnected")
+
+    async def until_disconnect(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or ``ClientGone`` once ``work`` is cancelled because the
+        client disconnected first."""
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(_disconnected(self.request))
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.cancelled():
+            raise ClientGone()
+        return task.result()
+
+    async def _enter(self) -> None:
+        try:
+            await self.api.gate.enter()
+        except ApiError as exc:
+            self._refused(exc.status, exc.code)
+            raise
+
+    async def _finish(self, result: GenerationResult) -> None:
+        body = self.body
+        if body.retain and body.budget is not None:
+            budget = security.scoped_budget(self.tenant, body.budget)
+            await asyncio.to_thread(self.state.backend.retain, budget=budget)
+        self._record(
+            "request.finished",
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            cached_tokens=result.cached_tokens,
+            finish_reason=result.finish_reason,
+        )
+
+    def _translate(self, exc: Exception) -> ApiError:
+        from engine.errors import CeilingExceededError
+
+        limit = self.api.max_model_len
+        if isinstance(exc, CeilingExceededError) and exc.ceiling_tokens == limit:
+            what = "messages" if self.kind == "chat" else "prompt"
+            prompt_tokens = exc.needed - 1
+            return ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your "
+                f"{what} resulted in {prompt_tokens} tokens, which leaves no room for a "
+                f"completion. Please reduce the length of the {what}.",
+                code="context_length_exceeded",
+                param="messages" if self.kind == "chat" else "prompt",
+                headers={"x-should-retry": "false"},
+            )
+        return from_exception(exc, tenant=self.tenant)
+
+    def _record(self, kind: str, **fields: object) -> None:
+        self.state.events.record(
+            kind, id=self.id, tenant=self.tenant, budget=self.body.budget, **fields
+        )
+
+    def _refused(self, status: int, code: str | None) -> None:
+        self._record("request.refused", status=status, code=code)
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

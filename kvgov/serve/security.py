@@ -1,0 +1,142 @@
+"""Who may call ``kvgov serve``, and whose cache a request may reuse.
+
+Keys: ``--api-key`` (repeatable), ``--api-key-file`` (one key per line, ``#`` comments)
+and the environment (``KVGOV_API_KEY``, or ``KVGOV_API_KEYS`` comma-separated) all add
+keys. With at least one key, every route but ``/health`` needs
+``Authorization: Bearer KEY``; the key is compared with ``hmac.compare_digest`` against
+every configured key, without stopping at a match, so neither which key matched nor how
+much of one did shows in the time taken. Without keys every request is let in (only
+sensible on loopback; ``kvgov serve`` warns otherwise).
+
+Tenants: each key is a tenant, named by a short hash of the key (never the key, which
+appears in no log, event or error). The tenant is put on ``request.state.kvgov_tenant``
+("" without keys). Inside the server a tenant's budget names are scoped
+(``scoped_budget``) and its cache salt is its own (``cache_salt_for``), so one tenant's
+requests never reuse another's prefix blocks, whatever salt a client sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from fastapi import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kvgov.serve.errors import ApiError
+
+__all__ = [
+    "OPEN_PATHS",
+    "AuthMiddleware",
+    "cache_salt_for",
+    "load_api_keys",
+    "scoped_budget",
+    "tenant_id",
+    "tenant_of",
+]
+
+OPEN_PATHS = frozenset({"/health"})  # what probes and load balancers call without a key
+_SEPARATOR = "/"
+
+
+def load_api_keys(
+    keys: Iterable[str] = (),
+    *,
+    key_file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[str, ...]:
+    """Every key from the options, the file and the environment, in that order, once each."""
+    environ = os.environ if environ is None else environ
+    found = [key.strip() for key in keys]
+    if key_file is not None:
+        try:
+            lines = Path(key_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read the API key file {key_file}: {exc.strerror}") from exc
+        found += [
+            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+        ]
+    if environ.get("KVGOV_API_KEY", "").strip():
+        found.append(environ["KVGOV_API_KEY"].strip())
+    found += [key.strip() for key in environ.get("KVGOV_API_KEYS", "").split(",") if key.strip()]
+    if any(not key for key in found):
+        raise ValueError("an API key is empty; pass a non-empty key to --api-key")
+    if any(any(c.isspace() for c in key) for key in found):
+        raise ValueError("an API key contains whitespace; a bearer key is one word")
+    return tuple(dict.fromkeys(found))
+
+
+def tenant_id(key: str) -> str:
+    """A stable short name for a key's tenant; the key cannot be read back from it."""
+    return "t" + hashlib.sha256(b"kvgov-tenant\0" + key.encode()).hexdigest()[:15]
+
+
+def tenant_of(request: Request) -> str:
+    """The request's tenant: "" when the server has no API keys."""
+    return str(getattr(request.state, "kvgov_tenant", "") or "")
+
+
+def scoped_budget(tenant: str, name: str) -> str:
+    """The engine's name for a tenant's budget."""
+    return name if not tenant else f"{tenant}{_SEPARATOR}{name}"
+
+
+def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:
+    """The salt a tenant's block 0 is hashed with: the tenant's own, plus the client's
+    (a client may split its cache further, never join another tenant's)."""
+    if not tenant:
+        return cache_salt
+    return tenant if cache_salt is None else f"{tenant}{_SEPARATOR}{cache_salt}"
+
+
+class AuthMiddleware:
+    """Checks the bearer key of every HTTP request but those to ``OPEN_PATHS`` and sets
+    its tenant. A pure ASGI middleware: it covers every route, unknown ones included (an
+    unauthenticated caller learns nothing about what exists)."""
+
+    def __init__(self, app: ASGIApp, *, api_keys: Iterable[str]) -> None:
+        self.app = app
+        self._keys = [(key.encode(), tenant_id(key)) for key in api_keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tenant = ""
+        if self._keys and scope["path"] not in OPEN_PATHS:
+            found = self._tenant(_bearer(scope))
+            if found is None:
+                error = ApiError(
+                    401,
+                    "a valid API key is needed: send it as 'Authorization: Bearer KEY' (the "
+                    "keys are those given to kvgov serve with --api-key)",
+                    code="invalid_api_key",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await error.response()(scope, receive, send)
+                return
+            tenant = found
+        scope.setdefault("state", {})["kvgov_tenant"] = tenant
+        await self.app(scope, receive, send)
+
+    def _tenant(self, given: bytes | None) -> str | None:
+        if given is None:
+            return None
+        found = None
+        for key, tenant in self._keys:  # every key, no early exit: timing shows nothing
+            if hmac.compare_digest(given, key):
+                found = tenant
+        return found
+
+
+def _bearer(scope: Scope) -> bytes | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip()
+            return None
+    return None

@@ -177,9 +177,9 @@ class CompletionRequest(_Sampling):
     @model_validator(mode="after")
     def _check_completion(self) -> CompletionRequest:
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            if len(prompt) != 1:
-                raise unsupported("prompt", f"{len(prompt)} prompts; send one per request")
+        batch = isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+        if batch and len(prompt) != 1:
+            raise unsupported("prompt", f"{len(prompt)} prompts; send one per request")
         if prompt in ("", [], [""], [[]]):
             raise invalid("prompt", "the prompt is empty; send at least one token")
         if self.echo:

@@ -6,6 +6,7 @@
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
     kvgov report RUN.jsonl
+    kvgov serve [--model PRESET|PATH] [--host] [--port] [--api-key KEY ...] [...]
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -29,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from governor import __version__
+from kvgov.serve_command import serve
 
 if TYPE_CHECKING:
     from engine.benchmarks import Measurement
@@ -53,6 +55,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
 )
+
+
+app.command()(serve)
 
 
 def _print_version(value: bool) -> None:

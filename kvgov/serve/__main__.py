@@ -1,0 +1,15 @@
+"""``python -m kvgov.serve``: the same as ``kvgov serve``."""
+
+from __future__ import annotations
+
+import typer
+
+from kvgov.serve_command import serve
+
+
+def main() -> None:
+    typer.run(serve)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""``kvgov serve``: the bundled engine as a governed, OpenAI-compatible HTTP server.
+
+    kvgov serve [--model PRESET|PATH] [--host 127.0.0.1] [--port 8000]
+                [--api-key KEY ...] [--api-key-file PATH]
+                [--num-blocks N | --kv-budget SIZE] [--device auto]
+                [--served-model-name NAME] [--max-body-bytes N] [--max-waiting N]
+
+Also ``python -m kvgov.serve`` with the same options. Keys may also come from the
+environment (``KVGOV_API_KEY``, or ``KVGOV_API_KEYS`` comma-separated). The command
+prints where it listens, the model, the KV capacity (blocks, tokens, bytes) and the
+security settings (how many keys, never the keys; a warning when it listens beyond
+loopback without one), serves until interrupted, then closes the engine.
+
+Kept outside ``kvgov.serve`` so that ``kvgov --version`` imports neither FastAPI nor torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from governor.backend import BackendCapacity
+    from kvgov.serve.settings import ServeSettings
+
+__all__ = ["serve", "startup_lines"]
+
+_MIB = 1024 * 1024
+
+
+def serve(
+    model: Annotated[
+        str, typer.Option(help="tiny-random, or a local Hugging Face checkpoint folder.")
+    ] = "tiny-random",
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(help="A key clients send as 'Authorization: Bearer KEY'; repeatable."),
+    ] = None,
+    api_key_file: Annotated[
+        str | None, typer.Option(help="A file with one API key per line (# comments).")
+    ] = None,
+    num_blocks: Annotated[
+        int | None, typer.Option(help="KV blocks to allocate (or use --kv-budget).")
+    ] = None,
+    kv_budget: Annotated[
+        str | None, typer.Option(help="KV cache size: 256MiB, 2GB, 1.5GiB.")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    served_model_name: Annotated[
+        str | None, typer.Option(help="The model name clients send (default: the model's).")
+    ] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.")] = 4 * _MIB,
+    max_waiting: Annotated[
+        int, typer.Option(help="Model calls get 429 while this many wait for the engine.")
+    ] = 256,
+) -> None:
+    """Serve the bundled engine over HTTP: OpenAI's API plus kvgov's control plane."""
+    import uvicorn
+
+    from governor.errors import GovernorError
+    from governor.local_backend import LocalBackend
+    from kvgov.demo import parse_size
+    from kvgov.serve import ServeSettings, create_app
+    from kvgov.serve.security import load_api_keys
+
+    if num_blocks is not None and kv_budget is not None:
+        _fail("pass --num-blocks or --kv-budget, not both")
+    try:
+        keys = load_api_keys(api_key or (), key_file=api_key_file)
+        settings = ServeSettings(
+            host=host,
+            port=port,
+            api_keys=keys,
+            served_model_name=served_model_name,
+            max_body_bytes=max_body_bytes,
+            max_waiting_requests=max_waiting,
+        )
+        config: dict[str, object] = {"model": model, "device": device}
+        if num_blocks is not None:
+            config["num_blocks"] = num_blocks
+        if kv_budget is not None:
+            config["kv_cache_bytes"] = parse_size(kv_budget)
+        backend = LocalBackend(config=config)
+    except (GovernorError, ValueError) as exc:
+        _fail(str(exc))
+    try:
+        app = create_app(backend, settings)
+        for line in startup_lines(settings, backend.model, backend.capacity()):
+            typer.echo(line, err=line.startswith("WARNING"))
+        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    finally:
+        backend.close()
+
+
+def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> list[str]:
+    """What ``kvgov serve`` prints before it listens."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    tokens = cap.num_blocks * cap.block_size
+    size = cap.num_blocks * cap.bytes_per_block
+    name = settings.served_model_name or model
+    lines = [
+        f"kvgov serve: http://{host}:{settings.port}  (OpenAI API under /v1, control plane "
+        "under /kvgov/v1, /metrics, /health)",
+        f"model: {name}"
+        + ("" if name == model else f" (serving {model})")
+        + f", context {cap.max_model_len:,} tokens",
+        f"KV cache: {cap.num_blocks:,} blocks of {cap.block_size} tokens = {tokens:,} tokens, "
+        f"{size / _MIB:,.1f} MiB ({cap.bytes_per_block:,} bytes per block)",
+    ]
+    keys = len(settings.api_keys)
+    if keys:
+        lines.append(
+            f"security: {keys} API key(s), each its own tenant and cache salt; every route "
+            "but /health needs 'Authorization: Bearer KEY'"
+        )
+    else:
+        lines.append("security: no API key; every client is let in")
+    lines.append(
+        f"limits: bodies up to {settings.max_body_bytes:,} bytes; 429 while "
+        f"{settings.max_waiting_requests} requests wait"
+    )
+    if not keys and not settings.is_loopback:
+        lines.append(
+            f"WARNING: listening on {settings.host} without an API key: anyone who can reach "
+            "this address can use the engine; pass --api-key or listen on 127.0.0.1"
+        )
+    return lines
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code=2)

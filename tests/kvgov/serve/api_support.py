@@ -1,0 +1,57 @@
+"""What the tests of the OpenAI routes share: engines built once per process, an app
+around a fresh ``LocalBackend`` on one of them, and the check that nothing leaked.
+
+Building the tiny-random engine takes seconds, so each engine configuration is built
+once and wrapped by a new ``LocalBackend`` (a new engine thread) per app; the prefix
+cache is reset between apps so one test's cache never shows in another's figures.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from governor.backend import BackendMetrics
+from governor.local_backend import LocalBackend
+from kvgov.serve import ServeSettings, create_app
+
+__all__ = ["idle_metrics", "served_app"]
+
+NUM_BLOCKS = 64  # 1,024 tokens of KV: small enough that a leak shows at once
+
+
+@functools.cache
+def _engine(num_blocks: int, max_num_seqs: int) -> Any:
+    from engine.engine import Engine
+
+    return Engine.from_pretrained("tiny-random", num_blocks=num_blocks, max_num_seqs=max_num_seqs)
+
+
+@contextmanager
+def served_app(
+    *, num_blocks: int = NUM_BLOCKS, max_num_seqs: int = 64, **settings: Any
+) -> Iterator[tuple[FastAPI, LocalBackend]]:
+    engine = _engine(num_blocks, max_num_seqs)
+    engine.reset_prefix_cache()
+    backend = LocalBackend(engine)
+    try:
+        yield create_app(backend, ServeSettings(**settings)), backend
+    finally:
+        backend.close()
+
+
+def idle_metrics(backend: LocalBackend, timeout_s: float = 10.0) -> BackendMetrics:
+    """The backend's metrics once no request runs or waits (aborts reach the engine
+    thread asynchronously); whatever they are at the deadline otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = backend.metrics()
+        idle = metrics.num_requests_running == 0 and metrics.num_requests_waiting == 0
+        if (idle and metrics.num_blocks_in_use == 0) or time.monotonic() > deadline:
+            return metrics
+        time.sleep(0.02)

@@ -1,0 +1,96 @@
+"""``kvgov serve``: what it prints before it listens, and a real server process started
+with ``python -m kvgov.serve`` that checks keys and exits cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from typer.testing import CliRunner
+
+from governor.backend import BackendCapacity
+from kvgov.cli import app
+from kvgov.serve import ServeSettings
+from kvgov.serve_command import startup_lines
+
+CAP = BackendCapacity(
+    block_size=16,
+    num_blocks=64,
+    num_free_blocks=64,
+    num_pinned_blocks=0,
+    bytes_per_block=32_768,
+    max_model_len=32_768,
+)
+
+
+def test_startup_lines_say_address_model_capacity_and_security() -> None:
+    lines = startup_lines(ServeSettings(api_keys=("sk-secret", "sk-other")), "tiny-random", CAP)
+    text = "\n".join(lines)
+    assert "http://127.0.0.1:8000" in lines[0]
+    assert "model: tiny-random, context 32,768 tokens" in text
+    assert "64 blocks of 16 tokens = 1,024 tokens, 2.0 MiB (32,768 bytes per block)" in text
+    assert "2 API key(s)" in text and "sk-secret" not in text and "WARNING" not in text
+
+
+def test_listening_beyond_loopback_without_a_key_warns() -> None:
+    open_lines = startup_lines(ServeSettings(host="0.0.0.0"), "m", CAP)
+    assert open_lines[-1].startswith("WARNING: listening on 0.0.0.0 without an API key")
+    keyed = startup_lines(ServeSettings(host="0.0.0.0", api_keys=("k",)), "m", CAP)
+    assert not any(line.startswith("WARNING") for line in keyed)
+    loopback = startup_lines(ServeSettings(host="::1"), "m", CAP)
+    assert "http://[::1]:8000" in loopback[0] and not loopback[-1].startswith("WARNING")
+
+
+def test_num_blocks_and_kv_budget_exclude_each_other() -> None:
+    result = CliRunner().invoke(app, ["serve", "--num-blocks", "8", "--kv-budget", "1MiB"])
+    assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "KVGOV_API_KEY": "sk-env-key"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvgov.serve",
+            "--num-blocks",
+            "16",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the server did not come up"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        models = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-env-key"})
+        assert models.json()["data"][0]["id"] == "tiny-random"
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert f"kvgov serve: http://127.0.0.1:{port}" in output
+    assert "KV cache: 16 blocks of 16 tokens = 256 tokens" in output
+    assert "1 API key(s)" in output and "sk-env-key" not in output

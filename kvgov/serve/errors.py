@@ -39,9 +39,10 @@ from starlette.exceptions import HTTPException
 
 from governor.errors import BackendError, ConfigError, GovernorError
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["MODEL_ROUTES", "ApiError", "error_body", "from_exception", "install_error_handlers"]
 
 _log = logging.getLogger("kvgov.serve")
+MODEL_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 _TYPES = {
     401: "authentication_error",
@@ -209,7 +210,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return validation_error(exc).response()
+        error = validation_error(exc)
+        if request.url.path in MODEL_ROUTES:  # the live page shows refused model calls
+            request.app.state.kvgov.events.record(
+                "request.refused",
+                id=None,
+                tenant=str(getattr(request.state, "kvgov_tenant", "") or ""),
+                budget=None,
+                status=error.status,
+                code=error.code,
+            )
+        return error.response()
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)

@@ -150,13 +150,18 @@ def test_refusals_are_recorded(client: TestClient) -> None:
     state = client.app.state.kvgov  # type: ignore[attr-defined]
     seen = state.events.since(0)[-1].seq if state.events.since(0) else 0
     client.post(CHAT, json={"messages": HELLO, "model": "nope"})
+    client.post(CHAT, json={"messages": HELLO, "max_tokens": 0})
     client.post(CHAT, json={"messages": HELLO, "max_tokens": 2})
     events = [(e.kind, e.fields.get("status")) for e in state.events.since(seen)]
     assert events == [
         ("request.refused", 404),
+        ("request.refused", 400),
         ("request.started", None),
         ("request.finished", None),
     ]
+    finished = state.events.since(seen)[-1].fields
+    assert finished["completion_tokens"] == 2 and finished["finish_reason"] == "length"
+    assert finished["prompt_tokens"] == client.app.state.kvgov.backend.count_messages(HELLO)  # type: ignore[attr-defined]
 
 
 def test_a_closed_engine_is_503() -> None:

@@ -88,11 +88,14 @@ class ApiError(Exception):
         self.kvgov = kvgov
         super().__init__(message)
 
-    def response(self) -> JSONResponse:
+    def body(self) -> dict[str, Any]:
         body = error_body(self.status, self.message, code=self.code, param=self.param)
         if self.kvgov is not None:
             body["error"]["kvgov"] = self.kvgov
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+        return body
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def error_body(

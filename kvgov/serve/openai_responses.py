@@ -24,6 +24,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from governor.backend import GenerationChunk, GenerationResult
+from kvgov.serve.errors import ApiError
 from kvgov.serve.openai_calls import ModelCall
 
 __all__ = ["SSEResponse", "completion_body", "event_stream"]
@@ -110,34 +111,37 @@ async def event_stream(
     def frame(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         return b"data: " + json.dumps({**head, "choices": choices, **extra}).encode() + b"\n\n"
 
-    async with aclosing(rest):
-        chunk: GenerationChunk | None = first
-        opened = False
-        while chunk is not None and chunk.result is None:
-            choice = _chunk_choice(call, chunk.text, first=not opened)
-            extra: dict[str, Any] = {}
+    try:
+        async with aclosing(rest):
+            chunk: GenerationChunk | None = first
+            opened = False
+            while chunk is not None and chunk.result is None:
+                choice = _chunk_choice(call, chunk.text, first=not opened)
+                extra: dict[str, Any] = {}
+                if prompt_ids is not None:
+                    choice["token_ids"] = list(chunk.token_ids)
+                    if not opened:
+                        _put_prompt_ids(call, choice, extra, prompt_ids)
+                opened = True
+                yield frame([choice], **extra)
+                chunk = await anext(rest, None)
+            assert chunk is not None and chunk.result is not None, "a stream ends with its result"
+            result = chunk.result
+            choice = _chunk_choice(call, "", first=not opened)
+            if call.kind == "chat" and opened:
+                choice["delta"] = {}
+            choice["finish_reason"] = finish_reason(result.finish_reason)
+            choice["kvgov_finish_reason"] = result.finish_reason
+            extra = {}
             if prompt_ids is not None:
-                choice["token_ids"] = list(chunk.token_ids)
+                choice["token_ids"] = []
                 if not opened:
                     _put_prompt_ids(call, choice, extra, prompt_ids)
-            opened = True
             yield frame([choice], **extra)
-            chunk = await anext(rest, None)
-        assert chunk is not None and chunk.result is not None, "a stream ends with its result"
-        result = chunk.result
-        choice = _chunk_choice(call, "", first=not opened)
-        if call.kind == "chat" and opened:
-            choice["delta"] = {}
-        choice["finish_reason"] = finish_reason(result.finish_reason)
-        choice["kvgov_finish_reason"] = result.finish_reason
-        extra = {}
-        if prompt_ids is not None:
-            choice["token_ids"] = []
-            if not opened:
-                _put_prompt_ids(call, choice, extra, prompt_ids)
-        yield frame([choice], **extra)
-        if include_usage:
-            yield frame([], usage=usage(result))
+            if include_usage:
+                yield frame([], usage=usage(result))
+    except ApiError as exc:  # after the 200 went out: the error travels as an event, as vLLM's
+        yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
 
 

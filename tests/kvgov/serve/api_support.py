@@ -39,8 +39,11 @@ def served_app(
     engine = _engine(num_blocks, max_num_seqs)
     engine.reset_prefix_cache()
     backend = LocalBackend(engine)
+    app = create_app(backend, ServeSettings(**settings))
     try:
-        yield create_app(backend, ServeSettings(**settings)), backend
+        yield app, backend
+        # every model call that entered the queue gate left it, however it ended
+        assert app.state.kvgov_api.gate.num_in_flight == 0
     finally:
         backend.close()
 

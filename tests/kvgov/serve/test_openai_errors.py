@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from governor.local_backend import LocalBackend
+from integrations import wire
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 from tests.kvgov.serve.live_server import live_server
 
@@ -40,6 +41,7 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
     error = body["error"]
     assert {"message", "type", "param", "code"} <= set(error)
     assert isinstance(error["message"], str) and error["message"]
+    wire.ErrorBody.model_validate(body)  # what RemoteBackend reads
     return error
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ServeSettings"]
 
@@ -14,7 +14,7 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     # Bearer keys; empty: no authentication (only sensible on loopback, warned otherwise).
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # never in a log line
     # The model name clients send and /v1/models lists; None: the backend's own name.
     served_model_name: str | None = None
     max_body_bytes: int = 4 * _MIB  # larger bodies get 413

@@ -103,6 +103,12 @@ def test_keys_come_from_options_file_and_environment(tmp_path: Path) -> None:
         load_api_keys(["sk one"], environ={})
 
 
+def test_settings_never_show_the_keys() -> None:
+    from kvgov.serve import ServeSettings
+
+    assert KEY_A not in repr(ServeSettings(api_keys=(KEY_A,)))
+
+
 def test_tenant_ids_are_stable_short_and_distinct() -> None:
     assert tenant_id(KEY_A) == tenant_id(KEY_A) != tenant_id(KEY_B)
     assert KEY_A not in tenant_id(KEY_A) and len(tenant_id(KEY_A)) == 16

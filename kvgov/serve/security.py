@@ -27,6 +27,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvgov.serve.errors import ApiError
+from kvgov.serve.page import PUBLIC_PATHS
 
 __all__ = [
     "OPEN_PATHS",
@@ -38,7 +39,10 @@ __all__ = [
     "tenant_of",
 ]
 
-OPEN_PATHS = frozenset({"/health"})  # what probes and load balancers call without a key
+# What needs no key: the health probe (load balancers), and the live page's shell and static
+# files (a browser cannot send a bearer key when it opens a page; the figures the page
+# shows come from /kvgov/v1/live, which needs the key).
+OPEN_PATHS = frozenset({"/health"}) | PUBLIC_PATHS
 _SEPARATOR = "/"
 
 

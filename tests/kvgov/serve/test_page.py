@@ -251,7 +251,6 @@ def test_the_live_route_lists_running_requests_with_the_engine(
 def test_with_api_keys_the_page_asks_for_one_and_keeps_it_out_of_urls(
     browser: Any, backend: LocalBackend
 ) -> None:
-    pytest.importorskip("kvgov.serve.security", reason="API keys come with the auth middleware")
     key = "page-test-key-5c1d"
     app = create_app(backend, ServeSettings(api_keys=(key,)))
     with serving(app) as url:

@@ -28,7 +28,14 @@ def serving(app: object, *, host: str = "127.0.0.1") -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")  # type: ignore[arg-type]
+    config = uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True
@@ -47,3 +54,5 @@ def serving(app: object, *, host: str = "127.0.0.1") -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=_START_TIMEOUT_S)
         sock.close()
+        if thread.is_alive():
+            raise RuntimeError(f"uvicorn on {host}:{port} did not stop in {_START_TIMEOUT_S} s")

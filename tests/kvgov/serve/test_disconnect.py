@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from governor.local_backend import LocalBackend
+from kvgov.serve.background import serving
 from kvgov.serve.state import ServerState
 from tests.kvgov.serve.api_support import idle_metrics, served_app
-from tests.kvgov.serve.live_server import live_server
 
 LONG = 900  # tokens: seconds of decoding here, far longer than any wait below
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
@@ -24,7 +24,7 @@ MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, LocalBackend, ServerState]]:
-    with served_app() as (app, backend), live_server(app) as url:
+    with served_app() as (app, backend), serving(app) as url:
         yield url, backend, app.state.kvgov
 
 

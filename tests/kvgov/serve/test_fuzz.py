@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from governor.local_backend import LocalBackend
+from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import idle_metrics, served_app
-from tests.kvgov.serve.live_server import live_server
 
 KEY = "sk-fuzz"
 PATHS = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", "/v1/models"]
@@ -174,7 +174,7 @@ def test_the_server_still_serves_after_the_fuzz(served: tuple[TestClient, LocalB
 
 
 def test_fuzzed_requests_on_a_live_server() -> None:
-    with served_app(api_keys=(KEY,)) as (app, backend), live_server(app) as url:
+    with served_app(api_keys=(KEY,)) as (app, backend), serving(app) as url:
         with httpx.Client(base_url=url, timeout=30) as client:
 
             @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

@@ -12,9 +12,9 @@ from langchain_openai import ChatOpenAI
 from openai import OpenAI
 
 from governor.local_backend import LocalBackend
+from kvgov.serve.background import serving
 from kvgov.serve.security import scoped_budget, tenant_id
 from tests.kvgov.serve.api_support import idle_metrics, served_app
-from tests.kvgov.serve.live_server import live_server
 
 KEY = "sk-clients-test"
 MESSAGES = [
@@ -25,7 +25,7 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, LocalBackend]]:
-    with served_app(api_keys=(KEY,)) as (app, backend), live_server(app) as url:
+    with served_app(api_keys=(KEY,)) as (app, backend), serving(app) as url:
         yield url, backend
 
 

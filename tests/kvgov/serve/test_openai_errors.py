@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from governor.local_backend import LocalBackend
 from integrations import wire
+from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import idle_metrics, served_app
-from tests.kvgov.serve.live_server import live_server
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -203,6 +203,6 @@ def test_a_full_waiting_queue_is_429_with_retry_after() -> None:
             assert again.status_code == 200
 
     with served_app(max_num_seqs=1, max_waiting_requests=1) as (app, backend):
-        with live_server(app) as url:
+        with serving(app) as url:
             asyncio.run(scenario(url, backend))
         assert idle_metrics(backend).num_blocks_in_use == 0

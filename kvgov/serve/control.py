@@ -1,13 +1,221 @@
 """The control plane under ``/kvgov/v1``: every call ``LocalBackend`` makes, over HTTP.
 
-Request and response bodies are the models of ``integrations.wire``, which
-``RemoteBackend`` sends and reads.
+Request and response bodies are the models of ``integrations.wire`` (its docstring has
+the route table), which ``RemoteBackend`` sends and reads. Every handler is a plain
+``def``: Starlette runs it on its thread pool, so the event loop never waits for the
+engine thread's next step. Budget names and prefix keys are the tenant's own
+(``kvgov.serve.tenancy``). Each change is recorded in the server's event log: budgets
+opened, resized and closed; KV retained, released, offloaded and restored; prefixes
+pinned and unpinned.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
+
+from governor.errors import BackendError, ConfigError
+from integrations import wire
+from kvgov.serve.control_errors import ErrorMappingRoute
+from kvgov.serve.state import ServerState
+from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscoped_budget
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/kvgov/v1")
+router = APIRouter(prefix="/kvgov/v1", route_class=ErrorMappingRoute)
+
+
+class UnknownPrefixError(BackendError):
+    """No pin with that key for this tenant (never pinned, unpinned, or another's)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"no prefix {key!r} is pinned for this API key; unpin each key once, with the "
+            "key that pinned it",
+            backend="kvgov serve",
+        )
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.kvgov
+    return state
+
+
+def _budget(request: Request, name: str) -> tuple[ServerState, str, str]:
+    tenant = tenant_of(request)
+    return _state(request), tenant, scoped_budget(tenant, name)
+
+
+# -- capacity and metrics ---------------------------------------------------------------
+@router.get("/capacity")
+def capacity(request: Request) -> wire.Capacity:
+    cap = _state(request).backend.capacity()
+    return wire.Capacity(
+        block_size=cap.block_size,
+        num_blocks=cap.num_blocks,
+        num_free_blocks=cap.num_free_blocks,
+        num_pinned_blocks=cap.num_pinned_blocks,
+        bytes_per_block=cap.bytes_per_block,
+        max_model_len=cap.max_model_len,
+        weights_bytes=cap.weights_bytes,
+    )
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> wire.Metrics:
+    m = _state(request).backend.metrics()
+    return wire.Metrics(
+        num_blocks_in_use=m.num_blocks_in_use,
+        num_blocks_free=m.num_blocks_free,
+        num_blocks_cached=m.num_blocks_cached,
+        num_blocks_pinned=m.num_blocks_pinned,
+        num_blocks_swapped=m.num_blocks_swapped,
+        num_requests_running=m.num_requests_running,
+        num_requests_waiting=m.num_requests_waiting,
+        num_preemptions=m.num_preemptions,
+        prefix_cache_queries=m.prefix_cache_queries,
+        prefix_cache_hits=m.prefix_cache_hits,
+        num_tokens_in_use=m.num_tokens_in_use,
+    )
+
+
+@router.get("/kv")
+def kv(request: Request) -> wire.KVMap:
+    """The pool at one instant; only the caller's own budgets are listed."""
+    tenant = tenant_of(request)
+    snap = _state(request).backend.kv_snapshot()
+    budgets = {}
+    for engine_name, blocks in snap.budgets.items():
+        name = unscoped_budget(tenant, engine_name)
+        if name is not None:
+            budgets[name] = wire.KVBudget(
+                device_block_ids=sorted(blocks.device_block_ids),
+                num_device_tokens=blocks.num_device_tokens,
+                num_host_blocks=blocks.num_host_blocks,
+                max_blocks=blocks.max_blocks,
+            )
+    return wire.KVMap(
+        budgets=budgets,
+        pinned_block_ids=sorted(snap.pinned_block_ids),
+        num_blocks=snap.num_blocks,
+        num_blocks_in_use=snap.num_blocks_in_use,
+        num_tokens_in_use=snap.num_tokens_in_use,
+    )
+
+
+# -- budgets ----------------------------------------------------------------------------
+@router.post("/budgets", status_code=201)
+def open_budget(request: Request, spec: wire.BudgetSpec) -> wire.BudgetSpec:
+    state, tenant, engine_name = _budget(request, spec.name)
+    state.backend.open_budget(engine_name, max_blocks=spec.max_blocks)
+    state.events.record("budget.opened", tenant=tenant, budget=spec.name, max_blocks=spec.max_blocks)
+    return spec
+
+
+@router.put("/budgets/{name}")
+def resize_budget(request: Request, name: str, resize: wire.BudgetResize) -> wire.BudgetSpec:
+    state, tenant, engine_name = _budget(request, name)
+    state.backend.resize_budget(engine_name, max_blocks=resize.max_blocks)
+    state.events.record("budget.resized", tenant=tenant, budget=name, max_blocks=resize.max_blocks)
+    return wire.BudgetSpec(name=name, max_blocks=resize.max_blocks)
+
+
+@router.delete("/budgets/{name}", status_code=204)
+def close_budget(request: Request, name: str) -> Response:
+    state, tenant, engine_name = _budget(request, name)
+    state.backend.close_budget(engine_name)
+    state.events.record("budget.closed", tenant=tenant, budget=name)
+    return Response(status_code=204)
+
+
+@router.post("/budgets/{name}/retain")
+def retain(request: Request, name: str) -> wire.Retained:
+    state, tenant, engine_name = _budget(request, name)
+    tokens = state.backend.retain(budget=engine_name)
+    state.events.record("kv.retained", tenant=tenant, budget=name, tokens=tokens)
+    return wire.Retained(tokens=tokens)
+
+
+@router.post("/budgets/{name}/release", status_code=204)
+def release_retained(request: Request, name: str) -> Response:
+    state, tenant, engine_name = _budget(request, name)
+    state.backend.release_retained(budget=engine_name)
+    state.events.record("kv.released", tenant=tenant, budget=name)
+    return Response(status_code=204)
+
+
+@router.post("/budgets/{name}/offload", status_code=204)
+def offload(request: Request, name: str) -> Response:
+    state, tenant, engine_name = _budget(request, name)
+    state.backend.offload(budget=engine_name)
+    state.events.record("kv.offloaded", tenant=tenant, budget=name)
+    return Response(status_code=204)
+
+
+@router.post("/budgets/{name}/restore", status_code=204)
+def restore(request: Request, name: str) -> Response:
+    state, tenant, engine_name = _budget(request, name)
+    state.backend.restore(budget=engine_name)
+    state.events.record("kv.restored", tenant=tenant, budget=name)
+    return Response(status_code=204)
+
+
+# -- prefixes ---------------------------------------------------------------------------
+@router.post("/prefixes", status_code=201)
+def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
+    state, tenant = _state(request), tenant_of(request)
+    salt = cache_salt_for(tenant, pin.cache_salt)
+    handle = state.backend.pin_prefix(pin.prefix, cache_salt=salt)
+    state.pins.add(tenant, handle)
+    state.events.record(
+        "prefix.pinned", tenant=tenant, key=handle.key, num_pinned_tokens=handle.num_pinned_tokens
+    )
+    # The client's own salt: what it sends with the calls that start with this prefix,
+    # which the server salts the same way.
+    return wire.Prefix(
+        key=handle.key,
+        num_tokens=handle.num_tokens,
+        num_pinned_tokens=handle.num_pinned_tokens,
+        num_blocks=handle.num_blocks,
+        cache_salt=pin.cache_salt,
+    )
+
+
+@router.delete("/prefixes/{key}", status_code=204)
+def unpin_prefix(request: Request, key: str) -> Response:
+    state, tenant = _state(request), tenant_of(request)
+    handle = state.pins.take(tenant, key)
+    if handle is None:
+        raise UnknownPrefixError(key)
+    try:
+        state.backend.unpin_prefix(handle)
+    except BaseException:
+        state.pins.put_back(tenant, handle)
+        raise
+    state.events.record("prefix.unpinned", tenant=tenant, key=key)
+    return Response(status_code=204)
+
+
+# -- tokens -----------------------------------------------------------------------------
+@router.post("/count")
+def count(request: Request, body: wire.CountRequest) -> wire.Count:
+    backend = _state(request).backend
+    if (body.text is None) == (body.messages is None):
+        raise _one_of_text_and_messages()
+    if body.messages is not None:
+        return wire.Count(tokens=backend.count_messages(body.messages))
+    return wire.Count(tokens=backend.count_tokens(body.text or ""))
+
+
+@router.get("/tokenizer")
+def tokenizer(request: Request) -> wire.TokenizerInfo:
+    """A tiktoken encoding counts text on the client exactly as here; chat messages go
+    through the chat template, so clients count those with ``/count``."""
+    name = _state(request).backend.counter.name
+    if name.startswith("tiktoken:"):
+        return wire.TokenizerInfo(kind="tiktoken", encoding=name.removeprefix("tiktoken:"))
+    return wire.TokenizerInfo(kind="none")
+
+
+def _one_of_text_and_messages() -> ConfigError:
+    return ConfigError("send exactly one of text and messages to count", setting="text")

@@ -17,6 +17,7 @@ from governor import __version__
 from governor.local_backend import LocalBackend
 from kvgov.serve.events import EventLog
 from kvgov.serve.settings import ServeSettings
+from kvgov.serve.tenancy import TenantPins
 
 __all__ = ["ServerState"]
 
@@ -31,6 +32,7 @@ class ServerState:
     started_at: float = field(default_factory=time.time)
     version: str = __version__
     events: EventLog = field(default_factory=EventLog)
+    pins: TenantPins = field(default_factory=TenantPins)  # each pin's tenant
 
     @property
     def model_name(self) -> str:

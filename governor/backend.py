@@ -6,8 +6,12 @@ tests. Capacity is counted in the engine's own KV blocks, so the governor's admi
 arithmetic matches what the engine can actually hold.
 
 Bookkeeping calls (capacity, budgets, prefixes, counting, offload, metrics) are
-synchronous and cheap. A model call comes as ``generate`` (blocking), ``agenerate`` and
-``astream``; all three are safe to call from any thread or event loop at once.
+synchronous and cheap in process, but a backend across a network waits on I/O for each:
+those an event loop makes come in ``a``-prefixed twins too (``aopen_budget``,
+``aclose_budget``, ...), which never block the loop (``LocalBackend``'s run on a worker
+thread, ``RemoteBackend``'s on ``httpx.AsyncClient``). A model call comes as
+``generate`` (blocking), ``agenerate`` and ``astream``; all three are safe to call from
+any thread or event loop at once.
 """
 
 from __future__ import annotations
@@ -186,5 +190,24 @@ class Backend(Protocol):
     def metrics(self) -> BackendMetrics: ...
 
     def health(self) -> BackendHealth: ...
+
+    # -- the bookkeeping calls an event loop makes, without blocking it ----------------
+    async def acapacity(self) -> BackendCapacity: ...
+
+    async def aopen_budget(self, name: str, *, max_blocks: int) -> None: ...
+
+    async def aresize_budget(self, name: str, *, max_blocks: int) -> None: ...
+
+    async def aclose_budget(self, name: str) -> None: ...
+
+    async def aretain(self, *, budget: str) -> int: ...
+
+    async def arelease_retained(self, *, budget: str) -> None: ...
+
+    async def aoffload(self, *, budget: str) -> None: ...
+
+    async def arestore(self, *, budget: str) -> None: ...
+
+    async def ametrics(self) -> BackendMetrics: ...
 
     def close(self) -> None: ...

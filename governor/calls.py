@@ -6,9 +6,11 @@ reply's reserve would not fit, open the lease's engine budget at its first call,
 its held KV back, and record usage and events. ``Governor`` inherits these; they use its
 backend, counter, config, policies, idle keeper and event publisher.
 
-``acomplete`` and ``astream`` prepare a call (compaction, which may count or summarize
-at length, the budget's opening, bringing held KV back) on a worker thread: an event
-loop never waits on the engine, and other agents' coroutines run meanwhile.
+``acomplete`` and ``astream`` compact on a worker thread (counting and summarizing may
+take long), open the lease's budget with the backend's ``aopen_budget`` (I/O of its own
+for a remote backend, a worker thread in process) and bring held KV back on a worker
+thread (the idle keeper's lock is for threads only): an event loop never waits on the
+engine or the network, and other agents' coroutines run meanwhile.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class ModelCalls:
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
         await self.aresume(lease)
-        request = await asyncio.to_thread(self._prepare_call, lease, messages, options)
+        request = await self._aprepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         try:
             result = await self.backend.agenerate(request)
@@ -84,7 +86,7 @@ class ModelCalls:
     ) -> AsyncIterator[GenerationChunk]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
         await self.aresume(lease)
-        request = await asyncio.to_thread(self._prepare_call, lease, messages, options)
+        request = await self._aprepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         finished = False
         try:
@@ -109,20 +111,48 @@ class ModelCalls:
         """The request, the lease's budget open and its held KV back (it may wait on the
         engine: a worker thread's work on an event loop)."""
         request = self._request(lease, messages, options)
-        with self._lock:
-            budget_open = lease.budget in self._budgets_open
-        if not budget_open:
+        if not self._budget_is_open(lease):
             self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
-            with self._lock:
-                released = lease.released_at is not None
-                if not released:
-                    self._budgets_open.add(lease.budget)
-            if released:  # by another thread meanwhile, which found no budget to close
+            if not self._budget_opened(lease):
                 self.backend.close_budget(lease.budget)
                 raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if self.idle.has_work_before_call(lease):
             self.idle.before_call(lease)
         return request
+
+    async def _aprepare_call(
+        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
+    ) -> GenerationRequest:
+        """``_prepare_call`` for an event loop: the budget opens with ``aopen_budget``."""
+        request = await asyncio.to_thread(self._request, lease, messages, options)
+        if not self._budget_is_open(lease):
+            # Shielded: a caller cancelled while the budget opens must still have it
+            # marked open (and closed at release), or closed here when released meanwhile.
+            opening = asyncio.ensure_future(self._aopen_budget(lease))
+            opening.add_done_callback(_retrieved)
+            await asyncio.shield(opening)
+        if self.idle.has_work_before_call(lease):
+            await asyncio.to_thread(self.idle.before_call, lease)
+        return request
+
+    async def _aopen_budget(self, lease: Lease) -> None:
+        await self.backend.aopen_budget(lease.budget, max_blocks=lease.blocks_reserved)
+        if not self._budget_opened(lease):
+            await self.backend.aclose_budget(lease.budget)
+            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+
+    def _budget_is_open(self, lease: Lease) -> bool:
+        with self._lock:
+            return lease.budget in self._budgets_open
+
+    def _budget_opened(self, lease: Lease) -> bool:
+        """Mark the lease's new budget open; False when the lease was released meanwhile
+        (by another thread or task, which found no budget to close: the caller closes it)."""
+        with self._lock:
+            if lease.released_at is not None:
+                return False
+            self._budgets_open.add(lease.budget)
+            return True
 
     def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
         self._publish("call.started", lease, max_tokens=request.max_tokens)
@@ -244,3 +274,9 @@ class ModelCalls:
                 raise ConfigError.below_minimum("max_tokens", max_tokens, 1)
             return max_tokens
         return min(self.config.reply_reserve_tokens, max(1, lease.ceiling_tokens // 4))
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Its outcome is read: a shielded task whose awaiter was cancelled logs no warning."""
+    if not task.cancelled():
+        task.exception()

@@ -13,6 +13,7 @@ governor's own invariants.
     │   └── LeaseReleased      the lease was already released
     ├── TopologyError          a planner/worker topology that does not fit the budget
     ├── BackendError           the backend (engine, server) failed
+    │   └── BackendUnavailable the backend cannot be reached or restarted; retriable
     └── ConfigError            invalid configuration; also a ValueError
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "AdmissionRejected",
     "AdmissionTimeout",
     "BackendError",
+    "BackendUnavailable",
     "CeilingExceeded",
     "ConfigError",
     "GovernorError",
@@ -129,12 +131,31 @@ class TopologyError(GovernorError):
 
 
 class BackendError(GovernorError):
-    """The backend failed; ``problem`` says how, ``backend`` names it when known."""
+    """The backend failed; ``problem`` says how, ``backend`` names it when known.
+    ``retriable``: the same call may succeed later, unchanged."""
+
+    retriable: bool = False
 
     def __init__(self, problem: str, *, backend: str | None = None) -> None:
         self.problem = problem
         self.backend = backend
         super().__init__(problem if backend is None else f"backend {backend}: {problem}")
+
+
+class BackendUnavailable(BackendError):
+    """The backend could not be reached, answered 5xx, or restarted while the call was in
+    flight (what it held for the call is gone). Retriable: the call may be made again once
+    the backend is back; ``RemoteBackend`` re-establishes budgets and pins first."""
+
+    retriable = True
+
+    def __init__(self, problem: str, *, backend: str | None = None) -> None:
+        super().__init__(
+            f"{problem}; the backend is unavailable: retry once it is back (kvgov serve's "
+            "/health says when)",
+            backend=backend,
+        )
+        self.problem = problem
 
 
 class ConfigError(GovernorError, ValueError):

@@ -13,9 +13,11 @@ before its next call (``governor.idle``); a tool's result is reduced to the agen
 released lease returns its budget and its held KV, exactly once, whatever state it is in
 (active, parked, or queued again when its owner gave up).
 
-Async paths never wait on the engine on the event loop: what calls the backend (opening
-and closing a budget, holding, offloading and restoring KV, tokenizing) runs on a worker
-thread (``asyncio.to_thread``) or on the deadline thread.
+Async paths never wait on the engine or the network on the event loop: opening and
+resizing a budget use the backend's async calls (``aopen_budget``, ``aresize_budget``);
+what runs under the idle keeper's lock (closing a budget, holding, offloading and
+restoring KV) and tokenizing run on a worker thread (``asyncio.to_thread``) or on the
+deadline thread.
 
 Threads and event loops share a governor. Its locks, in the only order they are taken
 (a lock is never taken while one after it is held):
@@ -460,9 +462,7 @@ class Governor(ModelCalls, ToolCalls):
         if not self._grow_now(lease, tokens):
             await self.aacquire(lease)
         if self._budget_open(lease):
-            await asyncio.to_thread(
-                self.backend.resize_budget, lease.budget, max_blocks=lease.blocks_reserved
-            )
+            await self.backend.aresize_budget(lease.budget, max_blocks=lease.blocks_reserved)
 
     def _grow_now(self, lease: Lease, tokens: int) -> bool:
         """Grown at once (True), or parked at the larger size to queue for it (False)."""

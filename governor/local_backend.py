@@ -44,6 +44,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.backend_async import ThreadedAsyncBookkeeping
 from governor.errors import BackendError, ConfigError
 from governor.tokens import TokenCounter
 
@@ -64,7 +65,7 @@ _Prompt = list[int]
 _Options = dict[str, Any]
 
 
-class LocalBackend:
+class LocalBackend(ThreadedAsyncBookkeeping):
     """The bundled engine as a ``Backend``.
 
     ``LocalBackend()`` builds the ``tiny-random`` preset; ``config`` is a mapping of

@@ -401,7 +401,7 @@ class LLMSummarizer:
         """One call inside an engine budget of its own (see the module docstring)."""
         assert prompt.messages is not None
         budget = f"kvgov-summary-{next(_budget_ids)}"
-        await asyncio.to_thread(backend.open_budget, budget, max_blocks=prompt.max_blocks)
+        await backend.aopen_budget(budget, max_blocks=prompt.max_blocks)
         try:
             request = GenerationRequest(
                 messages=prompt.messages,
@@ -412,7 +412,7 @@ class LLMSummarizer:
             result = await backend.agenerate(request)
         finally:
             # Shielded: a second cancel must not skip it (the budget would stay open).
-            await asyncio.shield(asyncio.to_thread(_close_budget, backend, budget))
+            await asyncio.shield(_aclose_budget(backend, budget))
         if result.finish_reason == "abort":
             return _Reply(None, "llm call aborted (the backend closed or dropped it)", "aborted")
         cut = result.finish_reason in ("length", "budget")
@@ -441,19 +441,19 @@ class LLMSummarizer:
                 loop.close()
 
 
-def _close_budget(backend: Backend, budget: str) -> None:
+async def _aclose_budget(backend: Backend, budget: str) -> None:
     """Close a summary's budget once its call is gone: an aborted call's blocks return
     on the engine's next step, so an in-use refusal is retried for a moment."""
     deadline = time.monotonic() + _CLOSE_TRIES_S
     while True:
         try:
-            backend.close_budget(budget)
+            await backend.aclose_budget(budget)
             return
         except BackendError as exc:
             if time.monotonic() >= deadline:
                 _log.warning("LLMSummarizer could not close engine budget %r: %s", budget, exc)
                 return
-            time.sleep(0.005)
+            await asyncio.sleep(0.005)
 
 
 def _is_backend(model: Any) -> bool:

@@ -32,6 +32,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.backend_async import ThreadedAsyncBookkeeping
 from governor.errors import ConfigError
 from governor.testing.fake_pool import NAME, Call, FakePool, block_keys, fake_error
 from governor.testing.fake_waiters import Waiters
@@ -42,7 +43,7 @@ __all__ = ["FakeBackend"]
 _FILLER = " hello"  # one cl100k token, and the same token however often it repeats
 
 
-class FakeBackend:
+class FakeBackend(ThreadedAsyncBookkeeping):
     """A deterministic, model-free ``Backend`` with the engine's block accounting.
 
     ``calls`` records every request made, ``peak_blocks_in_use`` the most device blocks

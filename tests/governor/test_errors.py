@@ -32,6 +32,7 @@ EXAMPLES: list[GovernorError] = [
         "cap max_fanout at 3 or lower the workers' ceiling to 4,000 tokens",
     ),
     BackendError("the engine loop stopped", backend="local"),
+    errors.BackendUnavailable("connection refused", backend="remote"),
     ConfigError.safety_factor_out_of_range(1.5),
     ConfigError.below_minimum("ceiling_tokens", -5, 1),
     ConfigError.unknown_agent("critic", ["planner", "worker"]),

@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "INSTANCE_HEADER",
     "KVGOV_FINISH_REASONS",
     "BudgetResize",
     "BudgetSpec",
@@ -55,6 +56,11 @@ __all__ = [
     "Retained",
     "TokenizerInfo",
 ]
+
+# Every control-plane answer names the server instance that gave it (a new id each time
+# the server starts): a client that sees it change knows its budgets, pins and holds
+# are gone. ``/health`` and ``/version`` carry it as ``instance_id``.
+INSTANCE_HEADER = "x-kvgov-instance"
 
 # finish reasons a kvgov choice may carry in ``kvgov_finish_reason``; OpenAI's own
 # ``finish_reason`` says "length" for "ceiling" and "budget".

@@ -11,7 +11,7 @@ pinned and unpinned.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from governor.errors import BackendError, ConfigError
 from integrations import wire
@@ -21,7 +21,17 @@ from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscop
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/kvgov/v1", route_class=ErrorMappingRoute)
+
+
+def _instance_header(request: Request, response: Response) -> None:
+    """Every answer names the server's instance: a client that sees it change knows the
+    server restarted (its budgets, pins and holds are gone)."""
+    response.headers[wire.INSTANCE_HEADER] = _state(request).instance_id
+
+
+router = APIRouter(
+    prefix="/kvgov/v1", route_class=ErrorMappingRoute, dependencies=[Depends(_instance_header)]
+)
 
 
 class UnknownPrefixError(BackendError):
@@ -121,11 +131,10 @@ def resize_budget(request: Request, name: str, resize: wire.BudgetResize) -> wir
 
 
 @router.delete("/budgets/{name}", status_code=204)
-def close_budget(request: Request, name: str) -> Response:
+def close_budget(request: Request, name: str) -> None:
     state, tenant, engine_name = _budget(request, name)
     state.backend.close_budget(engine_name)
     state.events.record("budget.closed", tenant=tenant, budget=name)
-    return Response(status_code=204)
 
 
 @router.post("/budgets/{name}/retain")
@@ -137,27 +146,24 @@ def retain(request: Request, name: str) -> wire.Retained:
 
 
 @router.post("/budgets/{name}/release", status_code=204)
-def release_retained(request: Request, name: str) -> Response:
+def release_retained(request: Request, name: str) -> None:
     state, tenant, engine_name = _budget(request, name)
     state.backend.release_retained(budget=engine_name)
     state.events.record("kv.released", tenant=tenant, budget=name)
-    return Response(status_code=204)
 
 
 @router.post("/budgets/{name}/offload", status_code=204)
-def offload(request: Request, name: str) -> Response:
+def offload(request: Request, name: str) -> None:
     state, tenant, engine_name = _budget(request, name)
     state.backend.offload(budget=engine_name)
     state.events.record("kv.offloaded", tenant=tenant, budget=name)
-    return Response(status_code=204)
 
 
 @router.post("/budgets/{name}/restore", status_code=204)
-def restore(request: Request, name: str) -> Response:
+def restore(request: Request, name: str) -> None:
     state, tenant, engine_name = _budget(request, name)
     state.backend.restore(budget=engine_name)
     state.events.record("kv.restored", tenant=tenant, budget=name)
-    return Response(status_code=204)
 
 
 # -- prefixes ---------------------------------------------------------------------------
@@ -182,7 +188,7 @@ def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
 
 
 @router.delete("/prefixes/{key}", status_code=204)
-def unpin_prefix(request: Request, key: str) -> Response:
+def unpin_prefix(request: Request, key: str) -> None:
     state, tenant = _state(request), tenant_of(request)
     handle = state.pins.take(tenant, key)
     if handle is None:
@@ -193,7 +199,6 @@ def unpin_prefix(request: Request, key: str) -> Response:
         state.pins.put_back(tenant, handle)
         raise
     state.events.record("prefix.unpinned", tenant=tenant, key=key)
-    return Response(status_code=204)
 
 
 # -- tokens -----------------------------------------------------------------------------

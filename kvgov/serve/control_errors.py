@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from governor.errors import BackendError, ConfigError, GovernorError
-from integrations.wire import ErrorBody, ErrorDetail, ErrorInfo
+from integrations.wire import INSTANCE_HEADER, ErrorBody, ErrorDetail, ErrorInfo
 
 __all__ = ["ErrorMappingRoute", "error_response"]
 
@@ -82,6 +82,8 @@ class ErrorMappingRoute(APIRoute):
             try:
                 return await handler(request)
             except GovernorError as exc:
-                return error_response(exc)
+                response = error_response(exc)
+                response.headers[INSTANCE_HEADER] = request.app.state.kvgov.instance_id
+                return response
 
         return mapped

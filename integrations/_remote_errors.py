@@ -1,0 +1,95 @@
+"""The errors ``RemoteBackend`` raises, rebuilt from ``kvgov serve``'s error bodies.
+
+The server names the engine's error class and its fields (``integrations.wire.ErrorDetail``);
+the client raises a ``governor.errors.BackendError`` subclass of the same name with the
+same fields and message, as ``LocalBackend`` does in process, so code that catches
+``BackendError`` or looks at ``type(exc).__name__`` and ``exc.needed`` works with either.
+Without torch on this side the engine's own classes cannot be bases: the classes are
+built here, once per name.
+
+A body with no kvgov detail maps by status: 400 ``context_length_exceeded`` to
+``CeilingExceededError`` (never retried, as in process), 401/403 to ``AuthenticationError``,
+429 and 5xx to ``BackendUnavailable`` (retriable), anything else to ``BackendError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from governor.errors import BackendError, BackendUnavailable
+
+__all__ = ["error_from_response", "remote_error_class"]
+
+
+def _reduce(error: BaseException) -> tuple[Any, ...]:
+    return (_rebuild, (type(error).__name__, error.args), error.__dict__)
+
+
+def _rebuild(name: str, args: tuple[Any, ...]) -> BaseException:
+    cls = remote_error_class(name)
+    return cls.__new__(cls, *args)
+
+
+@functools.cache
+def remote_error_class(name: str) -> type[BackendError]:
+    """A ``BackendError`` subclass named as the server's error class, built once."""
+    if name in ("BackendError", "GovernorError"):
+        return BackendError
+    if name == "BackendUnavailable":
+        return BackendUnavailable
+    return type(name, (BackendError,), {"__module__": __name__, "__reduce__": _reduce})
+
+
+def error_from_response(
+    status: int, body: bytes, *, backend: str, headers: dict[str, str] | None = None
+) -> BackendError:
+    """The typed error for an error answer of the server."""
+    info = _error_info(body)
+    message = str(info.get("message") or f"HTTP {status}")
+    detail = info.get("kvgov") if isinstance(info.get("kvgov"), dict) else None
+    if status >= 500 or status == 429:
+        error: BackendError = BackendUnavailable(f"HTTP {status}: {message}", backend=backend)
+        if detail:
+            error.__dict__.update(detail.get("fields") or {})
+        retry_after = (headers or {}).get("retry-after")
+        if retry_after is not None:
+            error.__dict__["retry_after_s"] = _seconds(retry_after)
+        return error
+    if detail and detail.get("error_class"):
+        name = str(detail["error_class"])
+    elif info.get("code") == "context_length_exceeded":
+        name = "CeilingExceededError"
+    elif status in (401, 403):
+        name = "AuthenticationError"
+    else:
+        name = "BackendError"
+    cls = remote_error_class(name)
+    error = cls.__new__(cls, message)
+    error.__dict__.update((detail or {}).get("fields") or {})
+    error.problem = message
+    error.backend = backend
+    error.status_code = status
+    if detail is not None and bool(detail.get("retriable")) != cls.retriable:
+        error.retriable = bool(detail.get("retriable"))
+    return error
+
+
+def _error_info(body: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {"message": body[:500].decode("utf-8", "replace")}
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return parsed["error"]
+    if isinstance(parsed, dict) and "detail" in parsed:  # FastAPI's own 404s and 422s
+        return {"message": json.dumps(parsed["detail"])}
+    return {"message": str(parsed)[:500]}
+
+
+def _seconds(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None

@@ -1,0 +1,224 @@
+"""``Transport``: ``RemoteBackend``'s HTTP to ``kvgov serve``, sync and async, pooled.
+
+One ``httpx.Client`` for threads and one ``httpx.AsyncClient`` per event loop (an async
+client's connections belong to the loop that opened them). A loop's client is closed
+when the loop shuts its async generators down (``asyncio.run`` does, last thing), through
+an async generator registered with the loop for that purpose, so no socket outlives its
+loop unclosed; ``aclose()`` closes the current loop's at once.
+
+Retries, with exponential backoff, only where a retry cannot do a thing twice: an
+idempotent request (GET) on a transport error or a 502/503/504, and any request whose
+connection failed before it was sent (``httpx.ConnectError``, ``ConnectTimeout``). Every
+other failure is raised at once: transport errors and 5xx as ``BackendUnavailable``,
+4xx as the typed error of the body (``integrations._remote_errors``).
+
+``on_instance(instance_id)`` sees the ``x-kvgov-instance`` header of every answer that has
+it, so the backend notices a restart without asking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from governor.errors import BackendUnavailable
+from integrations._remote_errors import error_from_response
+from integrations.wire import INSTANCE_HEADER
+
+__all__ = ["Retries", "Transport"]
+_RETRY_STATUS = (502, 503, 504)
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retries:
+    attempts: int = 3  # tries in all, the first included
+    backoff_s: float = 0.05  # before the second try; doubled before each next one
+    max_backoff_s: float = 1.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+
+
+class Transport:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        timeout: httpx.Timeout,
+        retries: Retries,
+        limits: httpx.Limits,
+        name: str,
+        on_instance: Callable[[str], None] = lambda instance: None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.name = name
+        self.retries = retries
+        self.on_instance = on_instance
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._options: dict[str, Any] = {
+            "base_url": self.base_url,
+            "headers": headers,
+            "timeout": timeout,
+            "limits": limits,
+        }
+        self._client = httpx.Client(**self._options)
+        self._lock = threading.Lock()
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- sync -----------------------------------------------------------------------------
+    def request(
+        self, method: str, path: str, *, json: Any = None, idempotent: bool | None = None
+    ) -> httpx.Response:
+        idempotent = method == "GET" if idempotent is None else idempotent
+        attempt = 1
+        while True:
+            try:
+                response = self._client.request(method, path, json=json)
+            except httpx.TransportError as exc:
+                if self._retry(exc, None, idempotent, attempt):
+                    time.sleep(self.retries.delay(attempt))
+                    attempt += 1
+                    continue
+                raise self.unavailable(exc) from exc
+            if self._retry(None, response.status_code, idempotent, attempt):
+                time.sleep(self.retries.delay(attempt))
+                attempt += 1
+                continue
+            return self.checked(response)
+
+    # -- async ----------------------------------------------------------------------------
+    async def arequest(
+        self, method: str, path: str, *, json: Any = None, idempotent: bool | None = None
+    ) -> httpx.Response:
+        idempotent = method == "GET" if idempotent is None else idempotent
+        client = self._aclient()
+        attempt = 1
+        while True:
+            try:
+                response = await client.request(method, path, json=json)
+            except httpx.TransportError as exc:
+                if self._retry(exc, None, idempotent, attempt):
+                    await asyncio.sleep(self.retries.delay(attempt))
+                    attempt += 1
+                    continue
+                raise self.unavailable(exc) from exc
+            if self._retry(None, response.status_code, idempotent, attempt):
+                await asyncio.sleep(self.retries.delay(attempt))
+                attempt += 1
+                continue
+            return self.checked(response)
+
+    @asynccontextmanager
+    async def astream(self, path: str, *, json: Any) -> AsyncIterator[AsyncIterator[str]]:
+        """POST ``json`` and yield the answer's lines; never retried once sent."""
+        client = self._aclient()
+        attempt = 1
+        while True:
+            try:
+                async with client.stream("POST", path, json=json) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        self.checked(response)
+                    self._observe(response)
+                    yield _lines(response, self)
+                    return
+            except httpx.TransportError as exc:
+                if self._retry(exc, None, False, attempt):
+                    await asyncio.sleep(self.retries.delay(attempt))
+                    attempt += 1
+                    continue
+                raise self.unavailable(exc) from exc
+
+    # -- both -----------------------------------------------------------------------------
+    def checked(self, response: httpx.Response) -> httpx.Response:
+        """The response, or its typed error."""
+        self._observe(response)
+        if response.status_code < 400:
+            return response
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        raise error_from_response(
+            response.status_code, response.content, backend=self.name, headers=headers
+        )
+
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"{type(exc).__name__} talking to {self.base_url}: {exc}", backend=self.name
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's client now (it is closed at loop shutdown anyway)."""
+        with self._lock:
+            entry = self._aclients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry.client.aclose()
+
+    def _observe(self, response: httpx.Response) -> None:
+        instance = response.headers.get(INSTANCE_HEADER)
+        if instance:
+            self.on_instance(instance)
+
+    def _retry(
+        self, exc: BaseException | None, status: int | None, idempotent: bool, attempt: int
+    ) -> bool:
+        if attempt >= self.retries.attempts:
+            return False
+        if exc is not None:
+            return idempotent or isinstance(exc, _NOT_SENT)
+        return idempotent and status in _RETRY_STATUS
+
+    def _aclient(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._aclients.get(loop)
+            if entry is None:
+                entry = self._aclients[loop] = _LoopClient(httpx.AsyncClient(**self._options))
+                entry.start()
+        return entry.client
+
+
+class _LoopClient:
+    """An event loop's async client, closed when the loop shuts down its async
+    generators: the loop tracks ``_closer`` from its first step and calls its
+    ``aclose`` then, which runs the ``finally``."""
+
+    __slots__ = ("_closer", "client")
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self._closer = self._close_at_shutdown()
+
+    def start(self) -> None:
+        # The first step registers the generator with the running loop (its first-iter
+        # hook) and stops at the ``yield``, which ends the step with StopIteration.
+        step = self._closer.asend(None).__await__()
+        with suppress(StopIteration):
+            next(step)
+
+    async def _close_at_shutdown(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await self.client.aclose()
+
+
+async def _lines(response: httpx.Response, transport: Transport) -> AsyncIterator[str]:
+    try:
+        async for line in response.aiter_lines():
+            yield line
+    except httpx.TransportError as exc:
+        raise transport.unavailable(exc) from exc

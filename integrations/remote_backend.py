@@ -228,6 +228,8 @@ class RemoteBackend(Restarts):
         self._session.unpinned(handle.key, reached=True)
 
     def health(self) -> BackendHealth:
+        if self._closed:
+            return BackendHealth(ok=False, detail="closed; create a new RemoteBackend")
         try:
             response = self._transport.request("GET", "/health")
         except BackendError as exc:  # reported, not raised: a health check answers

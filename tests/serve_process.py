@@ -31,7 +31,7 @@ _START_TIMEOUT_S = 60.0  # importing torch and building the engine on a loaded 2
 
 _SERVER = """
 import json, sys
-sys.path[:0] = [sys.argv[3], sys.argv[3] + "/tests"]
+sys.path[:0] = [sys.argv[3]]
 import uvicorn
 from governor.local_backend import LocalBackend
 from kvgov.serve import create_app
@@ -39,7 +39,7 @@ from kvgov.serve import create_app
 backend = LocalBackend(config=json.loads(sys.argv[1]))
 app = create_app(backend)
 if not any(getattr(route, "path", "") == "/v1/chat/completions" for route in app.routes):
-    from openai_stand_in import router
+    from tests.openai_stand_in import router
     app.include_router(router)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """

@@ -1,6 +1,7 @@
-"""The contract every ``Backend`` keeps, run against ``FakeBackend`` and ``LocalBackend``.
+"""The contract every ``Backend`` keeps, run against ``FakeBackend``, ``LocalBackend`` and
+``RemoteBackend`` (the bundled engine behind a real ``kvgov serve`` process).
 
-The two must agree wherever the protocol says something: the same errors for the same
+They must agree wherever the protocol says something: the same errors for the same
 misuse, the same finish reasons at the same token counts for ceilings and budgets, the
 same block accounting for pins, and every block back when calls end.
 """
@@ -18,6 +19,8 @@ from governor.backend import Backend, GenerationChunk, GenerationRequest, Genera
 from governor.errors import BackendError
 from governor.local_backend import LocalBackend
 from governor.testing import FakeBackend
+from integrations.remote_backend import RemoteBackend
+from tests.serve_process import ServerProcess
 
 NUM_BLOCKS = 64
 BLOCK_SIZE = 16
@@ -27,15 +30,20 @@ MESSAGES = [
 ]
 
 
-def _make(kind: str) -> Backend:
+def _make(kind: str, request: pytest.FixtureRequest | None = None) -> Backend:
     if kind == "fake":
         return FakeBackend(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
+    if kind == "remote":
+        assert request is not None
+        server: ServerProcess = request.getfixturevalue("kvgov_server")
+        assert server.config == {"num_blocks": NUM_BLOCKS, "block_size": BLOCK_SIZE}
+        return RemoteBackend(server.base_url)
     return LocalBackend(config={"num_blocks": NUM_BLOCKS, "block_size": BLOCK_SIZE})
 
 
-@pytest.fixture(scope="module", params=["fake", "local"])
+@pytest.fixture(scope="module", params=["fake", "local", "remote"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    made = _make(request.param)
+    made = _make(request.param, request)
     yield made
     made.close()
 
@@ -71,7 +79,7 @@ def _ids(start: int, n: int) -> list[int]:
 
 def test_both_satisfy_the_protocol(backend: Backend) -> None:
     assert isinstance(backend, Backend)
-    assert backend.name in ("fake", "local")
+    assert backend.name in ("fake", "local", "remote")
     assert backend.model
     assert backend.health().ok
     cap = backend.capacity()
@@ -276,9 +284,9 @@ def test_metrics_add_up(clean: Backend) -> None:
     assert m.prefix_cache_hits <= m.prefix_cache_queries
 
 
-@pytest.mark.parametrize("kind", ["fake", "local"])
-def test_close_is_idempotent_and_final(kind: str) -> None:
-    with _make(kind) as made:
+@pytest.mark.parametrize("kind", ["fake", "local", "remote"])
+def test_close_is_idempotent_and_final(kind: str, request: pytest.FixtureRequest) -> None:
+    with _make(kind, request) as made:
         assert made.health().ok
     made.close()
     assert not made.health().ok

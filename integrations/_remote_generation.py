@@ -93,7 +93,9 @@ class StreamState:
         try:
             event = json.loads(data)
         except ValueError as exc:
-            raise BackendError(f"a stream line is not JSON: {data[:200]!r}", backend=self.backend) from exc
+            raise BackendError(
+                f"a stream line is not JSON: {data[:200]!r}", backend=self.backend
+            ) from exc
         if isinstance(event, Mapping) and isinstance(event.get("error"), Mapping):
             from integrations._remote_errors import error_from_response
 

@@ -62,7 +62,9 @@ async def _answer(request: Request, chat: bool) -> Any:
     try:
         generation = _request(body)
         if body.get("stream"):
-            return StreamingResponse(_stream(backend, generation, chat), media_type="text/event-stream")
+            return StreamingResponse(
+                _stream(backend, generation, chat), media_type="text/event-stream"
+            )
         result = await backend.agenerate(generation)
     except GovernorError as exc:
         return error_response(exc)
@@ -97,7 +99,9 @@ async def _stream(backend: Any, generation: GenerationRequest, chat: bool) -> As
             async for chunk in chunks:
                 if chunk.result is None:
                     piece = {"index": 0, "token_ids": list(chunk.token_ids), "finish_reason": None}
-                    piece.update({"delta": {"content": chunk.text}} if chat else {"text": chunk.text})
+                    piece.update(
+                        {"delta": {"content": chunk.text}} if chat else {"text": chunk.text}
+                    )
                     yield event({"choices": [piece]})
                     continue
                 reason = chunk.result.finish_reason

@@ -58,7 +58,7 @@ class ServerProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         # A file, not a pipe: a server that logs much must never block on a full pipe.
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
 
     def start(self) -> str:
         """Start the server and wait for ``/health``; returns its instance id."""

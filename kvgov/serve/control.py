@@ -22,7 +22,6 @@ from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscop
 __all__ = ["router"]
 
 
-
 def _instance_header(request: Request, response: Response) -> None:
     """Every answer names the server's instance: a client that sees it change knows the
     server restarted (its budgets, pins and holds are gone)."""
@@ -118,7 +117,9 @@ def kv(request: Request) -> wire.KVMap:
 def open_budget(request: Request, spec: wire.BudgetSpec) -> wire.BudgetSpec:
     state, tenant, engine_name = _budget(request, spec.name)
     state.backend.open_budget(engine_name, max_blocks=spec.max_blocks)
-    state.events.record("budget.opened", tenant=tenant, budget=spec.name, max_blocks=spec.max_blocks)
+    state.events.record(
+        "budget.opened", tenant=tenant, budget=spec.name, max_blocks=spec.max_blocks
+    )
     return spec
 
 

@@ -20,7 +20,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from governor.errors import BackendError, ConfigError, GovernorError
+from governor.errors import BackendError, GovernorError
 from integrations.wire import INSTANCE_HEADER, ErrorBody, ErrorDetail, ErrorInfo
 
 __all__ = ["ErrorMappingRoute", "error_response"]
@@ -39,9 +39,7 @@ def error_response(exc: GovernorError) -> JSONResponse:
         status, kind = 404, "not_found_error"
     elif name in _CONFLICT or name in _CAPACITY:
         status, kind = 409, "conflict_error"
-    elif "InvalidRequestError" in classes or "CapacityError" in classes:
-        status, kind = 400, "invalid_request_error"
-    elif isinstance(exc, ConfigError):
+    elif classes & {"InvalidRequestError", "CapacityError", "ConfigError"}:
         status, kind = 400, "invalid_request_error"
     elif isinstance(exc, BackendError):  # the backend itself: closed, its engine thread gone
         status, kind = 503, "service_unavailable"

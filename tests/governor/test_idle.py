@@ -23,11 +23,13 @@ from governor import (
     Policies,
 )
 from governor.testing import FakeBackend
+from integrations.remote_backend import RemoteBackend
 from policies import ExtractiveSummarizer, SummarizeOldest
 
 PLANNER = AgentSpec(name="planner", ceiling_tokens=1_600, max_fanout=3)
 WORKER = AgentSpec(name="worker", ceiling_tokens=1_600)
 AGENT = AgentSpec(name="agent", ceiling_tokens=800)
+Served = LocalBackend | RemoteBackend  # the bundled engine, in process or behind kvgov serve
 TASK = [{"role": "user", "content": "Find the failing test and explain it in one line."}]
 
 
@@ -41,15 +43,21 @@ def _kinds(events: list[GovernorEvent]) -> list[str]:
     return [e.kind for e in events]
 
 
-@pytest.fixture(scope="module")
-def backend() -> Iterator[LocalBackend]:
-    """The bundled engine with a small pool (64 blocks of 16 tokens) and host room."""
-    made = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+@pytest.fixture(scope="module", params=["local", "remote"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """The bundled engine with a small pool (64 blocks of 16 tokens) and host room, in
+    process or behind a kvgov serve process (the same pool): the behaviour is the same."""
+    if request.param == "remote":
+        server = request.getfixturevalue("kvgov_server")
+        assert server.config == {"num_blocks": 64, "block_size": 16}
+        made: Served = RemoteBackend(server.base_url)
+    else:
+        made = LocalBackend(config={"num_blocks": 64, "block_size": 16})
     yield made
     made.close()
 
 
-def _assert_released(backend: LocalBackend | FakeBackend) -> None:
+def _assert_released(backend: Served | FakeBackend) -> None:
     m = backend.metrics()
     assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
 
@@ -191,7 +199,7 @@ def _flood(governor: Governor) -> None:
             governor.complete(other, [{"role": "user", "content": words}], max_tokens=4)
 
 
-def test_held_kv_survives_other_agents_and_is_reused(backend: LocalBackend) -> None:
+def test_held_kv_survives_other_agents_and_is_reused(backend: Served) -> None:
     config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=1.0)
     governor = Governor(backend, config=config, agents=[AGENT])
     events = _recorder(governor)
@@ -202,7 +210,7 @@ def test_held_kv_survives_other_agents_and_is_reused(backend: LocalBackend) -> N
     _assert_released(backend)
 
 
-def test_without_retention_the_context_is_recomputed(backend: LocalBackend) -> None:
+def test_without_retention_the_context_is_recomputed(backend: Served) -> None:
     config = GovernorConfig(park_after_s=0, retain_s=0)
     governor = Governor(backend, config=config, agents=[AGENT])
     events = _recorder(governor)
@@ -212,7 +220,7 @@ def test_without_retention_the_context_is_recomputed(backend: LocalBackend) -> N
     _assert_released(backend)
 
 
-def test_offload_under_pressure_and_restore_keep_greedy_outputs(backend: LocalBackend) -> None:
+def test_offload_under_pressure_and_restore_keep_greedy_outputs(backend: Served) -> None:
     plain = Governor(backend, config=GovernorConfig(retain_s=0), agents=[AGENT])
     expected_first, expected_second = _turns(plain, flood=False)
     # A watermark this low means pressure at every hold: the KV goes to host at once.
@@ -233,7 +241,7 @@ def test_offload_under_pressure_and_restore_keep_greedy_outputs(backend: LocalBa
     _assert_released(backend)
 
 
-def test_a_hold_ends_after_retain_s(backend: LocalBackend) -> None:
+def test_a_hold_ends_after_retain_s(backend: Served) -> None:
     config = GovernorConfig(park_after_s=0, retain_s=0.05, pressure_watermark=1.0)
     governor = Governor(backend, config=config, agents=[AGENT])
     events = _recorder(governor)
@@ -250,7 +258,7 @@ def test_a_hold_ends_after_retain_s(backend: LocalBackend) -> None:
     assert "retain_s=0.05" in dropped.attributes["reason"]
 
 
-def test_a_tool_expected_to_run_long_holds_nothing(backend: LocalBackend) -> None:
+def test_a_tool_expected_to_run_long_holds_nothing(backend: Served) -> None:
     config = GovernorConfig(park_after_s=0, retain_s=2)
     governor = Governor(backend, config=config, agents=[AGENT])
     with governor.lease("agent") as lease:
@@ -262,7 +270,7 @@ def test_a_tool_expected_to_run_long_holds_nothing(backend: LocalBackend) -> Non
     _assert_released(backend)
 
 
-def test_releasing_a_lease_with_offloaded_kv_returns_everything(backend: LocalBackend) -> None:
+def test_releasing_a_lease_with_offloaded_kv_returns_everything(backend: Served) -> None:
     config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=0.01)
     governor = Governor(backend, config=config, agents=[AGENT])
 

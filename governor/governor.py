@@ -127,6 +127,11 @@ class Governor(ModelCalls, ToolCalls):
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
+        # A backend that can restart (RemoteBackend) sets its budgets and pins up again
+        # itself; the held KV it lost is the governor's to forget.
+        on_restart = getattr(backend, "on_restart", None)
+        if callable(on_restart):
+            on_restart(self._backend_restarted)
 
     def run(self, name: str = "run") -> Run:
         """``with`` / ``async with``: one workflow invocation; the leases requested inside
@@ -138,6 +143,9 @@ class Governor(ModelCalls, ToolCalls):
     def _publish_run(self, kind: str, run: Run, **attributes: object) -> None:
         if self.events.active:
             self.events.publish(GovernorEvent(kind, run_id=run.run_id, attributes=attributes))
+
+    def _backend_restarted(self) -> None:
+        self.idle.lost("the backend restarted; its KV is gone")
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber(event)`` for every ``GovernorEvent``; returns the function

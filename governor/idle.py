@@ -169,6 +169,16 @@ class IdleKeeper:
             self._end_locked(lease)
             self._clear_hold(lease)
 
+    def lost(self, reason: str) -> None:
+        """Every hold is gone without a backend call (the backend restarted and lost its
+        KV): forget them, so that admission stops counting blocks nobody holds."""
+        with self._lock:
+            lost = [(lease, lease.num_retained_blocks) for lease in self._holding]
+            for lease, _ in lost:
+                self._clear_hold(lease)
+        for lease, blocks in lost:
+            self._publish("dropped", lease, blocks=blocks, reason=reason)
+
     # -- pressure ---------------------------------------------------------------------
     def relieve(self, *, exclude: Lease | None = None) -> int:
         """Offload held KV while blocks in use exceed the watermark; blocks freed. On a

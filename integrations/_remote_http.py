@@ -59,6 +59,8 @@ class Transport:
         limits: httpx.Limits,
         name: str,
         on_instance: Callable[[str], None] = lambda instance: None,
+        transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.name = name
@@ -71,7 +73,8 @@ class Transport:
             "timeout": timeout,
             "limits": limits,
         }
-        self._client = httpx.Client(**self._options)
+        self._async_transport = async_transport
+        self._client = httpx.Client(transport=transport, **self._options)
         self._lock = threading.Lock()
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
@@ -186,7 +189,8 @@ class Transport:
         with self._lock:
             entry = self._aclients.get(loop)
             if entry is None:
-                entry = self._aclients[loop] = _LoopClient(httpx.AsyncClient(**self._options))
+                client = httpx.AsyncClient(transport=self._async_transport, **self._options)
+                entry = self._aclients[loop] = _LoopClient(client)
                 entry.start()
         return entry.client
 

@@ -57,7 +57,9 @@ class RemoteBackend(Restarts):
 
     ``timeout``: seconds to wait for an answer (a model call's whole answer, so size it
     for the longest call); ``connect_timeout``: for a connection. ``api_key``: one of the
-    server's ``--api-key``s. Thread-safe, and usable from any number of event loops.
+    server's ``--api-key``s. ``transport``/``async_transport``: httpx transports to send
+    through instead of the network (proxies, tests), as httpx's clients take them.
+    Thread-safe, and usable from any number of event loops.
     """
 
     def __init__(
@@ -70,6 +72,8 @@ class RemoteBackend(Restarts):
         retries: Retries | None = None,
         max_connections: int = 100,
         model: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._session = Session()
         self._transport = Transport(
@@ -82,6 +86,8 @@ class RemoteBackend(Restarts):
             ),
             name=_NAME,
             on_instance=self._session.observe,
+            transport=transport,
+            async_transport=async_transport,
         )
         self._model = model
         self._counter: TokenCounter | None = None

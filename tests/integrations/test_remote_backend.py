@@ -1,0 +1,159 @@
+"""``RemoteBackend`` beyond the shared contract (tests/governor/test_backend_protocol.py):
+typed errors rebuilt from the server's body, retries only where a retry cannot do a thing
+twice, counting exactly as the server does without a round trip per count, and an event
+loop that never waits on the network.
+
+Against the session's real ``kvgov serve`` process, except where the server must
+misbehave on cue (a 503, a refused connection, a body without kvgov's detail): there an
+``httpx.MockTransport`` answers, and the test says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from governor.backend import GenerationRequest
+from governor.errors import BackendError, BackendUnavailable
+from integrations.remote_backend import RemoteBackend, Retries
+from tests.loop_ticker import loop_ticker
+from tests.serve_process import ServerProcess
+
+FAST = Retries(attempts=3, backoff_s=0.001)
+
+
+@pytest.fixture
+def remote(kvgov_server: ServerProcess) -> Iterator[RemoteBackend]:
+    with RemoteBackend(kvgov_server.base_url) as backend:
+        yield backend
+
+
+def test_engine_errors_arrive_typed_with_their_fields(remote: RemoteBackend) -> None:
+    remote.open_budget("typed-a", max_blocks=2)
+    try:
+        with pytest.raises(BackendError) as caught:
+            remote.open_budget("typed-a", max_blocks=2)
+        assert type(caught.value).__name__ == "DuplicateBudgetError"
+        assert (caught.value.name, caught.value.backend) == ("typed-a", "remote")
+        assert not caught.value.retriable
+        too_long = GenerationRequest(prompt=list(range(5_000, 5_040)), budget="typed-a")
+        with pytest.raises(BackendError) as caught:
+            remote.generate(too_long)
+        assert type(caught.value).__name__ == "BudgetExceededError"
+        assert (caught.value.needed, caught.value.max_blocks) == (3, 2)
+        # Errors cross process boundaries (worker pools): they pickle, fields and all.
+        again = pickle.loads(pickle.dumps(caught.value))
+        assert (type(again).__name__, again.needed, str(again)) == (
+            "BudgetExceededError",
+            3,
+            str(caught.value),
+        )
+    finally:
+        remote.close_budget("typed-a")
+    with pytest.raises(BackendError) as caught:
+        remote.generate(GenerationRequest(prompt=list(range(10)), ceiling_tokens=10))
+    assert type(caught.value).__name__ == "CeilingExceededError"
+    assert caught.value.ceiling_tokens == 10
+
+
+def _mock(handler: httpx.MockTransport, **options: object) -> RemoteBackend:
+    return RemoteBackend("http://kvgov.test", transport=handler, retries=FAST, **options)  # type: ignore[arg-type]
+
+
+def test_a_context_length_refusal_is_typed_and_never_retried() -> None:
+    """A mock server: a body with OpenAI's code and no kvgov detail, as a proxy in front
+    of kvgov serve might pass it on."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        body = {"error": {"message": "too long", "type": "invalid_request_error",
+                          "param": "messages", "code": "context_length_exceeded"}}  # fmt: skip
+        return httpx.Response(400, json=body, headers={"x-should-retry": "false"})
+
+    backend = _mock(httpx.MockTransport(answer), model="m")
+    backend._session.suspect = False  # no /version probe: only the call itself
+    with pytest.raises(BackendError) as caught:
+        backend.generate(GenerationRequest(prompt="hi"))
+    assert type(caught.value).__name__ == "CeilingExceededError"
+    assert not caught.value.retriable and not isinstance(caught.value, BackendUnavailable)
+    assert seen == ["/v1/completions"]
+
+
+def test_only_safe_requests_are_retried() -> None:
+    """A mock server that answers 503 to everything, then one whose connections are
+    refused: a GET is retried (it cannot do a thing twice), a POST that reached the
+    server is not, a POST whose connection failed before it was sent is."""
+    seen: list[tuple[str, str]] = []
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path))
+        return httpx.Response(503, json={"error": {"message": "down", "type": "x"}})
+
+    backend = _mock(httpx.MockTransport(busy), model="m")
+    backend._session.suspect = False
+    with pytest.raises(BackendUnavailable) as caught:
+        backend.capacity()
+    assert caught.value.retriable
+    assert seen == [("GET", "/kvgov/v1/capacity")] * FAST.attempts
+    seen.clear()
+    backend._session.suspect = False
+    with pytest.raises(BackendUnavailable):
+        backend.generate(GenerationRequest(prompt="hi"))
+    assert seen == [("POST", "/v1/completions")]
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path))
+        raise httpx.ConnectError("connection refused", request=request)
+
+    seen.clear()
+    backend = _mock(httpx.MockTransport(refused), model="m")
+    backend._session.suspect = False
+    with pytest.raises(BackendUnavailable):
+        backend.generate(GenerationRequest(prompt="hi"))
+    assert seen == [("POST", "/v1/completions")] * FAST.attempts
+
+
+def test_counts_match_the_server_with_few_round_trips(remote: RemoteBackend) -> None:
+    counter = remote.counter
+    tokenizer = counter._tokenizer
+    bodies: list[object] = []
+    ask = tokenizer._count
+    tokenizer._count = lambda body: bodies.append(body) or ask(body)
+    texts = ["hello world", "<|endoftext|> ends", "naïve café " * 30]
+    for text in texts:
+        expected = remote._call("POST", "/kvgov/v1/count", {"text": text}).json()["tokens"]
+        assert remote.count_tokens(text) == expected
+    assert bodies == []  # text: counted here, with the server's own tiktoken encoding
+    messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}]
+    first = remote.count_messages(messages)
+    for _ in range(3):  # a governor counts the same conversation at every turn
+        assert remote.count_messages(messages) == first
+    assert len(bodies) == 1  # chat templates render on the server, once per conversation
+    result = remote.generate(GenerationRequest(messages=messages, max_tokens=1))
+    assert result.prompt_tokens == first
+
+
+def test_async_calls_leave_the_event_loop_free(remote: RemoteBackend) -> None:
+    async def main() -> float:
+        async with loop_ticker() as gaps:
+            await remote.aopen_budget("loop-free", max_blocks=8)
+            request = GenerationRequest(prompt=list(range(6_000, 6_020)), max_tokens=24,
+                                        budget="loop-free")  # fmt: skip
+            result = await remote.agenerate(request)
+            chunks = [chunk async for chunk in remote.astream(request)]
+            assert chunks[-1].result is not None
+            assert chunks[-1].result.token_ids == result.token_ids
+            assert (await remote.aretain(budget="loop-free")) > 0
+            await remote.arelease_retained(budget="loop-free")
+            await remote.aclose_budget("loop-free")
+            assert (await remote.ametrics()).num_requests_running == 0
+        return max(gaps)
+
+    assert asyncio.run(main()) < 0.1  # a blocking call would hold it for a whole call
+    assert json.dumps(remote.kv_map().budgets) == "{}"

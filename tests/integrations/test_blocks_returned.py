@@ -1,4 +1,5 @@
-"""Every KV block comes back when a governed run ends badly, on the bundled engine.
+"""Every KV block comes back when a governed run ends badly, on the bundled engine, in
+process and behind a kvgov serve process.
 
 ``GovernedChatModel`` generates on a real ``LocalBackend`` (tiny-random) inside a
 ``govern``-ed graph and under ``GovernorMiddleware``, so the engine really holds the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,8 +27,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from governor import AgentSpec, BackendMetrics, Governor, GovernorEvent, LocalBackend
 from integrations.langchain import GovernedChatModel, GovernorMiddleware
 from integrations.langgraph import govern
+from integrations.remote_backend import RemoteBackend
 from tests.integrations.langgraph_graphs import sync_and_async
 
+Served = LocalBackend | RemoteBackend
 WRITER = AgentSpec(name="writer", ceiling_tokens=512)
 TASK = "Write a long story about a lighthouse keeper and the sea."
 STOP_AT = 3  # tokens into the reply
@@ -36,13 +40,21 @@ class Stopped(Exception):
     """Raised from inside the generation, at its ``STOP_AT``-th token."""
 
 
-@pytest.fixture(scope="module")
-def backend() -> Iterator[LocalBackend]:
+@pytest.fixture(scope="module", params=["local", "remote"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """The engine in process, or behind a kvgov serve process with the same pool, where
+    the server aborts a call when its client goes away."""
+    if request.param == "remote":
+        server = request.getfixturevalue("kvgov_server")
+        assert server.config == {"num_blocks": 64, "block_size": 16}
+        with RemoteBackend(server.base_url) as remote:
+            yield remote
+        return
     with LocalBackend(config={"num_blocks": 64}) as local:
         yield local
 
 
-def governed(backend: LocalBackend, how: str) -> tuple[Governor, Any, list[GovernorEvent]]:
+def governed(backend: Served, how: str) -> tuple[Governor, Any, list[GovernorEvent]]:
     """A governor on ``backend``, and an agent of ``how`` ("graph" or "middleware") whose
     model generates up to 64 tokens in the writer's lease."""
     governor = Governor(backend, agents=[WRITER])
@@ -66,7 +78,7 @@ def governed(backend: LocalBackend, how: str) -> tuple[Governor, Any, list[Gover
     return governor, govern(builder.compile(), governor, {"agent": WRITER}), events
 
 
-def assert_held_mid_call(backend: LocalBackend, seen: BackendMetrics) -> None:
+def assert_held_mid_call(backend: Served, seen: BackendMetrics) -> None:
     """One request was generating, holding its prompt's blocks and then some."""
     prompt = backend.count_messages([{"role": "user", "content": TASK}])
     block_size = backend.capacity().block_size
@@ -75,10 +87,14 @@ def assert_held_mid_call(backend: LocalBackend, seen: BackendMetrics) -> None:
     assert seen.num_blocks_in_use == math.ceil(seen.num_tokens_in_use / block_size)
 
 
-def assert_all_returned(
-    governor: Governor, backend: LocalBackend, events: list[GovernorEvent]
-) -> None:
+def assert_all_returned(governor: Governor, backend: Served, events: list[GovernorEvent]) -> None:
     m = backend.metrics()
+    if isinstance(backend, RemoteBackend):  # the server learns of the abort a moment later
+        deadline = time.monotonic() + 5
+        while m.num_blocks_in_use or m.num_requests_running:
+            assert time.monotonic() < deadline, m
+            time.sleep(0.01)
+            m = backend.metrics()
     assert (m.num_blocks_in_use, m.num_requests_running, m.num_requests_waiting) == (0, 0, 0)
     assert governor.admission.counts()[:2] == (0, 0)
     requested = {e.lease_id for e in events if e.kind == "requested"}
@@ -90,7 +106,7 @@ INPUTS = {"messages": [HumanMessage(TASK)]}
 
 
 @pytest.mark.parametrize("how", ["graph", "middleware"])
-def test_an_error_mid_generation_returns_every_block(backend: LocalBackend, how: str) -> None:
+def test_an_error_mid_generation_returns_every_block(backend: Served, how: str) -> None:
     governor, agent, events = governed(backend, how)
     seen: list[BackendMetrics] = []
 
@@ -113,7 +129,7 @@ def test_an_error_mid_generation_returns_every_block(backend: LocalBackend, how:
 
 
 @pytest.mark.parametrize("how", ["graph", "middleware"])
-def test_a_cancelled_run_returns_every_block(backend: LocalBackend, how: str) -> None:
+def test_a_cancelled_run_returns_every_block(backend: Served, how: str) -> None:
     governor, agent, events = governed(backend, how)
     seen: list[BackendMetrics] = []
 
@@ -141,7 +157,7 @@ def test_a_cancelled_run_returns_every_block(backend: LocalBackend, how: str) ->
 
 
 @pytest.mark.parametrize("how", ["graph", "middleware"])
-def test_a_stream_closed_mid_reply_returns_every_block(backend: LocalBackend, how: str) -> None:
+def test_a_stream_closed_mid_reply_returns_every_block(backend: Served, how: str) -> None:
     governor, agent, events = governed(backend, how)
     stream = agent.stream(INPUTS, stream_mode="messages")
     for _ in range(STOP_AT):

@@ -41,6 +41,8 @@ app = create_app(backend)
 if not any(getattr(route, "path", "") == "/v1/chat/completions" for route in app.routes):
     from tests.openai_stand_in import router
     app.include_router(router)
+if sys.argv[4] == "standby":  # built, but the port is another's until told to go
+    sys.stdin.readline()
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
 
@@ -57,18 +59,26 @@ class ServerProcess:
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+        self._next: subprocess.Popen[bytes] | None = None  # a server built, on standby
         # A file, not a pipe: a server that logs much must never block on a full pipe.
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+
+    def prepare(self) -> None:
+        """Start the next server now, up to where it would bind the port: importing torch
+        and building the engine take seconds, which ``start`` then saves (a restart
+        test's replacement is ready when the killed server is gone)."""
+        self._next = self._spawn("standby")
 
     def start(self) -> str:
         """Start the server and wait for ``/health``; returns its instance id."""
         assert self.process is None or self.process.poll() is not None, "already running"
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, json.dumps(self.config), str(self.port), str(ROOT)],
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-            stdout=subprocess.DEVNULL,
-            stderr=self.log,
-        )
+        if self._next is not None:
+            self.process, self._next = self._next, None
+            assert self.process.stdin is not None
+            self.process.stdin.write(b"go\n")
+            self.process.stdin.close()
+        else:
+            self.process = self._spawn("now")
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -83,6 +93,23 @@ class ServerProcess:
         self.stop()
         raise TimeoutError(f"the server did not answer /health within {_START_TIMEOUT_S} s")
 
+    def _spawn(self, when: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _SERVER,
+                json.dumps(self.config),
+                str(self.port),
+                str(ROOT),
+                when,
+            ],
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            stdin=subprocess.PIPE if when == "standby" else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+        )
+
     def kill(self) -> None:
         """SIGKILL, as a crash or an OOM killer would: nothing is closed cleanly."""
         assert self.process is not None
@@ -90,6 +117,10 @@ class ServerProcess:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
+        if self._next is not None:
+            self._next.kill()
+            self._next.wait(timeout=10)
+            self._next = None
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

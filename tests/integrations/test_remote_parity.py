@@ -80,7 +80,7 @@ def _swarm(backend: Backend) -> Trace:
             e.attributes["prompt_tokens"],
             e.attributes["completion_tokens"],
             e.attributes["finish_reason"],
-        )  # fmt: skip
+        )
         for e in events
         if e.kind == "call.finished"
     )

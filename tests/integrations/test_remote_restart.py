@@ -26,6 +26,7 @@ TASK = [{"role": "user", "content": "Find the failing test."}]
 def test_a_restart_fails_calls_in_flight_and_the_governor_carries_on(
     kvgov_server: ServerProcess,
 ) -> None:
+    kvgov_server.prepare()  # the replacement builds its engine while this test runs
     backend = RemoteBackend(kvgov_server.base_url)
     config = GovernorConfig(park_after_s=0, retain_s=30, pressure_watermark=1.0)
     governor = Governor(backend, config=config, agents=[AGENT])

@@ -1,5 +1,6 @@
 """Adapters from kvgov to other libraries: LangChain and LangGraph middleware,
-OpenTelemetry instrumentation, a JSON-lines span exporter and the run report.
+OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and
+``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx).
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -11,6 +12,7 @@ from integrations.jsonl import JsonLinesSpanExporter, SpanRecord, read_spans
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
 from integrations.otel import Instrumentation, instrument
+from integrations.remote_backend import RemoteBackend
 from integrations.report import RunReport
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "GovernorState",
     "Instrumentation",
     "JsonLinesSpanExporter",
+    "RemoteBackend",
     "RunReport",
     "SpanRecord",
     "govern",

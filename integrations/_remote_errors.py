@@ -18,7 +18,7 @@ import functools
 import json
 from typing import Any
 
-from governor.errors import BackendError, BackendUnavailable
+from governor import BackendError, BackendUnavailable
 
 __all__ = ["error_from_response", "remote_error_class"]
 

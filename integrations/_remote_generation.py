@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from governor.backend import GenerationChunk, GenerationRequest, GenerationResult
-from governor.errors import BackendError
+from governor import BackendError, GenerationChunk, GenerationRequest, GenerationResult
 
 __all__ = ["StreamState", "body_of", "path_of", "result_of"]
 

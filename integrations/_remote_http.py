@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from governor.errors import BackendUnavailable
+from governor import BackendUnavailable
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from governor.errors import BackendError, BackendUnavailable
+from governor import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     from integrations._remote_http import Transport

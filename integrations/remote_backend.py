@@ -27,18 +27,19 @@ from typing import Any
 
 import httpx
 
-from governor.backend import (
+from governor import (
     BackendCapacity,
+    BackendError,
     BackendHealth,
     BackendMetrics,
+    BackendUnavailable,
     GenerationChunk,
     GenerationRequest,
     GenerationResult,
     Message,
     PrefixHandle,
+    TokenCounter,
 )
-from governor.errors import BackendError, BackendUnavailable
-from governor.tokens import TokenCounter
 from integrations import wire
 from integrations._remote_generation import StreamState, body_of, path_of, result_of
 from integrations._remote_http import Retries, Transport

@@ -125,24 +125,28 @@ class Transport:
 
     @asynccontextmanager
     async def astream(self, path: str, *, json: Any) -> AsyncIterator[AsyncIterator[str]]:
-        """POST ``json`` and yield the answer's lines; never retried once sent."""
+        """POST ``json`` and yield the answer's lines. Only connecting is retried (and
+        only as ``request`` retries a POST): once sent, a stream is never sent again."""
         client = self._aclient()
+        request = client.build_request("POST", path, json=json)
         attempt = 1
         while True:
             try:
-                async with client.stream("POST", path, json=json) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        self.checked(response)
-                    self._observe(response)
-                    yield _lines(response, self)
-                    return
+                response = await client.send(request, stream=True)
+                break
             except httpx.TransportError as exc:
                 if self._retry(exc, None, False, attempt):
                     await asyncio.sleep(self.retries.delay(attempt))
                     attempt += 1
                     continue
                 raise self.unavailable(exc) from exc
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+            self.checked(response)
+            yield _lines(response, self)
+        finally:
+            await response.aclose()  # a consumer that stopped early: the server aborts
 
     # -- both -----------------------------------------------------------------------------
     def checked(self, response: httpx.Response) -> httpx.Response:

@@ -46,7 +46,11 @@ def error_response(exc: GovernorError) -> JSONResponse:
     else:
         status, kind = 400, "invalid_request_error"
     detail = ErrorDetail(
-        error_class=name, fields=_fields(exc), retriable=status == 503 or name in _CAPACITY
+        # Only a backend that is down is worth the same call later: a request that does
+        # not fit is refused again until the caller changes something (frees, resizes).
+        error_class=name,
+        fields=_fields(exc),
+        retriable=status == 503,
     )
     body = ErrorBody(error=ErrorInfo(message=str(exc), type=kind, code=_code(name), kvgov=detail))
     return JSONResponse(body.model_dump(mode="json"), status_code=status)

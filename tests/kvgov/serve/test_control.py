@@ -15,9 +15,11 @@ import pytest
 from fastapi import Request
 from fastapi.testclient import TestClient
 
+from governor.backend import GenerationRequest
 from governor.local_backend import LocalBackend
 from integrations import wire
 from kvgov.serve import create_app
+from kvgov.serve.tenancy import cache_salt_for
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +132,15 @@ def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
             == 201
         )
         assert client.delete("/kvgov/v1/budgets/w", headers=b).status_code == 204
-        pin = client.post("/kvgov/v1/prefixes", json={"prefix": list(range(200, 232))}, headers=a)
+        prefix = list(range(200, 232))
+        pin = client.post("/kvgov/v1/prefixes", json={"prefix": prefix}, headers=a)
         key = pin.json()["key"]
+        # Pinned under A's own salt: A's calls (salted as the OpenAI routes salt them)
+        # hit it, nobody else's do.
+        backend = client.app.state.kvgov.backend  # type: ignore[attr-defined]
+        for salt, hits in ((cache_salt_for("tenant-a", None), 32), (None, 0)):
+            call = GenerationRequest(prompt=[*prefix, 7], max_tokens=1, cache_salt=salt)
+            assert backend.generate(call).cached_tokens == hits
         assert client.delete(f"/kvgov/v1/prefixes/{key}", headers=b).status_code == 404
         assert client.delete(f"/kvgov/v1/prefixes/{key}", headers=a).status_code == 204
     finally:

@@ -38,9 +38,6 @@ from kvgov.serve import create_app
 
 backend = LocalBackend(config=json.loads(sys.argv[1]))
 app = create_app(backend)
-if not any(getattr(route, "path", "") == "/v1/chat/completions" for route in app.routes):
-    from tests.openai_stand_in import router
-    app.include_router(router)
 if sys.argv[4] == "standby":  # built, but the port is another's until told to go
     sys.stdin.readline()
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -11,26 +11,17 @@ pinned and unpinned.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request
 
 from governor.errors import BackendError, ConfigError
 from integrations import wire
-from kvgov.serve.control_errors import ErrorMappingRoute
 from kvgov.serve.state import ServerState
 from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscoped_budget
 
 __all__ = ["router"]
 
 
-def _instance_header(request: Request, response: Response) -> None:
-    """Every answer names the server's instance: a client that sees it change knows the
-    server restarted (its budgets, pins and holds are gone)."""
-    response.headers[wire.INSTANCE_HEADER] = _state(request).instance_id
-
-
-router = APIRouter(
-    prefix="/kvgov/v1", route_class=ErrorMappingRoute, dependencies=[Depends(_instance_header)]
-)
+router = APIRouter(prefix="/kvgov/v1")
 
 
 class UnknownPrefixError(BackendError):

@@ -57,6 +57,7 @@ _TYPES = {
 _ENGINE_STATUS = {
     "UnknownBudgetError": 404,
     "UnknownPinError": 404,
+    "UnknownPrefixError": 404,  # the control plane's: no such pin for this tenant
     "UnknownSequenceError": 404,
     "DuplicateBudgetError": 409,
     "DuplicateSequenceError": 409,
@@ -64,6 +65,7 @@ _ENGINE_STATUS = {
     "InvalidRequestError": 400,
     "CapacityError": 400,
     "ModelError": 500,
+    "EngineError": 400,
 }
 
 
@@ -122,13 +124,11 @@ def from_exception(exc: BaseException, *, tenant: str = "") -> ApiError:
 
 
 def _status_of(exc: BaseException) -> int:
-    from engine.errors import EngineError
-
-    if isinstance(exc, EngineError):
-        for cls in type(exc).__mro__:
-            if cls.__name__ in _ENGINE_STATUS:
-                return _ENGINE_STATUS[cls.__name__]
-        return 400
+    # By the nearest class with a status of its own: LocalBackend raises an engine error
+    # as a class derived from the engine's and from BackendError, engine's first.
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _ENGINE_STATUS:
+            return _ENGINE_STATUS[cls.__name__]
     if isinstance(exc, ConfigError):
         return 400
     if isinstance(exc, BackendError):  # the backend itself failed: closed, thread gone

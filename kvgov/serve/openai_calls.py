@@ -25,7 +25,7 @@ from typing import Literal, TypeVar
 from fastapi import Request
 
 from governor.backend import GenerationChunk, GenerationRequest, GenerationResult
-from kvgov.serve import security
+from kvgov.serve import tenancy
 from kvgov.serve.errors import ApiError, from_exception
 from kvgov.serve.limits import QueueGate
 from kvgov.serve.openai_schemas import ChatCompletionRequest, CompletionRequest
@@ -62,7 +62,7 @@ class ModelCall:
     def __post_init__(self) -> None:
         prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
-        self.tenant = security.tenant_of(self.request)
+        self.tenant = tenancy.tenant_of(self.request)
         model = self.body.model
         if model is not None and model != self.state.model_name:
             self._refused(404, "model_not_found")
@@ -80,7 +80,7 @@ class ModelCall:
 
     def generation_request(self) -> GenerationRequest:
         body = self.body
-        budget = None if body.budget is None else security.scoped_budget(self.tenant, body.budget)
+        budget = None if body.budget is None else tenancy.scoped_budget(self.tenant, body.budget)
         common = {
             # Without a limit the call may use the rest of the context: the engine ends it
             # at the ceiling (finish "length"), as vLLM does with no max_tokens.
@@ -91,7 +91,7 @@ class ModelCall:
             "stop": body.stop_strings,
             "ceiling_tokens": body.ceiling_tokens,
             "budget": budget,
-            "cache_salt": security.cache_salt_for(self.tenant, body.cache_salt),
+            "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
             "priority": body.priority,
         }
         if isinstance(body, ChatCompletionRequest):
@@ -175,7 +175,7 @@ class ModelCall:
     async def _finish(self, result: GenerationResult) -> None:
         body = self.body
         if body.retain and body.budget is not None:
-            budget = security.scoped_budget(self.tenant, body.budget)
+            budget = tenancy.scoped_budget(self.tenant, body.budget)
             await asyncio.to_thread(self.state.backend.retain, budget=budget)
         self._record(
             "request.finished",

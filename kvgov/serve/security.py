@@ -23,7 +23,6 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvgov.serve.errors import ApiError
@@ -32,18 +31,14 @@ from kvgov.serve.page import PUBLIC_PATHS
 __all__ = [
     "OPEN_PATHS",
     "AuthMiddleware",
-    "cache_salt_for",
     "load_api_keys",
-    "scoped_budget",
     "tenant_id",
-    "tenant_of",
 ]
 
 # What needs no key: the health probe (load balancers), and the live page's shell and static
 # files (a browser cannot send a bearer key when it opens a page; the figures the page
 # shows come from /kvgov/v1/live, which needs the key).
 OPEN_PATHS = frozenset({"/health"}) | PUBLIC_PATHS
-_SEPARATOR = "/"
 
 
 def load_api_keys(
@@ -76,24 +71,6 @@ def load_api_keys(
 def tenant_id(key: str) -> str:
     """A stable short name for a key's tenant; the key cannot be read back from it."""
     return "t" + hashlib.sha256(b"kvgov-tenant\0" + key.encode()).hexdigest()[:15]
-
-
-def tenant_of(request: Request) -> str:
-    """The request's tenant: "" when the server has no API keys."""
-    return str(getattr(request.state, "kvgov_tenant", "") or "")
-
-
-def scoped_budget(tenant: str, name: str) -> str:
-    """The engine's name for a tenant's budget."""
-    return name if not tenant else f"{tenant}{_SEPARATOR}{name}"
-
-
-def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:
-    """The salt a tenant's block 0 is hashed with: the tenant's own, plus the client's
-    (a client may split its cache further, never join another tenant's)."""
-    if not tenant:
-        return cache_salt
-    return tenant if cache_salt is None else f"{tenant}{_SEPARATOR}{cache_salt}"
 
 
 class AuthMiddleware:

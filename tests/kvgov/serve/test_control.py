@@ -3,8 +3,7 @@ by the real ``LocalBackend`` (tiny-random); every answer names the server instan
 change is an event of the server's log; errors are OpenAI-shaped with kvgov's detail; and
 one tenant's budgets and pins are invisible to another.
 
-The tenant comes from the auth dependency; here a test middleware sets
-``request.state.kvgov_tenant`` from a header, as that dependency does from the key.
+The server runs with three API keys: the default client's, and tenants A's and B's.
 """
 
 from __future__ import annotations
@@ -12,27 +11,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fastapi import Request
 from fastapi.testclient import TestClient
 
 from governor.backend import GenerationRequest
 from governor.local_backend import LocalBackend
 from integrations import wire
-from kvgov.serve import create_app
+from kvgov.serve import ServeSettings, create_app
+from kvgov.serve.security import tenant_id
 from kvgov.serve.tenancy import cache_salt_for
+
+KEY, KEY_A, KEY_B = "control-key", "control-key-a", "control-key-b"
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     backend = LocalBackend(config={"num_blocks": 64, "block_size": 16})
-    app = create_app(backend)
-
-    @app.middleware("http")
-    async def tenant_from_header(request: Request, call_next):  # type: ignore[no-untyped-def]
-        request.state.kvgov_tenant = request.headers.get("x-test-tenant", "")
-        return await call_next(request)
-
-    with TestClient(app) as made:
+    app = create_app(backend, ServeSettings(api_keys=(KEY, KEY_A, KEY_B)))
+    with TestClient(app, headers={"Authorization": f"Bearer {KEY}"}) as made:
         yield made
     backend.close()
 
@@ -86,7 +81,7 @@ def test_duplicates_and_bad_bodies_are_refused(client: TestClient) -> None:
         assert again.json()["error"]["kvgov"]["error_class"] == "DuplicateBudgetError"
     finally:
         client.delete("/kvgov/v1/budgets/dup")
-    assert client.post("/kvgov/v1/budgets", json={"name": "z", "max_blocks": 0}).status_code == 422
+    assert client.post("/kvgov/v1/budgets", json={"name": "z", "max_blocks": 0}).status_code == 400
     assert client.post("/kvgov/v1/count", json={}).status_code == 400
 
 
@@ -114,7 +109,7 @@ def test_prefixes_counts_metrics_and_tokenizer(client: TestClient) -> None:
 
 
 def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
-    a, b = {"x-test-tenant": "tenant-a"}, {"x-test-tenant": "tenant-b"}
+    a, b = {"Authorization": f"Bearer {KEY_A}"}, {"Authorization": f"Bearer {KEY_B}"}
     assert (
         client.post("/kvgov/v1/budgets", json={"name": "w", "max_blocks": 2}, headers=a).status_code
         == 201
@@ -138,7 +133,7 @@ def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
         # Pinned under A's own salt: A's calls (salted as the OpenAI routes salt them)
         # hit it, nobody else's do.
         backend = client.app.state.kvgov.backend  # type: ignore[attr-defined]
-        for salt, hits in ((cache_salt_for("tenant-a", None), 32), (None, 0)):
+        for salt, hits in ((cache_salt_for(tenant_id(KEY_A), None), 32), (None, 0)):
             call = GenerationRequest(prompt=[*prefix, 7], max_tokens=1, cache_salt=salt)
             assert backend.generate(call).cached_tokens == hits
         assert client.delete(f"/kvgov/v1/prefixes/{key}", headers=b).status_code == 404
@@ -147,6 +142,6 @@ def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
         client.delete("/kvgov/v1/budgets/w", headers=a)
     events = client.app.state.kvgov.events.since(0)  # type: ignore[attr-defined]
     assert {e.fields["tenant"] for e in events if e.fields.get("budget") == "w"} == {
-        "tenant-a",
-        "tenant-b",
+        tenant_id(KEY_A),
+        tenant_id(KEY_B),
     }

@@ -13,7 +13,8 @@ from openai import OpenAI
 
 from governor.local_backend import LocalBackend
 from kvgov.serve.background import serving
-from kvgov.serve.security import scoped_budget, tenant_id
+from kvgov.serve.security import tenant_id
+from kvgov.serve.tenancy import scoped_budget
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 
 KEY = "sk-clients-test"

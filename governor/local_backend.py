@@ -15,9 +15,9 @@ Errors: an engine error keeps its own class, message and fields (``needed``,
 ``available``, ``name``...) and is also a ``governor.errors.BackendError``. It is raised
 as a class derived from both, built once per engine class, with the original as
 ``__cause__``: engine-aware code catches ``engine.errors.BudgetExceededError``,
-backend-agnostic code catches ``BackendError``, and neither loses information.
-Failures of the backend itself (closed, unknown prefix handle) are plain
-``BackendError``.
+backend-agnostic code catches ``BackendError``, and neither loses information
+(``governor._engine_errors``). Failures of the backend itself (closed, unknown prefix
+handle) are plain ``BackendError``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing, suppress
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from governor._engine_errors import EngineErrors, reraise
 from governor.backend import (
     BackendCapacity,
     BackendHealth,
@@ -314,7 +315,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                 item = await items.get()
                 if isinstance(item, BaseException):
                     finished = True
-                    _reraise(item)
+                    reraise(item, backend=_NAME, engine_errors=_engine_errors())
                 if not isinstance(item, RequestOutput):
                     # The loop's end marker: it comes after the completion was set.
                     finished = True
@@ -418,7 +419,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         try:
             return fn(*args, **kwargs)
         except EngineError as exc:
-            _reraise(exc)
+            reraise(exc, backend=_NAME, engine_errors=_engine_errors())
 
 
 async def _finished(job: asyncio.Future[Any]) -> None:
@@ -439,6 +440,14 @@ def _result(completion: Completion) -> GenerationResult:
         completion_tokens=len(completion.token_ids),
         cached_tokens=completion.num_cached_tokens,
     )
+
+
+@functools.cache
+def _engine_errors() -> EngineErrors:
+    from engine.engine_loop import EngineLoopClosedError
+    from engine.errors import EngineError
+
+    return EngineError, EngineLoopClosedError
 
 
 def _build_engine(config: Mapping[str, Any]) -> Engine:
@@ -466,44 +475,3 @@ def _config_and_engine() -> ConfigError:
         "new engine",
         setting="config",
     )
-
-
-def _reraise(exc: BaseException) -> NoReturn:
-    """Raise an engine error as its class made a ``BackendError`` too, same message and
-    fields, from the original; anything else (an engine bug) as it is."""
-    from engine.engine_loop import EngineLoopClosedError
-    from engine.errors import EngineError
-
-    if isinstance(exc, EngineLoopClosedError):
-        raise BackendError("this LocalBackend is closed; create a new one", backend=_NAME) from exc
-    if not isinstance(exc, EngineError) or isinstance(exc, BackendError):
-        raise exc
-    cls = _backend_error_class(type(exc))
-    error = cls.__new__(cls, *exc.args)
-    error.__dict__.update(exc.__dict__)
-    error.problem = str(exc)
-    error.backend = _NAME
-    raise error from exc
-
-
-@functools.cache
-def _backend_error_class(engine_error: type[BaseException]) -> type[BaseException]:
-    return type(
-        engine_error.__name__,
-        (engine_error, BackendError),
-        {
-            "__module__": __name__,
-            "__doc__": engine_error.__doc__,
-            "__reduce__": _reduce_backend_error,
-        },
-    )
-
-
-def _reduce_backend_error(error: BaseException) -> tuple[Any, ...]:
-    engine_error = type(error).__mro__[1]  # the class was built as (engine class, BackendError)
-    return (_rebuild_backend_error, (engine_error, error.args), error.__dict__)
-
-
-def _rebuild_backend_error(engine_error: type[BaseException], args: tuple[Any, ...]) -> Any:
-    cls = _backend_error_class(engine_error)
-    return cls.__new__(cls, *args)

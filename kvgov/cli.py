@@ -100,6 +100,11 @@ def demo(
     """A planner and its workers, run twice on one KV budget: reserve-for-max, then kvgov."""
     from pathlib import Path
 
+    from kvgov._extras import missing_for
+
+    if (missing := missing_for("engine")) is not None:
+        _fail(missing)
+
     from governor.errors import GovernorError
     from kvgov.demo import DemoOptions, parse_size, result_table, run_demo
 
@@ -437,7 +442,12 @@ def _make_plan(
 
 
 def _engine_presets() -> dict[str, Any]:
-    """The bundled engine's presets as KV shapes (fp16 KV, as on a GPU)."""
+    """The bundled engine's presets as KV shapes (fp16 KV, as on a GPU); none where the
+    engine is not installed (they are its small test models; the real ones are sizing's)."""
+    from kvgov._extras import missing_for
+
+    if missing_for("engine") is not None:
+        return {}
     from engine.presets import PRESETS
     from governor.sizing import KVShape
 

@@ -60,6 +60,10 @@ def serve(
     ] = 256,
 ) -> None:
     """Serve the bundled engine over HTTP: OpenAI's API plus kvgov's control plane."""
+    from kvgov._extras import missing_for
+
+    if (missing := missing_for("serve")) is not None:
+        _fail(missing)
     import uvicorn
 
     from governor.errors import GovernorError

@@ -123,6 +123,7 @@ class RequestInfo:
     num_prompt_tokens: int
     num_output_tokens: int
     num_cached_tokens: int  # prompt tokens served from the prefix cache
+    cache_salt: str | None = None  # says whose a request is where salts are per tenant
 
     @classmethod
     def of(cls, request: Request, state: str) -> RequestInfo:
@@ -134,6 +135,7 @@ class RequestInfo:
             request.num_prompt_tokens,
             request.num_output_tokens,
             request.num_cached_tokens,
+            request.cache_salt,
         )
 
 

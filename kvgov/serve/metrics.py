@@ -19,6 +19,11 @@ Then kvgov's own (label ``model_name``): the pool's blocks by condition, the bud
 each budget's blocks and tokens on the device and offloaded to host memory
 (``kvgov:budget_tokens{budget=...,where="device"|"host"}``), the weights.
 
+With API keys, a scrape shows the caller's tenant only where a figure is a tenant's: the
+per-budget series list its own budgets, under its own names (``planner``, never another
+tenant's id or agent names), and ``kvgov:budgets_open`` counts them. Everything else is the
+pool's, as vLLM's figures are, so a router reads the same load whoever asks.
+
 Nothing is kept between scrapes: each builds a registry of its own around one collector,
 which reads the engine's snapshot (one instant between two steps), so the figures of a
 scrape agree with each other, and several apps in one process never share a metric. The
@@ -36,6 +41,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvgov.serve.tenancy import own_budgets
+
 if TYPE_CHECKING:
     from engine.outputs import EngineSnapshot
 
@@ -51,8 +58,13 @@ class Sample:
     value: float
 
 
-def families(snapshot: EngineSnapshot, *, model_name: str, weights_bytes: int) -> list[Metric]:
+def families(
+    snapshot: EngineSnapshot, *, model_name: str, weights_bytes: int, tenant: str = ""
+) -> list[Metric]:
+    """The scrape's families; ``tenant`` (the caller's, "" without API keys) picks the
+    budgets shown."""
     m, cap, kv = snapshot.metrics, snapshot.capacity, snapshot.kv
+    budgets = own_budgets(tenant, kv.budgets)
     vllm_labels = ["model_name", "engine"]
     vllm_values = [model_name, ENGINE_INDEX]
 
@@ -96,7 +108,7 @@ def families(snapshot: EngineSnapshot, *, model_name: str, weights_bytes: int) -
             labels=["model_name", "budget"],
         ),
     }
-    for name, held in sorted(kv.budgets.items()):
+    for name, held in sorted(budgets.items()):
         blocks, tokens = per_budget["kvgov:budget_blocks"], per_budget["kvgov:budget_tokens"]
         blocks.add_metric([model_name, name, "device"], len(held.device_block_ids))
         blocks.add_metric([model_name, name, "host"], held.num_host_blocks)
@@ -168,7 +180,7 @@ def families(snapshot: EngineSnapshot, *, model_name: str, weights_bytes: int) -
         gauge("kvgov:host_blocks_capacity", "KV blocks host memory can take.", cap.num_host_blocks),
         gauge("kvgov:kv_bytes_per_block", "Bytes of one KV block.", cap.bytes_per_block),
         gauge("kvgov:weights_bytes", "Device memory the model's weights take.", weights_bytes),
-        gauge("kvgov:budgets_open", "Block budgets open.", len(kv.budgets)),
+        gauge("kvgov:budgets_open", "Block budgets open (the caller's own).", len(budgets)),
         *per_budget.values(),
     ]
 

@@ -3,7 +3,8 @@ text, vLLM's names where vLLM has the figure: see ``kvgov.serve.metrics``).
 
 ``/health`` is the one route that needs no API key (load balancers and restart probes call
 it); it answers 503 with the reason when the engine thread does not answer. ``/metrics``
-needs the key when the server has keys (Prometheus sends it with ``authorization``).
+needs the key when the server has keys (Prometheus sends it with ``authorization``), and
+then lists only that key's tenant's budgets.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prometheus_client.core import Metric
 
 from kvgov.serve.metrics import exposition, families
 from kvgov.serve.state import ServerState
+from kvgov.serve.tenancy import tenant_of
 
 __all__ = ["router"]
 
@@ -49,12 +51,15 @@ def version(request: Request) -> dict[str, object]:
 def metrics(request: Request) -> Response:
     # A plain def: Starlette runs it on its thread pool, where waiting for the engine's
     # snapshot (the current step to end) holds no event loop.
-    state = state_of(request)
+    state, tenant = state_of(request), tenant_of(request)
 
     def read() -> list[Metric]:
         snapshot = state.backend.live_snapshot()
         return families(
-            snapshot, model_name=state.model_name, weights_bytes=state.backend.weights_bytes
+            snapshot,
+            model_name=state.model_name,
+            weights_bytes=state.backend.weights_bytes,
+            tenant=tenant,
         )
 
     return Response(exposition(read), media_type=CONTENT_TYPE_LATEST)

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 
 from kvgov.serve.live import live_view
 from kvgov.serve.state import ServerState
+from kvgov.serve.tenancy import tenant_of
 
 __all__ = ["CONTENT_SECURITY_POLICY", "PUBLIC_PATHS", "router"]
 
@@ -65,7 +66,8 @@ def static(name: str) -> Response:
 
 @router.get("/kvgov/v1/live")
 async def live(request: Request) -> dict[str, Any]:
-    """The memory map, requests, events and metric samples of one instant."""
+    """The memory map, requests, events and metric samples of one instant, as the
+    caller's tenant may see them (``kvgov.serve.live``)."""
     state: ServerState = request.app.state.kvgov
     # Off the event loop: the snapshot waits for the engine's current step to end.
     snapshot = await asyncio.to_thread(state.backend.live_snapshot)
@@ -75,4 +77,5 @@ async def live(request: Request) -> dict[str, Any]:
         weights_bytes=state.backend.weights_bytes,
         events=state.events,
         instance_id=state.instance_id,
+        tenant=tenant_of(request),
     )

@@ -12,15 +12,26 @@ engine sees exactly the names a client sent, as an in-process ``LocalBackend`` w
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from fastapi import Request
 
 from governor.backend import PrefixHandle
 
-__all__ = ["TenantPins", "cache_salt_for", "scoped_budget", "tenant_of", "unscoped_budget"]
+__all__ = [
+    "TenantPins",
+    "cache_salt_for",
+    "own_budgets",
+    "owns_salt",
+    "scoped_budget",
+    "tenant_of",
+    "unscoped_budget",
+]
 
 _SEPARATOR = "/"
+_Held = TypeVar("_Held")
 
 
 def tenant_of(request: Request) -> str:
@@ -40,6 +51,26 @@ def unscoped_budget(tenant: str, engine_name: str) -> str | None:
         return engine_name
     prefix = f"{tenant}{_SEPARATOR}"
     return engine_name[len(prefix) :] if engine_name.startswith(prefix) else None
+
+
+def own_budgets(tenant: str, budgets: Mapping[str, _Held]) -> dict[str, _Held]:
+    """The tenant's own engine budgets, by the tenant's names (all of them without keys)."""
+    own = {}
+    for engine_name, held in budgets.items():
+        name = unscoped_budget(tenant, engine_name)
+        if name is not None:
+            own[name] = held
+    return own
+
+
+def owns_salt(tenant: str, cache_salt: str | None) -> bool:
+    """Whether a request salted ``cache_salt`` is the tenant's: the server salts every
+    request of a tenant with ``cache_salt_for``, so the salt names its tenant."""
+    if not tenant:
+        return True
+    return cache_salt is not None and (
+        cache_salt == tenant or cache_salt.startswith(f"{tenant}{_SEPARATOR}")
+    )
 
 
 def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:

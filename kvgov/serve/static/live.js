@@ -132,12 +132,17 @@
     $("budgets").tBodies[0].replaceChildren(...rows);
   }
 
-  function renderRequests(requests) {
+  // With API keys the server lists only this key's requests and counts the others.
+  function renderRequests(requests, notListed) {
     const rows = requests.map((r) => el("tr", { "data-request": r.request_id, "data-state": r.state },
       el("td", {}, r.request_id), el("td", {}, r.state), el("td", {}, r.budget ?? "-"),
       el("td", {}, r.priority), el("td", {}, r.num_prompt_tokens),
       el("td", {}, r.num_output_tokens), el("td", {}, r.num_cached_tokens)));
     $("requests").tBodies[0].replaceChildren(...rows);
+    const note = $("requests-note");
+    note.hidden = !notListed;
+    note.dataset.notListed = String(notListed || 0);
+    note.textContent = notListed ? notListed + " more, not this API key's" : "";
   }
 
   function renderEvents(events) {
@@ -159,7 +164,7 @@
     renderSummary(byKey);
     renderMemory(view.memory);
     renderBudgets(view.memory.budgets);
-    renderRequests(view.requests);
+    renderRequests(view.requests, view.num_requests_not_listed);
     renderEvents(view.events);
     renderMetrics(view.metrics);
     const updated = $("updated");

@@ -27,6 +27,7 @@ from governor.backend import GenerationRequest
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.background import serving
+from kvgov.serve.security import tenant_id
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -251,11 +252,17 @@ def test_the_live_route_lists_running_requests_with_the_engine(
 def test_with_api_keys_the_page_asks_for_one_and_keeps_it_out_of_urls(
     browser: Any, backend: LocalBackend
 ) -> None:
-    key = "page-test-key-5c1d"
-    app = create_app(backend, ServeSettings(api_keys=(key,)))
+    key, other_key = "page-test-key-5c1d", "page-test-key-other-77e"
+    app = create_app(backend, ServeSettings(api_keys=(key, other_key)))
     with serving(app) as url:
         for route in ("/kvgov/v1/live", "/metrics"):  # the figures need the key
             assert httpx.get(url + route, timeout=10).status_code == 401
+        # Another tenant holds KV in a budget of its own: this key's page counts its
+        # blocks as "other tenants" and never names them.
+        other = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {other_key}"})
+        assert other.post("/kvgov/v1/budgets", json={"name": "agent-b", "max_blocks": 8}).is_success
+        body = {"prompt": "agent b's secret plan " * 8, "max_tokens": 4, "budget": "agent-b"}
+        assert other.post("/v1/completions", json={**body, "retain": True}).is_success
         context = browser.new_context()
         page = context.new_page()
         requested: list[str] = []
@@ -279,6 +286,13 @@ def test_with_api_keys_the_page_asks_for_one_and_keeps_it_out_of_urls(
             assert page.is_hidden("#key-form")
             wait_until_page_shows_metrics(page, url, key=key)
             assert page.evaluate("() => sessionStorage.getItem('kvgov.apiKey')") == key
+            held = backend.kv_snapshot().budgets[f"{tenant_id(other_key)}/agent-b"]
+            others = page.text_content('#blocks-legend [data-segment="tenants"]')
+            assert others == str(len(held.device_block_ids)) and held.device_block_ids
+            assert "agent-b" not in page.content() and tenant_id(other_key) not in page.content()
         finally:
             context.close()
+            assert other.post("/kvgov/v1/budgets/agent-b/release").status_code == 204
+            assert other.delete("/kvgov/v1/budgets/agent-b").status_code == 204
+            other.close()
     assert requested and all(key not in u and u.startswith(url + "/") for u in requested)

@@ -11,6 +11,14 @@ Every operation comes as a check/act pair: ``can_allocate`` returns a ``Fit`` (a
 refusal with the numbers), ``allocate`` raises the matching ``CapacityError`` and changes
 nothing when it does not fit. No operation ever allocates partially or goes past the
 pool, a budget or a sequence's token ceiling.
+
+Shared pins (``pin(..., shared=True)``): a pinned prefix hashed unsalted whose blocks every
+tenant's requests reuse. ``num_shared_blocks(token_ids)`` says how many leading blocks
+of a prompt are blocks of a shared pin (k); a sequence allocated with that k hashes
+those k blocks unsalted and salts the rest (``engine.prefix_hash.hash_chain``), so it
+hits the shared blocks and nothing of another tenant's beyond them. A sequence keeps
+its k for life (its chain must not change under it); a pin made or ended later only
+changes the k of later sequences.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from engine.errors import (
     UnknownPinError,
     UnknownSequenceError,
 )
-from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_blocks, root_hash
+from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_blocks, hash_chain, root_hash
 from engine.swap_space import SwapSpace
 from engine.validation import require_int, require_token_ids
 
@@ -68,6 +76,9 @@ class BlockManager:
         self._tables: dict[Hashable, BlockTable] = {}
         self.budgets = BudgetRegistry()
         self._pins: dict[int, list[KVCacheBlock]] = {}
+        # Shared pins: their blocks' (unsalted) hashes, and how many pins hold each hash.
+        self._shared_pins: dict[int, list[bytes]] = {}
+        self._shared_hashes: dict[bytes, int] = {}
         self._next_pin_id = 0
         self._prefix_queries = 0
         self._prefix_hits = 0
@@ -79,14 +90,34 @@ class BlockManager:
         *,
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
+        num_shared_blocks: int = 0,
     ) -> list[bytes]:
         """The chained hashes of the full blocks of ``token_ids``."""
-        return hash_blocks(
+        return hash_chain(
             token_ids,
             self.block_size,
-            parent=root_hash(cache_salt),
+            cache_salt=cache_salt,
+            num_shared_blocks=num_shared_blocks,
             extra=encode_extra_keys(extra_keys),
         )
+
+    def num_shared_blocks(
+        self, token_ids: Sequence[int], *, extra_keys: Sequence[ExtraKey] = ()
+    ) -> int:
+        """How many leading full blocks of ``token_ids`` are blocks of a shared pin: the k
+        to allocate a salted sequence with. Hashes one block when it is none (the usual
+        case), none when no pin is shared."""
+        if not self._shared_hashes:
+            return 0
+        extra = encode_extra_keys(extra_keys)
+        size = self.block_size
+        parent, k = root_hash(None), 0
+        for end in range(size, len(token_ids) + 1, size):
+            (parent,) = hash_blocks(token_ids[end - size : end], size, parent=parent, extra=extra)
+            if parent not in self._shared_hashes:
+                break
+            k += 1
+        return k
 
     def longest_cached_prefix(
         self,
@@ -94,9 +125,15 @@ class BlockManager:
         *,
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
+        num_shared_blocks: int = 0,
     ) -> int:
         """How many leading tokens of ``token_ids`` have their K/V in the cache."""
-        hashes = self.block_hashes(token_ids, cache_salt=cache_salt, extra_keys=extra_keys)
+        hashes = self.block_hashes(
+            token_ids,
+            cache_salt=cache_salt,
+            extra_keys=extra_keys,
+            num_shared_blocks=num_shared_blocks,
+        )
         return len(self.pool.match(hashes)) * self.block_size
 
     def mark_computed(self, seq_id: Hashable, num_tokens: int) -> None:
@@ -117,13 +154,14 @@ class BlockManager:
         num_full = num_tokens // self.block_size
         hashes = table.block_hashes
         if num_full > len(hashes):
-            parent = hashes[-1] if hashes else root_hash(table.cache_salt)
-            hashes += hash_blocks(
+            hashes += hash_chain(
                 table.token_ids[: num_full * self.block_size],
                 self.block_size,
-                parent=parent,
+                cache_salt=table.cache_salt,
+                num_shared_blocks=table.num_shared_blocks,
                 extra=table.extra,
                 start_block=len(hashes),
+                previous=hashes[-1] if hashes else None,
             )
         pool = self.pool
         for i in range(table.num_cached_blocks, num_full):
@@ -155,12 +193,13 @@ class BlockManager:
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
         num_reserve_blocks: int = 0,
+        num_shared_blocks: int = 0,
     ) -> Fit:
         """``num_reserve_blocks``: the pool must keep this many free after (a scheduler's
         reserve for what runs next; never charged to the budget)."""
         reserve = require_int("num_reserve_blocks", num_reserve_blocks, minimum=0)
         return self._plan_allocate(
-            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, reserve
+            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, num_shared_blocks, reserve
         ).fit
 
     def allocate(
@@ -172,15 +211,19 @@ class BlockManager:
         ceiling_tokens: int | None = None,
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
+        num_shared_blocks: int = 0,
     ) -> Allocation:
         """Give a new sequence blocks for ``token_ids``, reusing its longest cached prefix.
 
         The cached prefix stops short of the last token: the caller must compute at
-        least one token to get logits.
+        least one token to get logits. ``num_shared_blocks``: the k of the module
+        docstring (``num_shared_blocks(token_ids)``); 0 salts every block.
         """
         if seq_id in self._tables:
             raise DuplicateSequenceError(seq_id)
-        plan = self._plan_allocate(token_ids, budget, ceiling_tokens, cache_salt, extra_keys)
+        plan = self._plan_allocate(
+            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, num_shared_blocks
+        )
         group = self.budgets.get(budget) if budget is not None else None
         if not plan.fit:
             raise refusal(plan.fit, seq_id, group, ceiling_tokens)
@@ -198,6 +241,7 @@ class BlockManager:
             ceiling_tokens=ceiling_tokens,
             budget=group,
             cache_salt=cache_salt,
+            num_shared_blocks=num_shared_blocks,
             extra=plan.extra,
             block_hashes=plan.hashes,
             num_cached_blocks=len(plan.hits),
@@ -212,7 +256,12 @@ class BlockManager:
         return Allocation(block_ids=tuple(table.block_ids), num_cached_tokens=num_cached_tokens)
 
     def hold_cached(
-        self, seq_id: Hashable, token_ids: Sequence[int], *, cache_salt: str | None = None
+        self,
+        seq_id: Hashable,
+        token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        num_shared_blocks: int = 0,
     ) -> int:
         """Make ``seq_id`` a sequence of the cached full blocks that ``token_ids`` start
         with: no new block, no compute, no budget charge. It keeps an idle context's K/V
@@ -222,7 +271,9 @@ class BlockManager:
         require_token_ids(token_ids, allow_empty=True)
         if not self.enable_prefix_caching:
             return 0
-        hashes = self.block_hashes(token_ids, cache_salt=cache_salt)
+        hashes = self.block_hashes(
+            token_ids, cache_salt=cache_salt, num_shared_blocks=num_shared_blocks
+        )
         hits = self.pool.match(hashes)
         if not hits:
             return 0
@@ -234,6 +285,7 @@ class BlockManager:
             token_ids=list(token_ids[:num_tokens]),
             blocks=hits,
             cache_salt=cache_salt,
+            num_shared_blocks=num_shared_blocks,
             block_hashes=hashes[: len(hits)],
             num_cached_blocks=len(hits),
         )
@@ -246,6 +298,7 @@ class BlockManager:
         ceiling_tokens: int | None,
         cache_salt: str | None,
         extra_keys: Sequence[ExtraKey],
+        num_shared_blocks: int = 0,
         num_reserve_blocks: int = 0,
     ) -> AllocationPlan:
         require_token_ids(token_ids, allow_empty=False)
@@ -253,6 +306,7 @@ class BlockManager:
             require_int("ceiling_tokens", ceiling_tokens, minimum=1)
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidRequestError(f"cache_salt must be a str or None, got {cache_salt!r}")
+        require_int("num_shared_blocks", num_shared_blocks, minimum=0)
         try:
             extra = encode_extra_keys(extra_keys)
         except TypeError as exc:
@@ -267,10 +321,11 @@ class BlockManager:
             return AllocationPlan(fit, [], [])
         # Only full blocks before the last token may come from the cache.
         hashes = (
-            hash_blocks(
+            hash_chain(
                 token_ids[: num_tokens - 1],
                 self.block_size,
-                parent=root_hash(cache_salt),
+                cache_salt=cache_salt,
+                num_shared_blocks=num_shared_blocks,
                 extra=extra,
             )
             if self.enable_prefix_caching
@@ -362,6 +417,7 @@ class BlockManager:
             ceiling_tokens=parent.ceiling_tokens,
             budget=parent.budget,
             cache_salt=parent.cache_salt,
+            num_shared_blocks=parent.num_shared_blocks,
             extra=parent.extra,
             block_hashes=list(parent.block_hashes),
             num_cached_blocks=parent.num_cached_blocks,
@@ -400,11 +456,19 @@ class BlockManager:
         return self.swap_space.swap_in(self._swapped(seq_id, "swap in"))
 
     # -- pins ---------------------------------------------------------------------------
-    def pin(self, seq_id: Hashable, num_tokens: int | None = None) -> PinnedPrefix:
+    def pin(
+        self, seq_id: Hashable, num_tokens: int | None = None, *, shared: bool = False
+    ) -> PinnedPrefix:
         """Pin the computed full blocks of the sequence's first ``num_tokens`` tokens (a
         shared system prompt or tool schema): they are never evicted until ``unpin``,
-        and outlive the sequence."""
+        and outlive the sequence. ``shared``: every salt's requests that start with these
+        blocks reuse them (module docstring); the sequence must be unsalted."""
         table = self._resident(seq_id, "pin")
+        if shared and (table.cache_salt is not None or table.extra):
+            raise InvalidRequestError(
+                f"a shared pin is hashed unsalted: allocate sequence {seq_id!r} with no "
+                "cache_salt and no extra keys"
+            )
         num_tokens = table.num_tokens if num_tokens is None else num_tokens
         require_int("num_tokens", num_tokens, minimum=0)
         num_full = min(num_tokens, table.num_tokens) // self.block_size
@@ -425,16 +489,26 @@ class BlockManager:
         pin_id = self._next_pin_id
         self._next_pin_id += 1
         self._pins[pin_id] = blocks
+        if shared:
+            hashes = table.block_hashes[:num_full]
+            self._shared_pins[pin_id] = hashes
+            for block_hash in hashes:
+                self._shared_hashes[block_hash] = self._shared_hashes.get(block_hash, 0) + 1
         return PinnedPrefix(
             pin_id=pin_id,
             block_ids=tuple(b.block_id for b in blocks),
             num_tokens=num_full * self.block_size,
+            shared=shared,
         )
 
     def unpin(self, prefix: PinnedPrefix) -> None:
         blocks = self._pins.pop(prefix.pin_id, None)
         if blocks is None:
             raise UnknownPinError(prefix.pin_id)
+        for block_hash in self._shared_pins.pop(prefix.pin_id, ()):
+            left = self._shared_hashes.pop(block_hash) - 1
+            if left:
+                self._shared_hashes[block_hash] = left
         for block in reversed(blocks):
             self.pool.unpin(block)
 

@@ -67,6 +67,7 @@ class PinnedPrefix:
     pin_id: int
     block_ids: tuple[int, ...]
     num_tokens: int
+    shared: bool = False  # hashed unsalted: every tenant's requests that start with it hit it
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ class BlockTable:
     ``blocks`` holds device blocks while resident and host blocks while swapped, so its
     length is always ``ceil(num_tokens / block_size)``. ``block_hashes[i]`` is the chained
     hash of full block ``i``, computed once it is known to be computed; the first
-    ``num_cached_blocks`` of those were offered to the prefix cache.
+    ``num_cached_blocks`` of those were offered to the prefix cache. The first
+    ``num_shared_blocks`` hash unsalted (a shared pin's), the rest with ``cache_salt``
+    (``engine.prefix_hash.hash_chain``).
     """
 
     seq_id: Hashable
@@ -34,6 +36,7 @@ class BlockTable:
     ceiling_tokens: int | None = None
     budget: Budget | None = None
     cache_salt: str | None = None
+    num_shared_blocks: int = 0
     extra: bytes = b""
     block_hashes: list[bytes] = field(default_factory=list)
     num_cached_blocks: int = 0

@@ -154,6 +154,7 @@ class Engine:
             ceiling_tokens=ceiling,
             budget=budget,
             cache_salt=cache_salt,
+            num_shared_blocks=self._num_shared_blocks(token_ids, cache_salt),
             generator=generator,
             arrival_time=time.perf_counter(),
         )
@@ -295,7 +296,9 @@ class Engine:
         del self._requests[request_id]
         del self._stops[request_id]
         if request.budget is not None:
-            self.retained.record(request.budget, request.token_ids, request.cache_salt)
+            self.retained.record(
+                request.budget, request.token_ids, request.cache_salt, request.num_shared_blocks
+            )
         ttft = None
         if request.first_token_time is not None:
             ttft = request.first_token_time - request.arrival_time
@@ -342,22 +345,45 @@ class Engine:
         self.retained.release(budget)
 
     def pin_prefix(
-        self, prefix: str | Sequence[int], *, cache_salt: str | None = None
+        self,
+        prefix: str | Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        shared: bool = False,
     ) -> PinnedPrefix:
         """Compute a shared prefix (system prompt, tool schemas) once and pin its full
-        blocks: every later request that starts with it reuses them."""
+        blocks: every later request that starts with it, with the same ``cache_salt``,
+        reuses them. ``shared``: hashed unsalted, so requests of every salt reuse them
+        (each salt's own blocks start right after; see ``engine.prefix_hash``)."""
+        if shared and cache_salt is not None:
+            raise InvalidRequestError(
+                "a shared prefix is hashed with no salt, so every salt's requests reuse it: "
+                "pass shared=True or a cache_salt, not both"
+            )
         token_ids = self._token_ids(prefix)
         seq_id = f"__prefix-{next(self._prefix_ids)}"
-        allocation = self.block_manager.allocate(seq_id, token_ids, cache_salt=cache_salt)
+        allocation = self.block_manager.allocate(
+            seq_id,
+            token_ids,
+            cache_salt=cache_salt,
+            num_shared_blocks=self._num_shared_blocks(token_ids, cache_salt),
+        )
         try:
             start = allocation.num_cached_tokens
             self.runner.forward(
                 [(token_ids, start, len(token_ids) - start, list(allocation.block_ids))]
             )
             self.block_manager.mark_computed(seq_id, len(token_ids))
-            return self.block_manager.pin(seq_id)
+            return self.block_manager.pin(seq_id, shared=shared)
         finally:
             self.block_manager.free(seq_id)
+
+    def _num_shared_blocks(self, token_ids: Sequence[int], cache_salt: str | None) -> int:
+        """A salted prompt's leading blocks that are a shared pin's: fixed once, at
+        arrival, so its chain stays the same through preemption and retention."""
+        if cache_salt is None or not self.config.enable_prefix_caching:
+            return 0
+        return self.block_manager.num_shared_blocks(token_ids)
 
     def unpin(self, prefix: PinnedPrefix) -> None:
         self.block_manager.unpin(prefix)

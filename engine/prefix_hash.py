@@ -10,6 +10,15 @@ A per-tenant cache salt is mixed into the root that block 0 chains from. Without
 one tenant could learn whether another tenant has sent a given prompt: a prefix-cache
 hit is visible from outside as a faster first token, a timing side channel. With
 different salts two tenants never share a block, whatever their tokens.
+
+Shared prefixes are the one exception. A chain may start with ``num_shared_blocks`` (k)
+blocks hashed unsalted, from ``root_hash(None)``, exactly as a shared pin's blocks are, so
+every tenant's request that starts with those tokens hits them. The salt comes in at block
+k instead of block 0: block k's parent is ``rekey(hash of block k-1, salt)``, a hash under
+the root personalization (so, like a root, no token content can forge it). Everything
+after block k - 1 is as private as before: two tenants whose prompts share the k public
+blocks and more still part at block k. With k = 0, or without a salt, the chain is the
+plain one, bit for bit.
 """
 
 from __future__ import annotations
@@ -18,7 +27,15 @@ from array import array
 from collections.abc import Sequence
 from hashlib import blake2b
 
-__all__ = ["DIGEST_SIZE", "encode_extra_keys", "hash_blocks", "root_hash"]
+__all__ = [
+    "DIGEST_SIZE",
+    "encode_extra_keys",
+    "hash_blocks",
+    "hash_chain",
+    "parent_hash",
+    "rekey",
+    "root_hash",
+]
 
 DIGEST_SIZE = 16
 _TOKEN_BYTES = 8  # array typecode "q"
@@ -38,6 +55,28 @@ def root_hash(cache_salt: str | None = None) -> bytes:
     return blake2b(
         b"salt:" + cache_salt.encode(), digest_size=DIGEST_SIZE, person=_ROOT_PERSON
     ).digest()
+
+
+def rekey(previous: bytes, cache_salt: str) -> bytes:
+    """Block k's parent in a chain whose first k blocks are shared: the hash of block
+    k - 1 bound to the tenant's salt. "rekey:" never begins a root's input ("salt:" does),
+    so a rekeyed parent is never another tenant's root either."""
+    return blake2b(
+        b"rekey:" + previous + cache_salt.encode(), digest_size=DIGEST_SIZE, person=_ROOT_PERSON
+    ).digest()
+
+
+def parent_hash(
+    index: int, previous: bytes | None, *, cache_salt: str | None, num_shared_blocks: int = 0
+) -> bytes:
+    """The parent block ``index`` chains from; ``previous`` is the hash of block
+    ``index - 1`` (unused for block 0)."""
+    if index == 0:
+        return root_hash(cache_salt if num_shared_blocks == 0 else None)
+    assert previous is not None, "blocks after block 0 chain from the previous block's hash"
+    if index == num_shared_blocks and cache_salt is not None:
+        return rekey(previous, cache_salt)
+    return previous
 
 
 def encode_extra_keys(extra_keys: Sequence[ExtraKey] = ()) -> bytes:
@@ -84,4 +123,37 @@ def hash_blocks(
             person=_BLOCK_PERSON,
         ).digest()
         append(parent)
+    return hashes
+
+
+def hash_chain(
+    token_ids: Sequence[int],
+    block_size: int,
+    *,
+    cache_salt: str | None = None,
+    num_shared_blocks: int = 0,
+    extra: bytes = b"",
+    start_block: int = 0,
+    previous: bytes | None = None,
+) -> list[bytes]:
+    """Hashes of the full blocks ``start_block, ...`` of a chain salted with
+    ``cache_salt`` from block ``num_shared_blocks`` on (see the module docstring);
+    ``previous`` is the hash of block ``start_block - 1``. With ``num_shared_blocks``
+    0 this is ``hash_blocks(..., parent=root_hash(cache_salt))``."""
+    hashes: list[bytes] = []
+    shared = num_shared_blocks if cache_salt is not None else 0
+    if start_block < shared < len(token_ids) // block_size:
+        # The shared blocks, then the rest from the rekeyed parent.
+        hashes = hash_blocks(
+            token_ids[: shared * block_size],
+            block_size,
+            parent=parent_hash(start_block, previous, cache_salt=None),
+            extra=extra,
+            start_block=start_block,
+        )
+        start_block, previous = shared, hashes[-1]
+    parent = parent_hash(start_block, previous, cache_salt=cache_salt, num_shared_blocks=shared)
+    hashes += hash_blocks(
+        token_ids, block_size, parent=parent, extra=extra, start_block=start_block
+    )
     return hashes

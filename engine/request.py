@@ -41,6 +41,7 @@ class Request:
     ceiling_tokens: int | None = None
     budget: str | None = None
     cache_salt: str | None = None
+    num_shared_blocks: int = 0  # leading blocks hashed unsalted: a shared pin's (prefix_hash)
     generator: torch.Generator | None = None
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None

@@ -39,6 +39,7 @@ __all__ = ["RetainedContexts"]
 class _Context:
     token_ids: tuple[int, ...]
     cache_salt: str | None
+    num_shared_blocks: int  # the request's own k: a hold hashes its blocks as it did
 
 
 class RetainedContexts:
@@ -52,9 +53,15 @@ class RetainedContexts:
         self._latest: dict[str, _Context] = {}
         self._held: dict[str, None] = {}  # in the order held: the oldest first
 
-    def record(self, budget: str, token_ids: Sequence[int], cache_salt: str | None) -> None:
+    def record(
+        self,
+        budget: str,
+        token_ids: Sequence[int],
+        cache_salt: str | None,
+        num_shared_blocks: int = 0,
+    ) -> None:
         """The budget's latest request finished with these tokens (prompt and output)."""
-        self._latest[budget] = _Context(tuple(token_ids), cache_salt)
+        self._latest[budget] = _Context(tuple(token_ids), cache_salt, num_shared_blocks)
 
     def retain(self, budget: str) -> int:
         """Hold the cached blocks of the budget's latest context; the tokens held."""
@@ -63,7 +70,10 @@ class RetainedContexts:
         if context is None:
             return 0
         num_tokens = self.manager.hold_cached(
-            _seq_id(budget), context.token_ids, cache_salt=context.cache_salt
+            _seq_id(budget),
+            context.token_ids,
+            cache_salt=context.cache_salt,
+            num_shared_blocks=context.num_shared_blocks,
         )
         if num_tokens:
             self._held[budget] = None

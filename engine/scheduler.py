@@ -194,6 +194,7 @@ class Scheduler:
                 budget=request.budget,
                 ceiling_tokens=request.ceiling_tokens,
                 cache_salt=request.cache_salt,
+                num_shared_blocks=request.num_shared_blocks,
                 num_reserve_blocks=self._num_reserve_blocks(request, num_known),
             )
             if not fit:
@@ -206,6 +207,7 @@ class Scheduler:
                 budget=request.budget,
                 ceiling_tokens=request.ceiling_tokens,
                 cache_salt=request.cache_salt,
+                num_shared_blocks=request.num_shared_blocks,
             )
             if request.num_preemptions == 0:
                 request.num_cached_tokens = allocation.num_cached_tokens

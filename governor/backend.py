@@ -105,6 +105,7 @@ class PrefixHandle:
     num_pinned_tokens: int  # of those, tokens in pinned full blocks
     num_blocks: int
     cache_salt: str | None = None
+    shared: bool = False  # every tenant's calls that start with it reuse its blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +146,17 @@ class Backend(Protocol):
     def close_budget(self, name: str) -> None: ...
 
     def pin_prefix(
-        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+        self,
+        prefix: str | Sequence[int] | Sequence[Message],
+        *,
+        cache_salt: str | None = None,
+        shared: bool = False,
     ) -> PrefixHandle:
         """Pin a shared prefix. Messages are rendered with the chat template and no
-        generation prompt, so a chat call that starts with them reuses the blocks."""
+        generation prompt, so a chat call that starts with them reuses the blocks.
+        ``cache_salt``: only calls with that salt reuse them. ``shared`` (no salt then):
+        calls of every salt that start with it reuse them, each salt's own blocks
+        starting right after it (a system prompt all tenants send)."""
         ...
 
     def unpin_prefix(self, handle: PrefixHandle) -> None: ...

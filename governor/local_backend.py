@@ -163,7 +163,11 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._call(self._engine.close_budget, name)
 
     def pin_prefix(
-        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+        self,
+        prefix: str | Sequence[int] | Sequence[Message],
+        *,
+        cache_salt: str | None = None,
+        shared: bool = False,
     ) -> PrefixHandle:
         if prefix and not isinstance(prefix, str) and isinstance(prefix[0], Mapping):
             token_ids = self._translated(
@@ -171,7 +175,9 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             )
         else:
             token_ids = self._encode(prefix)  # type: ignore[arg-type]
-        pinned = self._call(self._engine.pin_prefix, token_ids, cache_salt=cache_salt)
+        pinned = self._call(
+            self._engine.pin_prefix, token_ids, cache_salt=cache_salt, shared=shared
+        )
         with self._lock:
             key = f"{_NAME}-prefix-{next(self._pin_keys)}"
             self._pins[key] = pinned
@@ -181,6 +187,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             num_pinned_tokens=pinned.num_tokens,
             num_blocks=len(pinned.block_ids),
             cache_salt=cache_salt,
+            shared=shared,
         )
 
     def unpin_prefix(self, handle: PrefixHandle) -> None:

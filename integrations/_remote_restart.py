@@ -156,7 +156,7 @@ class Restarts:
             for key, pin in pins.items():
                 if session.server_key(key) != pin.server_key:
                     continue  # unpinned, or pinned again, meanwhile
-                answer = self._pin_direct(pin.prefix, pin.cache_salt)
+                answer = self._pin_direct(pin.prefix, pin.cache_salt, pin.shared)
                 pin.server_key = answer
             with session.lock:
                 session.restart_pending = False
@@ -164,8 +164,8 @@ class Restarts:
         for hook in list(self._hooks):
             hook()
 
-    def _pin_direct(self, prefix: Any, cache_salt: str | None) -> str:
-        body = {"prefix": prefix, "cache_salt": cache_salt}
+    def _pin_direct(self, prefix: Any, cache_salt: str | None, shared: bool = False) -> str:
+        body = {"prefix": prefix, "cache_salt": cache_salt, "shared": shared}
         response = self._transport.request("POST", f"{_API}/prefixes", json=body)
         return str(response.json()["key"])
 

@@ -28,6 +28,7 @@ class Pin:
     prefix: str | list[int] | list[dict[str, Any]]
     cache_salt: str | None
     server_key: str
+    shared: bool = False
 
 
 @dataclass(slots=True)

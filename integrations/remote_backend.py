@@ -205,18 +205,23 @@ class RemoteBackend(Restarts):
         await self._acall("POST", f"{_API}/budgets/{budget}/restore")
 
     def pin_prefix(
-        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+        self,
+        prefix: str | Sequence[int] | Sequence[Message],
+        *,
+        cache_salt: str | None = None,
+        shared: bool = False,
     ) -> PrefixHandle:
         sent = prefix if isinstance(prefix, str) else [_plain(item) for item in prefix]
-        answer = self._pin(sent, cache_salt)
+        answer = self._pin(sent, cache_salt, shared)
         key = self._session.new_key()
-        self._session.pinned(key, Pin(sent, cache_salt, answer.key))
+        self._session.pinned(key, Pin(sent, cache_salt, answer.key, shared))
         return PrefixHandle(
             key=key,
             num_tokens=answer.num_tokens,
             num_pinned_tokens=answer.num_pinned_tokens,
             num_blocks=answer.num_blocks,
             cache_salt=cache_salt,
+            shared=answer.shared,
         )
 
     def unpin_prefix(self, handle: PrefixHandle) -> None:
@@ -298,8 +303,8 @@ class RemoteBackend(Restarts):
         yield GenerationChunk("", (), state.result())
 
     # -- helpers ------------------------------------------------------------------------
-    def _pin(self, prefix: Any, cache_salt: str | None) -> wire.Prefix:
-        body = {"prefix": prefix, "cache_salt": cache_salt}
+    def _pin(self, prefix: Any, cache_salt: str | None, shared: bool) -> wire.Prefix:
+        body = {"prefix": prefix, "cache_salt": cache_salt, "shared": shared}
         return wire.Prefix(**self._call("POST", f"{_API}/prefixes", body).json())
 
     def _get(self, path: str) -> dict[str, Any]:

@@ -98,6 +98,9 @@ class PinRequest(_Body):
     # text, token ids, or chat messages (rendered with no generation prompt)
     prefix: str | list[int] | list[dict[str, Any]]
     cache_salt: str | None = None
+    # Every tenant's calls that start with it reuse its blocks (no cache_salt then); on a
+    # server with API keys only an admin key may pin shared (kvgov.serve.control).
+    shared: bool = False
 
 
 class Prefix(_Body):
@@ -106,6 +109,7 @@ class Prefix(_Body):
     num_pinned_tokens: int
     num_blocks: int
     cache_salt: str | None = None
+    shared: bool = False
 
 
 class CountRequest(_Body):

@@ -1,7 +1,7 @@
 """``kvgov serve``: the bundled engine as a governed, OpenAI-compatible HTTP server.
 
     kvgov serve [--model PRESET|PATH] [--host 127.0.0.1] [--port 8000]
-                [--api-key KEY ...] [--api-key-file PATH]
+                [--api-key KEY ...] [--api-key-file PATH] [--admin-api-key KEY ...]
                 [--num-blocks N | --kv-budget SIZE] [--device auto]
                 [--served-model-name NAME] [--max-body-bytes N] [--max-waiting N]
 
@@ -44,6 +44,12 @@ def serve(
     api_key_file: Annotated[
         str | None, typer.Option(help="A file with one API key per line (# comments).")
     ] = None,
+    admin_api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An API key that may also pin prefixes shared by every tenant; repeatable."
+        ),
+    ] = None,
     num_blocks: Annotated[
         int | None, typer.Option(help="KV blocks to allocate (or use --kv-budget).")
     ] = None,
@@ -75,11 +81,13 @@ def serve(
     if num_blocks is not None and kv_budget is not None:
         _fail("pass --num-blocks or --kv-budget, not both")
     try:
-        keys = load_api_keys(api_key or (), key_file=api_key_file)
+        admin_keys = load_api_keys(admin_api_key or (), environ={})
+        keys = load_api_keys([*(api_key or ()), *admin_keys], key_file=api_key_file)
         settings = ServeSettings(
             host=host,
             port=port,
             api_keys=keys,
+            admin_api_keys=admin_keys,
             served_model_name=served_model_name,
             max_body_bytes=max_body_bytes,
             max_waiting_requests=max_waiting,
@@ -120,7 +128,8 @@ def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> 
     if keys:
         lines.append(
             f"security: {keys} API key(s), each its own tenant and cache salt; every route "
-            "but /health needs 'Authorization: Bearer KEY'"
+            "but /health needs 'Authorization: Bearer KEY'; "
+            f"{len(settings.admin_api_keys)} may pin prefixes shared by every tenant"
         )
     else:
         lines.append("security: no API key; every client is let in")

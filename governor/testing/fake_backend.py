@@ -171,8 +171,17 @@ class FakeBackend(ThreadedAsyncBookkeeping):
             self._pool.close_budget(name)
 
     def pin_prefix(
-        self, prefix: str | Sequence[int] | Sequence[Message], *, cache_salt: str | None = None
+        self,
+        prefix: str | Sequence[int] | Sequence[Message],
+        *,
+        cache_salt: str | None = None,
+        shared: bool = False,
     ) -> PrefixHandle:
+        if shared and cache_salt is not None:
+            raise fake_error(
+                "a shared prefix is hashed with no salt, so every salt's requests reuse it: "
+                "pass shared=True or a cache_salt, not both"
+            )
         if isinstance(prefix, str):
             token_ids = self._encode(prefix)
         elif prefix and isinstance(prefix[0], Mapping):
@@ -192,13 +201,14 @@ class FakeBackend(ThreadedAsyncBookkeeping):
             )
         with self._lock:
             self._check_open()
-            handle_key = self._pool.pin(keys)
+            handle_key = self._pool.pin(keys, shared=shared)
         return PrefixHandle(
             key=handle_key,
             num_tokens=len(token_ids),
             num_pinned_tokens=len(keys) * block_size,
             num_blocks=len(keys),
             cache_salt=cache_salt,
+            shared=shared,
         )
 
     def unpin_prefix(self, handle: PrefixHandle) -> None:

@@ -89,6 +89,7 @@ class FakePool:
         self._pinned: dict[bytes, int] = {}  # block key -> number of pins holding it
         self._shared: dict[bytes, int] = {}  # pinned block key -> number of calls using it
         self._pins: dict[str, tuple[bytes, ...]] = {}
+        self._shared_pins: dict[str, tuple[bytes, ...]] = {}  # unsalted keys, by pin
         self._num_pins = 0
         self._calls: set[Call] = set()
         self._num_call_blocks = 0  # device blocks held by calls
@@ -198,8 +199,9 @@ class FakePool:
                 call.held = False
 
     # -- pins ---------------------------------------------------------------------------
-    def pin(self, keys: tuple[bytes, ...]) -> str:
-        """Pin the blocks of ``keys`` (from ``block_keys``); the handle's key."""
+    def pin(self, keys: tuple[bytes, ...], *, shared: bool = False) -> str:
+        """Pin the blocks of ``keys`` (from ``block_keys``); the handle's key. ``shared``
+        (unsalted keys): salted calls that start with them hit them too."""
         new = len({k for k in keys if k not in self._pinned and k not in self._shared})
         free = self.num_free
         if new > free:
@@ -212,11 +214,14 @@ class FakePool:
         handle_key = f"{NAME}-prefix-{self._num_pins}"
         self._num_pins += 1
         self._pins[handle_key] = keys
+        if shared:
+            self._shared_pins[handle_key] = keys
         self.peak = max(self.peak, self.num_in_use)
         return handle_key
 
     def unpin(self, handle_key: str) -> None:
         keys = self._pins.pop(handle_key, None)
+        self._shared_pins.pop(handle_key, None)
         if keys is None:
             raise fake_error(
                 f"prefix {handle_key!r} is not pinned here: it was already unpinned or was "
@@ -227,6 +232,16 @@ class FakePool:
             self._pinned[key] -= 1
             if not self._pinned[key]:
                 del self._pinned[key]
+
+    def _keys(self, prompt_ids: list[int], salt: str | None) -> tuple[bytes, ...]:
+        """A call's block keys: the leading blocks of a shared pin unsalted, as the
+        engine hashes them (engine.prefix_hash), the rest salted."""
+        if salt is None or not self._shared_pins:
+            return block_keys(prompt_ids, self.block_size, salt)
+        plain = block_keys(prompt_ids, self.block_size, None)
+        shared = {key for keys in self._shared_pins.values() for key in keys}
+        k = next((i for i, key in enumerate(plain) if key not in shared), len(plain))
+        return block_keys(prompt_ids, self.block_size, salt, num_shared_blocks=k)
 
     # -- calls: admit, resume, release --------------------------------------------------
     def admit(
@@ -247,7 +262,7 @@ class FakePool:
                 "for a reply; compact the context or raise the ceiling"
             )
         num_prompt_blocks = math.ceil(num_prompt / bs)
-        keys = () if prompt_ids is None else block_keys(prompt_ids, bs, request.cache_salt)
+        keys = () if prompt_ids is None else self._keys(prompt_ids, request.cache_salt)
         num_hit = next((i for i, key in enumerate(keys) if key not in self._pinned), len(keys))
         cached_tokens = min(num_hit * bs, (num_prompt - 1) // bs * bs)
         num_shared = cached_tokens // bs
@@ -350,11 +365,16 @@ class FakePool:
             ) from None
 
 
-def block_keys(token_ids: Sequence[int], block_size: int, salt: str | None) -> tuple[bytes, ...]:
-    """A key per full block, chained from the salt: equal keys mean equal prefixes."""
+def block_keys(
+    token_ids: Sequence[int], block_size: int, salt: str | None, *, num_shared_blocks: int = 0
+) -> tuple[bytes, ...]:
+    """A key per full block, chained from the salt: equal keys mean equal prefixes. The
+    first ``num_shared_blocks`` are unsalted, the salt coming in after them."""
     keys = []
-    key = (salt or "").encode()
+    key = b"" if num_shared_blocks else (salt or "").encode()
     for start in range(0, len(token_ids) - block_size + 1, block_size):
+        if num_shared_blocks and start == num_shared_blocks * block_size and salt is not None:
+            key = hashlib.sha256(key + b"|rekey|" + salt.encode()).digest()
         block = ",".join(map(str, token_ids[start : start + block_size])).encode()
         key = hashlib.sha256(key + b"|" + block).digest()
         keys.append(key)

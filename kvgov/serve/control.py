@@ -7,6 +7,20 @@ engine thread's next step. Budget names and prefix keys are the tenant's own
 (``kvgov.serve.tenancy``). Each change is recorded in the server's event log: budgets
 opened, resized and closed; KV retained, released, offloaded and restored; prefixes
 pinned and unpinned.
+
+Shared prefixes. ``PinRequest.shared`` pins a prefix hashed unsalted: every tenant's call
+whose prompt starts with its full blocks reuses them, and each tenant's own blocks start
+right after it, salted as before (the engine works out, per call, how many leading
+blocks are a shared pin's: ``engine.prefix_hash``). So a shared pin reveals nothing of
+any tenant's prompt beyond the pinned tokens themselves, which are public by design.
+
+Who may pin shared: on a server without API keys, anyone (there is one tenant; its
+clients already share one cache). With keys, only an admin key
+(``ServeSettings.admin_api_keys``, ``kvgov serve --admin-api-key``); other keys get 403.
+Letting every tenant pin shared would be a probe: a tenant could pin a guess of another
+tenant's system prompt and watch the server-wide hit counters (``/metrics``) rise when
+that tenant's calls start with it. An admin pins what the operator chose to make public.
+A shared pin belongs to the key that pinned it: only that key unpins it.
 """
 
 from __future__ import annotations
@@ -15,6 +29,8 @@ from fastapi import APIRouter, Request
 
 from governor.errors import BackendError, ConfigError
 from integrations import wire
+from kvgov.serve.errors import ApiError
+from kvgov.serve.security import tenant_id
 from kvgov.serve.state import ServerState
 from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscoped_budget
 
@@ -162,11 +178,19 @@ def restore(request: Request, name: str) -> None:
 @router.post("/prefixes", status_code=201)
 def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
     state, tenant = _state(request), tenant_of(request)
-    salt = cache_salt_for(tenant, pin.cache_salt)
-    handle = state.backend.pin_prefix(pin.prefix, cache_salt=salt)
+    if pin.shared:
+        _check_may_pin_shared(state, tenant, pin)
+        handle = state.backend.pin_prefix(pin.prefix, shared=True)
+    else:
+        salt = cache_salt_for(tenant, pin.cache_salt)
+        handle = state.backend.pin_prefix(pin.prefix, cache_salt=salt)
     state.pins.add(tenant, handle)
     state.events.record(
-        "prefix.pinned", tenant=tenant, key=handle.key, num_pinned_tokens=handle.num_pinned_tokens
+        "prefix.pinned",
+        tenant=tenant,
+        key=handle.key,
+        num_pinned_tokens=handle.num_pinned_tokens,
+        shared=pin.shared,
     )
     # The client's own salt: what it sends with the calls that start with this prefix,
     # which the server salts the same way.
@@ -176,7 +200,28 @@ def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
         num_pinned_tokens=handle.num_pinned_tokens,
         num_blocks=handle.num_blocks,
         cache_salt=pin.cache_salt,
+        shared=pin.shared,
     )
+
+
+def _check_may_pin_shared(state: ServerState, tenant: str, pin: wire.PinRequest) -> None:
+    if pin.cache_salt is not None:
+        raise ApiError(
+            400,
+            "a shared prefix is hashed with no salt, so every tenant's calls reuse it: send "
+            "shared or cache_salt, not both",
+            code="invalid_request",
+            param="cache_salt",
+        )
+    admins = {tenant_id(key) for key in state.settings.admin_api_keys}
+    if tenant and tenant not in admins:
+        raise ApiError(
+            403,
+            "only an admin API key may pin a prefix shared by every tenant (kvgov serve "
+            "--admin-api-key); pin it without shared to reuse it in your own calls",
+            code="shared_pin_forbidden",
+            param="shared",
+        )
 
 
 @router.delete("/prefixes/{key}", status_code=204)

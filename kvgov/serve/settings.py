@@ -15,6 +15,8 @@ class ServeSettings:
     port: int = 8000
     # Bearer keys; empty: no authentication (only sensible on loopback, warned otherwise).
     api_keys: tuple[str, ...] = field(default=(), repr=False)  # never in a log line
+    # Of those, the keys that may pin a prefix shared by every tenant (kvgov.serve.control).
+    admin_api_keys: tuple[str, ...] = field(default=(), repr=False)
     # The model name clients send and /v1/models lists; None: the backend's own name.
     served_model_name: str | None = None
     max_body_bytes: int = 4 * _MIB  # larger bodies get 413
@@ -31,6 +33,8 @@ class ServeSettings:
             )
         if any(not key for key in self.api_keys):
             raise ValueError("an API key must not be empty")
+        if not set(self.admin_api_keys) <= set(self.api_keys):
+            raise ValueError("every admin API key must also be in api_keys; add it there too")
 
     @property
     def is_loopback(self) -> bool:

@@ -138,6 +138,25 @@ def test_pins_hold_blocks_and_serve_later_prompts(clean: Backend) -> None:
         clean.unpin_prefix(handle)
 
 
+def test_a_shared_pin_serves_every_salt_and_nothing_past_it(clean: Backend) -> None:
+    prefix, private = _ids(4000, 40), _ids(4100, 3 * BLOCK_SIZE)
+    handle = clean.pin_prefix(prefix, shared=True)
+    try:
+        assert handle.shared and (handle.num_pinned_tokens, handle.num_blocks) == (32, 2)
+        prompt = [*prefix[:32], *private]
+
+        def cached(salt: str) -> int:
+            request = GenerationRequest(prompt=prompt, max_tokens=1, cache_salt=salt)
+            return clean.generate(request).cached_tokens
+
+        assert cached("tenant-a") == 32  # the shared blocks, none of A's own yet
+        assert cached("tenant-b") == 32  # A's blocks past the pin are cached: B misses them
+    finally:
+        clean.unpin_prefix(handle)
+    with pytest.raises(BackendError):
+        clean.pin_prefix(prefix, cache_salt="tenant-a", shared=True)
+
+
 def test_a_prefix_shorter_than_a_block_cannot_be_pinned(clean: Backend) -> None:
     with pytest.raises(BackendError):
         clean.pin_prefix(_ids(400, BLOCK_SIZE - 1))

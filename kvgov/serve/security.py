@@ -12,7 +12,8 @@ Tenants: each key is a tenant, named by a short hash of the key (never the key, 
 appears in no log, event or error). The tenant is put on ``request.state.kvgov_tenant``
 ("" without keys). Inside the server a tenant's budget names are scoped
 (``scoped_budget``) and its cache salt is its own (``cache_salt_for``), so one tenant's
-requests never reuse another's prefix blocks, whatever salt a client sends.
+requests never reuse another's prefix blocks, whatever salt a client sends, except
+those of a prefix an admin key pinned as shared (``kvgov.serve.control``).
 """
 
 from __future__ import annotations

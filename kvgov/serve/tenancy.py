@@ -6,6 +6,11 @@ are scoped here before they reach the engine, and every pin is recorded with its
 tenant A can neither see, resize, hold nor close B's. With no keys nothing is scoped: the
 engine sees exactly the names a client sent, as an in-process ``LocalBackend`` would.
 
+The one exception to per-tenant salts is a prefix pinned shared by an admin key
+(``kvgov.serve.control``): the engine hashes its blocks unsalted and, for each salted call,
+counts how many leading blocks are a shared pin's and salts only the blocks after them,
+so the routes send the tenant's salt as always and nothing else.
+
 ``TenantPins`` is thread-safe; its lock is a leaf (nothing is called under it).
 """
 

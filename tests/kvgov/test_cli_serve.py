@@ -11,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from governor.backend import BackendCapacity
@@ -94,3 +95,18 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
     assert f"kvgov serve: http://127.0.0.1:{port}" in output
     assert "KV cache: 16 blocks of 16 tokens = 256 tokens" in output
     assert "1 API key(s)" in output and "sk-env-key" not in output
+
+
+def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    served: list[ServeSettings] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app.state.kvgov.settings))
+    monkeypatch.delenv("KVGOV_API_KEY", raising=False)
+    monkeypatch.delenv("KVGOV_API_KEYS", raising=False)
+    args = ["serve", "--num-blocks", "8", "--api-key", "sk-user", "--admin-api-key", "sk-admin"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (settings,) = served
+    assert (settings.api_keys, settings.admin_api_keys) == (("sk-user", "sk-admin"), ("sk-admin",))
+    assert "2 API key(s)" in result.output and "1 may pin prefixes shared" in result.output

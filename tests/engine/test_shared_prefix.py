@@ -203,3 +203,21 @@ def test_engine_refuses_a_shared_pin_with_a_salt(
     engine, shared, _ = engine_and_prompts
     with pytest.raises(InvalidRequestError, match="shared=True or a cache_salt"):
         engine.pin_prefix(shared, cache_salt="a", shared=True)
+
+
+def test_engine_a_tenants_own_pin_after_a_shared_one_serves_that_tenant(
+    engine_and_prompts: tuple[Engine, list[int], list[int]],
+) -> None:
+    engine, shared, private = engine_and_prompts
+    engine.reset_prefix_cache()
+    bs = engine.config.block_size
+    public = engine.pin_prefix(shared, shared=True)
+    own = engine.pin_prefix([*shared[: 2 * bs], *private], cache_salt="a")
+    try:
+        assert own.block_ids[:2] == public.block_ids  # it reuses the shared blocks
+        prompt = [*shared[: 2 * bs], *private, 1, 2, 3]
+        assert engine.generate(prompt, GREEDY, cache_salt="a")[0].num_cached_tokens == 5 * bs
+        assert engine.generate(prompt, GREEDY, cache_salt="b")[0].num_cached_tokens == 2 * bs
+    finally:
+        engine.unpin(own)
+        engine.unpin(public)

@@ -46,6 +46,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "governor": "governor.benchmarks.governor",
         "policies": "policies.benchmarks.policies",
         "integrations": "integrations.benchmarks.integrations",
+        "serve": "kvgov.benchmarks.serve",
     }
 )
 

@@ -35,6 +35,7 @@ import operator
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -46,10 +47,10 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from governor import AgentSpec, FakeBackend, Governor
+from governor import AgentSpec, Backend, FakeBackend, Governor
 from integrations.langgraph import govern
 
-__all__ = ["MODEL_LATENCY_S", "NUM_AGENTS", "run"]
+__all__ = ["MODEL_LATENCY_S", "NUM_AGENTS", "AgentRun", "agent_run", "run"]
 
 NUM_AGENTS = 20
 MODEL_LATENCY_S = 0.05  # a fast model call; a 9B model's real turns take seconds
@@ -141,25 +142,43 @@ def _graphs(governor: Governor | None) -> Any:
     return govern(planner, governor, {"planner": _PLANNER, "worker": _WORKER})
 
 
-def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
-    governor = Governor(FakeBackend(num_blocks=16_384))
-    plain, governed = _graphs(None), _graphs(governor)
-    inputs = {"reports": []}
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    """The planner + ``NUM_AGENTS`` workers graph, governed by ``governor`` (None: plain)."""
 
-    async def once(graph: Any) -> tuple[float, float]:
+    graph: Any
+    governor: Governor | None
+
+    async def once(self) -> tuple[float, float]:
         """One run's wall time and the CPU time this thread spent on it, in seconds."""
         gc.collect()
         started, cpu = time.perf_counter(), time.thread_time()
-        result = await graph.ainvoke(inputs)
+        result = await self.graph.ainvoke({"reports": []})
         elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
         assert len(result["reports"]) == NUM_AGENTS
         return elapsed, cpu
 
+    @property
+    def leases_held(self) -> bool:
+        """Whether the governor still holds a lease (waiting or active) after the runs."""
+        return self.governor is not None and self.governor.admission.counts()[:2] != (0, 0)
+
+
+def agent_run(backend: Backend | None) -> AgentRun:
+    """The run, plain (``None``) or governed by a ``Governor`` on ``backend``: the same
+    graph for every backend (``kvgov bench serve`` runs it on a local and a remote one)."""
+    governor = None if backend is None else Governor(backend)
+    return AgentRun(_graphs(governor), governor)
+
+
+def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
+    plain, governed = agent_run(None), agent_run(FakeBackend(num_blocks=16_384))
+
     async def measure() -> dict[str, list[tuple[float, float]]]:
         times: dict[str, list[tuple[float, float]]] = {"plain": [], "governed": []}
         runs: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
-            "plain": lambda: once(plain),
-            "governed": lambda: once(governed),
+            "plain": plain.once,
+            "governed": governed.once,
         }
         for name in runs:  # warm-up: imports, caches, the tokenizer
             await runs[name]()
@@ -177,7 +196,7 @@ def _governed_over_plain(*, repeats: int) -> Mapping[str, object]:
     cpu_ratio = statistics.median(
         g / p for (_, p), (_, g) in zip(times["plain"], times["governed"], strict=True)
     )
-    leaked = governor.admission.counts()[:2] != (0, 0)
+    leaked = governed.leases_held
     # Each governed run over the plain run beside it: the machine's drift (other jobs,
     # clock speed) moves both of a pair alike, so the median of the pairs' ratios is
     # steadier than the ratio of the two medians.

@@ -1,0 +1,1 @@
+"""Benchmarks that compose every layer (``kvgov bench serve``)."""

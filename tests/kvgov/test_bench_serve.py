@@ -1,0 +1,93 @@
+"""``kvgov bench serve --quick``: the three figures with their targets and notes, and what a
+wrong figure would break: both sides did the same work (16 tokens per call, equal streamed
+totals), and nothing outlives the run (the server process, its requests, budgets, leases).
+One quick run (a real server process, the real engine with the tiny model) serves every
+test here; no timing is asserted."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import pytest
+
+from engine.benchmarks import Direction
+from kvgov.benchmarks.serve import ServeFacts, ServeSizes, measure
+from kvgov.benchmarks.server_process import ServerProcess
+from kvgov.cli import BENCHMARKS
+
+_SIZES = ServeSizes.of(quick=True)
+
+
+@pytest.fixture(scope="module")
+def facts() -> ServeFacts:
+    return measure(quick=True)
+
+
+def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
+    figures = {m.metric: m for m in facts.measurements}
+    assert list(figures) == [
+        "http_overhead_ms_p50",
+        "stream_tokens_per_s_32",
+        "governed_remote_over_local",
+    ]
+    expected = {
+        "http_overhead_ms_p50": ("ms", 2.0, Direction.LOWER_IS_BETTER),
+        "stream_tokens_per_s_32": ("x", 0.85, Direction.HIGHER_IS_BETTER),
+        "governed_remote_over_local": ("x", 1.10, Direction.LOWER_IS_BETTER),
+    }
+    for metric, (unit, target, direction) in expected.items():
+        m = figures[metric]
+        assert m.bench == "serve"
+        assert (m.unit, m.target, m.direction) == (unit, target, direction)
+        assert math.isfinite(m.value) and m.met is not None
+        # Every note says what ran: the model, the blocks and the threads of both sides.
+        assert "tiny-random on CPU, 16,384 blocks" in m.note
+        assert re.search(r"\d+ torch threads in each process", m.note), m.note
+    assert f"over {_SIZES.pairs} alternating pairs" in figures["http_overhead_ms_p50"].note
+    assert "of 16 tokens" in figures["http_overhead_ms_p50"].note
+    stream = figures["stream_tokens_per_s_32"].note
+    assert f"32 concurrent clients, {_SIZES.stream_tokens} max tokens each" in stream
+    governed = figures["governed_remote_over_local"].note
+    assert f"median of {_SIZES.governed_pairs} alternating pairs" in governed
+    assert "planner + 20 ReAct workers" in governed and "left held" not in governed
+    assert BENCHMARKS["serve"] == "kvgov.benchmarks.serve"
+
+
+def test_every_overhead_call_made_exactly_16_tokens(facts: ServeFacts) -> None:
+    # Warm-ups and timed pairs, on both sides: a shorter answer on one side would make
+    # the difference measure the engine, not HTTP.
+    assert facts.completion_tokens == [16] * (2 * (_SIZES.warmups + _SIZES.pairs))
+
+
+def test_both_sides_streamed_the_same_tokens(facts: ServeFacts) -> None:
+    local, remote = facts.stream_totals["local"], facts.stream_totals["remote"]
+    assert len(local) == len(remote) == _SIZES.stream_pairs
+    assert len({*local, *remote}) == 1
+    assert local[0] <= 32 * _SIZES.stream_tokens
+    note = next(m.note for m in facts.measurements if m.metric == "stream_tokens_per_s_32")
+    assert f"{local[0]:,} tokens per run" in note
+
+
+def test_nothing_is_left_in_the_server_or_the_governors(facts: ServeFacts) -> None:
+    after = facts.server_after
+    assert after is not None
+    assert (after.num_requests_running, after.num_requests_waiting) == (0, 0)
+    assert after.num_blocks_in_use == 0
+    assert facts.server_budgets_after == 0
+    assert not facts.leases_held
+
+
+def test_the_server_process_is_gone_after_the_run(facts: ServeFacts) -> None:
+    assert facts.server_pid is not None
+    with pytest.raises(ProcessLookupError):  # reaped: no such process any more
+        os.kill(facts.server_pid, 0)
+
+
+def test_an_interrupted_benchmark_stops_its_server() -> None:
+    server = ServerProcess(model="tiny-random", num_blocks=16, threads=1)
+    with pytest.raises(KeyboardInterrupt), server:
+        assert server.process is not None and server.process.poll() is None
+        raise KeyboardInterrupt
+    assert server.process is not None and server.process.poll() is not None

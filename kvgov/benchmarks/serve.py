@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import httpx
+
 from engine.benchmarks import Direction, Measurement
 from governor import BackendMetrics, GenerationRequest, LocalBackend
 from integrations import RemoteBackend
@@ -143,7 +145,9 @@ def _http_overhead(
         remote_s.append(times["remote"])
     if answers["local"] != answers["remote"]:
         raise AssertionError("local and remote gave different answers to the same greedy call")
-    overhead = statistics.median(r - lo for lo, r in zip(local_s, remote_s, strict=True))
+    differences = [r - lo for lo, r in zip(local_s, remote_s, strict=True)]
+    overhead = statistics.median(differences)
+    round_trip = _round_trip_s(remote.base_url, sizes.pairs)
     return Measurement(
         bench=_BENCH,
         metric="http_overhead_ms_p50",
@@ -156,8 +160,11 @@ def _http_overhead(
             f"of {_OVERHEAD_TOKENS} tokens (greedy, same prompt, {_OVERHEAD_TOKENS} tokens "
             f"asserted), RemoteBackend.generate minus LocalBackend.generate: "
             f"{statistics.median(remote_s) * 1e3:.1f} ms remote vs "
-            f"{statistics.median(local_s) * 1e3:.1f} ms local (medians); kvgov serve in its "
-            f"own process on 127.0.0.1; {what}"
+            f"{statistics.median(local_s) * 1e3:.1f} ms local (medians); one pair's "
+            f"difference scatters by {_spread(differences) * 1e3:.1f} ms (standard deviation, "
+            f"the engine's time varying on a shared host); a bare GET /version round trip "
+            f"takes {round_trip * 1e3:.2f} ms (median); kvgov serve in its own process on "
+            f"127.0.0.1; {what}"
         ),
     )
 
@@ -215,7 +222,8 @@ def _stream_ratio(
         direction=Direction.HIGHER_IS_BETTER,
         note=(
             f"HTTP over in-process streamed tokens/s, median of {sizes.stream_pairs} ratios of "
-            f"adjacent runs (local, HTTP, HTTP, local, ...): {_CLIENTS} concurrent clients, "
+            f"adjacent runs (local, HTTP, HTTP, local, ...; one ratio scatters by "
+            f"{_spread(ratios) * 100:.0f}%, standard deviation): {_CLIENTS} concurrent clients, "
             f"{sizes.stream_tokens} max tokens each, {every.pop():,} tokens per run counted "
             f"from the chunks (equal in every run); {statistics.median(rates['remote']):,.0f} "
             f"tok/s over HTTP (RemoteBackend.astream, SSE) vs "
@@ -252,7 +260,8 @@ def _governed_ratio(
         target=1.10,
         direction=Direction.LOWER_IS_BETTER,
         note=(
-            f"median of {sizes.governed_pairs} alternating pairs: the integrations benchmark's "
+            f"median of {sizes.governed_pairs} alternating pairs (one pair's ratio scatters by "
+            f"{_spread(ratios) * 100:.0f}%, standard deviation): the integrations benchmark's "
             f"run (planner + {NUM_AGENTS} ReAct workers, a fake model sleeping "
             f"{MODEL_LATENCY_S * 1e3:g} ms per call) governed on RemoteBackend vs on "
             f"LocalBackend; runs of {statistics.median(times['remote']) * 1e3:.1f} ms vs "
@@ -260,3 +269,20 @@ def _governed_ratio(
             + ("; leases left held" if facts.leases_held else "")
         ),
     )
+
+
+def _round_trip_s(base_url: str, repeats: int) -> float:
+    """The median time of ``GET /version`` on a kept-alive connection: HTTP and the
+    framework with no engine in it, beside the overhead of a model call."""
+    with httpx.Client(base_url=base_url) as client:
+        client.get("/version").raise_for_status()
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            client.get("/version").raise_for_status()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0

@@ -21,6 +21,17 @@ have the same engine config (model, blocks, CPU, torch threads: ``torch.set_num_
 here, ``OMP_NUM_THREADS`` there). Each note says what ran. ``measure`` returns the figures
 with what a wrong figure would break (tokens per call, totals per run, the server's state
 after the runs, its process id) for the benchmark's test.
+
+Where the time went, on a shared 2-core CPU host (load 4-7): a 16-token call takes
+250-480 ms of engine time whose scatter (about 50 ms per pair) swamps a 2 ms target, so
+the 101-pair median moves by several ms between invocations. With 1-token calls (the same
+path, little engine time) remote minus local was 4.7 ms (60 pairs, 1.3 ms scatter): about
+1 ms of HTTP and framework on each side (a bare ``GET /version`` is 2-4.6 ms here), and
+the server's model call itself, which runs on ``LocalBackend.astream`` (tokenizing on a
+worker thread, a thread hop per chunk) so that its event loop never waits on the engine:
+in process, that path alone took 1-3 ms more than ``LocalBackend.generate``. Streaming
+costs the client about 0.2 ms of CPU per token (httpx's lines, one JSON event each) and
+the server's event loop under 0.1 ms; the engine's threads spend the same CPU either way.
 """
 
 from __future__ import annotations
@@ -265,7 +276,10 @@ def _governed_ratio(
             f"run (planner + {NUM_AGENTS} ReAct workers, a fake model sleeping "
             f"{MODEL_LATENCY_S * 1e3:g} ms per call) governed on RemoteBackend vs on "
             f"LocalBackend; runs of {statistics.median(times['remote']) * 1e3:.1f} ms vs "
-            f"{statistics.median(times['local']) * 1e3:.1f} ms (medians); {what}"
+            f"{statistics.median(times['local']) * 1e3:.1f} ms (medians). The backend serves "
+            f"the governor's bookkeeping and counting, not the fake model's calls; "
+            f"RemoteBackend counts each distinct conversation once (an LRU of the server's "
+            f"counts) where LocalBackend tokenizes it again at every count; {what}"
             + ("; leases left held" if facts.leases_held else "")
         ),
     )

@@ -276,8 +276,8 @@ class TokenCounter:
         return text[:lo]
 
     def _rendered_length(self, rendered: Any) -> int:
-        if isinstance(rendered, str):  # a whole conversation: not kept
-            return self._length(_require_text(rendered))
+        if isinstance(rendered, str):  # a whole conversation, kept once counted twice:
+            return self._long.count(_require_text(rendered))  # a turn counts it again
         if isinstance(rendered, Mapping):  # transformers 5 returns a BatchEncoding
             rendered = rendered["input_ids"]
         return len(rendered)

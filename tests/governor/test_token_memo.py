@@ -130,3 +130,23 @@ def test_threads_share_the_counts_and_the_bound_holds(monkeypatch: pytest.Monkey
     held = counter._long._counts
     assert sum(map(len, held)) == counter._long._chars <= tokens._LONG_KEPT
     assert all(held[text] == expected[texts.index(text)] for text in held)
+
+
+class _TemplateTokenizer(_CountingTokenizer):
+    """Renders a chat to text, as the engine's tokenizer and transformers' do."""
+
+    chat_template = "roles and contents"
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **_: object) -> str:
+        return " ".join(f"<{m['role']}> {m['content']}" for m in messages) + " <assistant>"
+
+
+def test_a_conversation_counted_again_is_looked_up_not_encoded_again() -> None:
+    """A governor counts the same conversation several times in one turn (the ceiling,
+    then the call): from the third count on, no tokenizer work."""
+    tokenizer = _TemplateTokenizer()
+    counter = TokenCounter(tokenizer=tokenizer)
+    chat = [{"role": "system", "content": _text(1)}, {"role": "user", "content": _text(2)}]
+    counts = [counter.count_messages(chat) for _ in range(4)]
+    assert counts == [counts[0]] * 4 and counts[0] == 83  # 2 roles + 80 words + priming
+    assert len(tokenizer.encoded) == 2

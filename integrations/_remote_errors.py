@@ -7,9 +7,14 @@ same fields and message, as ``LocalBackend`` does in process, so code that catch
 Without torch on this side the engine's own classes cannot be bases: the classes are
 built here, once per name.
 
-A body with no kvgov detail maps by status: 400 ``context_length_exceeded`` to
-``CeilingExceededError`` (never retried, as in process), 401/403 to ``AuthenticationError``,
-429 and 5xx to ``BackendUnavailable`` (retriable), anything else to ``BackendError``.
+A body with no kvgov detail maps by status: a 400 that says the prompt is longer than the
+context to ``CeilingExceededError`` (never retried, as in process), with ``needed`` and
+``available`` when the engine said them; 401/403 to ``AuthenticationError``, 429 and 5xx
+to ``BackendUnavailable`` (retriable), anything else to ``BackendError``. The context
+400s of the engines kvgov talks to: OpenAI's and vLLM's ``"code":
+"context_length_exceeded"`` (vLLM's older bodies only say "maximum context length" in a
+top-level ``{"object": "error", ...}``), llama.cpp's ``"type":
+"exceed_context_size_error"`` with ``n_prompt_tokens`` and ``n_ctx``.
 """
 
 from __future__ import annotations
@@ -59,8 +64,9 @@ def error_from_response(
         return error
     if detail and detail.get("error_class"):
         name = str(detail["error_class"])
-    elif info.get("code") == "context_length_exceeded":
+    elif status == 400 and _context_exceeded(info, message):
         name = "CeilingExceededError"
+        detail = {"fields": _context_fields(info)}
     elif status in (401, 403):
         name = "AuthenticationError"
     else:
@@ -83,9 +89,31 @@ def _error_info(body: bytes) -> dict[str, Any]:
         return {"message": body[:500].decode("utf-8", "replace")}
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         return parsed["error"]
+    if isinstance(parsed, dict) and parsed.get("object") == "error":  # vLLM's older bodies
+        return parsed
     if isinstance(parsed, dict) and "detail" in parsed:  # FastAPI's own 404s and 422s
         return {"message": json.dumps(parsed["detail"])}
     return {"message": str(parsed)[:500]}
+
+
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_CONTEXT_WORDS = ("maximum context length", "exceeds the available context size")
+
+
+def _context_exceeded(info: dict[str, Any], message: str) -> bool:
+    if info.get("code") in _CONTEXT_CODES or info.get("type") in _CONTEXT_CODES:
+        return True
+    return any(words in message.lower() for words in _CONTEXT_WORDS)
+
+
+def _context_fields(info: dict[str, Any]) -> dict[str, Any]:
+    """The engine's numbers under the engine error's names (llama.cpp says them)."""
+    fields: dict[str, Any] = {}
+    if isinstance(info.get("n_prompt_tokens"), int):
+        fields["needed"] = info["n_prompt_tokens"]
+    if isinstance(info.get("n_ctx"), int):
+        fields["available"] = fields["ceiling_tokens"] = info["n_ctx"]
+    return fields
 
 
 def _seconds(value: str) -> float | None:

@@ -2,11 +2,12 @@
 back as a ``GenerationResult``, exactly as ``LocalBackend`` would have made it.
 
 Chat messages go to ``/v1/chat/completions``, a prompt (text or token ids) to
-``/v1/completions``. Every body asks for ``return_token_ids`` (the ids, not a
-re-tokenization of the text) and carries the extras (``priority``, ``cache_salt``,
-``budget``, ``ceiling_tokens``). The finish reason comes from ``kvgov_finish_reason``
-(OpenAI's own says "length" for a ceiling or a budget); cached tokens from
-``usage.prompt_tokens_details.cached_tokens``.
+``/v1/completions``. ``openai_body`` is the plain OpenAI part, all an external engine
+gets (``integrations.openai_backend``); ``body_of`` adds kvgov serve's: it asks for
+``return_token_ids`` (the ids, not a re-tokenization of the text) and carries the
+extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``). The finish
+reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
+budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from governor import BackendError, GenerationChunk, GenerationRequest, GenerationResult
 
-__all__ = ["StreamState", "body_of", "path_of", "result_of"]
+__all__ = ["StreamState", "body_of", "openai_body", "path_of", "result_of"]
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -28,21 +29,40 @@ def path_of(request: GenerationRequest) -> str:
     return CHAT_PATH if request.messages is not None else COMPLETIONS_PATH
 
 
-def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str, Any]:
+def openai_body(
+    request: GenerationRequest,
+    *,
+    model: str,
+    stream: bool,
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The request as plain OpenAI fields, which any OpenAI-compatible server takes (some,
+    ``transformers serve`` among them, refuse a field they do not know). ``max_tokens``:
+    the output cap to send instead of the request's (a client-side ceiling lowered it)."""
     body: dict[str, Any] = {"model": model}
+    cap = request.max_tokens if max_tokens is None else max_tokens
     if request.messages is not None:
         body["messages"] = [dict(message) for message in request.messages]
-        body["max_completion_tokens"] = request.max_tokens
+        body["max_completion_tokens"] = cap
     else:
         prompt = request.prompt
         body["prompt"] = prompt if isinstance(prompt, str) else list(prompt or ())
-        body["max_tokens"] = request.max_tokens
+        body["max_tokens"] = cap
     body["temperature"] = request.temperature
     body["top_p"] = request.top_p
     if request.seed is not None:
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str, Any]:
+    """The OpenAI body with kvgov serve's extras."""
+    body = openai_body(request, model=model, stream=stream)
     if request.ceiling_tokens is not None:
         body["ceiling_tokens"] = request.ceiling_tokens
     if request.budget is not None:
@@ -51,9 +71,6 @@ def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str
         body["cache_salt"] = request.cache_salt
     body["priority"] = request.priority
     body["return_token_ids"] = True
-    if stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
     return body
 
 

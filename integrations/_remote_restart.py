@@ -1,4 +1,6 @@
-"""``Restarts``: how ``RemoteBackend`` makes each call, and survives a server restart.
+"""``Restarts``: how ``RemoteBackend`` (and ``OpenAICompatibleBackend``, which overrides
+``_probe`` and ``_set_up`` for an engine of its own) makes each call, and survives a
+server restart.
 
 Every call goes: check first (``_before``), send, then look at what came back.
 
@@ -32,7 +34,7 @@ from governor import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     from integrations._remote_http import Transport
-    from integrations._remote_session import Session
+    from integrations._remote_session import Pin, Session
 
 __all__ = ["Restarts"]
 
@@ -41,10 +43,11 @@ _MAY_BE_RESTART = frozenset({"UnknownBudgetError", "UnknownPrefixError", "Unknow
 
 
 class Restarts:
-    """Mixed into ``RemoteBackend``, whose ``_session`` and ``_transport`` it uses."""
+    """Mixed into a backend, whose ``name``, ``_session`` and ``_transport`` it uses."""
 
     _session: Session
     _transport: Transport
+    name: str
 
     def __init__(self) -> None:
         self._closed = False
@@ -93,7 +96,9 @@ class Restarts:
 
     def _before(self) -> None:
         if self._closed:
-            raise BackendError("this RemoteBackend is closed; create a new one", backend="remote")
+            raise BackendError(
+                f"this {type(self).__name__} is closed; create a new one", backend=self.name
+            )
         session = self._session
         if session.suspect:
             self._probe()
@@ -126,7 +131,7 @@ class Restarts:
             raise BackendUnavailable(
                 f"the server restarted and lost this call's state ({exc}); budgets and "
                 "prefixes are set up again",
-                backend="remote",
+                backend=self.name,
             ) from exc
 
     # -- a restart ------------------------------------------------------------------------
@@ -141,28 +146,31 @@ class Restarts:
         with self._restarting:
             if not session.restart_pending:
                 return  # another thread did it meanwhile
-            budgets, pins = session.to_restore()
-            for name, max_blocks in budgets.items():
-                try:
-                    body = {"name": name, "max_blocks": max_blocks}
-                    self._transport.request("POST", f"{_API}/budgets", json=body)
-                except BackendError as exc:
-                    if type(exc).__name__ != "DuplicateBudgetError":
-                        raise  # restart_pending stays: the next call tries again
-                    # opened meanwhile by a call on the new server: only its size to check
-                    self._transport.request(
-                        "PUT", f"{_API}/budgets/{name}", json={"max_blocks": max_blocks}
-                    )
-            for key, pin in pins.items():
-                if session.server_key(key) != pin.server_key:
-                    continue  # unpinned, or pinned again, meanwhile
-                answer = self._pin_direct(pin.prefix, pin.cache_salt, pin.shared)
-                pin.server_key = answer
+            self._set_up(*session.to_restore())
             with session.lock:
                 session.restart_pending = False
                 session.num_restarts += 1
         for hook in list(self._hooks):
             hook()
+
+    def _set_up(self, budgets: dict[str, int], pins: dict[str, Pin]) -> None:
+        """Open ``budgets`` and pin ``pins`` on the restarted server (under ``_restarting``)."""
+        session = self._session
+        for name, max_blocks in budgets.items():
+            try:
+                body = {"name": name, "max_blocks": max_blocks}
+                self._transport.request("POST", f"{_API}/budgets", json=body)
+            except BackendError as exc:
+                if type(exc).__name__ != "DuplicateBudgetError":
+                    raise  # restart_pending stays: the next call tries again
+                # opened meanwhile by a call on the new server: only its size to check
+                self._transport.request(
+                    "PUT", f"{_API}/budgets/{name}", json={"max_blocks": max_blocks}
+                )
+        for key, pin in pins.items():
+            if session.server_key(key) != pin.server_key:
+                continue  # unpinned, or pinned again, meanwhile
+            pin.server_key = self._pin_direct(pin.prefix, pin.cache_salt, pin.shared)
 
     def _pin_direct(self, prefix: Any, cache_salt: str | None, shared: bool = False) -> str:
         body = {"prefix": prefix, "cache_salt": cache_salt, "shared": shared}

@@ -7,7 +7,12 @@ expose is logged once, as a warning on the ``kvgov`` logger, never raised: the b
 falls back to what the user declared, or says it does not know.
 
 A restart shows as a new ``instance`` or as a counter going down (llama-server says no
-start time, but its token counters start again from 0). ``instance_of`` folds both into
+start time, but its token counters start again from 0). A reading cached from before
+this client's last calls may already be 0 too, so the counters are also held to a floor:
+``prefix_cache_queries`` counts every prompt token the engine served, at least those of
+this client's calls since the last restart (``served``); after a call failed to reach
+the engine (``suspect``), a reading below that is a new engine. (Only then: a reading
+taken as a call ends may not count it yet.) ``instance_of`` folds both into
 one id, which the backend's ``Session.observe`` compares, as it compares
 ``kvgov serve``'s instance ids.
 
@@ -39,9 +44,11 @@ class EngineState:
         self._read_at = 0.0
         self._warned: set[str] = set()
         self._epoch = 0  # counters went down this many times: restarts without a new id
+        self._floor = 0  # prompt tokens this client's calls were served since then
 
-    def read(self, *, fresh: bool = False) -> EngineReading:
-        """The latest reading; ``fresh``: read the engine now (raises while it is away)."""
+    def read(self, *, fresh: bool = False, suspect: bool = False) -> EngineReading:
+        """The latest reading; ``fresh``: read the engine now (raises while it is away);
+        ``suspect``: it was away, so hold its counters to the floor."""
         with self._lock:
             stale = time.monotonic() - self._read_at >= self.interval_s
             if not fresh and not stale and self._reading is not None:
@@ -49,18 +56,27 @@ class EngineState:
         reading = self.probe.read(self._http)  # outside the lock: a few round trips
         with self._lock:
             previous, self._reading, self._read_at = self._reading, reading, time.monotonic()
-            if previous is not None and _went_down(previous, reading):
+            queries = reading.prefix_cache_queries
+            below = suspect and queries is not None and queries < self._floor
+            if below or (previous is not None and _went_down(previous, reading)):
                 self._epoch += 1
+                self._floor = 0
             new = [item for item in reading.missing if item not in self._warned]
             self._warned.update(new)
         for item in new:
             _log.warning(
-                "%s at %s does not expose %s; kvgov uses what was declared instead",
+                "%s at %s does not expose %s; kvgov uses what was declared, or what its "
+                "own calls reserved, instead",
                 self.probe.engine,
                 getattr(self._http, "base_url", "the engine"),
                 item,
             )
         return reading
+
+    def served(self, prompt_tokens: int) -> None:
+        """A call of this client was served ``prompt_tokens`` prompt tokens."""
+        with self._lock:
+            self._floor += prompt_tokens
 
     def instance_of(self, reading: EngineReading) -> str:
         with self._lock:

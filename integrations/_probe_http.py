@@ -25,6 +25,10 @@ class TransportProbeHTTP:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
 
+    @property
+    def base_url(self) -> str:
+        return self._transport.base_url
+
     def get_text(self, path: str) -> str | None:
         response = self._get(path)
         return None if response is None else response.text

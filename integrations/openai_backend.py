@@ -188,7 +188,12 @@ class OpenAICompatibleBackend(ThreadedAsyncBookkeeping, Restarts):
     # -- what the engine says -------------------------------------------------------------
     def reading(self, *, fresh: bool = False) -> EngineReading:
         """The engine's latest reading (at most ``read_interval_s`` old unless ``fresh``)."""
-        reading = self._state.read(fresh=fresh)
+        suspect = self._session.suspect
+        try:
+            reading = self._state.read(fresh=fresh or suspect, suspect=suspect)
+        except BackendUnavailable:
+            self._session.suspect = True  # it may come back as a new engine
+            raise
         self._session.observe(self._state.instance_of(reading))
         return reading
 
@@ -439,6 +444,7 @@ class OpenAICompatibleBackend(ThreadedAsyncBookkeeping, Restarts):
             raise
 
     def _result(self, call: Call, result: GenerationResult) -> GenerationResult:
+        self._state.served(result.prompt_tokens)
         reason = self._limits.finish_reason(call, result.finish_reason, result.completion_tokens)
         if reason == result.finish_reason:
             return result

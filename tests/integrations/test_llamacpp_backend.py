@@ -1,0 +1,226 @@
+"""``LlamaCppBackend`` against a real llama.cpp ``llama-server`` (a tiny random GGUF model
+written by ``tests.llama_server``), 3 slots of 512 tokens each (``-c 1536 -np 3``).
+
+The swarm: a planner fans out to 4 workers, 2 at a time; each worker's conversation
+grows by a tool output of 135 tokens a turn, for 5 turns. Sent straight to the server
+(the OpenAI client, no kvgov), each worker's fourth and fifth calls pass a slot's 512 tokens and
+the server refuses it. Governed through ``LlamaCppBackend`` (ceilings of 448 tokens,
+``SummarizeOldest``), every call finishes within its ceiling, each agent's calls go to
+one slot, and agents that run at once never share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from governor import (
+    AgentSpec,
+    BackendUnavailable,
+    GenerationRequest,
+    Governor,
+    GovernorConfig,
+    GovernorEvent,
+    Policies,
+)
+from integrations._remote_errors import error_from_response
+from integrations.llamacpp_backend import LlamaCppBackend
+from policies import SummarizeOldest
+from tests.llama_server import SKIP_REASON, LlamaServer, llama_server, llama_server_binary
+
+BINARY = llama_server_binary()
+pytestmark = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
+
+SLOT_CTX = 512
+ARGS = ["-c", str(3 * SLOT_CTX), "-np", "3", "--metrics"]
+PLANNER = AgentSpec(name="planner", ceiling_tokens=448, max_fanout=2)
+WORKER = AgentSpec(name="worker", ceiling_tokens=448)
+NUM_WORKERS, NUM_TURNS = 4, 5
+TOOL_OUTPUT = "test_login FAILED: expected 200, got 500\n" * 3
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.llama_server import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@pytest.fixture
+def server(model: Path, tmp_path: Path) -> Iterator[LlamaServer]:
+    assert BINARY is not None
+    args = [*ARGS, "--slot-save-path", str(tmp_path)]
+    with llama_server(BINARY, model, args=args) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _quiet(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="kvgov")  # the missing-gauge warning, once
+
+
+class _Sent(httpx.AsyncBaseTransport):
+    """The real transport, keeping each chat body sent (to see its ``id_slot``)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.bodies: list[dict[str, object]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            self.bodies.append(json.loads(request.content))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _first_words(body: dict[str, object]) -> str:
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    return str(messages[0]["content"]).split(":")[0]
+
+
+def test_ungoverned_the_swarm_overflows_a_slot(server: LlamaServer) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="-", max_retries=0)
+    counter = LlamaCppBackend(server.base_url)
+
+    async def worker(number: int) -> list[tuple[int, bool]]:
+        history = [{"role": "user", "content": f"Worker {number}: find the failing test."}]
+        calls = []
+        for turn in range(NUM_TURNS):
+            history.append({"role": "user", "content": f"Turn {turn}:\n{TOOL_OUTPUT}"})
+            prompt = counter.count_messages(history)
+            try:
+                await client.chat.completions.create(
+                    model="tiny",
+                    messages=history,
+                    max_tokens=4,  # type: ignore[arg-type]
+                )
+                calls.append((prompt, True))
+            except openai.BadRequestError as exc:
+                assert exc.type == "exceed_context_size_error"
+                calls.append((prompt, False))
+        return calls
+
+    async def main() -> list[tuple[int, bool]]:
+        await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Plan."}], max_tokens=4
+        )
+        results = await asyncio.gather(*(worker(i) for i in range(NUM_WORKERS)))
+        await client.close()
+        return [call for calls in results for call in calls]
+
+    with counter:
+        calls = asyncio.run(main())
+    # Exactly the calls whose prompt does not fit a slot failed: every worker's last two
+    # (prompts of 586 and 721 tokens, counted by the server's own tokenizer).
+    assert all(ok == (prompt + 4 <= SLOT_CTX) for prompt, ok in calls)
+    assert sum(not ok for _, ok in calls) == 2 * NUM_WORKERS
+
+
+def test_governed_the_swarm_finishes_within_ceilings_on_one_slot_each(
+    server: LlamaServer,
+) -> None:
+    sent = _Sent()
+    backend = LlamaCppBackend(server.base_url, async_transport=sent)
+    capacity = backend.capacity()
+    assert (capacity.num_blocks, capacity.max_model_len) == (3 * SLOT_CTX // 16, SLOT_CTX)
+    policies = Policies(ceiling=SummarizeOldest(summary_tokens=24))
+    config = GovernorConfig(park_after_s=0, retain_s=0)
+    governor = Governor(backend, config=config, agents=[PLANNER, WORKER], policies=policies)
+    assert governor.admission.max_concurrent(WORKER.ceiling_tokens) == 3  # = the slots
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+
+    async def worker(child: object, number: int) -> None:
+        async with child as lease:  # type: ignore[attr-defined]
+            history = [{"role": "user", "content": f"Worker {number}: find the failing test."}]
+            for turn in range(NUM_TURNS):
+                history.append({"role": "user", "content": f"Turn {turn}:\n{TOOL_OUTPUT}"})
+                await governor.acomplete(lease, history, max_tokens=4)
+
+    async def main() -> None:
+        async with governor.lease("planner") as planner:
+            await governor.acomplete(planner, [{"role": "user", "content": "Plan."}], max_tokens=4)
+            children = governor.fanout(planner, "worker", NUM_WORKERS)
+            await asyncio.gather(*(worker(child, i) for i, child in enumerate(children)))
+            await governor.acomplete(planner, [{"role": "user", "content": "Merge."}], max_tokens=4)
+        await backend.aclose()
+
+    asyncio.run(main())
+    finished = [e for e in events if e.kind == "call.finished"]
+    assert len(finished) == 2 + NUM_WORKERS * NUM_TURNS  # every call finished
+    assert any(e.kind == "compacted" for e in events)  # the ceilings did their work
+    for event in finished:
+        used = event.attributes["prompt_tokens"] + event.attributes["completion_tokens"]
+        assert used <= 448
+    # Each agent's calls went to one slot, and agents running at once had slots apart.
+    slots: dict[str, set[object]] = {}
+    for body in sent.bodies:
+        slots.setdefault(_first_words(body), set()).add(body.get("id_slot"))
+    assert len(slots) == 2 + NUM_WORKERS  # "Plan", "Merge" and each worker
+    assert all(len(ids) == 1 and None not in ids for ids in slots.values())
+    assert slots["Worker 0"] != slots["Worker 1"]
+    assert slots["Worker 2"] != slots["Worker 3"]
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert set(backend._slots.owners().values()) == {None}  # every slot given back
+
+
+def test_a_slot_is_saved_and_restored_as_an_agent_parks(server: LlamaServer) -> None:
+    with LlamaCppBackend(server.base_url) as backend:
+        backend.open_budget("agent", max_blocks=28)
+        history = [{"role": "user", "content": f"Worker 0: find the failing test.\n{TOOL_OUTPUT}"}]
+        request = GenerationRequest(messages=history, max_tokens=4, budget="agent")
+        first = backend.generate(request)
+        held = backend.retain(budget="agent")
+        assert held == first.prompt_tokens + first.completion_tokens
+        backend.offload(budget="agent")
+        assert backend.slot_of("agent") is None  # the slot is free for others
+        assert backend.metrics().num_blocks_swapped == -(-held // 16)
+        backend.restore(budget="agent")
+        again = backend.generate(request)
+        # The restored slot held the prompt: all of it but the last token came from it.
+        assert again.cached_tokens == first.prompt_tokens - 1
+        backend.close_budget("agent")
+
+
+def test_the_context_400_is_the_typed_error_and_never_retried(server: LlamaServer) -> None:
+    body = {"messages": [{"role": "user", "content": TOOL_OUTPUT * 8}], "max_tokens": 4}
+    answer = httpx.post(f"{server.base_url}/v1/chat/completions", json=body)
+    error = error_from_response(answer.status_code, answer.content, backend="llama.cpp")
+    assert type(error).__name__ == "CeilingExceededError"
+    assert not error.retriable
+    assert (error.available, error.needed > SLOT_CTX) == (SLOT_CTX, True)  # type: ignore[attr-defined]
+    with LlamaCppBackend(server.base_url) as backend:  # refused before it is sent
+        request = GenerationRequest(messages=body["messages"], max_tokens=4)  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="does not fit the engine's context of 512") as info:
+            backend.generate(request)
+        assert info.value.needed == error.needed  # type: ignore[attr-defined]
+
+
+def test_a_restart_fails_the_call_in_flight_and_forgets_the_slots(server: LlamaServer) -> None:
+    with LlamaCppBackend(server.base_url) as backend:
+        restarts: list[int] = []
+        backend.on_restart(lambda: restarts.append(backend.num_restarts))
+        backend.open_budget("agent", max_blocks=28)
+        request = GenerationRequest(messages=[{"role": "user", "content": "Plan."}], budget="agent")
+        backend.generate(GenerationRequest(messages=request.messages, max_tokens=4, budget="agent"))
+        assert backend.slot_of("agent") is not None
+        server.kill()
+        with pytest.raises(BackendUnavailable):
+            backend.generate(GenerationRequest(messages=request.messages, budget="agent"))
+        server.start()
+        result = backend.generate(
+            GenerationRequest(messages=request.messages, max_tokens=4, budget="agent")
+        )
+        assert result.cached_tokens == 0  # the new server's slots hold nothing
+        assert restarts == [1]
+        assert backend.slot_of("agent") is not None  # the budget lives on, on a new slot

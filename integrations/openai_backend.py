@@ -57,8 +57,9 @@ from governor import (
     PrefixHandle,
     TokenCounter,
 )
-from governor.backend_async import ThreadedAsyncBookkeeping
 from integrations._engine_state import EngineState
+from integrations._local_counter import local_counter
+from integrations._models_probe import ModelsProbe
 from integrations._openai_limits import Call, Limits
 from integrations._probe_http import TransportProbeHTTP
 from integrations._remote_generation import StreamState, openai_body, path_of, result_of
@@ -71,26 +72,7 @@ from integrations.engine_probe import EngineProbe, EngineReading
 __all__ = ["ModelsProbe", "OpenAICompatibleBackend"]
 
 
-class ModelsProbe:
-    """The one figure every OpenAI-compatible server may give: the context of the served
-    model in ``GET /v1/models`` (vLLM's ``max_model_len``, llama-server's ``meta.n_ctx``)."""
-
-    @property
-    def engine(self) -> str:
-        return "openai"
-
-    def read(self, http: Any) -> EngineReading:
-        body = http.get_json("/v1/models") or {}
-        for entry in body.get("data") or ():
-            if not isinstance(entry, dict):
-                continue
-            length = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx")
-            if isinstance(length, int):
-                return EngineReading(max_model_len=length, missing=("KV capacity",))
-        return EngineReading(missing=("KV capacity", "the model's context length"))
-
-
-class OpenAICompatibleBackend(ThreadedAsyncBookkeeping, Restarts):
+class OpenAICompatibleBackend(Restarts):
     """The engine behind the OpenAI-compatible server at ``base_url``, serving ``model``.
 
     ``capacity``: the KV capacity to admit against when the probe cannot read it, in
@@ -296,6 +278,35 @@ class OpenAICompatibleBackend(ThreadedAsyncBookkeeping, Restarts):
                 backend=self.name,
             )
 
+    # -- the same for an event loop: reads of the engine on a worker thread; the rest is
+    # the client's own bookkeeping, or a slot save/restore an engine subclass makes
+    async def acapacity(self) -> BackendCapacity:
+        return await asyncio.to_thread(self.capacity)
+
+    async def ametrics(self) -> BackendMetrics:
+        return await asyncio.to_thread(self.metrics)
+
+    async def aopen_budget(self, name: str, *, max_blocks: int) -> None:
+        self.open_budget(name, max_blocks=max_blocks)
+
+    async def aresize_budget(self, name: str, *, max_blocks: int) -> None:
+        self.resize_budget(name, max_blocks=max_blocks)
+
+    async def aclose_budget(self, name: str) -> None:
+        await asyncio.to_thread(self.close_budget, name)
+
+    async def aretain(self, *, budget: str) -> int:
+        return await asyncio.to_thread(self.retain, budget=budget)
+
+    async def arelease_retained(self, *, budget: str) -> None:
+        await asyncio.to_thread(self.release_retained, budget=budget)
+
+    async def aoffload(self, *, budget: str) -> None:
+        await asyncio.to_thread(self.offload, budget=budget)
+
+    async def arestore(self, *, budget: str) -> None:
+        await asyncio.to_thread(self.restore, budget=budget)
+
     # -- counting ----------------------------------------------------------------------------
     @property
     def counter(self) -> TokenCounter:
@@ -311,29 +322,17 @@ class OpenAICompatibleBackend(ThreadedAsyncBookkeeping, Restarts):
 
     def _make_counter(self) -> TokenCounter:
         try:
-            self._count({"text": "a"})
+            counted = self._count({"text": "a"})
         except BackendUnavailable:
             raise
         except BackendError as exc:
             if getattr(exc, "status_code", None) not in (400, 404, 405, 501):
                 raise
-            return self._local_counter(exc)
+            return local_counter(self._local_tokenizer, self.base_url, exc)
+        if counted < 1:  # a /tokenize of another shape, which read no text from the body
+            why = BackendError("its /tokenize counted no tokens in a text", backend=self.name)
+            return local_counter(self._local_tokenizer, self.base_url, why)
         return TokenCounter(tokenizer=RemoteTokenizer({}, self._count))
-
-    def _local_counter(self, why: BackendError) -> TokenCounter:
-        tokenizer = self._local_tokenizer
-        if tokenizer is None:
-            raise ConfigError(
-                f"the server at {self.base_url} cannot count tokens ({why}); name the served "
-                "model's tokenizer: tokenizer=<a transformers tokenizer, anything with "
-                "encode(text), or a tiktoken encoding name>",
-                setting="tokenizer",
-            )
-        if isinstance(tokenizer, TokenCounter):
-            return tokenizer
-        if isinstance(tokenizer, str):
-            return TokenCounter(encoding=tokenizer)
-        return TokenCounter(tokenizer=tokenizer)
 
     def _count(self, body: dict[str, Any]) -> int:
         """Tokens of ``{"text": ...}`` or ``{"messages": [...]}`` by the server's

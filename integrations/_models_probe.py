@@ -1,0 +1,35 @@
+"""``ModelsProbe``: what any OpenAI-compatible server says of itself, the default probe of
+``OpenAICompatibleBackend``.
+
+``GET /v1/models`` lists the served model; vLLM adds ``max_model_len`` to each entry and
+llama-server ``meta.n_ctx`` (one slot's context). Neither says the KV capacity there, so
+the reading reports it missing and the backend falls back to the capacity the user
+declared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from integrations.engine_probe import EngineReading
+
+__all__ = ["ModelsProbe"]
+
+
+class ModelsProbe:
+    """The one figure every OpenAI-compatible server may give: the context of the served
+    model in ``GET /v1/models`` (vLLM's ``max_model_len``, llama-server's ``meta.n_ctx``)."""
+
+    @property
+    def engine(self) -> str:
+        return "openai"
+
+    def read(self, http: Any) -> EngineReading:
+        body = http.get_json("/v1/models") or {}
+        for entry in body.get("data") or ():
+            if not isinstance(entry, dict):
+                continue
+            length = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx")
+            if isinstance(length, int):
+                return EngineReading(max_model_len=length, missing=("KV capacity",))
+        return EngineReading(missing=("KV capacity", "the model's context length"))

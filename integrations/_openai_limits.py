@@ -136,8 +136,8 @@ class Limits:
         return finish_reason
 
 
-def _error(name: str, message: str, backend: str, **fields: object) -> Exception:
-    cls = remote_error_class(name)
+def _error(error_class: str, message: str, backend: str, **fields: object) -> Exception:
+    cls = remote_error_class(error_class)
     error = cls(message, backend=backend)
     error.__dict__.update(fields)
     return error

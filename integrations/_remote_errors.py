@@ -13,7 +13,8 @@ context to ``CeilingExceededError`` (never retried, as in process), with ``neede
 to ``BackendUnavailable`` (retriable), anything else to ``BackendError``. The context
 400s of the engines kvgov talks to: OpenAI's and vLLM's ``"code":
 "context_length_exceeded"`` (vLLM's older bodies only say "maximum context length" in a
-top-level ``{"object": "error", ...}``), llama.cpp's ``"type":
+top-level ``{"object": "error", ...}``, or that the prompt "is longer than the maximum
+model length"), SGLang's "longer than the model's context length", llama.cpp's ``"type":
 "exceed_context_size_error"`` with ``n_prompt_tokens`` and ``n_ctx``.
 """
 
@@ -97,7 +98,12 @@ def _error_info(body: bytes) -> dict[str, Any]:
 
 
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
-_CONTEXT_WORDS = ("maximum context length", "exceeds the available context size")
+_CONTEXT_WORDS = (
+    "maximum context length",  # OpenAI, vLLM: "This model's maximum context length is N tokens"
+    "longer than the maximum model length",  # vLLM: "The decoder prompt (length N) is ..."
+    "longer than the model's context length",  # SGLang: "The input (N tokens) is ..."
+    "exceeds the available context size",  # llama.cpp
+)
 
 
 def _context_exceeded(info: dict[str, Any], message: str) -> bool:

@@ -390,7 +390,9 @@ class OpenAICompatibleBackend(Restarts):
             except BackendError as exc:
                 await asyncio.to_thread(self._failed, exc)
                 raise
-            if not state.done:
+            # Some servers (transformers serve) end a stream without [DONE]: one that said
+            # its finish reason and usage before closing ended whole.
+            if not state.done and (state.finish_reason is None or state.usage is None):
                 self._session.suspect = True
                 raise BackendUnavailable("the stream ended before [DONE]", backend=self.name)
             yield GenerationChunk("", (), self._result(call, state.result()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governor import BackendError, BackendUnavailable
+from governor import BackendError
 from integrations._remote_http import Transport
 
 __all__ = ["TransportProbeHTTP"]
@@ -40,9 +40,7 @@ class TransportProbeHTTP:
     def _get(self, path: str) -> Any | None:
         try:
             return self._transport.request("GET", path)
-        except BackendUnavailable:
-            raise
-        except BackendError as exc:
+        except BackendError as exc:  # 501 is a 5xx, raised as BackendUnavailable
             if getattr(exc, "status_code", None) in _ABSENT:
                 return None
             raise

@@ -57,6 +57,7 @@ def error_from_response(
     detail = info.get("kvgov") if isinstance(info.get("kvgov"), dict) else None
     if status >= 500 or status == 429:
         error: BackendError = BackendUnavailable(f"HTTP {status}: {message}", backend=backend)
+        error.status_code = status
         if detail:
             error.__dict__.update(detail.get("fields") or {})
         retry_after = (headers or {}).get("retry-after")

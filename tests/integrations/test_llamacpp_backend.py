@@ -224,3 +224,39 @@ def test_a_restart_fails_the_call_in_flight_and_forgets_the_slots(server: LlamaS
         assert result.cached_tokens == 0  # the new server's slots hold nothing
         assert restarts == [1]
         assert backend.slot_of("agent") is not None  # the budget lives on, on a new slot
+
+
+def test_a_stream_through_a_slot_ends_with_its_result(server: LlamaServer) -> None:
+    backend = LlamaCppBackend(server.base_url)
+    backend.open_budget("agent", max_blocks=28)
+    messages = [{"role": "user", "content": "Worker 0: find the failing test."}]
+
+    async def main() -> list[object]:
+        try:
+            request = GenerationRequest(messages=messages, max_tokens=6, budget="agent")
+            return [chunk async for chunk in backend.astream(request)]
+        finally:
+            await backend.aclose()
+
+    chunks = asyncio.run(main())
+    result = chunks[-1].result  # type: ignore[attr-defined]
+    assert result is not None and result.completion_tokens == 6
+    assert result.prompt_tokens == backend.count_messages(messages)
+    assert "".join(c.text for c in chunks[:-1]) == result.text  # type: ignore[attr-defined]
+    assert backend.metrics().num_requests_running == 0
+
+
+def test_unified_kv_is_one_pool_and_health_follows_the_server(model: Path) -> None:
+    assert BINARY is not None
+    args = ["-c", str(2 * SLOT_CTX), "-np", "2", "--kv-unified"]
+    with (
+        llama_server(BINARY, model, args=args) as unified,
+        LlamaCppBackend(unified.base_url, kv_unified=True) as backend,
+    ):
+        capacity = backend.capacity()  # without --metrics: read from /props and /slots
+        # Each slot may grow to the whole pool, and the pool is all there is.
+        assert (capacity.num_blocks, capacity.max_model_len) == (2 * SLOT_CTX // 16, 1024)
+        assert backend.health().ok
+        unified.kill()
+        health = backend.health()
+        assert not health.ok and "ConnectError" in health.detail

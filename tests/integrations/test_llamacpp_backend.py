@@ -72,11 +72,18 @@ class _Sent(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self.inner = httpx.AsyncHTTPTransport()
         self.bodies: list[dict[str, object]] = []
+        self.cached: list[tuple[str, int, int]] = []  # first words, turn's messages, cached
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
         if request.url.path == "/v1/chat/completions":
-            self.bodies.append(json.loads(request.content))
-        return await self.inner.handle_async_request(request)
+            body = json.loads(request.content)
+            self.bodies.append(body)
+            await response.aread()
+            usage = json.loads(response.content)["usage"]
+            cached = usage["prompt_tokens_details"]["cached_tokens"]
+            self.cached.append((_first_words(body), len(body["messages"]), cached))
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -155,6 +162,12 @@ def test_governed_the_swarm_finishes_within_ceilings_on_one_slot_each(
             await governor.acomplete(planner, [{"role": "user", "content": "Merge."}], max_tokens=4)
         await backend.aclose()
 
+    opening = backend.count_tokens("<|assistant|>")
+    first_prompts = []
+    for number in range(NUM_WORKERS):
+        first = [{"role": "user", "content": f"Worker {number}: find the failing test."}]
+        first.append({"role": "user", "content": f"Turn 0:\n{TOOL_OUTPUT}"})
+        first_prompts.append(backend.count_messages(first))
     asyncio.run(main())
     finished = [e for e in events if e.kind == "call.finished"]
     assert len(finished) == 2 + NUM_WORKERS * NUM_TURNS  # every call finished
@@ -170,6 +183,13 @@ def test_governed_the_swarm_finishes_within_ceilings_on_one_slot_each(
     assert all(len(ids) == 1 and None not in ids for ids in slots.values())
     assert slots["Worker 0"] != slots["Worker 1"]
     assert slots["Worker 2"] != slots["Worker 3"]
+    # A worker's second call (its first conversation and one turn more, not yet compacted)
+    # found its first prompt in its slot: all of it but the reply's opening ("<|assistant|>",
+    # which the next user message replaces; one token of slack where the pieces meet).
+    for number in range(NUM_WORKERS):
+        prompt = first_prompts[number]
+        cached = {n: c for words, n, c in sent.cached if words == f"Worker {number}"}
+        assert prompt - opening - 1 <= cached[3] <= prompt
     assert governor.admission.ledger() == (0, 0, 0, 0)
     assert set(backend._slots.owners().values()) == {None}  # every slot given back
 

@@ -40,7 +40,7 @@ class TransportProbeHTTP:
     def _get(self, path: str) -> Any | None:
         try:
             return self._transport.request("GET", path)
-        except BackendError as exc:  # 501 is a 5xx, raised as BackendUnavailable
+        except BackendError as exc:
             if getattr(exc, "status_code", None) in _ABSENT:
                 return None
             raise

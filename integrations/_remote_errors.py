@@ -10,7 +10,9 @@ built here, once per name.
 A body with no kvgov detail maps by status: a 400 that says the prompt is longer than the
 context to ``CeilingExceededError`` (never retried, as in process), with ``needed`` and
 ``available`` when the engine said them; 401/403 to ``AuthenticationError``, 429 and 5xx
-to ``BackendUnavailable`` (retriable), anything else to ``BackendError``. The context
+to ``BackendUnavailable`` (retriable) but 501 (a route the server does not implement or
+has switched off, as llama-server's slot actions without ``--slot-save-path``: asking
+again never helps), anything else to ``BackendError``. The context
 400s of the engines kvgov talks to: OpenAI's and vLLM's ``"code":
 "context_length_exceeded"`` (vLLM's older bodies only say "maximum context length" in a
 top-level ``{"object": "error", ...}``, or that the prompt "is longer than the maximum
@@ -55,7 +57,7 @@ def error_from_response(
     info = _error_info(body)
     message = str(info.get("message") or f"HTTP {status}")
     detail = info.get("kvgov") if isinstance(info.get("kvgov"), dict) else None
-    if status >= 500 or status == 429:
+    if (status >= 500 and status != 501) or status == 429:
         error: BackendError = BackendUnavailable(f"HTTP {status}: {message}", backend=backend)
         error.status_code = status
         if detail:

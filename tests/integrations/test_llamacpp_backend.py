@@ -23,6 +23,7 @@ import pytest
 
 from governor import (
     AgentSpec,
+    BackendError,
     BackendUnavailable,
     GenerationRequest,
     Governor,
@@ -280,3 +281,25 @@ def test_unified_kv_is_one_pool_and_health_follows_the_server(model: Path) -> No
         unified.kill()
         health = backend.health()
         assert not health.ok and "ConnectError" in health.detail
+
+
+def test_without_a_slot_save_path_offload_is_refused_and_the_slot_kept(model: Path) -> None:
+    assert BINARY is not None
+    with (
+        llama_server(BINARY, model, args=ARGS) as plain,
+        LlamaCppBackend(plain.base_url) as backend,
+    ):
+        backend.open_budget("agent", max_blocks=28)
+        messages = [{"role": "user", "content": "Plan."}]
+        first = backend.generate(GenerationRequest(messages=messages, max_tokens=4, budget="agent"))
+        slot = backend.slot_of("agent")
+        with pytest.raises(BackendError, match="--slot-save-path") as info:
+            backend.offload(budget="agent")
+        assert not info.value.retriable  # asking again never helps
+        assert backend.slot_of("agent") == slot  # the KV stays where it is, and is found
+        again = backend.generate(GenerationRequest(messages=messages, max_tokens=4, budget="agent"))
+        assert again.cached_tokens == first.prompt_tokens - 1
+        # llama-server counts every prompt token it was sent and each it found cached.
+        reading = backend.reading(fresh=True)
+        assert reading.prefix_cache_queries == first.prompt_tokens + again.prompt_tokens
+        assert reading.prefix_cache_hits == again.cached_tokens

@@ -10,6 +10,11 @@ that has no call in flight and holds nothing (``retain``); that budget's next ca
 served elsewhere and prefills again. Budgets whose KV was saved (``offload``) own no
 slot until restored.
 
+llama-server has no cache salt, so a slot is also what keeps tenants apart: a call on a
+slot that last held another tenant's KV (another ``cache_salt``) must not reuse it
+(``begin`` says so), or the new tenant's prompt could hit the old one's cached prefix,
+and its latency tell what the other sent.
+
 Thread-safe; ``_lock`` is a leaf.
 """
 
@@ -21,6 +26,8 @@ from dataclasses import dataclass
 
 __all__ = ["SlotTable"]
 
+_TAINTED = object()  # the tenant of a slot a switching call failed on: nobody's
+
 
 @dataclass(slots=True)
 class _Slot:
@@ -28,6 +35,8 @@ class _Slot:
     used: int = 0  # when its owner last sent a call (a logical clock)
     calls: int = 0  # its owner's calls in flight
     held: bool = False  # retained: not given to another budget
+    tenant: object = None  # the cache salt of the KV it holds (kept after its owner leaves)
+    used_ever: bool = False
 
 
 class SlotTable:
@@ -35,6 +44,7 @@ class SlotTable:
         self._lock = threading.Lock()
         self._slots: dict[int, _Slot] = {}
         self._clock = itertools.count(1)
+        self._tenants: dict[str, str | None] = {}  # budget -> its calls' cache salt
 
     def resize(self, slot_ids: list[int]) -> None:
         """The server's slots (read from ``/props`` or ``/slots``)."""
@@ -48,18 +58,22 @@ class SlotTable:
         with self._lock:
             return self._find(budget)
 
-    def begin(self, budget: str) -> int | None:
-        """The budget's slot for a call (assigned at its first); None without a free one."""
+    def begin(self, budget: str, tenant: str | None = None) -> tuple[int | None, bool]:
+        """The budget's slot for a call (assigned at its first; None without a free one),
+        and whether it must be erased first: it holds another tenant's KV."""
         with self._lock:
             slot_id = self._find(budget)
             if slot_id is None:
                 slot_id = self._take(budget)
                 if slot_id is None:
-                    return None
+                    return None, False
             slot = self._slots[slot_id]
+            erase = slot.used_ever and slot.tenant != tenant
             slot.calls += 1
             slot.used = next(self._clock)
-            return slot_id
+            slot.tenant, slot.used_ever = tenant, True
+            self._tenants[budget] = tenant
+            return slot_id, erase
 
     def end(self, budget: str) -> None:
         with self._lock:
@@ -75,16 +89,41 @@ class SlotTable:
             return slot_id
 
     def take_for(self, budget: str) -> int | None:
-        """A slot for ``budget`` now (a restore), assigned to it."""
+        """A slot for ``budget`` now (a restore of its own KV), assigned to it."""
         with self._lock:
-            return self._find(budget) if self._find(budget) is not None else self._take(budget)
+            slot_id = self._find(budget)
+            if slot_id is None:
+                slot_id = self._take(budget)
+            if slot_id is not None:
+                slot = self._slots[slot_id]
+                slot.tenant, slot.used_ever = self._tenants.get(budget), True
+            return slot_id
 
-    def release(self, budget: str) -> int | None:
-        """The budget gives its slot up (closed, or its KV saved); returns the slot."""
+    def taint_of(self, budget: str) -> None:
+        """The budget's slot may still hold another tenant's KV: its next call must not
+        reuse it."""
         with self._lock:
             slot_id = self._find(budget)
             if slot_id is not None:
-                self._slots[slot_id] = _Slot()
+                self._slots[slot_id].tenant = _TAINTED
+                self._slots[slot_id].used_ever = True
+
+    def erased(self, slot_id: int) -> None:
+        """The slot's KV was erased: it holds no tenant's."""
+        with self._lock:
+            if slot_id in self._slots:
+                self._slots[slot_id].tenant = None
+                self._slots[slot_id].used_ever = False
+
+    def release(self, budget: str, *, closed: bool = False) -> int | None:
+        """The budget gives its slot up (``closed``, or its KV saved); returns the slot."""
+        with self._lock:
+            if closed:
+                self._tenants.pop(budget, None)
+            slot_id = self._find(budget)
+            if slot_id is not None:
+                slot = self._slots[slot_id]
+                self._slots[slot_id] = _Slot(tenant=slot.tenant, used_ever=slot.used_ever)
             return slot_id
 
     def forget(self) -> None:
@@ -110,5 +149,8 @@ class SlotTable:
         if not choices:
             return None
         slot_id = min(free) if free else choices[0]
-        self._slots[slot_id] = _Slot(owner=budget)
+        previous = self._slots[slot_id]
+        self._slots[slot_id] = _Slot(
+            owner=budget, tenant=previous.tenant, used_ever=previous.used_ever
+        )
         return slot_id

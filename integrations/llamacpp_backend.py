@@ -18,7 +18,9 @@ Its levers:
 - ``id_slot`` and ``cache_prompt``: each budget (an agent's lease) keeps the slot that
   holds its prompt (``integrations._llamacpp_slots``), so its next turn reuses it and
   tenants are kept apart by slot: llama-server has no cache salt (and no priority), so
-  two tenants on one slot could share a cached prefix; with a slot each they never do.
+  two tenants on one slot could share a cached prefix; the first call of a budget on a
+  slot that held another tenant's KV (another ``cache_salt``) is sent with
+  ``cache_prompt`` off, so it is evaluated whole and overwrites that KV.
 - ``retain``: the budget keeps its slot (no other budget is given it) until its next
   call; returns the tokens it holds there.
 - ``offload``/``restore``: slot save and restore (``POST /slots/{id}?action=save`` then
@@ -71,6 +73,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         self._lock = threading.Lock()
         self._tokens: dict[str, int] = {}  # budget -> tokens its slot holds after its last call
         self._saved: dict[str, tuple[str, int]] = {}  # budget -> (file, tokens) saved
+        self._switching: set[str] = set()  # budgets whose call overwrites another tenant's
         super().__init__(base_url, model=model, **options)
 
     @property
@@ -83,7 +86,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
 
     # -- levers -------------------------------------------------------------------------------
     def close_budget(self, name: str) -> None:
-        self._slots.release(name)
+        self._slots.release(name, closed=True)
         with self._lock:
             self._tokens.pop(name, None)
             self._saved.pop(name, None)
@@ -107,6 +110,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         self._before()
         self._send(f"/slots/{slot}?action=save", {"filename": filename})
         self._send(f"/slots/{slot}?action=erase", {})
+        self._slots.erased(slot)
         self._slots.release(budget)
         with self._lock:
             self._saved[budget] = (filename, self._tokens.get(budget, 0))
@@ -131,12 +135,22 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         if request.budget is None:
             return
         self._sync_slots()
-        slot = self._slots.begin(request.budget)
-        if slot is not None:
-            body["id_slot"] = slot
+        slot, erase = self._slots.begin(request.budget, request.cache_salt)
+        if slot is None:
+            return
+        body["id_slot"] = slot
+        if erase:  # it holds another tenant's KV, which this call must never hit
+            body["cache_prompt"] = False  # evaluated whole, and the slot now holds it
+            with self._lock:
+                self._switching.add(request.budget)
 
     def _done(self, call: Call) -> None:
         if call.budget is not None:
+            with self._lock:
+                failed = call.budget in self._switching
+                self._switching.discard(call.budget)
+            if failed:  # the slot may still hold the other tenant's KV
+                self._slots.taint_of(call.budget)
             self._slots.end(call.budget)
         super()._done(call)
 
@@ -144,6 +158,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         if call.budget is not None:
             with self._lock:
                 self._tokens[call.budget] = result.prompt_tokens + result.completion_tokens
+                self._switching.discard(call.budget)
         return super()._result(call, result)
 
     def _num_blocks(self, reading: EngineReading, tokens: int) -> int:

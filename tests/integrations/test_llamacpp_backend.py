@@ -303,3 +303,29 @@ def test_without_a_slot_save_path_offload_is_refused_and_the_slot_kept(model: Pa
         reading = backend.reading(fresh=True)
         assert reading.prefix_cache_queries == first.prompt_tokens + again.prompt_tokens
         assert reading.prefix_cache_hits == again.cached_tokens
+
+
+def test_a_slot_another_tenant_used_is_erased_first(model: Path) -> None:
+    assert BINARY is not None
+    messages = [{"role": "user", "content": f"Worker 0: find the failing test.\n{TOOL_OUTPUT}"}]
+    with (
+        llama_server(BINARY, model, args=["-c", str(SLOT_CTX), "-np", "1"]) as one,
+        LlamaCppBackend(one.base_url) as backend,
+    ):
+
+        def call(budget: str, tenant: str) -> int:
+            backend.open_budget(budget, max_blocks=28)
+            request = GenerationRequest(
+                messages=messages, max_tokens=4, budget=budget, cache_salt=tenant
+            )
+            result = backend.generate(request)
+            backend.close_budget(budget)
+            return result.cached_tokens
+
+        prompt = backend.count_messages(messages)
+        assert call("a-1", "tenant-a") == 0
+        # The same tenant's next agent on the slot reuses the prompt cached there...
+        assert call("a-2", "tenant-a") == prompt - 1
+        # ...another tenant's finds nothing of it, though it sends the very same prompt.
+        assert call("b-1", "tenant-b") == 0
+        assert call("b-2", "tenant-b") == prompt - 1

@@ -239,3 +239,21 @@ def test_a_missing_field_warns_once_and_a_counter_going_down_is_a_new_instance(
     instances = [state.instance_of(state.read(fresh=True)) for _ in range(3)]
     assert instances[0] == instances[1] != instances[2]
     assert len([r for r in caplog.records if "KV usage gauge" in r.getMessage()]) == 1
+
+
+def test_a_slot_goes_to_the_budget_idle_longest_never_to_one_held_or_busy() -> None:
+    from integrations._llamacpp_slots import SlotTable
+
+    table = SlotTable()
+    table.resize([0, 1])
+    assert [table.begin(name)[0] for name in ("a", "b")] == [0, 1]
+    assert table.begin("c") == (None, False)  # both busy: the server picks
+    table.end("a")
+    table.end("b")
+    table.hold("a", True)  # a retained its context: its slot is kept for it
+    assert table.begin("c") == (1, False)  # b's, idle; same tenant (None): nothing to hide
+    table.end("c")
+    table.hold("a", False)
+    assert table.begin("d", "other-tenant") == (0, True)  # a's, idle longest; a's tenant
+    assert table.owners() == {0: "d", 1: "c"}
+    assert table.slot_of("a") is None and table.slot_of("b") is None

@@ -1,6 +1,8 @@
 """Adapters from kvgov to other libraries: LangChain and LangGraph middleware,
-OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and
-``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx).
+OpenTelemetry instrumentation, a JSON-lines span exporter, the run report,
+``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx),
+and the backends for engines kvgov did not build: ``OpenAICompatibleBackend`` (any
+OpenAI-compatible server) and ``LlamaCppBackend`` (llama.cpp's llama-server).
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -11,6 +13,8 @@ from __future__ import annotations
 from integrations.jsonl import JsonLinesSpanExporter, SpanRecord, read_spans
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
+from integrations.llamacpp_backend import LlamaCppBackend
+from integrations.openai_backend import OpenAICompatibleBackend
 from integrations.otel import Instrumentation, instrument
 from integrations.remote_backend import RemoteBackend
 from integrations.report import RunReport
@@ -22,6 +26,8 @@ __all__ = [
     "GovernorState",
     "Instrumentation",
     "JsonLinesSpanExporter",
+    "LlamaCppBackend",
+    "OpenAICompatibleBackend",
     "RemoteBackend",
     "RunReport",
     "SpanRecord",

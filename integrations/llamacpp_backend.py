@@ -84,6 +84,10 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         """The slot the budget's calls go to (None before its first call)."""
         return self._slots.slot_of(budget)
 
+    def slot_owners(self) -> dict[int, str | None]:
+        """Each slot's budget now (None: free)."""
+        return self._slots.owners()
+
     # -- levers -------------------------------------------------------------------------------
     def close_budget(self, name: str) -> None:
         self._slots.release(name, closed=True)

@@ -192,7 +192,7 @@ def test_governed_the_swarm_finishes_within_ceilings_on_one_slot_each(
         cached = {n: c for words, n, c in sent.cached if words == f"Worker {number}"}
         assert prompt - opening - 1 <= cached[3] <= prompt
     assert governor.admission.ledger() == (0, 0, 0, 0)
-    assert set(backend._slots.owners().values()) == {None}  # every slot given back
+    assert set(backend.slot_owners().values()) == {None}  # every slot given back
 
 
 def test_a_slot_is_saved_and_restored_as_an_agent_parks(server: LlamaServer) -> None:

@@ -38,6 +38,10 @@ class EngineReading:
 
     block_size: int | None = None  # tokens per KV block (vLLM block_size, SGLang page_size)
     num_blocks: int | None = None  # KV capacity in blocks; tokens = num_blocks x block_size
+    # KV capacity in tokens when the engine says it outright (vLLM's kv_cache_size_tokens,
+    # SGLang's max_total_num_tokens): for a hybrid model vLLM's blocks x block size is
+    # wrong, since one request holds blocks in several KV groups.
+    kv_tokens: int | None = None
     max_model_len: int | None = None  # the longest context one request may have
     kv_usage: float | None = None  # fraction of KV in use, 0 to 1
     num_tokens_in_use: int | None = None
@@ -56,7 +60,9 @@ class EngineReading:
 
     @property
     def num_tokens(self) -> int | None:
-        """KV capacity in tokens, when the engine said both blocks and block size."""
+        """KV capacity in tokens: as the engine said it, else blocks x block size."""
+        if self.kv_tokens is not None:
+            return self.kv_tokens
         if self.num_blocks is None or self.block_size is None:
             return None
         return self.num_blocks * self.block_size

@@ -70,11 +70,12 @@ class VLLMProbe:
         usage = by_rank(metrics, "vllm:kv_cache_usage_perc", rank_label=_RANK)
         if not usage:
             usage = by_rank(metrics, "vllm:gpu_cache_usage_perc", rank_label=_RANK)
-        queries = by_rank(metrics, "vllm:prefix_cache_queries_total", rank_label=_RANK)
-        hits = by_rank(metrics, "vllm:prefix_cache_hits_total", rank_label=_RANK)
-        if not queries:
-            queries = by_rank(metrics, "vllm:gpu_prefix_cache_queries_total", rank_label=_RANK)
-            hits = by_rank(metrics, "vllm:gpu_prefix_cache_hits_total", rank_label=_RANK)
+        queries = by_rank(metrics, "vllm:prefix_cache_queries_total", rank_label=_RANK) or by_rank(
+            metrics, "vllm:gpu_prefix_cache_queries_total", rank_label=_RANK
+        )
+        hits = by_rank(metrics, "vllm:prefix_cache_hits_total", rank_label=_RANK) or by_rank(
+            metrics, "vllm:gpu_prefix_cache_hits_total", rank_label=_RANK
+        )
         running = by_rank(metrics, "vllm:num_requests_running", rank_label=_RANK)
         waiting = by_rank(metrics, "vllm:num_requests_waiting", rank_label=_RANK)
         preemptions = by_rank(metrics, "vllm:num_preemptions_total", rank_label=_RANK)
@@ -85,6 +86,7 @@ class VLLMProbe:
                 ("vllm:num_requests_waiting", waiting),
                 ("vllm:num_preemptions_total", preemptions),
                 ("vllm:prefix_cache_queries_total", queries),
+                ("vllm:prefix_cache_hits_total", hits),
             ):
                 if not values:
                     missing.append(name)

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,3 +291,27 @@ class ClientProbeHTTP:
             return None
         response.raise_for_status()
         return response.json()
+
+
+@contextmanager
+def serving(fake: FakeEngine) -> Iterator[str]:
+    """The fake served by uvicorn on a free loopback port, in a thread; yields its URL."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(fake), host="127.0.0.1", port=port, log_level="error")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10.0
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the fake engine did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10.0)

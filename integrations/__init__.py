@@ -18,6 +18,8 @@ from integrations.openai_backend import OpenAICompatibleBackend
 from integrations.otel import Instrumentation, instrument
 from integrations.remote_backend import RemoteBackend
 from integrations.report import RunReport
+from integrations.sglang_backend import SGLangBackend
+from integrations.vllm_backend import VLLMBackend
 
 __all__ = [
     "GovernedChatModel",
@@ -30,7 +32,9 @@ __all__ = [
     "OpenAICompatibleBackend",
     "RemoteBackend",
     "RunReport",
+    "SGLangBackend",
     "SpanRecord",
+    "VLLMBackend",
     "govern",
     "instrument",
     "read_spans",

@@ -22,15 +22,15 @@ routes: the user says (``kv_unified``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from integrations._prometheus_text import parse_exposition
 from integrations.engine_probe import EngineReading, ProbeHTTP, SlotReading
 
 __all__ = ["LlamaCppProbe", "parse_llamacpp_metrics"]
 
-_SAMPLE = re.compile(r"^llamacpp:([A-Za-z_]+)(?:\{[^}]*\})?\s+(\S+)")
+_PREFIX = "llamacpp:"
 
 
 class LlamaCppProbe:
@@ -85,16 +85,13 @@ class LlamaCppProbe:
 
 
 def parse_llamacpp_metrics(text: str) -> dict[str, float]:
-    """``llamacpp:name value`` samples by name (llama-server labels none)."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match:
-            try:
-                samples[match.group(1)] = float(match.group(2))
-            except ValueError:
-                continue
-    return samples
+    """``llamacpp:name value`` samples by name, without the prefix (llama-server labels
+    none; the exposition parser the vLLM and SGLang probes use reads the text)."""
+    return {
+        sample.name.removeprefix(_PREFIX): sample.value
+        for sample in parse_exposition(text).samples
+        if sample.name.startswith(_PREFIX)
+    }
 
 
 def _capacity(n_ctx: int | None, total_slots: int | None, kv_unified: bool) -> int | None:

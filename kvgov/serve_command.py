@@ -75,7 +75,8 @@ def serve(
     from governor.errors import GovernorError
     from governor.local_backend import LocalBackend
     from kvgov.demo import parse_size
-    from kvgov.serve import ServeSettings, create_app
+    from kvgov.serve import ServeSettings
+    from kvgov.serve.loading import LoadingApp
     from kvgov.serve.security import load_api_keys
 
     if num_blocks is not None and kv_budget is not None:
@@ -97,33 +98,54 @@ def serve(
             config["num_blocks"] = num_blocks
         if kv_budget is not None:
             config["kv_cache_bytes"] = parse_size(kv_budget)
-        backend = LocalBackend(config=config)
     except (GovernorError, ValueError) as exc:
         _fail(str(exc))
+    failures: list[BaseException] = []
+    servers: list[uvicorn.Server] = []  # the loader's callbacks run once the server exists
+
+    def ready(backend: LocalBackend) -> None:
+        for line in engine_lines(settings, backend.model, backend.capacity()):
+            typer.echo(line)
+        typer.echo("ready")
+
+    def failed(error: BaseException) -> None:
+        failures.append(error)
+        typer.echo(f"Error: {error}", err=True)
+        for running in servers:
+            running.should_exit = True
+
+    loading = LoadingApp(
+        settings, lambda: LocalBackend(config=config), on_ready=ready, on_failed=failed
+    )
+    uvicorn_config = uvicorn.Config(
+        loading, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(uvicorn_config)
+    servers.append(server)
+    for line in startup_lines(settings, model, None):
+        typer.echo(line, err=line.startswith("WARNING"))
+    typer.echo(f"loading {model}: /health answers 503 until it is ready")
+    loading.start()
     try:
-        app = create_app(backend, settings)
-        for line in startup_lines(settings, backend.model, backend.capacity()):
-            typer.echo(line, err=line.startswith("WARNING"))
-        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down, as uvicorn.run
+        pass
     finally:
-        backend.close()
+        loading.close()
+    if failures:
+        raise typer.Exit(code=2)
 
 
-def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> list[str]:
-    """What ``kvgov serve`` prints before it listens."""
+def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | None) -> list[str]:
+    """What ``kvgov serve`` prints: the address, the model and its KV capacity (once it
+    is loaded: ``cap``), and the security settings and limits."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    tokens = cap.num_blocks * cap.block_size
-    size = cap.num_blocks * cap.bytes_per_block
-    name = settings.served_model_name or model
     lines = [
         f"kvgov serve: http://{host}:{settings.port}  (OpenAI API under /v1, control plane "
         "under /kvgov/v1, /metrics, /health)",
-        f"model: {name}"
-        + ("" if name == model else f" (serving {model})")
-        + f", context {cap.max_model_len:,} tokens",
-        f"KV cache: {cap.num_blocks:,} blocks of {cap.block_size} tokens = {tokens:,} tokens, "
-        f"{size / _MIB:,.1f} MiB ({cap.bytes_per_block:,} bytes per block)",
     ]
+    if cap is not None:
+        lines += engine_lines(settings, model, cap)
     keys = len(settings.api_keys)
     if keys:
         lines.append(
@@ -143,6 +165,20 @@ def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> 
             "this address can use the engine; pass --api-key or listen on 127.0.0.1"
         )
     return lines
+
+
+def engine_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> list[str]:
+    """The model and its KV capacity, printed once the engine is loaded."""
+    tokens = cap.num_blocks * cap.block_size
+    size = cap.num_blocks * cap.bytes_per_block
+    name = settings.served_model_name or model
+    return [
+        f"model: {name}"
+        + ("" if name == model else f" (serving {model})")
+        + f", context {cap.max_model_len:,} tokens",
+        f"KV cache: {cap.num_blocks:,} blocks of {cap.block_size} tokens = {tokens:,} tokens, "
+        f"{size / _MIB:,.1f} MiB ({cap.bytes_per_block:,} bytes per block)",
+    ]
 
 
 def _fail(message: str) -> None:

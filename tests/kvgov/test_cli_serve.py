@@ -84,7 +84,8 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         assert httpx.get(f"{url}/v1/models").status_code == 401
         models = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-env-key"})
         assert models.json()["data"][0]["id"] == "tiny-random"
@@ -101,7 +102,9 @@ def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.Mon
     import uvicorn
 
     served: list[ServeSettings] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app.state.kvgov.settings))
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, **_: served.append(self.config.app.settings)
+    )
     monkeypatch.delenv("KVGOV_API_KEY", raising=False)
     monkeypatch.delenv("KVGOV_API_KEYS", raising=False)
     args = ["serve", "--num-blocks", "8", "--api-key", "sk-user", "--admin-api-key", "sk-admin"]

@@ -44,6 +44,7 @@ from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
 from governor.local_backend import LocalBackend
+from governor.placement import Placement
 from governor.policy_set import Policies
 from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
 from governor.runs import Run, current_run_id
@@ -114,6 +115,7 @@ __all__ = [
     "LeaseState",
     "LocalBackend",
     "Message",
+    "Placement",
     "Policies",
     "PrefixHandle",
     "PressureChoice",

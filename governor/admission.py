@@ -25,7 +25,9 @@ admission carries on.
   ``1 + headroom_ratio`` must fit; under pressure the engine parks, offloads and
   preempts, it never runs out of memory.
 
-Parked leases' reservations count against neither. The lock is the last in the
+Parked leases' reservations count against neither. A backend of several replicas also
+answers where a lease fits (``placement``, ``governor.placement``): guaranteed mode
+admits a lease only where one replica has room for it, not just the sum. The lock is the last in the
 governor's lock order (``governor.governor``): nothing is called under it but the
 policy and the waiters' wake-ups, which never wait.
 """
@@ -45,6 +47,7 @@ from governor.admission_policy import AdmissionPolicy, PriorityWithAging
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected, ConfigError
 from governor.lease import Lease, LeaseState
+from governor.placement import Placement
 from governor.sizing import blocks_per_seq, max_ceiling_tokens
 from governor.wakeup import Waiter
 
@@ -105,6 +108,9 @@ class AdmissionController:
         self._waiting_agents: dict[str, int] = {}
         self._waiting_tenants: dict[str | None, int] = {}
         self._peak_active = 0
+        # A backend of several replicas: where a lease fits (guaranteed mode only; see
+        # governor.placement). Set before the first lease is queued.
+        self.placement: Placement | None = None
         self._clock: Callable[[], float] = time.monotonic
 
     @property
@@ -144,11 +150,27 @@ class AdmissionController:
         return fit if cap is None else min(fit, cap)
 
     def check_can_ever_fit(self, lease: Lease) -> None:
-        if lease.blocks_reserved > self.limit_blocks:
-            possible = max_ceiling_tokens(
-                self.available_blocks, self.block_size, self.config.safety_factor
+        if lease.blocks_reserved > self._most_blocks():
+            raise AdmissionRejected(
+                lease.ceiling_tokens, self._most_tokens(), agent=lease.agent.name
             )
-            raise AdmissionRejected(lease.ceiling_tokens, possible, agent=lease.agent.name)
+
+    def _most_blocks(self) -> int:
+        """The most blocks one lease can ever be admitted with: within the limit, and
+        within one replica's where the backend is several (``placement``)."""
+        placement = self._placement()
+        if placement is None:
+            return self.limit_blocks
+        return min(self.limit_blocks, placement.max_blocks())
+
+    def _most_tokens(self) -> int:
+        possible = max_ceiling_tokens(
+            self.available_blocks, self.block_size, self.config.safety_factor
+        )
+        return min(possible, self._most_blocks() * self.block_size)
+
+    def _placement(self) -> Placement | None:
+        return self.placement if self.config.mode is AdmissionMode.GUARANTEED else None
 
     def set_available_blocks(self, available_blocks: int) -> None:
         """The backend's capacity changed (a prefix pinned or unpinned)."""
@@ -228,11 +250,8 @@ class AdmissionController:
         of an active lease changes only here, under the lock, out of the ledger and
         back in, so a concurrent park or release never subtracts a reservation that
         was not added."""
-        if blocks_per_seq(ceiling_tokens, self.block_size) > self.limit_blocks:
-            possible = max_ceiling_tokens(
-                self.available_blocks, self.block_size, self.config.safety_factor
-            )
-            raise AdmissionRejected(ceiling_tokens, possible, agent=lease.agent.name)
+        if blocks_per_seq(ceiling_tokens, self.block_size) > self._most_blocks():
+            raise AdmissionRejected(ceiling_tokens, self._most_tokens(), agent=lease.agent.name)
         with self._lock:
             if lease.state is not LeaseState.ACTIVE:
                 return False
@@ -396,6 +415,8 @@ class AdmissionController:
             return "cap"
         if config.mode is AdmissionMode.GUARANTEED:
             fits = self._committed() + lease.blocks_reserved <= self.limit_blocks
+            if fits and self.placement is not None:
+                fits = self.placement.can_place(lease.budget, lease.blocks_reserved)
         else:
             live = self._committed() + lease.blocks_live
             fits = live * (1 + config.headroom_ratio) <= self.limit_blocks
@@ -418,6 +439,9 @@ class AdmissionController:
     def _add_active(self, lease: Lease) -> None:
         self._active.add(lease)
         self._reserved += lease.blocks_reserved
+        placement = self._placement()
+        if placement is not None:
+            placement.place(lease.budget, lease.blocks_reserved)
         self._held_idle -= self._held.get(lease, 0)  # its hold is in its reservation now
         if self._by_agent:
             _add(self._per_agent, lease.agent.name, 1)
@@ -428,6 +452,9 @@ class AdmissionController:
         if lease in self._active:
             self._active.remove(lease)
             self._reserved -= lease.blocks_reserved
+            placement = self._placement()
+            if placement is not None:
+                placement.unplace(lease.budget)
             self._held_idle += self._held.get(lease, 0)
             if self._by_agent:
                 _add(self._per_agent, lease.agent.name, -1)

@@ -61,7 +61,7 @@ from governor.backend import (
 from governor.calls import ModelCalls
 from governor.children import ChildContext
 from governor.config import GovernorConfig
-from governor.errors import AdmissionTimeout, ConfigError, LeaseReleased
+from governor.errors import AdmissionTimeout, BackendError, ConfigError, LeaseReleased
 from governor.events import EventBus, GovernorEvent, Subscriber, error_name
 from governor.fanout import FanoutLimiter
 from governor.idle import IdleKeeper
@@ -121,14 +121,19 @@ class Governor(ModelCalls, ToolCalls):
             room_made=self.admission.room_made,
         )
         self.admission.make_room = self.idle.make_room
+        # A backend of several replicas says where a lease fits (governor.placement).
+        placement = getattr(backend, "placement", None)
+        if callable(placement):
+            self.admission.placement = placement(safety_factor=self.config.safety_factor)
         self._ids = itertools.count()
         self._lock = threading.Lock()  # the two below and release marks (lock order: top)
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
         self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
-        # A backend that can restart (RemoteBackend) sets its budgets and pins up again
-        # itself; the held KV it lost is the governor's to forget.
+        # A backend that can restart (RemoteBackend), or lose a replica (MultiBackend),
+        # sets its budgets and pins up again itself; the held KV it lost is the
+        # governor's to forget, and its capacity may have changed.
         on_restart = getattr(backend, "on_restart", None)
         if callable(on_restart):
             on_restart(self._backend_restarted)
@@ -146,6 +151,11 @@ class Governor(ModelCalls, ToolCalls):
 
     def _backend_restarted(self) -> None:
         self.idle.lost("the backend restarted; its KV is gone")
+        try:
+            available = self.backend.capacity().num_available_blocks
+        except BackendError:  # away again: the figure it had stands until the next hook
+            return
+        self.admission.set_available_blocks(available)
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber(event)`` for every ``GovernorEvent``; returns the function

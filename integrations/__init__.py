@@ -3,6 +3,9 @@ OpenTelemetry instrumentation, a JSON-lines span exporter, the run report,
 ``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx),
 and the backends for engines kvgov did not build: ``OpenAICompatibleBackend`` (any
 OpenAI-compatible server) and ``LlamaCppBackend`` (llama.cpp's llama-server).
+OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and
+``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx)
+and ``MultiBackend`` (several replicas behind one backend, routed by cached prefix).
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -15,6 +18,7 @@ from integrations.langchain import GovernedChatModel, GovernorMiddleware, Govern
 from integrations.langgraph import GovernedGraph, govern
 from integrations.llamacpp_backend import LlamaCppBackend
 from integrations.openai_backend import OpenAICompatibleBackend
+from integrations.multi_backend import MultiBackend, Routing
 from integrations.otel import Instrumentation, instrument
 from integrations.remote_backend import RemoteBackend
 from integrations.report import RunReport
@@ -30,7 +34,9 @@ __all__ = [
     "JsonLinesSpanExporter",
     "LlamaCppBackend",
     "OpenAICompatibleBackend",
+    "MultiBackend",
     "RemoteBackend",
+    "Routing",
     "RunReport",
     "SGLangBackend",
     "SpanRecord",

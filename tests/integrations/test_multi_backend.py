@@ -1,0 +1,227 @@
+"""``MultiBackend`` over ``FakeBackend`` replicas: routing by prefix and free blocks,
+admission where one replica fits, affinity of a parked lease, failover, round robin.
+
+The replicas are fakes (a subclass that records its open budgets and can play a replica
+that stopped answering) so that each rule is checked exactly and fast; the same flows
+against real ``kvgov serve`` processes, one killed mid-run, are in
+``test_multi_replicas.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from governor import (
+    AdmissionMode,
+    AdmissionRejected,
+    AdmissionTimeout,
+    AgentSpec,
+    BackendUnavailable,
+    FakeBackend,
+    GenerationRequest,
+    Governor,
+    GovernorConfig,
+)
+from integrations import MultiBackend, Routing
+
+BLOCK = 16
+
+
+class Replica(FakeBackend):
+    """A fake replica that records the budgets open on it and can stop answering."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(**options)  # type: ignore[arg-type]
+        self.open: set[str] = set()
+        self.unreachable = False
+
+    def _check(self) -> None:
+        if self.unreachable:
+            raise BackendUnavailable("connection refused (a fake replica that is down)")
+
+    def capacity(self):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().capacity()
+
+    def health(self):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().health()
+
+    def open_budget(self, name: str, *, max_blocks: int) -> None:
+        self._check()
+        super().open_budget(name, max_blocks=max_blocks)
+        self.open.add(name)
+
+    def close_budget(self, name: str) -> None:
+        self.open.discard(name)  # a replica that is down lost it anyway
+        self._check()
+        super().close_budget(name)
+
+    def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().generate(request)
+
+    def budgets_called(self) -> list[str | None]:
+        return [request.budget for request in self.calls]
+
+
+def _replicas(n: int, num_blocks: int = 400) -> list[Replica]:
+    return [Replica(num_blocks=num_blocks, block_size=BLOCK) for _ in range(n)]
+
+
+def _prompt(team: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": f"Team {team} rules. " + "Follow them. " * 150}]
+
+
+def _turn(governor: Governor, lease, team: str, text: str = "go"):  # type: ignore[no-untyped-def]
+    return governor.complete(lease, [*_prompt(team), {"role": "user", "content": text}],
+                             max_tokens=4)  # fmt: skip
+
+
+def _governor(backend: MultiBackend, ceiling: int = 1_600, **config: object) -> Governor:
+    return Governor(
+        backend,
+        config=GovernorConfig(**config),  # type: ignore[arg-type]
+        agents=[AgentSpec(name="agent", ceiling_tokens=ceiling)],
+    )
+
+
+def _where(replicas: list[Replica], budget: str) -> list[int]:
+    return [i for i, r in enumerate(replicas) if budget in r.budgets_called()]
+
+
+def test_a_teams_agents_land_where_its_prompt_is_cached() -> None:
+    replicas = _replicas(3)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi)
+    placed: dict[str, set[int]] = {"A": set(), "B": set(), "C": set()}
+    for team in "ABCABCCBA":
+        with governor.lease("agent") as lease:
+            _turn(governor, lease, team)
+            (replica,) = _where(replicas, lease.budget)
+            placed[team].add(replica)
+    # each team on one replica, and a new team on a replica caching no other team's prompt
+    assert sorted(len(where) for where in placed.values()) == [1, 1, 1]
+    assert set().union(*placed.values()) == {0, 1, 2}
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert all(not r.open for r in replicas)
+
+
+def test_a_new_team_goes_to_the_replica_with_the_most_free_blocks() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi)
+    with governor.lease("agent") as first:  # 100 blocks reserved on one replica
+        _turn(governor, first, "A")
+        (busy,) = _where(replicas, first.budget)
+        with governor.lease("agent") as second:
+            _turn(governor, second, "B")
+            assert _where(replicas, second.budget) == [1 - busy]
+
+
+def test_admission_only_where_one_replica_fits_the_lease() -> None:
+    # Two replicas of 100 blocks: limits of 90 each at a safety factor of 0.9, 180 summed.
+    multi = MultiBackend(_replicas(2, num_blocks=100))
+    governor = _governor(multi, ceiling=60 * BLOCK, admission_timeout_s=0.2)
+    assert governor.admission.available_blocks == 200
+    with pytest.raises(AdmissionRejected):  # 95 blocks fit the sum, never one replica
+        governor.lease("agent", ceiling_tokens=95 * BLOCK).__enter__()
+    with governor.lease("agent"), governor.lease("agent"):
+        # 60 + 60 + 60 = 180 fits the sum, but each replica holds one lease of 60
+        with pytest.raises(AdmissionTimeout), governor.lease("agent"):
+            pass
+    with governor.lease("agent"), governor.lease("agent"):
+        pass  # room again once they were released
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+
+
+def test_a_parked_agent_returns_to_its_replica_unless_it_no_longer_fits_there() -> None:
+    replicas = _replicas(2, num_blocks=400)  # limits of 360 blocks; leases of 150
+    multi = MultiBackend(replicas)
+    governor = _governor(multi, ceiling=150 * BLOCK)
+    with governor.lease("agent") as agent:
+        _turn(governor, agent, "A")
+        (home,) = _where(replicas, agent.budget)
+        governor.park(agent, reason="tool")
+        with governor.lease("agent") as mate:  # the same team: to home, by prefix
+            _turn(governor, mate, "A")
+            assert _where(replicas, mate.budget) == [home]
+            # home has 210 blocks left, the other replica 360: affinity wins, it fits
+            _turn(governor, agent, "A", "back from the tool")
+            assert _where(replicas, agent.budget) == [home]
+            assert agent.budget in replicas[home].open
+            governor.park(agent, reason="tool")
+            with governor.lease("agent") as third:
+                _turn(governor, third, "A")
+                assert _where(replicas, third.budget) == [home]
+                # home has 60 left: saturated, so it moves, closed at home, open elsewhere
+                _turn(governor, agent, "A", "back again")
+                assert agent.budget not in replicas[home].open
+                assert agent.budget in replicas[1 - home].open
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert all(not r.open for r in replicas)
+
+
+def test_a_replica_that_stops_answering_leaves_rotation_and_is_probed_back() -> None:
+    replicas = _replicas(3)
+    multi = MultiBackend(replicas, routing=Routing(probe_interval_s=0.05))
+    governor = _governor(multi)
+    with governor.lease("agent") as agent:
+        _turn(governor, agent, "A")
+        (home,) = _where(replicas, agent.budget)
+        replicas[home].unreachable = True
+        result = _turn(governor, agent, "A", "again")  # sent again to another replica
+        assert result.completion_tokens == 4
+        (moved,) = set(_where(replicas, agent.budget)) - {home}
+        assert agent.budget in replicas[moved].open
+        assert home not in multi.in_rotation()
+        assert governor.admission.available_blocks == 2 * 400  # the hook read it again
+    replicas[home].unreachable = False
+    time.sleep(0.06)
+    with governor.lease("agent") as agent:
+        _turn(governor, agent, "B")
+    assert sorted(multi.in_rotation()) == [0, 1, 2]
+    assert governor.admission.available_blocks == 3 * 400
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert all(not r.open for r in replicas)
+
+
+def test_no_replica_in_rotation_is_a_retriable_error() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas, routing=Routing(failover_retries=1))
+    governor = _governor(multi)
+    for replica in replicas:
+        replica.unreachable = True
+    with governor.lease("agent") as agent, pytest.raises(BackendUnavailable) as caught:
+        _turn(governor, agent, "A")
+    assert caught.value.retriable
+    assert multi.in_rotation() == []
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+
+
+def test_round_robin_places_new_budgets_in_turn_and_keeps_them() -> None:
+    replicas = _replicas(3)
+    multi = MultiBackend(replicas, routing=Routing(policy="round_robin"))
+    governor = _governor(multi, mode=AdmissionMode.OVERCOMMIT)
+    leases = [governor.lease("agent").__enter__() for _ in range(6)]
+    for lease in leases:
+        _turn(governor, lease, "A")
+    for lease in leases:
+        _turn(governor, lease, "A", "second turn")
+    assert [_where(replicas, lease.budget) for lease in leases] == [
+        [0], [1], [2], [0], [1], [2]
+    ]  # fmt: skip
+    for lease in leases:
+        governor.release(lease)
+    assert all(not r.open for r in replicas)
+
+
+def test_pins_go_to_every_replica_and_count_once_each() -> None:
+    replicas = _replicas(3)
+    multi = MultiBackend(replicas)
+    handle = multi.pin_prefix("shared " * 200)
+    assert multi.capacity().num_pinned_blocks == 3 * handle.num_blocks
+    multi.unpin_prefix(handle)
+    assert multi.capacity().num_pinned_blocks == 0

@@ -56,6 +56,7 @@ from governor import (
 )
 from integrations._multi_ledger import Ledger, Move
 from integrations._multi_routing import Routing, request_text
+from integrations._multi_tokens import FailoverTokenizer
 
 __all__ = ["MultiBackend", "Routing"]
 
@@ -84,8 +85,9 @@ class MultiBackend:
         self._ledger = Ledger(self.routing, len(self.replicas))
         self._pins: dict[str, _Pin] = {}
         self._pin_keys = iter(range(1 << 62))
-        self._lock = threading.Lock()  # the pins (a leaf, as the ledger's)
+        self._lock = threading.Lock()  # the pins and the counter (a leaf, as the ledger's)
         self._hooks: list[Callable[[], None]] = []
+        self._counter: TokenCounter | None = None
         self._up_at_start = 0
         for i, replica in enumerate(self.replicas):
             try:
@@ -298,7 +300,13 @@ class MultiBackend:
     # -- counting: every replica serves the same model ------------------------------------
     @property
     def counter(self) -> TokenCounter:
-        return self.replicas[self._any_up()].counter
+        if self._counter is None:
+            name = self.replicas[self._any_up()].counter.name  # a round trip: not locked
+            tokenizer = FailoverTokenizer(self.replicas, self._ledger.up, self._down, name)
+            with self._lock:
+                if self._counter is None:
+                    self._counter = TokenCounter(tokenizer=tokenizer)
+        return self._counter
 
     def count_tokens(self, text: str) -> int:
         return self.counter.count(text)

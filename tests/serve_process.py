@@ -66,8 +66,9 @@ class ServerProcess:
         test's replacement is ready when the killed server is gone)."""
         self._next = self._spawn("standby")
 
-    def start(self) -> str:
-        """Start the server and wait for ``/health``; returns its instance id."""
+    def start(self, timeout_s: float = _START_TIMEOUT_S) -> str:
+        """Start the server and wait for ``/health`` (up to ``timeout_s``: several built
+        side by side take longer); returns its instance id."""
         assert self.process is None or self.process.poll() is not None, "already running"
         if self._next is not None:
             self.process, self._next = self._next, None
@@ -76,7 +77,7 @@ class ServerProcess:
             self.process.stdin.close()
         else:
             self.process = self._spawn("now")
-        deadline = time.monotonic() + _START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited:\n{self.output()}")
@@ -88,7 +89,7 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise TimeoutError(f"the server did not answer /health within {_START_TIMEOUT_S} s")
+        raise TimeoutError(f"the server did not answer /health within {timeout_s} s")
 
     def _spawn(self, when: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -128,10 +128,14 @@ def test_admission_only_where_one_replica_fits_the_lease() -> None:
     assert governor.admission.available_blocks == 200
     with pytest.raises(AdmissionRejected):  # 95 blocks fit the sum, never one replica
         governor.lease("agent", ceiling_tokens=95 * BLOCK).__enter__()
-    with governor.lease("agent"), governor.lease("agent"):
-        # 60 + 60 + 60 = 180 fits the sum, but each replica holds one lease of 60
-        with pytest.raises(AdmissionTimeout), governor.lease("agent"):
-            pass
+    # 60 + 60 + 60 = 180 fits the sum, but each replica holds one lease of 60
+    with (
+        governor.lease("agent"),
+        governor.lease("agent"),
+        pytest.raises(AdmissionTimeout),
+        governor.lease("agent"),
+    ):
+        pass
     with governor.lease("agent"), governor.lease("agent"):
         pass  # room again once they were released
     assert governor.admission.ledger() == (0, 0, 0, 0)

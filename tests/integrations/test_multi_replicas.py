@@ -22,7 +22,7 @@ _CONFIG = {"num_blocks": 256, "max_model_len": 2048}
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[list[ServerProcess]]:
-    servers = [ServerProcess(_CONFIG) for _ in range(3)]
+    servers = [ServerProcess(_CONFIG) for _ in range(2)]  # 3 in `kvgov bench replicas`
     try:
         for server in servers:  # built side by side: importing torch takes seconds
             server.prepare()
@@ -74,8 +74,9 @@ def test_a_teams_agents_land_where_its_prompt_is_cached(servers: list[ServerProc
                 homes[team].add(home)
                 cached[team].append(result.cached_tokens)
             # the server it ran on counted the hit; the others counted nothing
-            gained = [after - before for after, before in zip(_hits(backend), hits_before)]
-            assert gained == [result.cached_tokens if i == home else 0 for i in range(3)]
+            after = _hits(backend)
+            gained = [after[i] - hits_before[i] for i in range(len(servers))]
+            assert gained == [result.cached_tokens if i == home else 0 for i in range(len(servers))]
         assert len(homes["A"]) == len(homes["B"]) == 1 and homes["A"] != homes["B"]
         for team in "AB":  # the second agent found the whole prompt cached, but a block
             assert cached[team][1] >= system_tokens - BLOCK
@@ -92,12 +93,14 @@ def test_a_parked_agent_comes_back_to_its_replica(servers: list[ServerProcess]) 
             messages = [_system("C"), {"role": "user", "content": "look it up"}]
             first = governor.complete(agent, messages, max_tokens=4)
             home = backend.placed_on(agent.budget)
-            with governor.tool_call(agent, "search", expected_s=0.1):
-                # parked, its KV held on its replica, while another team's agent runs
-                with governor.lease("agent") as other:
-                    governor.complete(other, [_system("D"), {"role": "user", "content": "hi"}],
-                                      max_tokens=2)  # fmt: skip
-                    assert backend.placed_on(other.budget) != home
+            # parked, its KV held on its replica, while another team's agent runs
+            with (
+                governor.tool_call(agent, "search", expected_s=0.1),
+                governor.lease("agent") as other,
+            ):
+                governor.complete(other, [_system("D"), {"role": "user", "content": "hi"}],
+                                  max_tokens=2)  # fmt: skip
+                assert backend.placed_on(other.budget) != home
             messages += [{"role": "assistant", "content": first.text},
                          {"role": "user", "content": "found it"}]  # fmt: skip
             second = governor.complete(agent, messages, max_tokens=2)
@@ -111,7 +114,7 @@ def test_a_parked_agent_comes_back_to_its_replica(servers: list[ServerProcess]) 
 def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProcess]) -> None:
     backend = _backend(servers, probe_interval_s=60.0)
     governor = _governor(backend, park_after_s=0.0, retain_s=30.0)
-    teams = "EFGEFG"
+    teams = "EFEF"
     turn_one_done = [asyncio.Event() for _ in teams]
 
     async def agent(number: int, team: str, go_on: asyncio.Event) -> int:
@@ -132,7 +135,7 @@ def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProce
         tasks = [asyncio.create_task(agent(n, t, go_on)) for n, t in enumerate(teams)]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn_one_done)), 60)
         # every agent is parked with its KV held; kill the busiest replica
-        counts = [0, 0, 0]
+        counts = [0] * len(servers)
         for budget in list(backend._ledger.budgets):
             replica = backend.placed_on(budget)
             if replica is not None:
@@ -144,7 +147,7 @@ def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProce
 
     try:
         assert asyncio.run(run()) == [3] * len(teams)
-        assert len(backend.in_rotation()) == 2
+        assert len(backend.in_rotation()) == len(servers) - 1
         assert governor.admission.ledger() == (0, 0, 0, 0)
         for i in backend.in_rotation():  # nothing left open on the replicas that stayed
             remote = backend.replicas[i]

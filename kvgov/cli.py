@@ -47,6 +47,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "policies": "policies.benchmarks.policies",
         "integrations": "integrations.benchmarks.integrations",
         "serve": "kvgov.benchmarks.serve",
+        "replicas": "kvgov.benchmarks.replicas",
     }
 )
 

@@ -84,6 +84,7 @@ class RunResult:
     makespan_s: float = 0.0
     ttfts_s: list[float] = field(default_factory=list)
     prompts: list[int] = field(default_factory=list)  # prompt tokens of each call, in order
+    cached: list[int] = field(default_factory=list)  # cached tokens of each call, likewise
     prompt_tokens: int = 0  # as the calls' results say
     cached_tokens: int = 0
     queries: int = 0  # as the servers' counters say
@@ -102,14 +103,26 @@ class RunResult:
 
 def run(*, quick: bool = False) -> Iterator[Measurement]:
     workload = QUICK if quick else DEFAULT
+    clients: list[RemoteBackend] = []
+
+    def connect() -> list[RemoteBackend]:
+        made = [RemoteBackend(url, timeout=600.0) for url in urls]
+        clients.extend(made)
+        return made
+
     with _servers(workload) as urls:
-        results = compare(lambda: [RemoteBackend(url, timeout=600.0) for url in urls], workload)
+        try:
+            results = compare(connect, workload)
+        finally:
+            for client in clients:
+                client.close()
     yield from measurements(results, workload)
 
 
 def compare(replicas: Callable[[], Sequence[Backend]], workload: Workload) -> dict[str, RunResult]:
-    """The workload under round robin, then routed, each on fresh clients to the same
-    replicas (``replicas()`` makes them)."""
+    """The workload under round robin, then routed, on the same replicas: ``replicas()``
+    gives the backends of one run (fresh clients, or the same engines again; the caller
+    closes them)."""
     return {
         policy: _measure(replicas(), workload, policy) for policy in ("round_robin", "cache_aware")
     }
@@ -145,29 +158,27 @@ def measurements(results: dict[str, RunResult], workload: Workload) -> Iterator[
 
 # -- one run ---------------------------------------------------------------------------
 def _measure(replicas: Sequence[Backend], workload: Workload, policy: str) -> RunResult:
+    """One run (the replicas are the caller's to close)."""
     backend = MultiBackend(replicas, routing=Routing(policy=policy))
-    try:
-        governor = Governor(
-            backend,
-            config=GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.0),
-            agents=[AgentSpec(name="agent", ceiling_tokens=workload.ceiling_tokens)],
-        )
-        prompts = _team_prompts(governor, workload)
-        result = RunResult(policy)
-        before = backend.replica_metrics()
-        started = time.perf_counter()
-        asyncio.run(_swarm(governor, workload, prompts, result, tenant=f"run-{policy}"))
-        result.makespan_s = time.perf_counter() - started
-        after = backend.replica_metrics()
-        for old, new in zip(before, after, strict=True):
-            if old is not None and new is not None:
-                result.queries += new.prefix_cache_queries - old.prefix_cache_queries
-                result.hits += new.prefix_cache_hits - old.prefix_cache_hits
-        result.ledger = governor.admission.ledger()
-        result.budgets_left = sum(_open_budgets(r) for r in backend.replicas)
-        return result
-    finally:
-        backend.close()
+    governor = Governor(
+        backend,
+        config=GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.0),
+        agents=[AgentSpec(name="agent", ceiling_tokens=workload.ceiling_tokens)],
+    )
+    prompts = _team_prompts(governor, workload)
+    result = RunResult(policy)
+    before = backend.replica_metrics()
+    started = time.perf_counter()
+    asyncio.run(_swarm(governor, workload, prompts, result, tenant=f"run-{policy}"))
+    result.makespan_s = time.perf_counter() - started
+    after = backend.replica_metrics()
+    for old, new in zip(before, after, strict=True):
+        if old is not None and new is not None:
+            result.queries += new.prefix_cache_queries - old.prefix_cache_queries
+            result.hits += new.prefix_cache_hits - old.prefix_cache_hits
+    result.ledger = governor.admission.ledger()
+    result.budgets_left = sum(_open_budgets(r) for r in backend.replicas)
+    return result
 
 
 def _team_prompts(governor: Governor, workload: Workload) -> list[str]:
@@ -211,6 +222,7 @@ async def _swarm(
         ttft, prompt_tokens, cached_tokens = calls[key]
         result.ttfts_s.append(ttft)
         result.prompts.append(prompt_tokens)
+        result.cached.append(cached_tokens)
         result.prompt_tokens += prompt_tokens
         result.cached_tokens += cached_tokens
 

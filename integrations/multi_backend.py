@@ -160,16 +160,21 @@ class MultiBackend:
         return await asyncio.to_thread(self.capacity)
 
     def metrics(self) -> BackendMetrics:
-        return _sum_metrics([self.replicas[i].metrics() for i in self._ledger.up()])
+        """The replicas in rotation, summed (one that fails to answer leaves rotation)."""
+        return _sum_metrics([m for m in self.replica_metrics() if m is not None])
 
     async def ametrics(self) -> BackendMetrics:
-        calls = [self.replicas[i].ametrics() for i in self._ledger.up()]
-        return _sum_metrics(list(await asyncio.gather(*calls)))
+        return await asyncio.to_thread(self.metrics)
 
     def replica_metrics(self) -> list[BackendMetrics | None]:
         """Each replica's own metrics (None: out of rotation)."""
-        up = set(self._ledger.up())
-        return [r.metrics() if i in up else None for i, r in enumerate(self.replicas)]
+        readings: list[BackendMetrics | None] = [None] * len(self.replicas)
+        for i in self._ledger.up():
+            try:
+                readings[i] = self.replicas[i].metrics()
+            except BackendUnavailable as exc:
+                self._down(i, exc)
+        return readings
 
     def health(self) -> BackendHealth:
         self._probe_due()
@@ -371,9 +376,10 @@ class MultiBackend:
                     request.budget or "", max_blocks=move.max_blocks
                 )
                 self._ledger.opened(request.budget or "", move.open_on)
-        except BackendUnavailable as exc:
+        except BaseException as exc:
             self._ledger.finished(move.replica)
-            self._down(move.replica, exc)
+            if isinstance(exc, BackendUnavailable):
+                self._down(move.replica, exc)
             raise
         return move.replica
 
@@ -389,9 +395,10 @@ class MultiBackend:
             if move.open_on is not None:
                 await self.replicas[move.open_on].aopen_budget(budget, max_blocks=move.max_blocks)
                 self._ledger.opened(budget, move.open_on)
-        except BackendUnavailable as exc:
+        except BaseException as exc:
             self._ledger.finished(move.replica)
-            await asyncio.to_thread(self._down, move.replica, exc)
+            if isinstance(exc, BackendUnavailable):
+                await asyncio.to_thread(self._down, move.replica, exc)
             raise
         return move.replica
 

@@ -18,6 +18,7 @@ from governor import (
     AdmissionRejected,
     AdmissionTimeout,
     AgentSpec,
+    BackendError,
     BackendUnavailable,
     FakeBackend,
     GenerationRequest,
@@ -36,6 +37,7 @@ class Replica(FakeBackend):
         super().__init__(**options)  # type: ignore[arg-type]
         self.open: set[str] = set()
         self.unreachable = False
+        self.refuse_open = False
 
     def _check(self) -> None:
         if self.unreachable:
@@ -51,6 +53,8 @@ class Replica(FakeBackend):
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:
         self._check()
+        if self.refuse_open:
+            raise BackendError("budget refused (a fake replica that says no)")
         super().open_budget(name, max_blocks=max_blocks)
         self.open.add(name)
 
@@ -62,6 +66,10 @@ class Replica(FakeBackend):
     def generate(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
         self._check()
         return super().generate(request)
+
+    def metrics(self):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().metrics()
 
     def budgets_called(self) -> list[str | None]:
         return [request.budget for request in self.calls]
@@ -229,3 +237,17 @@ def test_pins_go_to_every_replica_and_count_once_each() -> None:
     assert multi.capacity().num_pinned_blocks == 3 * handle.num_blocks
     multi.unpin_prefix(handle)
     assert multi.capacity().num_pinned_blocks == 0
+
+
+def test_a_failed_call_leaves_no_call_counted_in_flight() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi)
+    for replica in replicas:
+        replica.refuse_open = True
+    with governor.lease("agent") as agent, pytest.raises(BackendError, match="says no"):
+        _turn(governor, agent, "A")
+    assert [state.in_flight for state in multi._ledger.replicas] == [0, 0]
+    replicas[1].unreachable = True  # metrics skip it and take it out of rotation
+    assert multi.metrics().num_blocks_free == replicas[0].metrics().num_blocks_free
+    assert multi.in_rotation() == [0]

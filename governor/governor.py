@@ -49,7 +49,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
@@ -134,8 +134,11 @@ class Governor(ModelCalls, ToolCalls):
         # A backend that can restart (RemoteBackend), or lose a replica (MultiBackend),
         # sets its budgets and pins up again itself; the held KV it lost is the
         # governor's to forget, and its capacity may have changed.
+        on_lost = getattr(backend, "on_lost", None)  # only some budgets' KV (a replica's)
         on_restart = getattr(backend, "on_restart", None)
-        if callable(on_restart):
+        if callable(on_lost):
+            on_lost(self._backend_lost)
+        elif callable(on_restart):
             on_restart(self._backend_restarted)
 
     def run(self, name: str = "run") -> Run:
@@ -151,6 +154,14 @@ class Governor(ModelCalls, ToolCalls):
 
     def _backend_restarted(self) -> None:
         self.idle.lost("the backend restarted; its KV is gone")
+        self._read_capacity()
+
+    def _backend_lost(self, budgets: Collection[str]) -> None:
+        if budgets:
+            self.idle.lost("a replica of the backend went away; its KV is gone", budgets=budgets)
+        self._read_capacity()
+
+    def _read_capacity(self) -> None:
         try:
             available = self.backend.capacity().num_available_blocks
         except BackendError:  # away again: the figure it had stands until the next hook

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from governor.backend import Backend
@@ -169,11 +169,16 @@ class IdleKeeper:
             self._end_locked(lease)
             self._clear_hold(lease)
 
-    def lost(self, reason: str) -> None:
+    def lost(self, reason: str, *, budgets: Collection[str] | None = None) -> None:
         """Every hold is gone without a backend call (the backend restarted and lost its
-        KV): forget them, so that admission stops counting blocks nobody holds."""
+        KV), or those of ``budgets`` (one replica of several did): forget them, so that
+        admission stops counting blocks nobody holds."""
         with self._lock:
-            lost = [(lease, lease.num_retained_blocks) for lease in self._holding]
+            lost = [
+                (lease, lease.num_retained_blocks)
+                for lease in self._holding
+                if budgets is None or lease.budget in budgets
+            ]
             for lease, _ in lost:
                 self._clear_hold(lease)
         for lease, blocks in lost:

@@ -245,9 +245,12 @@ class Ledger:
         with self.lock:
             self.replicas[replica].up = True
 
-    def lost_cache(self, replica: int) -> None:
+    def lost_cache(self, replica: int) -> list[str]:
+        """The replica restarted: nothing is cached there; the budgets open on it (set
+        up again by the replica's own client, their KV gone)."""
         with self.lock:
             self.index.drop(replica)
+            return [name for name, b in self.budgets.items() if b.opened_on == replica]
 
     # -- under the lock ---------------------------------------------------------------
     def _up(self) -> list[int]:

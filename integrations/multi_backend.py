@@ -20,8 +20,9 @@ Failover: a call that finds its replica unreachable (``BackendUnavailable``) tak
 out of rotation; its budgets are placed elsewhere and opened there at their next call;
 a model call is sent once more (``Routing.failover_retries``) to another replica, as a
 router's retry would (a stream only when nothing of it was yielded). The held KV went
-with the replica: the ``on_restart`` hooks run (the governor's forgets its holds and
-reads the capacity again). A replica out of rotation is asked ``health()`` every
+with the replica: the ``on_lost`` hooks run with its budgets (the governor's forgets
+their holds, only theirs, and reads the capacity again; a replica that restarts behind
+its ``RemoteBackend`` is told the same way). A replica out of rotation is asked ``health()`` every
 ``probe_interval_s`` by the next call that routes, and comes back once it answers ok.
 
 Lock order: the ledger's lock is a leaf (``integrations._multi_ledger``); no replica is
@@ -86,7 +87,7 @@ class MultiBackend:
         self._pins: dict[str, _Pin] = {}
         self._pin_keys = iter(range(1 << 62))
         self._lock = threading.Lock()  # the pins and the counter (a leaf, as the ledger's)
-        self._hooks: list[Callable[[], None]] = []
+        self._hooks: list[Callable[[frozenset[str]], None]] = []
         self._counter: TokenCounter | None = None
         self._up_at_start = 0
         for i, replica in enumerate(self.replicas):
@@ -127,9 +128,10 @@ class MultiBackend:
         """The replica the budget's calls go to now (None: not open on one in rotation)."""
         return self._ledger.opened_on(budget)
 
-    def on_restart(self, hook: Callable[[], None]) -> Callable[[], None]:
-        """Call ``hook()`` after a replica's KV was lost (it left rotation, or restarted)
-        and after one came back; returns the function that removes it."""
+    def on_lost(self, hook: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """Call ``hook(budgets)`` after a replica lost the KV of those budgets (it left
+        rotation, or restarted), and ``hook(frozenset())`` after one came back: the
+        capacity changed either way. Returns the function that removes it."""
         self._hooks.append(hook)
         return lambda: self._hooks.remove(hook) if hook in self._hooks else None
 
@@ -424,7 +426,7 @@ class MultiBackend:
             return
         for budget in was_open:  # so that it never opens them again when it is back
             self._close_quietly(replica, budget)
-        self._run_hooks()
+        self._run_hooks(frozenset(was_open))
 
     def _probe_due(self) -> None:
         self._probe(self._ledger.due_for_probe())
@@ -440,7 +442,7 @@ class MultiBackend:
             except BackendError:
                 continue
             self._ledger.back(i)
-            self._run_hooks()
+            self._run_hooks(frozenset())
 
     def _pin_again(self, replica: int) -> None:
         with self._lock:
@@ -453,12 +455,11 @@ class MultiBackend:
                 pin.handles[replica] = handle
 
     def _replica_restarted(self, replica: int) -> None:
-        self._ledger.lost_cache(replica)
-        self._run_hooks()
+        self._run_hooks(frozenset(self._ledger.lost_cache(replica)))
 
-    def _run_hooks(self) -> None:
+    def _run_hooks(self, budgets: frozenset[str]) -> None:
         for hook in list(self._hooks):
-            hook()
+            hook(budgets)
 
     @contextmanager
     def _failing(self, replica: int) -> Iterator[None]:

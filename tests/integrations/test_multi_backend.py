@@ -251,3 +251,24 @@ def test_a_failed_call_leaves_no_call_counted_in_flight() -> None:
     replicas[1].unreachable = True  # metrics skip it and take it out of rotation
     assert multi.metrics().num_blocks_free == replicas[0].metrics().num_blocks_free
     assert multi.in_rotation() == [0]
+
+
+def test_a_replica_that_goes_away_takes_only_its_own_holds_with_it() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi, park_after_s=0.0, retain_s=30.0)
+    dropped: list[str] = []
+    governor.subscribe(lambda e: dropped.append(str(e.lease_id)) if e.kind == "dropped" else None)
+    with governor.lease("agent") as first, governor.lease("agent") as second:
+        _turn(governor, first, "A")
+        _turn(governor, second, "B")
+        (home,) = _where(replicas, first.budget)
+        assert _where(replicas, second.budget) == [1 - home]
+        with governor.tool_call(first, "t"), governor.tool_call(second, "t"):
+            held = {lease: lease.num_retained_blocks for lease in (first, second)}
+            assert governor.admission.ledger()[2] == sum(held.values())
+            replicas[home].unreachable = True
+            multi.metrics()  # finds it gone
+            assert dropped == [first.lease_id]
+            assert governor.admission.ledger()[2:] == (held[second], held[second])
+    assert governor.admission.ledger() == (0, 0, 0, 0)

@@ -9,6 +9,7 @@ against real ``kvgov serve`` processes, one killed mid-run, are in
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -272,3 +273,39 @@ def test_a_replica_that_goes_away_takes_only_its_own_holds_with_it() -> None:
             assert dropped == [first.lease_id]
             assert governor.admission.ledger()[2:] == (held[second], held[second])
     assert governor.admission.ledger() == (0, 0, 0, 0)
+
+
+def test_a_planners_workers_spread_across_replicas_while_the_planner_stays_put() -> None:
+    replicas = _replicas(3, num_blocks=400)  # limits of 360 blocks: two workers of 150
+    multi = MultiBackend(replicas)
+    governor = Governor(
+        multi,
+        agents=[
+            AgentSpec(name="planner", ceiling_tokens=100 * BLOCK, max_fanout=4),
+            AgentSpec(name="worker", ceiling_tokens=150 * BLOCK),
+        ],
+    )
+    together = threading.Barrier(4, timeout=10)
+    homes: list[int] = []
+
+    def worker(child) -> None:  # type: ignore[no-untyped-def]
+        with child as lease:
+            _turn(governor, lease, "A", "a subtask")
+            together.wait()  # all four active at once
+            homes.extend(_where(replicas, lease.budget))
+
+    with governor.lease("planner") as planner:
+        _turn(governor, planner, "A", "plan")
+        (home,) = _where(replicas, planner.budget)
+        threads = [threading.Thread(target=worker, args=(child,))
+                   for child in governor.fanout(planner, "worker", 4)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert len(homes) == 4 and max(homes.count(i) for i in range(3)) == 2
+        _turn(governor, planner, "A", "merge the results")
+        assert _where(replicas, planner.budget) == [home]  # its budget never moved
+        assert planner.budget in replicas[home].open
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert all(not r.open for r in replicas)

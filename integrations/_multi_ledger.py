@@ -41,6 +41,7 @@ class _Budget:
     replica: int | None = None  # placed here (affinity), or None before its first call
     reserved: int = 0  # blocks the governor reserved on ``replica`` (0 while not active)
     placed: bool = False  # the governor places it (guaranteed mode)
+    opened: bool = False  # open_budget was called: close_budget will be
     opened_on: int | None = None  # the replica that has it open
 
 
@@ -116,12 +117,14 @@ class Ledger:
             entry = self.budgets.get(budget)
             if entry is not None:
                 entry.reserved = 0
+                if not entry.opened:  # released (or parked) before its first call
+                    del self.budgets[budget]
 
     # -- budgets ------------------------------------------------------------------------
     def open(self, budget: str, max_blocks: int) -> None:
         with self.lock:
             entry = self.budgets.setdefault(budget, _Budget(max_blocks=max_blocks))
-            entry.max_blocks = max_blocks
+            entry.max_blocks, entry.opened = max_blocks, True
 
     def resize(self, budget: str, max_blocks: int) -> int | None:
         """The replica to resize it on (None: not open on one yet)."""
@@ -137,6 +140,10 @@ class Ledger:
         with self.lock:
             entry = self.budgets.pop(budget, None)
             return None if entry is None else entry.opened_on
+
+    def where(self) -> dict[str, int | None]:
+        with self.lock:
+            return {name: entry.opened_on for name, entry in self.budgets.items()}
 
     def opened_on(self, budget: str) -> int | None:
         """Where the budget's KV is (None: nowhere, or on a replica out of rotation)."""

@@ -124,6 +124,10 @@ class MultiBackend:
         """The indexes of the replicas in rotation now."""
         return self._ledger.up()
 
+    def budgets(self) -> dict[str, int | None]:
+        """Every budget open here, and the replica it is open on (None: none yet)."""
+        return self._ledger.where()
+
     def placed_on(self, budget: str) -> int | None:
         """The replica the budget's calls go to now (None: not open on one in rotation)."""
         return self._ledger.opened_on(budget)
@@ -211,13 +215,21 @@ class MultiBackend:
 
     def close_budget(self, name: str) -> None:
         replica = self._ledger.close(name)
-        if replica is not None:  # one out of rotation is told too: it may come back
+        if replica is None:
+            return
+        try:  # one out of rotation is told too: it may come back
             self.replicas[replica].close_budget(name)
+        except BackendUnavailable as exc:  # the budget went with it
+            self._down(replica, exc)
 
     async def aclose_budget(self, name: str) -> None:
         replica = self._ledger.close(name)
-        if replica is not None:
+        if replica is None:
+            return
+        try:
             await self.replicas[replica].aclose_budget(name)
+        except BackendUnavailable as exc:
+            await asyncio.to_thread(self._down, replica, exc)
 
     # -- held KV: on the budget's replica; none where it is out of rotation ---------------
     def retain(self, *, budget: str) -> int:

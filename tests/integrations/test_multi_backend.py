@@ -115,6 +115,7 @@ def test_a_teams_agents_land_where_its_prompt_is_cached() -> None:
     assert sorted(len(where) for where in placed.values()) == [1, 1, 1]
     assert set().union(*placed.values()) == {0, 1, 2}
     assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
     assert all(not r.open for r in replicas)
 
 
@@ -148,6 +149,7 @@ def test_admission_only_where_one_replica_fits_the_lease() -> None:
     with governor.lease("agent"), governor.lease("agent"):
         pass  # room again once they were released
     assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}  # leases that made no call leave nothing behind
 
 
 def test_a_parked_agent_returns_to_its_replica_unless_it_no_longer_fits_there() -> None:
@@ -174,6 +176,7 @@ def test_a_parked_agent_returns_to_its_replica_unless_it_no_longer_fits_there() 
                 assert agent.budget not in replicas[home].open
                 assert agent.budget in replicas[1 - home].open
     assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
     assert all(not r.open for r in replicas)
 
 
@@ -198,6 +201,7 @@ def test_a_replica_that_stops_answering_leaves_rotation_and_is_probed_back() -> 
     assert sorted(multi.in_rotation()) == [0, 1, 2]
     assert governor.admission.available_blocks == 3 * 400
     assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
     assert all(not r.open for r in replicas)
 
 
@@ -308,4 +312,5 @@ def test_a_planners_workers_spread_across_replicas_while_the_planner_stays_put()
         assert _where(replicas, planner.budget) == [home]  # its budget never moved
         assert planner.budget in replicas[home].open
     assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
     assert all(not r.open for r in replicas)

@@ -149,6 +149,7 @@ def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProce
         assert asyncio.run(run()) == [3] * len(teams)
         assert len(backend.in_rotation()) == len(servers) - 1
         assert governor.admission.ledger() == (0, 0, 0, 0)
+        assert backend.budgets() == {}
         for i in backend.in_rotation():  # nothing left open on the replicas that stayed
             remote = backend.replicas[i]
             assert isinstance(remote, RemoteBackend)

@@ -19,8 +19,8 @@ none of its prefixes cached (cold), and the other run's blocks are evictable onl
 - ``makespan_round_robin_over_routed`` (target >= 1.2): the run's wall time, likewise.
 
 Scaled down for a 2-core CPU, as the note says: 4 output tokens a call, 3 turns of
-about 40 new tokens each; ``--quick`` halves the agents (12), the prompt (1,000 tokens)
-and the turns (2). Both runs send exactly the same requests (the assistant turns in the
+about 40 new tokens each, agents arriving 0.1 s apart; ``--quick`` halves the agents
+(12), the prompt (1,000 tokens) and each replica's blocks (200). Both runs send exactly the same requests (the assistant turns in the
 history are scripted, not the model's, so a numeric difference in one run cannot change
 the other's prompts); the benchmark's test checks it, with the engine in process.
 """
@@ -75,7 +75,7 @@ class Workload:
 
 
 DEFAULT = Workload()
-QUICK = replace(DEFAULT, agents_per_team=3, turns=2, system_tokens=1_000, num_blocks=200)
+QUICK = replace(DEFAULT, agents_per_team=3, system_tokens=1_000, num_blocks=200)
 
 
 @dataclass(slots=True)

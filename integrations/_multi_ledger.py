@@ -7,9 +7,10 @@ Per budget: its size, the replica it is placed on (the governor's reservation,
 the lease comes back to it) and the replica it is open on (where its calls go).
 
 Every method decides under one leaf lock and returns what to do; ``MultiBackend`` does
-the I/O after, outside it. The lock is never held across a call to a replica or a hook,
-and the governor's admission lock may be held while ``max_blocks``, ``can_place``,
-``place`` and ``unplace`` take it.
+the I/O after, outside it. The lock is never held across a call to a replica or a hook
+(only the KV-event index's lock, a leaf, is taken under it), and the governor's
+admission lock may be held while ``max_blocks``, ``can_place``, ``place`` and
+``unplace`` take it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import itertools
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from governor import BackendCapacity
 from integrations._multi_routing import PrefixIndex, Routing
+from integrations.kv_events import KVEventIndex
 
 __all__ = ["Ledger", "Move"]
 
@@ -64,6 +67,7 @@ class Ledger:
     replicas: list[_Replica] = field(init=False)
     budgets: dict[str, _Budget] = field(default_factory=dict)
     index: PrefixIndex = field(init=False)
+    kv_events: KVEventIndex | None = None  # the engines' own record, where they publish one
     _turn: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
@@ -160,9 +164,16 @@ class Ledger:
                 entry.opened_on = replica
 
     # -- a call -------------------------------------------------------------------------
-    def route(self, budget: str | None, text: str, salt: str | None) -> Move | None:
+    def route(
+        self,
+        budget: str | None,
+        text: str,
+        salt: str | None,
+        token_ids: Sequence[int] | None = None,
+    ) -> Move | None:
         """The replica a call goes to, and the budget's move first; None: none in rotation.
-        Counts the call in flight there (``finished`` ends it)."""
+        Counts the call in flight there (``finished`` ends it). ``token_ids``: the prompt's,
+        where the call sends ids (matched against ``kv_events``, when set)."""
         with self.lock:
             entry = None if budget is None else self.budgets.get(budget)
             chain = self.index.chain(text, salt)
@@ -178,7 +189,8 @@ class Ledger:
             candidates = self._candidates(budget, entry)
             if not candidates:
                 return None
-            target = self._choose(candidates, chain, len(text), budget or "")
+            matched, total = self._matcher(chain, len(text), token_ids)
+            target = self._choose(candidates, matched, total, budget or "")
             if entry is None:
                 return self._send(Move(target), chain)
             entry.replica = target
@@ -204,7 +216,19 @@ class Ledger:
                 return fits
         return self._up()  # nowhere it fits: the engines' own limits hold it back
 
-    def _choose(self, candidates: list[int], chain: list[int], num_chars: int, budget: str) -> int:
+    def _matcher(
+        self, chain: list[int], num_chars: int, token_ids: Sequence[int] | None
+    ) -> tuple[Callable[[int], int], int]:
+        """How much of the prompt each replica holds, and out of how much: tokens, from
+        the engines' own events where there are some, else characters from the record."""
+        events = self.kv_events
+        if events is not None and token_ids is not None:
+            return (lambda i: events.matched_tokens(i, token_ids)), len(token_ids)
+        return (lambda i: self.index.matched(i, chain)), num_chars
+
+    def _choose(
+        self, candidates: list[int], matching: Callable[[int], int], total: int, budget: str
+    ) -> int:
         if self.routing.policy == "round_robin":
             return candidates[next(self._turn) % len(candidates)]
         load = {i: self.replicas[i].in_flight for i in candidates}
@@ -212,9 +236,9 @@ class Ledger:
         rule = self.routing
         if high - low > rule.balance_abs_threshold and high > rule.balance_rel_threshold * low:
             return min(candidates, key=lambda i: (load[i], -self._free(i, budget)))
-        matched = {i: self.index.matched(i, chain) for i in candidates}
+        matched = {i: matching(i) for i in candidates}
         best = max(candidates, key=lambda i: (matched[i], self._free(i, budget)))
-        if num_chars and matched[best] / num_chars > rule.cache_threshold:
+        if total and matched[best] / total > rule.cache_threshold:
             return best
         return self._freest(candidates, budget)
 
@@ -228,7 +252,7 @@ class Ledger:
                 return None
             state.up = False
             state.next_probe = time.monotonic() + self.routing.probe_interval_s
-            self.index.drop(replica)
+            self._forget_cache(replica)
             was_open = []
             for name, entry in self.budgets.items():
                 if entry.opened_on == replica:
@@ -256,10 +280,15 @@ class Ledger:
         """The replica restarted: nothing is cached there; the budgets open on it (set
         up again by the replica's own client, their KV gone)."""
         with self.lock:
-            self.index.drop(replica)
+            self._forget_cache(replica)
             return [name for name, b in self.budgets.items() if b.opened_on == replica]
 
     # -- under the lock ---------------------------------------------------------------
+    def _forget_cache(self, replica: int) -> None:
+        self.index.drop(replica)
+        if self.kv_events is not None:
+            self.kv_events.clear(replica)
+
     def _up(self) -> list[int]:
         return [i for i, state in enumerate(self.replicas) if state.up]
 

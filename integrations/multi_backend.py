@@ -58,6 +58,7 @@ from governor import (
 from integrations._multi_ledger import Ledger, Move
 from integrations._multi_routing import Routing, request_text
 from integrations._multi_tokens import FailoverTokenizer
+from integrations.kv_events import KVEventIndex
 
 __all__ = ["MultiBackend", "Routing"]
 
@@ -75,15 +76,23 @@ class _Pin:
 class MultiBackend:
     """``replicas``: the backends, in order (``RemoteBackend``s, ``OpenAICompatibleBackend``s,
     ``LocalBackend``s, any mix of one model and block size). ``routing``: the rule and its
-    thresholds (``Routing``). Reads each replica's capacity now; one unreachable starts
-    out of rotation."""
+    thresholds (``Routing``). ``kv_events``: where the replicas are vLLM publishing KV
+    events, the index fed from them (``integrations.kv_events``): calls that send token
+    ids are matched against what the engines say they hold, not the client's record.
+    Reads each replica's capacity now; one unreachable starts out of rotation."""
 
-    def __init__(self, replicas: Sequence[Backend], *, routing: Routing | None = None) -> None:
+    def __init__(
+        self,
+        replicas: Sequence[Backend],
+        *,
+        routing: Routing | None = None,
+        kv_events: KVEventIndex | None = None,
+    ) -> None:
         if not replicas:
             raise ConfigError("MultiBackend needs at least one replica", setting="replicas")
         self.replicas = list(replicas)
         self.routing = routing or Routing()
-        self._ledger = Ledger(self.routing, len(self.replicas))
+        self._ledger = Ledger(self.routing, len(self.replicas), kv_events=kv_events)
         self._pins: dict[str, _Pin] = {}
         self._pin_keys = iter(range(1 << 62))
         self._lock = threading.Lock()  # the pins and the counter (a leaf, as the ledger's)
@@ -417,7 +426,8 @@ class MultiBackend:
         return move.replica
 
     def _route(self, request: GenerationRequest) -> Move:
-        move = self._ledger.route(request.budget, request_text(request), request.cache_salt)
+        ids = None if request.prompt is None or isinstance(request.prompt, str) else request.prompt
+        move = self._ledger.route(request.budget, request_text(request), request.cache_salt, ids)
         if move is None:
             raise BackendUnavailable(
                 "no replica is in rotation; they are probed again every "

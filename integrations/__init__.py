@@ -5,7 +5,8 @@ and the backends for engines kvgov did not build: ``OpenAICompatibleBackend`` (a
 OpenAI-compatible server) and ``LlamaCppBackend`` (llama.cpp's llama-server).
 OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and
 ``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx)
-and ``MultiBackend`` (several replicas behind one backend, routed by cached prefix).
+and ``MultiBackend`` (several replicas behind one backend, routed by cached prefix, or by
+vLLM's own KV events through ``KVEventIndex``).
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -14,6 +15,7 @@ third-party library, never engine/.
 from __future__ import annotations
 
 from integrations.jsonl import JsonLinesSpanExporter, SpanRecord, read_spans
+from integrations.kv_events import KVEventIndex
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
 from integrations.llamacpp_backend import LlamaCppBackend
@@ -34,6 +36,7 @@ __all__ = [
     "JsonLinesSpanExporter",
     "LlamaCppBackend",
     "OpenAICompatibleBackend",
+    "KVEventIndex",
     "MultiBackend",
     "RemoteBackend",
     "Routing",

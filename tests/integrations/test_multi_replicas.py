@@ -112,6 +112,7 @@ def test_a_parked_agent_comes_back_to_its_replica(servers: list[ServerProcess]) 
 
 
 def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProcess]) -> None:
+    """Last in this module: the killed server stays down (the fixture ends with it)."""
     backend = _backend(servers, probe_interval_s=60.0)
     governor = _governor(backend, park_after_s=0.0, retain_s=30.0)
     teams = "EFEF"
@@ -136,8 +137,7 @@ def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProce
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in turn_one_done)), 60)
         # every agent is parked with its KV held; kill the busiest replica
         counts = [0] * len(servers)
-        for budget in list(backend._ledger.budgets):
-            replica = backend.placed_on(budget)
+        for replica in backend.budgets().values():
             if replica is not None:
                 counts[replica] += 1
         victim = counts.index(max(counts))
@@ -156,6 +156,3 @@ def test_a_replica_killed_mid_run_and_the_run_finishes(servers: list[ServerProce
             assert remote.kv_map().budgets == {}
     finally:
         backend.close()
-        for server in servers:  # the next test module finds them all running again
-            if server.process is not None and server.process.poll() is not None:
-                server.start()

@@ -21,6 +21,7 @@ from governor import (
     AgentSpec,
     BackendError,
     BackendUnavailable,
+    ConfigError,
     FakeBackend,
     GenerationRequest,
     Governor,
@@ -314,3 +315,24 @@ def test_a_planners_workers_spread_across_replicas_while_the_planner_stays_put()
     assert governor.admission.ledger() == (0, 0, 0, 0)
     assert multi.budgets() == {}
     assert all(not r.open for r in replicas)
+
+
+def test_imbalance_sends_a_call_to_the_least_loaded_replica_whatever_it_matches() -> None:
+    # SGLang's rule: max - min > balance_abs_threshold and max > balance_rel_threshold x min
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas, routing=Routing(balance_abs_threshold=3))
+    ledger = multi._ledger  # calls counted in flight and never finished: routing alone
+    text = "system\x1f" + "Team A rules. " * 100
+    where = [ledger.route(None, text, None).replica for _ in range(7)]  # type: ignore[union-attr]
+    # 4 - 0 > 3: to the idle one; 4 - 1 is not: by prefix again; 5 - 1 > 3: the idle one
+    assert where == [0, 0, 0, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"policy": "random"}, {"cache_threshold": 1.5}, {"balance_abs_threshold": 0},
+     {"balance_rel_threshold": 0.5}, {"failover_retries": -1}],
+)  # fmt: skip
+def test_routing_refuses_settings_it_cannot_follow(setting: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        Routing(**setting)  # type: ignore[arg-type]

@@ -38,7 +38,6 @@ import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
-from dataclasses import dataclass, field
 
 from governor import (
     Backend,
@@ -56,6 +55,7 @@ from governor import (
     TokenCounter,
 )
 from integrations._multi_ledger import Ledger, Move
+from integrations._multi_pins import Pin, Pins, summed_capacity, summed_metrics
 from integrations._multi_routing import Routing, request_text
 from integrations._multi_tokens import FailoverTokenizer
 from integrations.kv_events import KVEventIndex
@@ -63,14 +63,6 @@ from integrations.kv_events import KVEventIndex
 __all__ = ["MultiBackend", "Routing"]
 
 _NAME = "multi"
-
-
-@dataclass(slots=True)
-class _Pin:
-    prefix: str | Sequence[int] | Sequence[Message]
-    cache_salt: str | None
-    shared: bool
-    handles: dict[int, PrefixHandle] = field(default_factory=dict)  # replica -> its handle
 
 
 class MultiBackend:
@@ -93,9 +85,8 @@ class MultiBackend:
         self.replicas = list(replicas)
         self.routing = routing or Routing()
         self._ledger = Ledger(self.routing, len(self.replicas), kv_events=kv_events)
-        self._pins: dict[str, _Pin] = {}
-        self._pin_keys = iter(range(1 << 62))
-        self._lock = threading.Lock()  # the pins and the counter (a leaf, as the ledger's)
+        self._pins = Pins()
+        self._lock = threading.Lock()  # the counter (a leaf, as the ledger's and the pins')
         self._hooks: list[Callable[[frozenset[str]], None]] = []
         self._counter: TokenCounter | None = None
         self._up_at_start = 0
@@ -169,14 +160,14 @@ class MultiBackend:
                 continue
             self._ledger.set_capacity(i, reading)
             readings.append(reading)
-        return _summed(readings)
+        return summed_capacity(readings, backend=_NAME)
 
     async def acapacity(self) -> BackendCapacity:
         return await asyncio.to_thread(self.capacity)
 
     def metrics(self) -> BackendMetrics:
         """The replicas in rotation, summed (one that fails to answer leaves rotation)."""
-        return _sum_metrics([m for m in self.replica_metrics() if m is not None])
+        return summed_metrics([m for m in self.replica_metrics() if m is not None])
 
     async def ametrics(self) -> BackendMetrics:
         return await asyncio.to_thread(self.metrics)
@@ -289,7 +280,7 @@ class MultiBackend:
         cache_salt: str | None = None,
         shared: bool = False,
     ) -> PrefixHandle:
-        pin = _Pin(prefix, cache_salt, shared)
+        pin = Pin(prefix, cache_salt, shared)
         for i in self._ledger.up():
             try:
                 pin.handles[i] = self.replicas[i].pin_prefix(
@@ -299,22 +290,10 @@ class MultiBackend:
                 self._down(i, exc)  # pinned there when it comes back
         if not pin.handles:
             raise BackendUnavailable("no replica in rotation to pin on", backend=_NAME)
-        first = next(iter(pin.handles.values()))
-        with self._lock:
-            key = f"multi-prefix-{next(self._pin_keys)}"
-            self._pins[key] = pin
-        return PrefixHandle(
-            key=key,
-            num_tokens=first.num_tokens,
-            num_pinned_tokens=first.num_pinned_tokens,
-            num_blocks=first.num_blocks,
-            cache_salt=cache_salt,
-            shared=first.shared,
-        )
+        return self._pins.add(pin)
 
     def unpin_prefix(self, handle: PrefixHandle) -> None:
-        with self._lock:
-            pin = self._pins.pop(handle.key, None)
+        pin = self._pins.pop(handle.key)
         if pin is None:
             raise BackendError(
                 f"prefix {handle.key!r} is not pinned here: unpin each handle once, on the "
@@ -467,14 +446,11 @@ class MultiBackend:
             self._run_hooks(frozenset())
 
     def _pin_again(self, replica: int) -> None:
-        with self._lock:
-            pins = [pin for pin in self._pins.values() if replica not in pin.handles]
-        for pin in pins:
+        for pin in self._pins.missing_on(replica):
             handle = self.replicas[replica].pin_prefix(
                 pin.prefix, cache_salt=pin.cache_salt, shared=pin.shared
             )
-            with self._lock:
-                pin.handles[replica] = handle
+            self._pins.pinned(pin, replica, handle)
 
     def _replica_restarted(self, replica: int) -> None:
         self._run_hooks(frozenset(self._ledger.lost_cache(replica)))
@@ -494,22 +470,3 @@ class MultiBackend:
     def _any_up(self) -> int:
         up = self._ledger.up()
         return up[0] if up else 0
-
-
-def _summed(readings: list[BackendCapacity]) -> BackendCapacity:
-    if not readings:
-        raise BackendUnavailable("no replica is in rotation", backend=_NAME)
-    return BackendCapacity(
-        block_size=readings[0].block_size,
-        num_blocks=sum(r.num_blocks for r in readings),
-        num_free_blocks=sum(r.num_free_blocks for r in readings),
-        num_pinned_blocks=sum(r.num_pinned_blocks for r in readings),
-        bytes_per_block=readings[0].bytes_per_block,
-        max_model_len=min(r.max_model_len for r in readings),
-        weights_bytes=sum(r.weights_bytes for r in readings),
-    )
-
-
-def _sum_metrics(readings: list[BackendMetrics]) -> BackendMetrics:
-    names = BackendMetrics.__dataclass_fields__
-    return BackendMetrics(**{n: sum(getattr(m, n) for m in readings) for n in names})

@@ -1,12 +1,10 @@
 """Adapters from kvgov to other libraries: LangChain and LangGraph middleware,
-OpenTelemetry instrumentation, a JSON-lines span exporter, the run report,
-``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx),
-and the backends for engines kvgov did not build: ``OpenAICompatibleBackend`` (any
-OpenAI-compatible server) and ``LlamaCppBackend`` (llama.cpp's llama-server).
-OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and
-``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over httpx)
-and ``MultiBackend`` (several replicas behind one backend, routed by cached prefix, or by
-vLLM's own KV events through ``KVEventIndex``).
+OpenTelemetry instrumentation, a JSON-lines span exporter, the run report, and the
+backends: ``RemoteBackend`` (the governor driving an engine behind ``kvgov serve``, over
+httpx); for engines kvgov did not build, ``OpenAICompatibleBackend`` (any
+OpenAI-compatible server), ``VLLMBackend``, ``SGLangBackend`` and ``LlamaCppBackend``
+(llama.cpp's llama-server); and ``MultiBackend`` (several replicas behind one backend,
+routed by cached prefix, or by vLLM's own KV events through ``KVEventIndex``).
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/.
@@ -19,8 +17,8 @@ from integrations.kv_events import KVEventIndex
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
 from integrations.llamacpp_backend import LlamaCppBackend
-from integrations.openai_backend import OpenAICompatibleBackend
 from integrations.multi_backend import MultiBackend, Routing
+from integrations.openai_backend import OpenAICompatibleBackend
 from integrations.otel import Instrumentation, instrument
 from integrations.remote_backend import RemoteBackend
 from integrations.report import RunReport
@@ -34,10 +32,10 @@ __all__ = [
     "GovernorState",
     "Instrumentation",
     "JsonLinesSpanExporter",
-    "LlamaCppBackend",
-    "OpenAICompatibleBackend",
     "KVEventIndex",
+    "LlamaCppBackend",
     "MultiBackend",
+    "OpenAICompatibleBackend",
     "RemoteBackend",
     "Routing",
     "RunReport",

@@ -1,3 +1,2 @@
-"""Benchmarks that compose every layer (``kvgov bench serve``)."""
-"""Benchmarks that wire every layer (several servers, the governor, the integrations),
-runnable as ``kvgov bench ...``."""
+"""Benchmarks that wire every layer (servers in their own processes, the governor, the
+integrations): ``kvgov bench serve`` and ``kvgov bench replicas``."""

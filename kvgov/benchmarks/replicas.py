@@ -20,9 +20,10 @@ none of its prefixes cached (cold), and the other run's blocks are evictable onl
 
 Scaled down for a 2-core CPU, as the note says: 4 output tokens a call, 3 turns of
 about 40 new tokens each, agents arriving 0.1 s apart; ``--quick`` halves the agents
-(12), the prompt (1,000 tokens) and each replica's blocks (200). Both runs send exactly the same requests (the assistant turns in the
-history are scripted, not the model's, so a numeric difference in one run cannot change
-the other's prompts); the benchmark's test checks it, with the engine in process.
+(12), the prompt (1,000 tokens) and each replica's blocks (200). Both runs send exactly
+the same requests (the assistant turns in the history are scripted, not the model's, so a
+numeric difference in one run cannot change the other's prompts); the benchmark's test
+checks it, with the engine in process.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from engine.attention.metadata import AttentionMetadata
 from engine.block_manager import BlockManager
 from engine.kv_cache import KVCache
 from engine.models.llama import LlamaForCausalLM
+from engine.request import Request
 from engine.sampling import Sampler
 from engine.scheduler import ScheduledChunk
 
@@ -64,18 +65,35 @@ class ModelRunner:
         results: list[int | None] = [None] * len(chunks)
         if not ends:
             return results
-        logits = self.model.compute_logits(hidden[torch.tensor(ends, device=self.device)])
-        sampled = self.sampler.sample(
-            logits,
-            [request.sampling for request in sampling_rows],
-            [request.generator for request in sampling_rows],
-        ).tolist()
+        sampled = self._sample(hidden[torch.tensor(ends, device=self.device)], sampling_rows)
         row = 0
         for index, chunk in enumerate(chunks):
             if chunk.completes:
                 results[index] = sampled[row]
                 row += 1
         return results
+
+    def _sample(self, hidden: torch.Tensor, requests: Sequence[Request]) -> list[int]:
+        """One token per row of ``hidden`` [S, H]. Greedy rows never need the full
+        logits (``LlamaForCausalLM.greedy_tokens``); the others go to the sampler."""
+        greedy = [i for i, r in enumerate(requests) if r.sampling.is_greedy]
+        if len(greedy) == len(requests):
+            return self.model.greedy_tokens(hidden).tolist()
+        tokens: list[int] = [0] * len(requests)
+        if greedy:
+            rows = torch.tensor(greedy, device=self.device)
+            for i, token in zip(greedy, self.model.greedy_tokens(hidden[rows]).tolist(), strict=True):
+                tokens[i] = token
+        others = [i for i, r in enumerate(requests) if not r.sampling.is_greedy]
+        rows = torch.tensor(others, device=self.device)
+        sampled = self.sampler.sample(
+            self.model.compute_logits(hidden[rows]),
+            [requests[i].sampling for i in others],
+            [requests[i].generator for i in others],
+        ).tolist()
+        for i, token in zip(others, sampled, strict=True):
+            tokens[i] = token
+        return tokens
 
     @torch.inference_mode()
     def forward(

@@ -30,6 +30,7 @@ from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
 from engine.models.packed_linear import PackedLinear
 from engine.models.rope import RotaryEmbedding, apply_rotary
+from engine.models.screened_argmax import ScreenedArgmax
 
 __all__ = ["LlamaForCausalLM", "RMSNorm"]
 
@@ -207,6 +208,7 @@ class LlamaForCausalLM(nn.Module):
         self.requires_grad_(False)
         self.eval()
         object.__setattr__(self, "_logits_matmul", PackedLinear())  # no nn.Module state
+        object.__setattr__(self, "_screened_argmax", ScreenedArgmax())
 
     @property
     def device(self) -> torch.device:
@@ -231,5 +233,13 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., V]
         """float32 logits; the matmul runs in the model dtype, as in transformers."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return self._logits_matmul(hidden, weight).float()
+        return self._logits_matmul(hidden, self._output_weight()).float()
+
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor:  # [S, H] -> [S] int64
+        """``compute_logits(hidden).argmax(-1)``, without the full logits where the
+        CPU can screen the vocabulary (``engine.models.screened_argmax``)."""
+        tokens = self._screened_argmax(hidden, self._output_weight())
+        return self.compute_logits(hidden).argmax(dim=-1) if tokens is None else tokens
+
+    def _output_weight(self) -> torch.Tensor:  # [V, H]
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

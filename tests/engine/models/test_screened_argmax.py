@@ -1,0 +1,103 @@
+"""The screened greedy head gives the float32 argmax, ties and near-ties included, and a
+greedy step on the CPU never computes the full logits where the screen applies."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.models.packed_linear import onednn_packing_works
+from engine.models.screened_argmax import ScreenedArgmax, fast_bf16_matmul
+from engine.sampling import SamplingParams
+
+pytestmark = pytest.mark.skipif(
+    not onednn_packing_works(), reason="this torch build has no oneDNN weight packing"
+)
+
+
+def _weight(num_tokens: int, hidden: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(num_tokens, hidden, generator=g) * 0.02
+
+
+def _hidden(rows: int, hidden: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.rms_norm(torch.randn(rows, hidden, generator=g), (hidden,))
+
+
+def test_equals_the_argmax_of_the_float32_logits() -> None:
+    weight = _weight(20_000, 64, seed=0)
+    head = ScreenedArgmax()
+    for seed in range(20):
+        hidden = _hidden(8, 64, seed)
+        tokens = head(hidden, weight, require_fast_units=False)
+        assert tokens is not None
+        assert torch.equal(tokens, F.linear(hidden, weight).argmax(dim=-1))
+
+
+def test_near_ties_below_bfloat16_resolution_go_to_the_larger_float32_logit() -> None:
+    """Rows equal in bfloat16 but not in float32: only the exact pass can tell them apart."""
+    hidden = _hidden(4, 64, seed=1)
+    weight = _weight(5_000, 64, seed=2)
+    leader = int(F.linear(hidden[:1], weight).argmax())
+    near = weight[leader].clone()
+    near[0] += 1e-6 * torch.sign(hidden[0, 0])  # well below a bfloat16 step of near[0]
+    assert torch.equal(near.bfloat16(), weight[leader].bfloat16())
+    weight = torch.cat([weight, near[None]])  # the new last token beats the leader by a hair
+    tokens = ScreenedArgmax()(hidden, weight, require_fast_units=False)
+    assert tokens is not None
+    assert tokens[0] == weight.shape[0] - 1
+    assert torch.equal(tokens, F.linear(hidden, weight).argmax(dim=-1))
+
+
+def test_exact_ties_go_to_the_lowest_token_id() -> None:
+    hidden = _hidden(3, 32, seed=3)
+    weight = _weight(3_000, 32, seed=4)
+    leaders = F.linear(hidden, weight).argmax(dim=-1)
+    weight = torch.cat([weight, weight[leaders]])  # each leader repeated at a higher id
+    tokens = ScreenedArgmax()(hidden, weight, require_fast_units=False)
+    assert tokens is not None
+    assert torch.equal(tokens, leaders)
+
+
+def test_follows_a_weight_changed_in_place() -> None:
+    weight = _weight(4_000, 32, seed=5)
+    hidden = _hidden(2, 32, seed=6)
+    head = ScreenedArgmax()
+    head(hidden, weight, require_fast_units=False)
+    with torch.no_grad():
+        weight.neg_()  # e.g. weights loaded after the first call
+    assert torch.equal(
+        head(hidden, weight, require_fast_units=False), F.linear(hidden, weight).argmax(dim=-1)
+    )
+
+
+def test_leaves_what_it_cannot_screen_to_the_full_logits() -> None:
+    weight = _weight(2_000, 32, seed=7)
+    hidden = _hidden(2, 32, seed=8)
+    head = ScreenedArgmax()
+    nan = hidden.clone()
+    nan[0, 0] = float("nan")
+    assert head(nan, weight, require_fast_units=False) is None
+    assert head(hidden.bfloat16(), weight.bfloat16(), require_fast_units=False) is None
+
+
+@pytest.mark.skipif(not fast_bf16_matmul(), reason="the CPU has no bfloat16 units")
+def test_a_greedy_step_computes_no_full_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 100_000, (20,), generator=g).tolist() for _ in range(3)]
+    greedy = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    full = Engine(EngineConfig(num_blocks=64, seed=0))
+    monkeypatch.setattr(full.model, "_screened_argmax", lambda *args, **kwargs: None)
+    expected = [c.token_ids for c in full.generate(prompts, greedy)]  # full float32 logits
+
+    engine = Engine(EngineConfig(num_blocks=64, seed=0))
+
+    def refuse(hidden: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("a greedy step computed the full logits")
+
+    monkeypatch.setattr(engine.model, "compute_logits", refuse)
+    assert [c.token_ids for c in engine.generate(prompts, greedy)] == expected

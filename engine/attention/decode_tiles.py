@@ -55,7 +55,12 @@ def plan_decode_tiles(
     lens = seq_lens[seqs]  # [Sd]
     num_blocks = (lens + block_size - 1) // block_size
     per_seq = (num_blocks + chunk_blocks - 1) // chunk_blocks
-    owner = torch.repeat_interleave(torch.arange(seqs.numel()), per_seq)  # [rows] -> decode
+    # From a Python list: torch's CPU repeat_interleave opens an OpenMP parallel region
+    # for any size, and on a busy 2-core host each one waits ~8 ms for its second thread.
+    owner = torch.tensor(
+        [seq for seq, count in enumerate(per_seq.tolist()) for _ in range(count)],
+        dtype=torch.int64,
+    )  # [rows] -> decode
     first_of_owner = torch.cumsum(per_seq, 0) - per_seq
     start = (torch.arange(owner.numel()) - first_of_owner[owner]) * chunk_blocks  # first block
     width = torch.clamp(num_blocks[owner] - start, max=chunk_blocks)  # blocks in the row

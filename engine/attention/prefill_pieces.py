@@ -93,7 +93,8 @@ def plan_prefill(
                     causal=True,
                 )
             )
-    cols = torch.repeat_interleave(~long, end_col - first_col).nonzero().flatten()  # short
+    run_of_col = torch.cumsum(starts, 0) - 1  # [nb]; not repeat_interleave (decode_tiles)
+    cols = (~long)[run_of_col].nonzero().flatten()  # the columns of short runs
     gathered = []
     if cols.numel():  # blocks of short runs, in position order
         # Fragments wholly before the chunk are seen by every row: no mask, whatever their

@@ -183,3 +183,18 @@ def test_runs_back_to_back_with_one_chunk_size_are_one_kernel_call() -> None:
     assert view.rows.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     (tile,) = plan.decode_tiles  # the decoded blocks, one row per sequence
     assert sorted(tile.keys.blocks.tolist()) == [[96 + s, 100 + s] for s in range(4)]
+
+
+def test_planning_a_step_calls_no_op_that_always_opens_a_parallel_region() -> None:
+    """torch's CPU repeat_interleave opens an OpenMP parallel region whatever its size; on
+    a busy 2-core host each region waits ~8 ms for its second thread, more than a whole
+    decode step. The planner runs every step: it must not call it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tables = [[*range(8 * s, 8 * s + 8), 64 + s] for s in range(8)]
+    decode = metadata(16, [1] * 8, [8 * 16 + 5] * 8, tables)
+    prefill = metadata(16, [40], [72], [[3, 4, 9, 10, 11]])
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for md in (decode, prefill):
+            plan_step(md, min_run_tokens=32, chunk_tokens=512, stage_tokens=16_384)
+    assert not [e.key for e in prof.key_averages() if "repeat_interleave" in e.key]

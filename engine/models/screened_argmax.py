@@ -169,7 +169,12 @@ def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> 
 
 
 def _threshold(row_max: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """The least screened logit a candidate can have: x + U|x| >= m - U|m| - 2B."""
+    """The least screened logit a candidate can have (x + U|x| >= m - U|m| - 2B), or
+    just below it, as a bfloat16 ([S])."""
     least = row_max - _U_BF16 * row_max.abs() - 2 * bound
     threshold = torch.where(least >= 0, least / (1 + _U_BF16), least / (1 - _U_BF16))
-    return threshold - _SLACK * (threshold.abs() + row_max.abs())
+    threshold = threshold - _SLACK * (threshold.abs() + row_max.abs())
+    # In bfloat16, the screen's dtype, so comparing needs no float32 copy of it: lowered
+    # by 2^-7 |t| first, so that rounding to nearest (half a step, <= 2^-8 |t|) cannot
+    # raise it above t.
+    return (threshold - _U_BF16 * threshold.abs()).to(torch.bfloat16)

@@ -82,7 +82,8 @@ class ModelRunner:
         tokens: list[int] = [0] * len(requests)
         if greedy:
             rows = torch.tensor(greedy, device=self.device)
-            for i, token in zip(greedy, self.model.greedy_tokens(hidden[rows]).tolist(), strict=True):
+            chosen = self.model.greedy_tokens(hidden[rows]).tolist()
+            for i, token in zip(greedy, chosen, strict=True):
                 tokens[i] = token
         others = [i for i, r in enumerate(requests) if not r.sampling.is_greedy]
         rows = torch.tensor(others, device=self.device)

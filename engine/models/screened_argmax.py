@@ -76,7 +76,7 @@ def fast_bf16_matmul() -> bool:
 class _Screen:
     """The bfloat16 copy of one weight version and its error constants."""
 
-    __slots__ = ("packed", "row_error", "max_row_norm", "max_row_norm_bf16", "num_tokens")
+    __slots__ = ("max_row_norm", "max_row_norm_bf16", "num_tokens", "packed", "row_error")
 
     def __init__(self, weight: torch.Tensor) -> None:  # [V, H] float32
         num_tokens, hidden = weight.shape

@@ -101,3 +101,23 @@ def test_a_greedy_step_computes_no_full_logits(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(engine.model, "compute_logits", refuse)
     assert [c.token_ids for c in engine.generate(prompts, greedy)] == expected
+
+
+def test_greedy_and_seeded_rows_in_one_step_each_get_their_own_tokens() -> None:
+    """The runner splits a mixed step: greedy rows screened, seeded rows sampled from the
+    full logits; each request's tokens are those it gets alone."""
+    engine = Engine(EngineConfig(num_blocks=64, seed=0))
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 100_000, (12,), generator=g).tolist() for _ in range(4)]
+    params = [
+        SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),
+        SamplingParams(max_tokens=5, temperature=0.8, seed=7, ignore_eos=True),
+        SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),
+        SamplingParams(max_tokens=5, temperature=1.2, top_k=50, seed=9, ignore_eos=True),
+    ]
+    alone = [engine.generate(p, s)[0].token_ids for p, s in zip(prompts, params, strict=True)]
+    engine.reset_prefix_cache()
+    ids = [engine.add_request(p, s) for p, s in zip(prompts, params, strict=True)]
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.pop_completion(i).token_ids for i in ids] == alone

@@ -11,20 +11,24 @@ argmax, so:
    ``B`` from the rounding of the weight and the hidden state to bfloat16, and of both
    sums; ``U`` from the bfloat16 output), so only tokens with ``a_v + U |a_v| >= max(a)
    - U |max(a)| - 2B`` can hold the largest ``e_v``;
-3. compute the float32 logits of those candidates alone (a few dozen of 100k) and take
-   their argmax, ties to the lowest token id, as ``torch.argmax`` does.
+3. compute the float32 logits of those candidates alone (about 90 of 100,277 for 8
+   rows of ``tiny-random``) and take their argmax, ties to the lowest token id, as
+   ``torch.argmax`` does.
 
 The candidates always include the float32 argmax, so the token is the one the full
 float32 logits give, up to the float rounding any two GEMM kernels differ by (another
 summation order, as ``PackedLinear`` already accepts). ``B`` uses Cauchy-Schwarz per
-row and the largest row norms of the weight, doubled to cover the rounding of the
-norms themselves; oneDNN accumulates bfloat16 products in float32 on every ISA.
+row and the largest row norm of the weight (rounding it to bfloat16 moves each element
+by at most 2^-8 of itself), doubled to cover the rounding of the norms themselves;
+oneDNN accumulates bfloat16 products in float32 on every ISA.
 
 Applies to float32 CPU weights where oneDNN packs bfloat16 weights and the CPU has
 bfloat16 units; elsewhere (GPUs, bfloat16 models, other CPUs) ``__call__`` returns
 ``None`` and the caller computes the full logits. Also ``None`` when the screen keeps
 more than an eighth of a large vocabulary (then the full GEMM is the cheaper way) and
-for hidden states with NaN or inf. The bfloat16 copy costs half the weight's memory.
+for hidden states with NaN or inf. The bfloat16 copy costs half the weight's memory and
+is made on the first call for each weight version (0.24-0.29 s for the 100k x 256 head
+on a busy 2-core host).
 """
 
 from __future__ import annotations

@@ -41,7 +41,10 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
         m = figures[metric]
         assert m.bench == "serve"
         assert (m.unit, m.target, m.direction) == (unit, target, direction)
-        assert math.isfinite(m.value) and m.met is not None
+        if metric == "http_overhead_ms_p50" and math.isnan(m.value):
+            assert m.met is None and m.note.startswith("NOT MEASURED: the in-process calls")
+        else:
+            assert math.isfinite(m.value) and m.met is not None
         # Every note says what ran: the model, the blocks and the threads of both sides.
         assert "tiny-random on CPU, 16,384 blocks" in m.note
         assert re.search(r"\d+ torch threads in each process", m.note), m.note
@@ -91,3 +94,16 @@ def test_an_interrupted_benchmark_stops_its_server() -> None:
         assert server.process is not None and server.process.poll() is None
         raise KeyboardInterrupt
     assert server.process is not None and server.process.poll() is not None
+
+
+def test_an_overhead_below_zero_beyond_its_error_is_not_reported() -> None:
+    """HTTP cannot make a call faster: remote minus local well below zero means the two
+    engines ran unlike, and the figure says so instead of passing its target."""
+    from kvgov.benchmarks.serve import overhead_of
+
+    near_zero = [0.004, -0.003, 0.002, 0.001, -0.001, 0.003, 0.000]
+    value, why = overhead_of(near_zero)
+    assert value == 0.001 and why == ""
+    unlike = [-0.120 + 0.001 * i for i in range(21)]
+    value, why = overhead_of(unlike)
+    assert math.isnan(value) and why.startswith("NOT MEASURED")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from engine.block import KVCacheBlock
 from engine.block_pool import BlockPool
 from engine.block_results import (
     Allocation,
@@ -44,10 +43,10 @@ from engine.errors import (
     DuplicateSequenceError,
     InvalidRequestError,
     SequenceStateError,
-    UnknownPinError,
     UnknownSequenceError,
 )
-from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_blocks, hash_chain, root_hash
+from engine.pins import PinRegistry
+from engine.prefix_hash import ExtraKey, encode_extra_keys, hash_chain
 from engine.swap_space import SwapSpace
 from engine.validation import require_int, require_token_ids
 
@@ -75,11 +74,7 @@ class BlockManager:
         self.swap_space = SwapSpace(device_pool=self.pool, host_pool=self.host_pool)
         self._tables: dict[Hashable, BlockTable] = {}
         self.budgets = BudgetRegistry()
-        self._pins: dict[int, list[KVCacheBlock]] = {}
-        # Shared pins: their blocks' (unsalted) hashes, and how many pins hold each hash.
-        self._shared_pins: dict[int, list[bytes]] = {}
-        self._shared_hashes: dict[bytes, int] = {}
-        self._next_pin_id = 0
+        self.pins = PinRegistry(self.pool)
         self._prefix_queries = 0
         self._prefix_hits = 0
 
@@ -105,19 +100,10 @@ class BlockManager:
         self, token_ids: Sequence[int], *, extra_keys: Sequence[ExtraKey] = ()
     ) -> int:
         """How many leading full blocks of ``token_ids`` are blocks of a shared pin: the k
-        to allocate a salted sequence with. Hashes one block when it is none (the usual
-        case), none when no pin is shared."""
-        if not self._shared_hashes:
-            return 0
-        extra = encode_extra_keys(extra_keys)
-        size = self.block_size
-        parent, k = root_hash(None), 0
-        for end in range(size, len(token_ids) + 1, size):
-            (parent,) = hash_blocks(token_ids[end - size : end], size, parent=parent, extra=extra)
-            if parent not in self._shared_hashes:
-                break
-            k += 1
-        return k
+        to allocate a salted sequence with (``PinRegistry.num_shared_blocks``)."""
+        return self.pins.num_shared_blocks(
+            token_ids, self.block_size, extra=encode_extra_keys(extra_keys)
+        )
 
     def longest_cached_prefix(
         self,
@@ -484,16 +470,7 @@ class BlockManager:
                 "call mark_computed() once its K/V is written",
             )
         blocks = table.blocks[:num_full]
-        for block in blocks:
-            self.pool.pin(block)
-        pin_id = self._next_pin_id
-        self._next_pin_id += 1
-        self._pins[pin_id] = blocks
-        if shared:
-            hashes = table.block_hashes[:num_full]
-            self._shared_pins[pin_id] = hashes
-            for block_hash in hashes:
-                self._shared_hashes[block_hash] = self._shared_hashes.get(block_hash, 0) + 1
+        pin_id = self.pins.add(blocks, table.block_hashes[:num_full] if shared else ())
         return PinnedPrefix(
             pin_id=pin_id,
             block_ids=tuple(b.block_id for b in blocks),
@@ -502,15 +479,7 @@ class BlockManager:
         )
 
     def unpin(self, prefix: PinnedPrefix) -> None:
-        blocks = self._pins.pop(prefix.pin_id, None)
-        if blocks is None:
-            raise UnknownPinError(prefix.pin_id)
-        for block_hash in self._shared_pins.pop(prefix.pin_id, ()):
-            left = self._shared_hashes.pop(block_hash) - 1
-            if left:
-                self._shared_hashes[block_hash] = left
-        for block in reversed(blocks):
-            self.pool.unpin(block)
+        self.pins.remove(prefix.pin_id)
 
     # -- introspection ------------------------------------------------------------------
     def __contains__(self, seq_id: Hashable) -> bool:

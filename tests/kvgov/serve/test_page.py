@@ -235,7 +235,11 @@ def test_the_live_route_lists_running_requests_with_the_engine(
     try:
         deadline = time.monotonic() + 15
         view = httpx.get(f"{base_url}/kvgov/v1/live", timeout=10).json()
-        while not view["requests"] and time.monotonic() < deadline:
+        # Until the engine has scheduled it: a request just added is listed as waiting.
+        while (
+            not any(r["state"] == "running" for r in view["requests"])
+            and time.monotonic() < deadline
+        ):
             view = httpx.get(f"{base_url}/kvgov/v1/live", timeout=10).json()
         samples = {s["name"]: s["value"] for s in view["metrics"] if "budget" not in s["labels"]}
         running = [r for r in view["requests"] if r["state"] == "running"]

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from typing_extensions import Self
 
 from governor import BackendUnavailable
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
 
-__all__ = ["Retries", "Transport"]
+__all__ = ["HttpLifecycle", "Retries", "Transport"]
 _RETRY_STATUS = (502, 503, 504)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 
@@ -197,6 +198,33 @@ class Transport:
                 entry = self._aclients[loop] = _LoopClient(client)
                 entry.start()
         return entry.client
+
+
+class HttpLifecycle:
+    """What every backend over a ``Transport`` does to start and end: its address, closing
+    the connections (the server, and what this client set up there, stay), and the
+    ``with`` block. The class mixing it in sets ``_transport`` and ``_closed``."""
+
+    _transport: Transport
+    _closed: bool
+
+    @property
+    def base_url(self) -> str:
+        return self._transport.base_url
+
+    def close(self) -> None:
+        self._closed = True
+        self._transport.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await self._transport.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _LoopClient:

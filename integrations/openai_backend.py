@@ -63,7 +63,7 @@ from integrations._models_probe import ModelsProbe
 from integrations._openai_limits import Call, Limits
 from integrations._probe_http import TransportProbeHTTP
 from integrations._remote_generation import StreamState, openai_body, path_of, result_of
-from integrations._remote_http import Retries, Transport
+from integrations._remote_http import HttpLifecycle, Retries, Transport
 from integrations._remote_restart import Restarts
 from integrations._remote_session import Pin, Session
 from integrations._remote_tokens import RemoteTokenizer
@@ -72,7 +72,7 @@ from integrations.engine_probe import EngineProbe, EngineReading
 __all__ = ["ModelsProbe", "OpenAICompatibleBackend"]
 
 
-class OpenAICompatibleBackend(Restarts):
+class OpenAICompatibleBackend(Restarts, HttpLifecycle):
     """The engine behind the OpenAI-compatible server at ``base_url``, serving ``model``.
 
     ``capacity``: the KV capacity to admit against when the probe cannot read it, in
@@ -145,27 +145,8 @@ class OpenAICompatibleBackend(Restarts):
         return self._model
 
     @property
-    def base_url(self) -> str:
-        return self._transport.base_url
-
-    @property
     def block_size(self) -> int:
         return self._limits.block_size
-
-    # -- lifecycle --------------------------------------------------------------------
-    def close(self) -> None:
-        self._closed = True
-        self._transport.close()
-
-    async def aclose(self) -> None:
-        self.close()
-        await self._transport.aclose()
-
-    def __enter__(self) -> OpenAICompatibleBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- what the engine says -------------------------------------------------------------
     def reading(self, *, fresh: bool = False) -> EngineReading:

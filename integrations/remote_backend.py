@@ -42,7 +42,7 @@ from governor import (
 )
 from integrations import wire
 from integrations._remote_generation import StreamState, body_of, path_of, result_of
-from integrations._remote_http import Retries, Transport
+from integrations._remote_http import HttpLifecycle, Retries, Transport
 from integrations._remote_restart import Restarts
 from integrations._remote_session import Pin, Session
 from integrations._remote_tokens import RemoteTokenizer
@@ -53,7 +53,7 @@ _NAME = "remote"
 _API = "/kvgov/v1"
 
 
-class RemoteBackend(Restarts):
+class RemoteBackend(Restarts, HttpLifecycle):
     """The engine behind ``kvgov serve`` at ``base_url`` (``http://gpu-box:8000``).
 
     ``timeout``: seconds to wait for an answer (a model call's whole answer, so size it
@@ -107,26 +107,6 @@ class RemoteBackend(Restarts):
         if self._model is None:
             self._model = str(self._get("/version")["model"])
         return self._model
-
-    @property
-    def base_url(self) -> str:
-        return self._transport.base_url
-
-    # -- lifecycle --------------------------------------------------------------------
-    def close(self) -> None:
-        """Close the connections; the server and what this client set up there stay."""
-        self._closed = True
-        self._transport.close()
-
-    async def aclose(self) -> None:
-        self.close()
-        await self._transport.aclose()
-
-    def __enter__(self) -> RemoteBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:

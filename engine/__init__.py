@@ -52,6 +52,7 @@ from engine.errors import (
     UnknownPresetError,
     UnknownSequenceError,
 )
+from engine.hf_export import export_preset
 from engine.kv_cache import BlockPairs, KVCache
 from engine.model_config import ModelConfig, RopeScaling
 from engine.models import LlamaForCausalLM
@@ -145,6 +146,7 @@ __all__ = [
     "UnknownSequenceError",
     "build_preset_model",
     "default_dtype",
+    "export_preset",
     "get_attention_backend",
     "get_preset",
     "load_model",

@@ -1,8 +1,9 @@
 """``kvgov bench engine``: throughput and time to first token of the bundled engine.
 
 Everything runs on the same ``tiny-random`` weights (exported to a Hugging Face folder
-for transformers) and the same prompts, and every comparison first checks that the
-greedy outputs are identical. Figures (targets from the engine issue, 2-core CPU):
+for transformers by ``engine.hf_export``, tokenizer included) and the same prompts, and
+every comparison first checks that the greedy outputs are identical. Figures (targets
+from the engine issue, 2-core CPU):
 
 - ``batch_scaling``: aggregate decode tokens/s with 8 concurrent sequences over 1 (>= 5).
 - ``vs_hf_generate_batch``: our throughput over transformers' continuous batching
@@ -35,8 +36,8 @@ import torch
 from engine.benchmarks.measurement import Measurement
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.hf_export import export_preset
 from engine.sampling import SamplingParams
-from engine.weights import save_model
 
 __all__ = ["ColdRun", "run", "time_cold"]
 
@@ -152,7 +153,7 @@ def _versus_transformers(
         return
     transformers.logging.set_verbosity_error()
     with tempfile.TemporaryDirectory() as folder:
-        save_model(engine.model, folder)
+        export_preset(folder, name=engine.config.model, model=engine.model)
         hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     hf.eval()
     config = transformers.GenerationConfig(

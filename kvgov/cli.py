@@ -48,6 +48,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "integrations": "integrations.benchmarks.integrations",
         "serve": "kvgov.benchmarks.serve",
         "replicas": "kvgov.benchmarks.replicas",
+        "context": "kvgov.benchmarks.context",
     }
 )
 

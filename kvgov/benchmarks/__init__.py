@@ -1,2 +1,3 @@
 """Benchmarks that wire every layer (servers in their own processes, the governor, the
-integrations): ``kvgov bench serve`` and ``kvgov bench replicas``."""
+integrations, the policies beside LangChain's own): ``kvgov bench serve``, ``kvgov bench
+replicas`` and ``kvgov bench context``."""

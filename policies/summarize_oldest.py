@@ -7,14 +7,17 @@ the latest turns as fit, and replaces the turns before them with one message::
 
 It is a user message rather than a system one because many chat templates accept a
 system message only at the start. ``N`` counts the original messages it stands for. The
-summary is the summarizer's reduction (``ExtractiveSummarizer`` over the counter in use
-by default) of the span's text, one ``role: content`` entry per message, within
-``summary_tokens`` tokens (fewer when less room is left). A running summary from an
-earlier compaction is folded into the next one, its count carried over. An assistant
-message that calls tools and its results are summarized or kept together; when no whole
-turn can be kept (an agent loop answering one user message), the loop's rounds are
-folded from the oldest instead. When even the
-head, a summary and the last turn do not fit it raises ``CeilingExceeded``.
+summary holds, within ``summary_tokens`` tokens (fewer when less room is left), what the
+user and the model said in the span, verbatim, one ``role: content`` line per message
+(instructions and decisions, which no tool can give back), then the summarizer's
+reduction (``ExtractiveSummarizer`` over the counter in use by default) of the rest: the
+tool calls and their results. When what was said does not fit on its own, it alone is
+reduced (the summarizer keeps its tail and head lines first) and the tool output goes. A
+running summary from an earlier compaction is folded into the next one, its count carried
+over and its said lines kept as said. An assistant message that calls tools and its
+results are summarized or kept together; when no whole turn can be kept (an agent loop
+answering one user message), the loop's rounds are folded from the oldest instead. When
+even the head, a summary and the last turn do not fit it raises ``CeilingExceeded``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from policies.extractive_summarizer import ExtractiveSummarizer
 __all__ = ["SummarizeOldest"]
 
 _SUMMARY = re.compile(r"\[Summary of (\d+) earlier messages?\]\n")
+_SAID = ("user: ", "assistant: ")  # a summary's lines of what was said
 
 
 class SummarizeOldest:
@@ -90,11 +94,11 @@ class SummarizeOldest:
         for k in range(len(parts.turns) - 1, 0, -1):
             span = [i for turn in parts.turns[:-k] for i in turn]
             kept_indexes = parts.head + [i for turn in parts.turns[-k:] for i in turn]
-            folded, text = _span(messages, span)
+            folded, said, rest = _span(messages, span)
             empty = _build(messages, span, kept_indexes, folded, "")
             budget = min(self._summary_tokens, room - counter.count_messages(empty))
             while budget >= 1:
-                body = summarizer.reduce(text, budget_tokens=budget).text
+                body = _body(said, rest, budget, summarizer, counter)
                 kept = _build(messages, span, kept_indexes, folded, body)
                 tokens = counter.count_messages(kept)
                 if tokens <= room:
@@ -113,10 +117,37 @@ def _build(
     return [message for _, message in sorted(placed, key=lambda item: item[0])]
 
 
-def _span(messages: Sequence[Mapping[str, Any]], span: list[int]) -> tuple[int, str]:
-    """How many original messages the span stands for, and its text to summarize."""
+def _body(
+    said: list[str],
+    rest: list[str],
+    budget: int,
+    summarizer: ToolOutputPolicy,
+    counter: TokenCounter,
+) -> str:
+    """What was said, verbatim, then the rest reduced to the room left; or, when what was
+    said alone is over ``budget``, what was said reduced (its first and last lines first)."""
+    head = "\n".join(said)
+    left = budget - counter.count(head + "\n") if said else budget
+    if left < 0:
+        return summarizer.reduce(head, budget_tokens=budget).text
+    while left >= 1 and rest:
+        tail = summarizer.reduce("\n".join(rest), budget_tokens=left).text
+        body = f"{head}\n{tail}" if said else tail
+        over = counter.count(body) - budget
+        if over <= 0:
+            return body
+        left -= over  # BPE merges at the seam: shrink and retry
+    return head
+
+
+def _span(
+    messages: Sequence[Mapping[str, Any]], span: list[int]
+) -> tuple[int, list[str], list[str]]:
+    """How many original messages the span stands for, the lines the user and the model
+    said (one per message), and the lines of the rest: tool calls and results."""
     folded = 0
-    lines: list[str] = []
+    said: list[str] = []
+    rest: list[str] = []
     for i in span:
         message = messages[i]
         role = str(message.get("role", ""))
@@ -124,19 +155,22 @@ def _span(messages: Sequence[Mapping[str, Any]], span: list[int]) -> tuple[int, 
         match = _SUMMARY.match(content) if role == "user" else None
         if match is not None:  # an earlier running summary: fold it in
             folded += int(match.group(1))
-            lines.append(content[match.end() :])
+            for line in content[match.end() :].split("\n"):
+                (said if line.startswith(_SAID) else rest).append(line)
             continue
         folded += 1
-        if content:
+        if content and role in ("user", "assistant"):
+            said.append(f"{role}: {content.replace(chr(10), ' ')}")
+        elif content:
             label = f"tool ({message.get('tool_call_id')})" if role == "tool" else role
-            lines.append(f"{label}: {content}")
+            rest.append(f"{label}: {content}")
         for call in message.get("tool_calls") or ():
             function = call.get("function", call) if isinstance(call, Mapping) else {}
             arguments = function.get("arguments", function.get("args", ""))
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments, ensure_ascii=False)
-            lines.append(f"{role} called {function.get('name', '')}({arguments})")
-    return folded, "\n".join(lines)
+            rest.append(f"{role} called {function.get('name', '')}({arguments})")
+    return folded, said, rest
 
 
 def _text(content: Any) -> str:

@@ -192,7 +192,30 @@ def test_summarize_oldest_uses_the_given_summarizer() -> None:
         reserve_tokens=0,
         counter=COUNTER,
     )
-    assert kept[2]["content"].endswith("]\ngist")
+    # What the user and the model said, verbatim, then the summarizer's gist of the rest.
+    assert kept[2]["content"].endswith("\nassistant: done with step 3\ngist")
+
+
+def test_summarize_oldest_keeps_what_the_user_said_over_tool_output() -> None:
+    decision = "Decision: keep pydantic pinned at 1.10.13 and do not upgrade it."
+    errors = "".join(f"ERROR worker {n}: KeyError: 'customer_id' in batch {n}\n" for n in range(40))
+    messages = [SYSTEM, TASK, {"role": "user", "content": decision}]
+    for n in range(4):
+        turn = tool_turn(n, size=1)
+        turn[2]["content"] = errors  # error lines: what the extractive summarizer keeps first
+        messages += turn
+    ceiling = COUNTER.count_messages(messages) // 2
+    policy = SummarizeOldest(summary_tokens=200)
+    kept, _ = policy.compact(messages, ceiling_tokens=ceiling, reserve_tokens=0, counter=COUNTER)
+    assert kept[2]["content"].startswith("[Summary of ")
+    assert f"user: {decision}\n" in kept[2]["content"]
+    assert COUNTER.count(kept[2]["content"].split("\n", 1)[1]) <= 200
+    # Folded again with later turns, the running summary keeps it as said.
+    more = kept + tool_turn(4, size=1) + tool_turn(5, size=1)
+    more[-2]["content"] = more[-6]["content"] = errors
+    again, _ = policy.compact(more, ceiling_tokens=ceiling, reserve_tokens=0, counter=COUNTER)
+    notes = [m["content"] for m in again if m["content"].startswith("[Summary of ")]
+    assert len(notes) == 1 and f"user: {decision}\n" in notes[0]
 
 
 # --- properties -------------------------------------------------------------------------

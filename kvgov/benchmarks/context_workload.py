@@ -37,7 +37,7 @@ from policies.benchmarks.corpus import Category, Document, build_corpus
 
 __all__ = ["Conversation", "Fact", "build_conversations", "context_text"]
 
-_ROUNDS = 6  # tool calls per conversation
+_ROUNDS = 10  # tool calls per conversation: more than budget // 8 each can hold
 _PACKAGES = ("ledger", "billing", "ingest", "refunds", "webhooks", "catalog", "search")
 _LIBRARIES = ("pydantic", "sqlalchemy", "httpx", "celery", "protobuf", "redis")
 _EXCEPTIONS = ("ValueError", "KeyError", "TimeoutError", "IntegrityError", "PermissionError")

@@ -1,7 +1,7 @@
 """``kvgov bench context``: the facts an agent's context keeps when it is compacted to fit.
 
 The conversations of ``kvgov.benchmarks.context_workload`` (tool-using agents, facts
-planted in tool outputs and user messages; 8, or 3 with ``--quick``) are brought under
+planted in tool outputs and user messages; 8, or 2 with ``--quick``) are brought under
 each token budget (``BUDGETS``) by three methods, each as its users run it:
 
 - ``kvgov``: the governor's tool-output and ceiling policies as a user configures them
@@ -55,15 +55,22 @@ Messages = list[dict[str, Any]]
 class Outcome:
     """One conversation brought under one budget by one method."""
 
-    facts_kept: int
-    facts: int
+    found: tuple[tuple[str, bool], ...]  # each planted fact's kind, and whether it is there
     tokens: int
     orphaned_results: int
     orphaned_calls: int
 
+    @property
+    def facts_kept(self) -> int:
+        return sum(kept for _, kept in self.found)
+
+    @property
+    def facts(self) -> int:
+        return len(self.found)
+
 
 def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
-    conversations = build_conversations(num_conversations=3 if quick else 8)
+    conversations = build_conversations(num_conversations=2 if quick else 8)
     counter = TokenCounter()
     results: dict[tuple[str, int], list[Outcome]] = {}
     settings: dict[int, str] = {}
@@ -221,8 +228,7 @@ def measure(conversation: Conversation, context: Messages, counter: TokenCounter
             answered.add(message["tool_call_id"])
             orphaned_results += message["tool_call_id"] not in called
     return Outcome(
-        facts_kept=sum(fact.text in text for fact in conversation.facts),
-        facts=len(conversation.facts),
+        found=tuple((fact.kind, fact.text in text) for fact in conversation.facts),
         tokens=counter.count_messages(context),
         orphaned_results=orphaned_results,
         orphaned_calls=len(called - answered),
@@ -296,6 +302,12 @@ def _row(
         f"{sum(o.orphaned_results for o in outcomes)}, tool calls "
         f"{sum(o.orphaned_calls for o in outcomes)}"
     )
+    kinds: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        for kind, kept in outcome.found:
+            kinds.setdefault(kind, [0, 0])[0] += kept
+            kinds[kind][1] += 1
+    note += "; by kind " + ", ".join(f"{k} {n}/{of}" for k, (n, of) in kinds.items())
     if method == "trim_messages":
         note += f"; {trim_setting}"
     return _figure(f"facts_retained_pct_{method}_{budget}", _share(outcomes), "%", note=note)

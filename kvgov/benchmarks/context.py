@@ -4,12 +4,14 @@ The conversations of ``kvgov.benchmarks.context_workload`` (tool-using agents, f
 planted in tool outputs and user messages; 8, or 2 with ``--quick``) are brought under
 each token budget (``BUDGETS``) by three methods, each as its users run it:
 
-- ``kvgov``: the governor's tool-output and ceiling policies as a user configures them
+- ``kvgov``: the tool-output and ceiling policies a user configures
   (``Policies(tool_output=ExtractiveSummarizer(counter), ceiling=SummarizeOldest(...))``
-  with ``AgentSpec(tool_output_tokens=budget // 8, ceiling_tokens=budget)``): each tool
-  output is reduced as it is appended, and before each model call the history, when it
-  is over the ceiling, is compacted and stays compacted (as ``GovernorMiddleware`` writes
-  it back to the agent's state); the summary takes at most a quarter of the budget.
+  with ``AgentSpec(tool_output_tokens=budget // 8, ceiling_tokens=budget)``), called
+  directly in the order the governor calls them: each tool output reduced as it is
+  appended, and before each model call the history, when it is over the ceiling,
+  compacted and kept compacted (as ``GovernorMiddleware`` writes it back to the agent's
+  state); the summary takes at most a quarter of the budget, and no reply reserve is
+  kept (every method gets the whole budget).
 - ``context_editing``: LangChain's ``ContextEditingMiddleware`` with ``ClearToolUsesEdit``
   called through its ``wrap_model_call`` on the full history at the last model call (it
   edits a copy per call, never the state), triggered at the budget, tool inputs kept,

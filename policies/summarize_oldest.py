@@ -160,7 +160,8 @@ def _span(
             continue
         folded += 1
         if content and role in ("user", "assistant"):
-            said.append(f"{role}: {content.replace(chr(10), ' ')}")
+            one_line = content.replace("\n", " ")  # a said line is one line, folded or not
+            said.append(f"{role}: {one_line}")
         elif content:
             label = f"tool ({message.get('tool_call_id')})" if role == "tool" else role
             rest.append(f"{label}: {content}")

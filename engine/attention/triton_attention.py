@@ -1,0 +1,250 @@
+"""Triton paged attention: the GPU backend, on CUDA and ROCm alike.
+
+``prepare`` stages the step's launch data once for all layers, in one host-to-device
+copy: the decode rows and their sequences, and the prefill tiles (up to ``BLOCK_M`` new
+tokens of one chunk each). Block tables and sequence lengths become int32 on the device,
+without a host sync. Each layer's ``forward`` writes the new K/V into their slots, then
+launches the kernels of ``triton_kernels`` on the cache in place.
+
+Decode is split across partitions of each row's positions (flash-decoding) when decode
+rows x kv heads are fewer than ``target_programs`` (4 per multiprocessor on a GPU): a
+batch of 8 long sequences with 8 kv heads is 64 programs, half an H200's 132
+multiprocessors, each streaming 4,096 tokens alone, until split.
+
+On CPU tensors the same kernels run under Triton's interpreter: slow, for tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+from engine.attention.reference import write_kv
+from engine.errors import InvalidRequestError
+from engine.validation import require_int
+
+__all__ = ["TritonAttention", "num_splits", "triton_available"]
+
+_BLOCK_M = 32  # prefill query rows per program
+_MIN_DOT = 16  # tl.dot's smallest tile side
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether ``triton`` imports here (GPU builds of torch ship it; CPU installs may not)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def num_splits(
+    *, num_programs: int, max_len: int, target_programs: int, min_partition_tokens: int
+) -> int:
+    """Partitions per decode row: enough for ``target_programs`` programs, none shorter
+    than ``min_partition_tokens`` (a partition's fixed cost is its merge)."""
+    if num_programs <= 0 or num_programs >= target_programs:
+        return 1
+    want = -(-target_programs // num_programs)
+    return max(1, min(want, max_len // min_partition_tokens))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    block_tables: torch.Tensor  # [S, W] int32
+    seq_lens: torch.Tensor  # [S] int32
+    decode_rows: torch.Tensor  # [R] int32: token index of each decode
+    decode_seqs: torch.Tensor  # [R] int32: its sequence
+    max_decode_len: int
+    tiles: torch.Tensor  # [P, 4] int32: first row, rows, first position, sequence
+
+
+class TritonAttention:
+    """- ``target_programs``: decode programs to aim for before splitting rows; ``None``
+      is 4 per multiprocessor of the device (1 on a CPU: the interpreter gains nothing).
+    - ``min_partition_tokens``: the shortest partition a split may cut.
+    """
+
+    name = "triton"
+
+    __slots__ = ("_min_partition_tokens", "_plan", "_planned_for", "_target_programs")
+
+    def __init__(
+        self, *, target_programs: int | None = None, min_partition_tokens: int = 256
+    ) -> None:
+        if target_programs is not None:
+            require_int("target_programs", target_programs, minimum=1)
+        self._target_programs = target_programs
+        self._min_partition_tokens = require_int(
+            "min_partition_tokens", min_partition_tokens, minimum=1
+        )
+        self._plan: _Plan | None = None
+        self._planned_for: AttentionMetadata | None = None
+
+    def prepare(self, metadata: AttentionMetadata) -> None:
+        device = metadata.seq_lens.device
+        decode_rows: list[int] = []
+        decode_seqs: list[int] = []
+        tiles: list[int] = []
+        max_decode_len = 0
+        row = 0
+        for s, (q_len, s_len) in enumerate(
+            zip(metadata.query_lens_cpu, metadata.seq_lens_cpu, strict=True)
+        ):
+            if q_len == 1:
+                decode_rows.append(row)
+                decode_seqs.append(s)
+                max_decode_len = max(max_decode_len, s_len)
+            else:
+                context = s_len - q_len
+                for i in range(0, q_len, _BLOCK_M):
+                    tiles += [row + i, min(_BLOCK_M, q_len - i), context + i, s]
+            row += q_len
+        num_decodes = len(decode_rows)
+        staged = torch.tensor(decode_rows + decode_seqs + tiles, dtype=torch.int32)
+        staged = staged.to(device, non_blocking=True)
+        self._plan = _Plan(
+            block_tables=metadata.block_tables.to(torch.int32),
+            seq_lens=metadata.seq_lens.to(torch.int32),
+            decode_rows=staged[:num_decodes],
+            decode_seqs=staged[num_decodes : 2 * num_decodes],
+            max_decode_len=max_decode_len,
+            tiles=staged[2 * num_decodes :].view(-1, 4),
+        )
+        self._planned_for = metadata
+
+    def forward(
+        self,
+        q: torch.Tensor,  # [T, Hq, D]
+        k: torch.Tensor,  # [T, Hkv, D]
+        v: torch.Tensor,  # [T, Hkv, D]
+        key_cache: torch.Tensor,  # [N, B, Hkv, D]
+        value_cache: torch.Tensor,  # [N, B, Hkv, D]
+        metadata: AttentionMetadata,
+        *,
+        scale: float,
+    ) -> torch.Tensor:  # [T, Hq, D]
+        if self._planned_for is not metadata:
+            self.prepare(metadata)
+        plan = self._plan
+        assert plan is not None
+        assert key_cache.stride() == value_cache.stride() and key_cache.stride(-1) == 1
+        write_kv(k, v, key_cache, value_cache, metadata.slot_mapping)
+        out = torch.empty_like(q)
+        query = q.to(key_cache.dtype)
+        if query.stride(-1) != 1:
+            query = query.contiguous()
+        from engine.attention import triton_kernels as kernels
+
+        if q.device.type == "cpu" and not kernels.INTERPRETED:
+            raise InvalidRequestError(
+                "the Triton attention backend runs on CPU tensors only under Triton's "
+                "interpreter: set TRITON_INTERPRET=1 before triton is imported, or choose "
+                "attention='auto' (the CPU's own backend)"
+            )
+        block_size, kv_heads, head_dim = key_cache.shape[1:]
+        group = q.shape[1] // kv_heads
+        common = {
+            "HEAD_DIM": head_dim,
+            "DIM_PAD": max(_MIN_DOT, _pow2(head_dim)),
+            "BLOCK_SIZE": block_size,
+            # The interpreter gets bfloat16 dot products wrong: fp32 there (triton_kernels).
+            "UPCAST": kernels.INTERPRETED and key_cache.dtype == torch.bfloat16,
+        }
+        cache_strides = (key_cache.stride(0), key_cache.stride(1), key_cache.stride(2))
+        scale_log2 = scale * 1.4426950408889634  # log2(e): the kernels use exp2
+        num_decodes = plan.decode_rows.numel()
+        if num_decodes:
+            self._decode(kernels, plan, query, key_cache, value_cache, out, scale_log2, common,
+                         cache_strides, group=group, kv_heads=kv_heads)
+        if plan.tiles.numel():
+            kernels.prefill[(plan.tiles.shape[0], q.shape[1])](
+                query, key_cache, value_cache, plan.block_tables, plan.tiles, out,
+                scale_log2,
+                query.stride(0), query.stride(1), *cache_strides, plan.block_tables.stride(0),
+                out.stride(0), out.stride(1),
+                GROUP=group, BLOCK_M=_BLOCK_M, TILE_N=32 if head_dim > 128 else 64,
+                num_warps=4, **common,
+            )  # fmt: skip
+        return out
+
+    def _decode(
+        self,
+        kernels: ModuleType,
+        plan: _Plan,
+        query: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        out: torch.Tensor,
+        scale_log2: float,
+        common: dict[str, object],
+        cache_strides: tuple[int, int, int],
+        *,
+        group: int,
+        kv_heads: int,
+    ) -> None:
+        num_decodes = plan.decode_rows.numel()
+        tile_n = 32 if common["DIM_PAD"] > 128 else 64  # type: ignore[operator]
+        splits = num_splits(
+            num_programs=num_decodes * kv_heads,
+            max_len=plan.max_decode_len,
+            target_programs=self._targets(query.device),
+            min_partition_tokens=self._min_partition_tokens,
+        )
+        partition = -(-plan.max_decode_len // splits)
+        partition = -(-partition // tile_n) * tile_n
+        splits = -(-plan.max_decode_len // partition)
+        padded_splits = 1 if splits == 1 else _pow2(splits)
+        if splits == 1:
+            part_out = part_lse = out  # not written: the kernel stores the output directly
+        else:
+            num_heads = query.shape[1]
+            dim_pad = common["DIM_PAD"]
+            part_out = torch.empty(
+                (num_decodes, num_heads, padded_splits, dim_pad),  # type: ignore[arg-type]
+                dtype=torch.float32,
+                device=query.device,
+            )
+            part_lse = torch.empty(
+                (num_decodes, num_heads, padded_splits), dtype=torch.float32, device=query.device
+            )
+        kernels.decode_partition[(num_decodes, kv_heads, splits)](
+            query, key_cache, value_cache, plan.block_tables, plan.seq_lens,
+            plan.decode_rows, plan.decode_seqs, out, part_out, part_lse,
+            scale_log2, partition,
+            query.stride(0), query.stride(1), *cache_strides, plan.block_tables.stride(0),
+            out.stride(0), out.stride(1),
+            GROUP=group, GROUP_PAD=max(_MIN_DOT, _pow2(group)), TILE_N=tile_n,
+            NUM_SPLITS=padded_splits, num_warps=4, **common,
+        )  # fmt: skip
+        if splits > 1:
+            kernels.decode_merge[(num_decodes, query.shape[1])](
+                part_out, part_lse, plan.decode_rows, out, splits,
+                out.stride(0), out.stride(1),
+                HEAD_DIM=common["HEAD_DIM"], DIM_PAD=common["DIM_PAD"], NUM_SPLITS=padded_splits,
+                num_warps=4,
+            )  # fmt: skip
+
+    def _targets(self, device: torch.device) -> int:
+        if self._target_programs is not None:
+            return self._target_programs
+        if device.type != "cuda":
+            return 1
+        return 4 * _multiprocessors(device.index or 0)
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count

@@ -167,8 +167,19 @@ class TritonAttention:
         scale_log2 = scale * 1.4426950408889634  # log2(e): the kernels use exp2
         num_decodes = plan.decode_rows.numel()
         if num_decodes:
-            self._decode(kernels, plan, query, key_cache, value_cache, out, scale_log2, common,
-                         cache_strides, group=group, kv_heads=kv_heads)
+            self._decode(
+                kernels,
+                plan,
+                query,
+                key_cache,
+                value_cache,
+                out,
+                scale_log2,
+                common,
+                cache_strides,
+                group=group,
+                kv_heads=kv_heads,
+            )
         if plan.tiles.numel():
             kernels.prefill[(plan.tiles.shape[0], q.shape[1])](
                 query, key_cache, value_cache, plan.block_tables, plan.tiles, out,

@@ -147,7 +147,8 @@ def decode_merge(
     lse = tl.load(part_lse_ptr + cell, mask=s_ok, other=float("-inf"))
     # Partition 0 always holds a position, so the peak is finite.
     weight = tl.exp2(lse - tl.max(lse, 0))  # [NUM_SPLITS], 0 where empty
-    part = tl.load(part_out_ptr + cell[:, None] * DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0)
+    parts = part_out_ptr + cell[:, None] * DIM_PAD + d[None, :]
+    part = tl.load(parts, mask=s_ok[:, None], other=0.0)
     out = tl.sum(part * weight[:, None], 0) / tl.sum(weight, 0)
     dst = out_ptr + row * stride_o_tok + head * stride_o_head + d
     tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)

@@ -3,9 +3,13 @@
 - ``"reference"``: ``ReferenceAttention``, the slow, plain-torch oracle.
 - ``"paged"``: ``PagedAttention``, split-KV: decodes in staged tiles batched across
   sequences, prefill over zero-copy runs; the fast CPU path (correct anywhere).
-- ``"gather"``: ``GatherAttention``, gather-then-SDPA; the GPU path.
-- ``"fast"`` and ``"auto"``: the best of those for the device: ``paged`` on CPU,
-  ``gather`` on CUDA/ROCm and anything else (its ops are device-agnostic torch).
+- ``"gather"``: ``GatherAttention``, gather-then-SDPA; the GPU path where triton is
+  absent.
+- ``"triton"``: ``TritonAttention``, kernels that read the paged cache in place; the GPU
+  path (CUDA and ROCm). On CPU tensors it runs only under Triton's interpreter (tests).
+- ``"fast"`` and ``"auto"``: the best of those for the device (``resolve_name``):
+  ``paged`` on CPU; ``triton`` on CUDA/ROCm where triton imports, else ``gather``;
+  ``gather`` on anything else (its ops are device-agnostic torch).
 """
 
 from __future__ import annotations
@@ -16,24 +20,45 @@ from engine.attention.backend import AttentionBackend
 from engine.attention.gather import GatherAttention
 from engine.attention.paged import PagedAttention
 from engine.attention.reference import ReferenceAttention
+from engine.attention.triton_attention import TritonAttention, triton_available
 from engine.device import resolve_device
 from engine.errors import InvalidRequestError
 
-__all__ = ["ATTENTION_BACKENDS", "get_attention_backend"]
+__all__ = ["ATTENTION_BACKENDS", "get_attention_backend", "resolve_name"]
 
-ATTENTION_BACKENDS = ("auto", "fast", "gather", "paged", "reference")
+ATTENTION_BACKENDS = ("auto", "fast", "gather", "paged", "reference", "triton")
 
 
-def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> AttentionBackend:
-    """A new backend instance (backends keep per-step plans, so share one per model)."""
+def resolve_name(name: str, *, device_type: str, has_triton: bool) -> str:
+    """The backend ``name`` stands for on a device of ``device_type``."""
     if name not in ATTENTION_BACKENDS:
         raise InvalidRequestError(
             f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
         )
-    if name in ("auto", "fast"):
-        name = "paged" if resolve_device(device).type == "cpu" else "gather"
-    if name == "paged":
+    if name == "triton" and not has_triton:
+        raise InvalidRequestError(
+            "attention='triton' needs the triton package (GPU builds of torch ship it; "
+            "pip install 'kvgov[triton]'), or choose attention='auto'"
+        )
+    if name not in ("auto", "fast"):
+        return name
+    if device_type == "cpu":
+        return "paged"
+    if device_type == "cuda" and has_triton:  # ROCm is torch.cuda too
+        return "triton"
+    return "gather"
+
+
+def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> AttentionBackend:
+    """A new backend instance (backends keep per-step plans, so share one per model)."""
+    device_type = resolve_device(device).type
+    # Only the names that may mean triton look for it: importing it takes a while.
+    wants = name == "triton" or (name in ("auto", "fast") and device_type != "cpu")
+    chosen = resolve_name(name, device_type=device_type, has_triton=wants and triton_available())
+    if chosen == "paged":
         return PagedAttention()
-    if name == "gather":
+    if chosen == "gather":
         return GatherAttention()
+    if chosen == "triton":
+        return TritonAttention()
     return ReferenceAttention()

@@ -9,6 +9,7 @@ from engine.attention import ReferenceAttention
 from engine.attention.gather import GatherAttention
 from engine.attention.paged import PagedAttention
 from engine.attention.select import ATTENTION_BACKENDS, get_attention_backend
+from engine.attention.triton_attention import TritonAttention, triton_available
 from engine.errors import InvalidRequestError
 
 
@@ -38,5 +39,6 @@ def test_an_unknown_name_says_which_names_exist() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["auto", "fast"])
-def test_the_fast_backend_on_a_gpu_gathers_for_sdpa(name: str) -> None:
-    assert isinstance(get_attention_backend(name, device="cuda"), GatherAttention)
+def test_the_fast_backend_on_a_gpu_is_triton_or_gathers_for_sdpa(name: str) -> None:
+    want = TritonAttention if triton_available() else GatherAttention
+    assert isinstance(get_attention_backend(name, device="cuda"), want)

@@ -10,13 +10,11 @@ bandwidth it has; on a CPU it costs about as much as the attention (see
 - Decodes (one query token each) are batched, bucketed by block count in powers of
   two so that padding at most doubles a bucket; grouped-query heads fold into the
   query axis, ``[R, Hkv, Hq / Hkv, D]``, so no kv head is repeated.
-- Prefill chunks run one sequence at a time (few per step), bottom-right causal
-  (query ``i`` of a chunk after ``C`` cached tokens sees positions ``0..C + i``) through
-  torch's ``causal_lower_right`` bias, which fused kernels apply without a mask tensor;
-  kv heads are repeated for it, as its fused paths want equal head counts. On ROCm a
-  chunk after cached tokens gets an explicit boolean mask instead: there torch's
-  lower-right bias reaches fused kernels that reject it ("Unsupported mask type on
-  ROCM") or may align the diagonal top-left.
+- Prefill chunks run one sequence at a time (few per step) through ``sdpa_prefill``:
+  the cached keys (no mask) and the chunk's own keys (square, causal) attended apart,
+  on the fused kernels ``sdpa_probe`` found, and merged by log-sum-exp; no mask
+  tensor and no materialized scores on any device. A sequence whose blocks form one
+  run (consecutive ids) is read as a zero-copy view of the cache; others are gathered.
 
 All index and mask tensors are built on the device in ``prepare``, without a host sync.
 """
@@ -27,10 +25,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
+from engine.attention.sdpa_prefill import attend_chunk
+from engine.attention.sdpa_probe import probe_sdpa
 
 __all__ = ["GatherAttention"]
 
@@ -48,7 +47,7 @@ class _Prefill:
     num_queries: int
     seq_len: int
     blocks: torch.Tensor  # [W] int64
-    mask: torch.Tensor | CausalBias  # [Q, L] bool (True: visible) or lower-right causal
+    start_slot: int | None  # the first slot of a sequence whose blocks form one run
 
 
 class GatherAttention:
@@ -76,13 +75,15 @@ class GatherAttention:
             if q_len == 1:
                 buckets.setdefault(1 << (num_blocks - 1).bit_length(), []).append(s)
                 continue
+            table = metadata.block_tables_cpu[s][:num_blocks]
+            one_run = all(b == table[0] + i for i, b in enumerate(table))
             prefills.append(
                 _Prefill(
                     first_row=first_rows[s],
                     num_queries=q_len,
                     seq_len=s_len,
                     blocks=metadata.block_tables[s, :num_blocks],
-                    mask=_prefill_mask(q_len, s_len, device),
+                    start_slot=table[0] * block_size if one_run else None,
                 )
             )
         decodes = []
@@ -136,34 +137,18 @@ class GatherAttention:
                 scale=scale,
             )  # [R, Hkv, G, D]
             out.index_copy_(0, batch.rows, attended.flatten(1, 2).to(out.dtype))
+        if self._prefills:
+            support = probe_sdpa(q.device)
+            slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
+            slots_v = value_cache.view(-1, kv_heads, head_dim)
         for prefill in self._prefills:
-            keys = key_cache.index_select(0, prefill.blocks).flatten(0, 1)[: prefill.seq_len]
-            values = value_cache.index_select(0, prefill.blocks).flatten(0, 1)[: prefill.seq_len]
-            group = q.shape[1] // kv_heads
+            if prefill.start_slot is not None:  # one run: a view, no copy
+                span = slice(prefill.start_slot, prefill.start_slot + prefill.seq_len)
+                keys, values = slots_k[span], slots_v[span]
+            else:
+                keys = key_cache.index_select(0, prefill.blocks).flatten(0, 1)[: prefill.seq_len]
+                values = value_cache.index_select(0, prefill.blocks).flatten(0, 1)
+                values = values[: prefill.seq_len]
             rows = slice(prefill.first_row, prefill.first_row + prefill.num_queries)
-            out[rows] = F.scaled_dot_product_attention(
-                q[rows].transpose(0, 1)[None],  # [1, Hq, Q, D]
-                keys.repeat_interleave(group, dim=1).transpose(0, 1)[None],  # [1, Hq, L, D]
-                values.repeat_interleave(group, dim=1).transpose(0, 1)[None],
-                attn_mask=prefill.mask,
-                scale=scale,
-            )[0].transpose(0, 1)
+            out[rows] = attend_chunk(q[rows], keys, values, scale=scale, support=support)
         return out
-
-
-def _explicit_causal_mask(device: torch.device) -> bool:
-    """Whether lower-right causal attention needs a mask tensor on ``device``: on ROCm
-    (torch 2.4 and some later releases) ``causal_lower_right`` dispatches to fused
-    kernels that raise "Unsupported mask type on ROCM" or may align the diagonal top-left."""
-    return device.type == "cuda" and bool(torch.version.hip)
-
-
-def _prefill_mask(
-    num_queries: int, seq_len: int, device: torch.device
-) -> torch.Tensor | CausalBias:
-    """Query ``i`` of a chunk after ``seq_len - num_queries`` cached tokens sees keys
-    ``0..seq_len - num_queries + i``; a square chunk is plain (top-left) causal."""
-    if num_queries == seq_len or not _explicit_causal_mask(device):
-        return causal_lower_right(num_queries, seq_len)
-    visible = torch.ones(num_queries, seq_len, dtype=torch.bool, device=device)
-    return visible.tril_(seq_len - num_queries)  # [Q, L], built on the device: no copy

@@ -9,40 +9,12 @@ from unittest import mock
 
 import pytest
 import torch
-from torch.nn.attention.bias import CausalBias, causal_lower_right
 
-from engine.attention import AttentionMetadata, ReferenceAttention, gather
+from engine.attention import AttentionMetadata, ReferenceAttention
 from engine.attention.gather import GatherAttention
 from engine.sampling import Sampler, SamplingParams, _apply_top_k
 
 CUDA0 = torch.device("cuda", 0)
-
-
-@pytest.mark.parametrize(
-    ("device", "hip", "explicit"),
-    [
-        (CUDA0, "6.1.40091", True),  # ROCm: torch's lower-right bias is not usable there
-        (CUDA0, None, False),  # CUDA: fused kernels apply the lower-right bias
-        (torch.device("cpu"), "6.1.40091", False),
-        (torch.device("cpu"), None, False),
-    ],
-)
-def test_explicit_causal_mask_only_on_rocm(
-    device: torch.device, hip: str | None, explicit: bool
-) -> None:
-    with mock.patch.object(torch.version, "hip", hip):
-        assert gather._explicit_causal_mask(device) is explicit
-
-
-def test_explicit_prefill_mask_is_lower_right_causal() -> None:
-    cpu = torch.device("cpu")
-    with mock.patch.object(gather, "_explicit_causal_mask", return_value=True):
-        mask = gather._prefill_mask(3, 7, cpu)
-        square = gather._prefill_mask(5, 5, cpu)
-    assert isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
-    assert torch.equal(mask, causal_lower_right(3, 7)._materialize(cpu))
-    assert isinstance(square, CausalBias)  # plain causal: every kernel handles it
-    assert isinstance(gather._prefill_mask(3, 7, cpu), CausalBias)
 
 
 def _chunked_batch() -> tuple[AttentionMetadata, dict[str, torch.Tensor]]:
@@ -68,14 +40,6 @@ def _run(backend: object, metadata: AttentionMetadata, inputs: dict[str, torch.T
     return backend.forward(  # type: ignore[attr-defined]
         inputs["q"], inputs["k"], inputs["v"], keys, values, metadata, scale=0.25
     )
-
-
-def test_gather_with_the_rocm_prefill_mask_equals_the_reference() -> None:
-    metadata, inputs = _chunked_batch()
-    want = _run(ReferenceAttention(), metadata, inputs)
-    with mock.patch.object(gather, "_explicit_causal_mask", return_value=True):
-        out = _run(GatherAttention(), metadata, inputs)
-    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
 
 def test_top_k_takes_the_largest_k_without_a_device_sync() -> None:

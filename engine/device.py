@@ -13,7 +13,7 @@ import torch
 
 from engine.errors import InvalidRequestError
 
-__all__ = ["default_dtype", "resolve_device"]
+__all__ = ["bf16_matrix_units", "default_dtype", "resolve_device"]
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -59,14 +59,37 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def default_dtype(device: str | torch.device) -> torch.dtype:
-    """float32 on CPU; bfloat16 on GPUs that run it natively, else float16.
+    """float32 on CPU; on a GPU, bfloat16 where it has bfloat16 matrix instructions,
+    else float16 (``bf16_matrix_units``).
 
-    bfloat16 keeps float32's exponent range (no overflow in long-context logits);
-    pre-Ampere NVIDIA GPUs only emulate it, slowly, so they get float16.
+    bfloat16 keeps float32's exponent range (no overflow in long-context logits); a
+    card without bfloat16 matrix units only emulates it, slowly, so it gets float16.
     """
     resolved = resolve_device(device)
     if resolved.type != "cuda":
         return torch.float32
-    if torch.version.hip or torch.cuda.get_device_properties(resolved).major >= 8:
-        return torch.bfloat16
-    return torch.float16
+    props = torch.cuda.get_device_properties(resolved)
+    if torch.version.hip:
+        fast = bf16_matrix_units(hip_arch=props.gcnArchName)
+    else:
+        fast = bf16_matrix_units(cuda_capability=(props.major, props.minor))
+    return torch.bfloat16 if fast else torch.float16
+
+
+# ROCm architectures with bfloat16 matrix instructions: CDNA2 (MI200, gfx90a), CDNA3
+# (MI300, gfx940-942), CDNA4 (MI350, gfx950); RDNA3 (gfx11xx, WMMA) and RDNA4 (gfx12xx).
+# Not CDNA1 (MI100, gfx908), Vega (gfx906) or RDNA1/2 (gfx10xx).
+_BF16_HIP_ARCHS = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+
+
+def bf16_matrix_units(
+    *, cuda_capability: tuple[int, int] | None = None, hip_arch: str | None = None
+) -> bool:
+    """Whether a GPU has bfloat16 matrix instructions: CUDA sm80 (Ampere) and later, or a
+    ROCm architecture (``gcnArchName``, e.g. ``"gfx1201"`` or ``"gfx942:sramecc+:xnack-"``)
+    of CDNA2 and later or RDNA3 and later."""
+    if cuda_capability is not None:
+        return cuda_capability >= (8, 0)
+    if hip_arch is not None:
+        return hip_arch.split(":")[0].startswith(_BF16_HIP_ARCHS)
+    raise TypeError("pass cuda_capability or hip_arch")

@@ -20,6 +20,7 @@ from engine.attention.backend import AttentionBackend
 from engine.attention.gather import GatherAttention
 from engine.attention.paged import PagedAttention
 from engine.attention.reference import ReferenceAttention
+from engine.attention.sdpa_probe import probe_sdpa
 from engine.attention.triton_attention import TritonAttention, triton_available
 from engine.device import resolve_device
 from engine.errors import InvalidRequestError
@@ -51,7 +52,11 @@ def resolve_name(name: str, *, device_type: str, has_triton: bool) -> str:
 
 def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> AttentionBackend:
     """A new backend instance (backends keep per-step plans, so share one per model)."""
-    device_type = resolve_device(device).type
+    resolved = resolve_device(device)
+    device_type = resolved.type
+    # At startup, before the model's first attention call: the probe logs the fused
+    # kernels and may set AOTriton's switch, which torch reads at that first call.
+    probe_sdpa(resolved)
     # Only the names that may mean triton look for it: importing it takes a while.
     wants = name == "triton" or (name in ("auto", "fast") and device_type != "cpu")
     chosen = resolve_name(name, device_type=device_type, has_triton=wants and triton_available())

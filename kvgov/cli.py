@@ -2,7 +2,7 @@
 
     kvgov --version
     kvgov demo [--agents N] [--ceiling TOKENS] [--kv-budget SIZE] [--model PATH] [...]
-    kvgov bench NAME [--json] [--quick]
+    kvgov bench NAME [--json] [--quick] [--device DEVICE]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
     kvgov report RUN.jsonl
@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Iterable, Mapping
+from inspect import signature
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -148,6 +149,14 @@ def bench(
     quick: Annotated[
         bool, typer.Option("--quick", help="Smaller sizes and fewer repeats, for smoke tests.")
     ] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            help="Where the engine's benchmarks run (cpu, cuda, cuda:N); default: their own.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark and report each figure against its target."""
     if name != "all" and name not in BENCHMARKS:
@@ -155,11 +164,24 @@ def bench(
         typer.echo(f"Error: unknown benchmark {name!r}; choose one of: {choices}.", err=True)
         raise typer.Exit(code=2)
     names = list(BENCHMARKS) if name == "all" else [name]
-    measurements = (
-        _as_measurement(item)
-        for each in names
-        for item in importlib.import_module(BENCHMARKS[each]).run(quick=quick)
-    )
+    runs = {each: importlib.import_module(BENCHMARKS[each]).run for each in names}
+    options: dict[str, Any] = {"quick": quick}
+    if device is not None:
+        from engine.device import resolve_device
+        from engine.errors import InvalidRequestError
+
+        try:
+            options["device"] = resolve_device(device)
+        except InvalidRequestError as exc:
+            typer.echo(f"Error: {exc}", err=True)
+            raise typer.Exit(code=2) from exc
+        ignoring = [each for each, fn in runs.items() if "device" not in signature(fn).parameters]
+        if ignoring and name != "all":
+            message = f"Error: kvgov bench {name} takes no --device: it runs on the host."
+            typer.echo(message, err=True)
+            raise typer.Exit(code=2)
+        runs = {each: fn for each, fn in runs.items() if each not in ignoring}
+    measurements = (_as_measurement(item) for fn in runs.values() for item in fn(**options))
     if json_lines:
         for measurement in measurements:
             typer.echo(json.dumps(measurement.to_json()))

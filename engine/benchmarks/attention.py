@@ -59,6 +59,7 @@ from engine.attention.paged import PagedAttention
 from engine.attention.torch_features import sdpa_enable_gqa
 from engine.benchmarks.measurement import Direction, Measurement
 from engine.block_manager import BlockManager
+from engine.device import resolve_device
 from engine.kv_cache import KVCache
 
 __all__ = ["run"]
@@ -98,10 +99,21 @@ def num_layers_for(llc_bytes: int) -> int:
 
 
 def run(
-    *, quick: bool = False, seed: int = 0, num_layers: int | None = None
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    num_layers: int | None = None,
+    device: str | torch.device = "cpu",
 ) -> Iterator[Measurement]:
     """``num_layers``: ``None`` sizes the K/V to the machine's last-level cache
-    (``num_layers_for``); tests pass a few to run quickly."""
+    (``num_layers_for``); tests pass a few to run quickly. On a GPU (``device``) the
+    decode microbenchmark of ``attention_device`` runs instead."""
+    resolved = resolve_device(device)
+    if resolved.type != "cpu":
+        from engine.benchmarks import attention_device
+
+        yield from attention_device.run(quick=quick, seed=seed, device=resolved)
+        return
     repeats = 9 if quick else 41
     llc = last_level_cache_bytes()
     num_layers = num_layers_for(llc) if num_layers is None else num_layers

@@ -6,6 +6,7 @@ from engine.attention.metadata import AttentionMetadata
 from engine.attention.paged import PagedAttention
 from engine.attention.reference import ReferenceAttention, write_kv
 from engine.attention.select import ATTENTION_BACKENDS, get_attention_backend
+from engine.attention.triton_attention import TritonAttention
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -14,6 +15,7 @@ __all__ = [
     "GatherAttention",
     "PagedAttention",
     "ReferenceAttention",
+    "TritonAttention",
     "get_attention_backend",
     "write_kv",
 ]

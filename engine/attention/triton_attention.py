@@ -37,11 +37,11 @@ _MIN_DOT = 16  # tl.dot's smallest tile side
 @functools.cache
 def triton_available() -> bool:
     """Whether ``triton`` imports here (GPU builds of torch ship it; CPU installs may not)."""
-    if importlib.util.find_spec("triton") is None:
-        return False
     try:
+        if importlib.util.find_spec("triton") is None:
+            return False
         import triton.language  # noqa: F401
-    except ImportError:
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (None)
         return False
     return True
 

@@ -156,7 +156,10 @@ def test_splits_fill_the_device_without_tiny_partitions() -> None:
     )
 
 
-@pytest.mark.skipif(WHERE is not Where.CHILD, reason="the kernels run in this process")
+@pytest.mark.skipif(
+    WHERE is not Where.CHILD,
+    reason=NO_TRITON if WHERE is Where.NOWHERE else "the kernels run in this process",
+)
 def test_the_kernels_under_the_interpreter() -> None:
     argv, env, cwd = interpreter_command(__file__)
     done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)

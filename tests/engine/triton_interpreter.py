@@ -11,7 +11,6 @@ other test and no other process.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from enum import Enum
@@ -32,7 +31,9 @@ class Where(Enum):
 
 
 def kernel_device() -> Where:
-    if importlib.util.find_spec("triton") is None:
+    from engine.attention.triton_attention import triton_available
+
+    if not triton_available():
         return Where.NOWHERE
     if torch.cuda.is_available():
         return Where.GPU

@@ -32,6 +32,7 @@ __all__ = ["TritonAttention", "num_splits", "triton_available"]
 
 _BLOCK_M = 32  # prefill query rows per program
 _MIN_DOT = 16  # tl.dot's smallest tile side
+_PARTITION_QUANTUM = 64  # decode partitions are whole K/V tiles (32 or 64 tokens)
 # Software pipelining keeps a K/V tile in flight besides the one in use, on NVIDIA. Not
 # on ROCm: two d=256 bf16 tiles of 32 tokens take 32 KiB a stage next to the query's,
 # and an RDNA card has 64 KiB of LDS per workgroup.
@@ -69,6 +70,7 @@ def _pow2(n: int) -> int:
 class _Plan:
     block_tables: torch.Tensor  # [S, W] int32
     seq_lens: torch.Tensor  # [S] int32
+    num_decodes: int
     decode_rows: torch.Tensor  # [R] int32: token index of each decode
     decode_seqs: torch.Tensor  # [R] int32: its sequence
     max_decode_len: int
@@ -122,6 +124,7 @@ class TritonAttention:
         self._plan = _Plan(
             block_tables=metadata.block_tables.to(torch.int32),
             seq_lens=metadata.seq_lens.to(torch.int32),
+            num_decodes=num_decodes,
             decode_rows=staged[:num_decodes],
             decode_seqs=staged[num_decodes : 2 * num_decodes],
             max_decode_len=max_decode_len,
@@ -145,11 +148,6 @@ class TritonAttention:
         plan = self._plan
         assert plan is not None
         assert key_cache.stride() == value_cache.stride() and key_cache.stride(-1) == 1
-        write_kv(k, v, key_cache, value_cache, metadata.slot_mapping)
-        out = torch.empty_like(q)
-        query = q.to(key_cache.dtype)
-        if query.stride(-1) != 1:
-            query = query.contiguous()
         from engine.attention import triton_kernels as kernels
 
         if q.device.type == "cpu" and not kernels.INTERPRETED:
@@ -158,98 +156,66 @@ class TritonAttention:
                 "interpreter: set TRITON_INTERPRET=1 before triton is imported, or choose "
                 "attention='auto' (the CPU's own backend)"
             )
-        block_size, kv_heads, head_dim = key_cache.shape[1:]
-        group = q.shape[1] // kv_heads
-        common = {
-            "HEAD_DIM": head_dim,
-            "DIM_PAD": max(_MIN_DOT, _pow2(head_dim)),
-            "BLOCK_SIZE": block_size,
-            # The interpreter gets bfloat16 dot products wrong: fp32 there (triton_kernels).
-            "UPCAST": kernels.INTERPRETED and key_cache.dtype == torch.bfloat16,
-        }
-        cache_strides = (key_cache.stride(0), key_cache.stride(1), key_cache.stride(2))
-        scale_log2 = scale * 1.4426950408889634  # log2(e): the kernels use exp2
-        num_decodes = plan.decode_rows.numel()
-        if num_decodes:
-            self._decode(
-                kernels,
-                plan,
-                query,
-                key_cache,
-                value_cache,
-                out,
-                scale_log2,
-                common,
-                cache_strides,
-                group=group,
-                kv_heads=kv_heads,
-            )
+        write_kv(k, v, key_cache, value_cache, metadata.slot_mapping)
+        out = torch.empty_like(q)
+        query = q.to(key_cache.dtype)
+        if query.stride(-1) != 1:
+            query = query.contiguous()
+        shape = _Shape.of(query, key_cache, interpreted=kernels.INTERPRETED)
+        args = (
+            query, key_cache, value_cache, plan.block_tables, out,
+            scale * 1.4426950408889634,  # scale * log2(e): the kernels use exp2
+            query.stride(0), query.stride(1),
+            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+            plan.block_tables.stride(0), out.stride(0), out.stride(1),
+        )  # fmt: skip
+        if plan.num_decodes:
+            self._decode(kernels, plan, shape, args)
         if plan.tiles.numel():
-            kernels.prefill[(plan.tiles.shape[0], q.shape[1])](
-                query, key_cache, value_cache, plan.block_tables, plan.tiles, out,
-                scale_log2,
-                query.stride(0), query.stride(1), *cache_strides, plan.block_tables.stride(0),
-                out.stride(0), out.stride(1),
-                GROUP=group, BLOCK_M=_BLOCK_M, TILE_N=32 if head_dim > 128 else 64,
-                **_LAUNCH, **common,
+            kernels.prefill[(plan.tiles.shape[0], shape.num_heads)](
+                *args, plan.tiles,
+                GROUP=shape.group, BLOCK_M=_BLOCK_M, TILE_N=shape.tile_n, **shape.constexprs(),
             )  # fmt: skip
         return out
 
-    def _decode(
-        self,
-        kernels: ModuleType,
-        plan: _Plan,
-        query: torch.Tensor,
-        key_cache: torch.Tensor,
-        value_cache: torch.Tensor,
-        out: torch.Tensor,
-        scale_log2: float,
-        common: dict[str, object],
-        cache_strides: tuple[int, int, int],
-        *,
-        group: int,
-        kv_heads: int,
-    ) -> None:
-        num_decodes = plan.decode_rows.numel()
-        tile_n = 32 if common["DIM_PAD"] > 128 else 64  # type: ignore[operator]
+    def partitions(
+        self, *, num_programs: int, max_len: int, device: torch.device
+    ) -> tuple[int, int]:
+        """Partitions per decode row and tokens per partition (a multiple of 64)."""
         splits = num_splits(
-            num_programs=num_decodes * kv_heads,
-            max_len=plan.max_decode_len,
-            target_programs=self._targets(query.device),
+            num_programs=num_programs,
+            max_len=max_len,
+            target_programs=self._targets(device),
             min_partition_tokens=self._min_partition_tokens,
         )
-        partition = -(-plan.max_decode_len // splits)
-        partition = -(-partition // tile_n) * tile_n
-        splits = -(-plan.max_decode_len // partition)
-        padded_splits = 1 if splits == 1 else _pow2(splits)
+        partition = -(-max_len // splits)
+        partition = -(-partition // _PARTITION_QUANTUM) * _PARTITION_QUANTUM
+        return -(-max_len // partition), partition
+
+    def _decode(self, kernels: ModuleType, plan: _Plan, shape: _Shape, args: tuple) -> None:
+        num_decodes, out = plan.num_decodes, args[4]
+        splits, partition = self.partitions(
+            num_programs=num_decodes * shape.kv_heads,
+            max_len=plan.max_decode_len,
+            device=out.device,
+        )
+        padded = 1 if splits == 1 else _pow2(splits)
         if splits == 1:
             part_out = part_lse = out  # not written: the kernel stores the output directly
         else:
-            num_heads = query.shape[1]
-            dim_pad = common["DIM_PAD"]
-            part_out = torch.empty(
-                (num_decodes, num_heads, padded_splits, dim_pad),  # type: ignore[arg-type]
-                dtype=torch.float32,
-                device=query.device,
-            )
-            part_lse = torch.empty(
-                (num_decodes, num_heads, padded_splits), dtype=torch.float32, device=query.device
-            )
-        kernels.decode_partition[(num_decodes, kv_heads, splits)](
-            query, key_cache, value_cache, plan.block_tables, plan.seq_lens,
-            plan.decode_rows, plan.decode_seqs, out, part_out, part_lse,
-            scale_log2, partition,
-            query.stride(0), query.stride(1), *cache_strides, plan.block_tables.stride(0),
-            out.stride(0), out.stride(1),
-            GROUP=group, GROUP_PAD=max(_MIN_DOT, _pow2(group)), TILE_N=tile_n,
-            NUM_SPLITS=padded_splits, **_LAUNCH, **common,
+            cells = (num_decodes, shape.num_heads, padded)
+            part_out = torch.empty((*cells, shape.dim_pad), dtype=torch.float32, device=out.device)
+            part_lse = torch.empty(cells, dtype=torch.float32, device=out.device)
+        kernels.decode_partition[(num_decodes, shape.kv_heads, splits)](
+            *args, plan.seq_lens, plan.decode_rows, plan.decode_seqs, part_out, part_lse,
+            partition,
+            GROUP=shape.group, GROUP_PAD=max(_MIN_DOT, _pow2(shape.group)), TILE_N=shape.tile_n,
+            NUM_SPLITS=padded, **shape.constexprs(),
         )  # fmt: skip
         if splits > 1:
-            kernels.decode_merge[(num_decodes, query.shape[1])](
-                part_out, part_lse, plan.decode_rows, out, splits,
-                out.stride(0), out.stride(1),
-                HEAD_DIM=common["HEAD_DIM"], DIM_PAD=common["DIM_PAD"], NUM_SPLITS=padded_splits,
-                **_LAUNCH,
+            kernels.decode_merge[(num_decodes, shape.num_heads)](
+                part_out, part_lse, plan.decode_rows, out, splits, out.stride(0), out.stride(1),
+                HEAD_DIM=shape.head_dim, DIM_PAD=shape.dim_pad, NUM_SPLITS=padded, **_LAUNCH,
             )  # fmt: skip
 
     def _targets(self, device: torch.device) -> int:
@@ -258,6 +224,43 @@ class TritonAttention:
         if device.type != "cuda":
             return 1
         return 4 * _multiprocessors(device.index or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    block_size: int
+    upcast: bool  # the interpreter gets bfloat16 dot products wrong: fp32 there
+
+    @classmethod
+    def of(cls, query: torch.Tensor, cache: torch.Tensor, *, interpreted: bool) -> _Shape:
+        block_size, kv_heads, head_dim = cache.shape[1:]
+        upcast = interpreted and cache.dtype == torch.bfloat16
+        return cls(query.shape[1], kv_heads, head_dim, block_size, upcast)
+
+    @property
+    def group(self) -> int:
+        return self.num_heads // self.kv_heads
+
+    @property
+    def dim_pad(self) -> int:
+        return max(_MIN_DOT, _pow2(self.head_dim))
+
+    @property
+    def tile_n(self) -> int:
+        """Tokens per K/V tile: fewer for wide heads, so two tiles fit on chip."""
+        return 32 if self.dim_pad > 128 else 64
+
+    def constexprs(self) -> dict[str, object]:
+        return {
+            "HEAD_DIM": self.head_dim,
+            "DIM_PAD": self.dim_pad,
+            "BLOCK_SIZE": self.block_size,
+            "UPCAST": self.upcast,
+            **_LAUNCH,
+        }
 
 
 @functools.cache

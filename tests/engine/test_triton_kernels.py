@@ -132,11 +132,19 @@ def test_triton_attention_equals_the_reference(case: Case) -> None:
 
 
 def test_a_forced_split_does_cut_the_decodes() -> None:
-    # The split cases above test partitions only if the launch really makes several.
-    assert (
-        num_splits(num_programs=8, max_len=1000, target_programs=512, min_partition_tokens=64) == 15
+    # The split cases above test partitions only if the launch really makes several:
+    # 4 decodes x 2 kv heads of up to 1,000 tokens, wanting 512 programs.
+    backend = TritonAttention(target_programs=512, min_partition_tokens=64)
+    splits, partition = backend.partitions(
+        num_programs=8, max_len=1000, device=torch.device(DEVICE)
     )
-    assert num_splits(num_programs=8, max_len=1000, target_programs=1, min_partition_tokens=64) == 1
+    # 15 wanted; 1000 / 15 = 67 tokens, rounded up to whole 64-token tiles: 8 of 128.
+    assert (splits, partition) == (8, 128)
+    assert (splits - 1) * partition < 1000 <= splits * partition  # no empty partition at the end
+    unsplit = TritonAttention(target_programs=1).partitions(
+        num_programs=8, max_len=1000, device=torch.device(DEVICE)
+    )
+    assert unsplit == (1, 1024)
 
 
 def test_splits_fill_the_device_without_tiny_partitions() -> None:

@@ -11,7 +11,9 @@ int32 block table: no copy of any sequence, no padding to a bucket, no mask tens
   normalized result and its base-2 log-sum-exp, and ``decode_merge`` combines
   them. A partition past the end of a shorter row writes an LSE of -inf and weighs 0.
 - ``prefill``: one program per (tile of up to ``BLOCK_M`` new tokens of one chunk, query
-  head): the chunk's queries after ``C`` cached tokens see positions ``0..C + i``.
+  head): the chunk's queries after ``C`` cached tokens see positions ``0..C + i``. Query
+  head ``h`` reads kv head ``h // G`` where it lies (the group's other heads find those
+  tiles in L2); prefill is compute-bound, so its tile is queries x tokens, not heads.
 
 Online softmax in base 2 (``exp2``, scores pre-multiplied by ``scale * log2(e)``), fp32
 accumulators, dot products in the cache's dtype with fp32 accumulation.

@@ -8,8 +8,8 @@ are skipped in favour of that run.
 The matrix (head_dim 64/128/256, GQA groups 1/4/8, fp32/fp16/bf16, decode split or not,
 prefill after cached tokens or from scratch) is sampled, not crossed: the interpreter
 runs each program in numpy, 1-10 s per case here (about a minute for the file, in its
-child process), and every value of each axis appears. Block size 16, block tables shuffled (no run is contiguous), lengths that end mid-block,
-contexts up to 1,000 tokens.
+child process), and every value of each axis appears. Block size 16, block tables
+shuffled (no run is contiguous), lengths that end mid-block, contexts up to 1,000 tokens.
 
 Tolerances against the float32 reference on the same (rounded) inputs: fp32 2e-5;
 fp16 2e-3; bf16 1.6e-2 (one bf16 step at 1.0 is 7.8e-3: the output's own rounding).

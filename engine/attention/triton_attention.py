@@ -1,10 +1,11 @@
 """Triton paged attention: the GPU backend, on CUDA and ROCm alike.
 
 ``prepare`` stages the step's launch data once for all layers, in one host-to-device
-copy: the decode rows and their sequences, and the prefill tiles (up to ``BLOCK_M`` new
-tokens of one chunk each). Block tables and sequence lengths become int32 on the device,
-without a host sync. Each layer's ``forward`` writes the new K/V into their slots, then
-launches the kernels of ``triton_kernels`` on the cache in place.
+copy: the decode rows and their sequences, and the prefill tiles (up to 16 or 32 new
+tokens of one chunk each, for wide and narrow heads). Block tables and sequence lengths
+become int32 on the device, without a host sync. Each layer's ``forward`` writes the new
+K/V into their slots, then launches the kernels of ``triton_kernels`` on the cache in
+place.
 
 Decode is split across partitions of each row's positions (flash-decoding) when decode
 rows x kv heads are fewer than ``target_programs`` (4 per multiprocessor on a GPU): a
@@ -28,15 +29,28 @@ from engine.attention.reference import write_kv
 from engine.errors import InvalidRequestError
 from engine.validation import require_int
 
-__all__ = ["TritonAttention", "num_splits", "triton_available"]
+__all__ = [
+    "KernelShape",
+    "TritonAttention",
+    "launch_options",
+    "num_splits",
+    "triton_available",
+]
 
-_BLOCK_M = 32  # prefill query rows per program
+_TILE_ROWS = (16, 32)  # prefill query rows per program: for wide heads, for the rest
 _MIN_DOT = 16  # tl.dot's smallest tile side
-_PARTITION_QUANTUM = 64  # decode partitions are whole K/V tiles (32 or 64 tokens)
-# Software pipelining keeps a K/V tile in flight besides the one in use, on NVIDIA. Not
-# on ROCm: two d=256 bf16 tiles of 32 tokens take 32 KiB a stage next to the query's,
-# and an RDNA card has 64 KiB of LDS per workgroup.
-_LAUNCH = {"num_warps": 4, "num_stages": 1 if torch.version.hip else 2}
+_PARTITION_QUANTUM = 64  # decode partitions are whole K/V tiles (16 to 64 tokens)
+_TILE_ELEMENTS = 4096  # a K/V tile's tokens x head_dim (padded)
+
+
+def launch_options(*, hip: bool) -> dict[str, object]:
+    """Compile options of every launch. Software pipelining keeps a K/V tile in flight
+    besides the one in use on NVIDIA, not on ROCm (an RDNA card has 64 KiB of LDS per
+    workgroup). FMA contraction is asked for explicitly: triton 3.9 warns otherwise."""
+    return {"num_warps": 4, "num_stages": 1 if hip else 2, "enable_fp_fusion": True}
+
+
+LAUNCH = launch_options(hip=bool(torch.version.hip))
 
 
 @functools.cache
@@ -74,7 +88,8 @@ class _Plan:
     decode_rows: torch.Tensor  # [R] int32: token index of each decode
     decode_seqs: torch.Tensor  # [R] int32: its sequence
     max_decode_len: int
-    tiles: torch.Tensor  # [P, 4] int32: first row, rows, first position, sequence
+    tiles: dict[int, torch.Tensor]  # rows per tile -> [P, 4] int32: first row, rows,
+    # first position, sequence
 
 
 class TritonAttention:
@@ -103,7 +118,7 @@ class TritonAttention:
         device = metadata.seq_lens.device
         decode_rows: list[int] = []
         decode_seqs: list[int] = []
-        tiles: list[int] = []
+        tiles: dict[int, list[int]] = {rows: [] for rows in _TILE_ROWS}
         max_decode_len = 0
         row = 0
         for s, (q_len, s_len) in enumerate(
@@ -115,11 +130,13 @@ class TritonAttention:
                 max_decode_len = max(max_decode_len, s_len)
             else:
                 context = s_len - q_len
-                for i in range(0, q_len, _BLOCK_M):
-                    tiles += [row + i, min(_BLOCK_M, q_len - i), context + i, s]
+                for rows, cells in tiles.items():
+                    for i in range(0, q_len, rows):
+                        cells += [row + i, min(rows, q_len - i), context + i, s]
             row += q_len
         num_decodes = len(decode_rows)
-        staged = torch.tensor(decode_rows + decode_seqs + tiles, dtype=torch.int32)
+        flat = decode_rows + decode_seqs + [cell for cells in tiles.values() for cell in cells]
+        staged = torch.tensor(flat, dtype=torch.int32)
         staged = staged.to(device, non_blocking=True)
         self._plan = _Plan(
             block_tables=metadata.block_tables.to(torch.int32),
@@ -128,7 +145,13 @@ class TritonAttention:
             decode_rows=staged[:num_decodes],
             decode_seqs=staged[num_decodes : 2 * num_decodes],
             max_decode_len=max_decode_len,
-            tiles=staged[2 * num_decodes :].view(-1, 4),
+            tiles=dict(
+                zip(
+                    tiles,
+                    staged[2 * num_decodes :].split([len(c) for c in tiles.values()]),
+                    strict=True,
+                )
+            ),
         )
         self._planned_for = metadata
 
@@ -161,7 +184,7 @@ class TritonAttention:
         query = q.to(key_cache.dtype)
         if query.stride(-1) != 1:
             query = query.contiguous()
-        shape = _Shape.of(query, key_cache, interpreted=kernels.INTERPRETED)
+        shape = KernelShape.of(query, key_cache, interpreted=kernels.INTERPRETED)
         args = (
             query, key_cache, value_cache, plan.block_tables, out,
             scale * 1.4426950408889634,  # scale * log2(e): the kernels use exp2
@@ -171,10 +194,12 @@ class TritonAttention:
         )  # fmt: skip
         if plan.num_decodes:
             self._decode(kernels, plan, shape, args)
-        if plan.tiles.numel():
-            kernels.prefill[(plan.tiles.shape[0], shape.num_heads)](
-                *args, plan.tiles,
-                GROUP=shape.group, BLOCK_M=_BLOCK_M, TILE_N=shape.tile_n, **shape.constexprs(),
+        tiles = plan.tiles[shape.block_m].view(-1, 4)
+        if tiles.numel():
+            kernels.prefill[(tiles.shape[0], shape.num_heads)](
+                *args, tiles,
+                GROUP=shape.group, BLOCK_M=shape.block_m, TILE_N=shape.tile_n,
+                **shape.constexprs(), **LAUNCH,
             )  # fmt: skip
         return out
 
@@ -192,7 +217,7 @@ class TritonAttention:
         partition = -(-partition // _PARTITION_QUANTUM) * _PARTITION_QUANTUM
         return -(-max_len // partition), partition
 
-    def _decode(self, kernels: ModuleType, plan: _Plan, shape: _Shape, args: tuple) -> None:
+    def _decode(self, kernels: ModuleType, plan: _Plan, shape: KernelShape, args: tuple) -> None:
         num_decodes, out = plan.num_decodes, args[4]
         splits, partition = self.partitions(
             num_programs=num_decodes * shape.kv_heads,
@@ -210,12 +235,12 @@ class TritonAttention:
             *args, plan.seq_lens, plan.decode_rows, plan.decode_seqs, part_out, part_lse,
             partition,
             GROUP=shape.group, GROUP_PAD=max(_MIN_DOT, _pow2(shape.group)), TILE_N=shape.tile_n,
-            NUM_SPLITS=padded, **shape.constexprs(),
+            NUM_SPLITS=padded, **shape.constexprs(), **LAUNCH,
         )  # fmt: skip
         if splits > 1:
             kernels.decode_merge[(num_decodes, shape.num_heads)](
                 part_out, part_lse, plan.decode_rows, out, splits, out.stride(0), out.stride(1),
-                HEAD_DIM=shape.head_dim, DIM_PAD=shape.dim_pad, NUM_SPLITS=padded, **_LAUNCH,
+                HEAD_DIM=shape.head_dim, DIM_PAD=shape.dim_pad, NUM_SPLITS=padded, **LAUNCH,
             )  # fmt: skip
 
     def _targets(self, device: torch.device) -> int:
@@ -227,7 +252,9 @@ class TritonAttention:
 
 
 @dataclass(frozen=True, slots=True)
-class _Shape:
+class KernelShape:
+    """What the kernels are compiled for: heads, head size, block size, tile sizes."""
+
     num_heads: int
     kv_heads: int
     head_dim: int
@@ -235,7 +262,7 @@ class _Shape:
     upcast: bool  # the interpreter gets bfloat16 dot products wrong: fp32 there
 
     @classmethod
-    def of(cls, query: torch.Tensor, cache: torch.Tensor, *, interpreted: bool) -> _Shape:
+    def of(cls, query: torch.Tensor, cache: torch.Tensor, *, interpreted: bool) -> KernelShape:
         block_size, kv_heads, head_dim = cache.shape[1:]
         upcast = interpreted and cache.dtype == torch.bfloat16
         return cls(query.shape[1], kv_heads, head_dim, block_size, upcast)
@@ -250,8 +277,16 @@ class _Shape:
 
     @property
     def tile_n(self) -> int:
-        """Tokens per K/V tile: fewer for wide heads, so two tiles fit on chip."""
-        return 32 if self.dim_pad > 128 else 64
+        """Tokens per K/V tile: 4,096 elements (32 x 128, 16 x 256), which RDNA4 (wave32)
+        holds without spilling registers and sm90 in at most 168 (``test_triton_compile``:
+        64 x 128 spilled 56-84 registers on gfx1201 and took 234 on sm90)."""
+        return min(_PARTITION_QUANTUM, max(_MIN_DOT, _TILE_ELEMENTS // self.dim_pad))
+
+    @property
+    def block_m(self) -> int:
+        """Prefill query rows per program: 16 for heads wider than 128 (32 x 256 spilled
+        registers on gfx1201), else 32."""
+        return _TILE_ROWS[0] if self.dim_pad > 128 else _TILE_ROWS[1]
 
     def constexprs(self) -> dict[str, object]:
         return {
@@ -259,7 +294,6 @@ class _Shape:
             "DIM_PAD": self.dim_pad,
             "BLOCK_SIZE": self.block_size,
             "UPCAST": self.upcast,
-            **_LAUNCH,
         }
 
 

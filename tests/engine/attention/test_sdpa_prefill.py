@@ -234,3 +234,22 @@ def test_the_probe_logs_what_it_found(caplog: pytest.LogCaptureFixture) -> None:
         support = probe_sdpa(torch.device("cpu"))
     assert support.describe() in caplog.text
     assert support.kernel_for(torch.float32, 16) in (SdpaKernel.CPU, SdpaKernel.MATH)
+
+
+@pytest.mark.parametrize(
+    ("op", "positional"),
+    [
+        # sdpa_lse passes these positionally, then scale= by name: the schema must agree.
+        ("_scaled_dot_product_flash_attention", ["dropout_p", "is_causal", "return_debug_mask"]),
+        (
+            "_scaled_dot_product_efficient_attention",
+            ["attn_bias", "compute_log_sumexp", "dropout_p", "is_causal"],
+        ),
+    ],
+)
+def test_the_fused_ops_take_the_arguments_sdpa_lse_passes(op: str, positional: list[str]) -> None:
+    # The ops run only on a GPU; their schemas can be read anywhere.
+    arguments = getattr(torch.ops.aten, op).default._schema.arguments
+    names = [a.name for a in arguments]
+    assert names[:3] == ["query", "key", "value"] and names[3 : 3 + len(positional)] == positional
+    assert "scale" in names and next(a for a in arguments if a.name == "scale").kwarg_only

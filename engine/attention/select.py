@@ -8,8 +8,9 @@
 - ``"triton"``: ``TritonAttention``, kernels that read the paged cache in place; the GPU
   path (CUDA and ROCm). On CPU tensors it runs only under Triton's interpreter (tests).
 - ``"fast"`` and ``"auto"``: the best of those for the device (``resolve_name``):
-  ``paged`` on CPU; ``triton`` on CUDA/ROCm where triton imports, else ``gather``;
-  ``gather`` on anything else (its ops are device-agnostic torch).
+  ``paged`` on CPU; ``triton`` on CUDA/ROCm where triton imports and its kernels run
+  (``triton_probe``), else ``gather``; ``gather`` on anything else (its ops are
+  device-agnostic torch).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from engine.attention.paged import PagedAttention
 from engine.attention.reference import ReferenceAttention
 from engine.attention.sdpa_probe import probe_sdpa
 from engine.attention.triton_attention import TritonAttention, triton_available
-from engine.device import resolve_device
+from engine.attention.triton_probe import triton_runs_on
+from engine.device import default_dtype, resolve_device
 from engine.errors import InvalidRequestError
 
 __all__ = ["ATTENTION_BACKENDS", "get_attention_backend", "resolve_name"]
@@ -57,9 +59,14 @@ def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> 
     # At startup, before the model's first attention call: the probe logs the fused
     # kernels and may set AOTriton's switch, which torch reads at that first call.
     probe_sdpa(resolved)
-    # Only the names that may mean triton look for it: importing it takes a while.
-    wants = name == "triton" or (name in ("auto", "fast") and device_type != "cpu")
-    chosen = resolve_name(name, device_type=device_type, has_triton=wants and triton_available())
+    # Only the names that may mean triton look for it: importing it takes a while. For
+    # auto, it must also compile and run here (triton_probe); asked for by name, it is
+    # used as it is, and fails loudly.
+    wants = name == "triton" or (name in ("auto", "fast") and device_type == "cuda")
+    has_triton = wants and triton_available()
+    if has_triton and name != "triton":
+        has_triton = triton_runs_on(resolved, default_dtype(resolved))
+    chosen = resolve_name(name, device_type=device_type, has_triton=has_triton)
     if chosen == "paged":
         return PagedAttention()
     if chosen == "gather":

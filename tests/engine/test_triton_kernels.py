@@ -175,7 +175,15 @@ def test_the_kernels_under_the_interpreter() -> None:
     report = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, report
     # Every CPU case ran there (the gpu ones skip): the interpreter really was in use.
-    assert f"{len(CASES) + 3} passed" in done.stdout and "failed" not in done.stdout, report
+    assert f"{len(CASES) + 5} passed" in done.stdout and "failed" not in done.stdout, report
+
+
+@runs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_startup_probe_finds_the_kernels_run_here(dtype: torch.dtype) -> None:
+    from engine.attention.triton_probe import triton_runs_on
+
+    assert triton_runs_on(torch.device(DEVICE), dtype) is True
 
 
 @runs_kernels

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from engine.errors import InvalidRequestError
+from engine.quantization.scheme import parse_quantization
 
 __all__ = ["EngineConfig", "PreemptionMode"]
 
@@ -27,6 +28,8 @@ class EngineConfig:
     tokenizer: str | None = None  # "tiktoken:<encoding>" or a folder; None: the model's own
     device: str = "auto"
     dtype: str | None = None  # "float32" | "bfloat16" | "float16"; None: per device
+    # Weight-only "int8" | "int4" (group-wise round-to-nearest at load); None: full precision
+    quantize: str | None = None
     block_size: int = 16
     num_blocks: int | None = None
     kv_cache_bytes: int | None = None
@@ -59,6 +62,7 @@ class EngineConfig:
         fraction = self.kv_cache_fraction
         if fraction is not None and not 0 < fraction <= 1:
             raise InvalidRequestError(f"kv_cache_fraction must be in (0, 1], got {fraction}")
+        parse_quantization(self.quantize)  # refuses anything but None, "int8" and "int4"
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise InvalidRequestError(
                 f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}"

@@ -19,6 +19,7 @@ from engine.errors import InvalidRequestError, ModelConfigError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.presets import PRESETS, build_preset_model
+from engine.quantization.scheme import parse_quantization
 from engine.tokenizer import Tokenizer, load_tokenizer
 from engine.weights import load_model
 
@@ -38,10 +39,16 @@ def load_parts(
     dtype: torch.dtype,
 ) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
     """The model config, weights and tokenizer, from a preset or a local folder."""
+    quantization = parse_quantization(config.quantize)
     if config.model in PRESETS:
         preset = PRESETS[config.model]
         model = build_preset_model(
-            config.model, attention=attention, device=device, dtype=dtype, seed=config.seed
+            config.model,
+            attention=attention,
+            device=device,
+            dtype=dtype,
+            seed=config.seed,
+            quantization=quantization,
         )
         return preset.config, model, load_tokenizer(config.tokenizer or preset.tokenizer)
     if not os.path.exists(config.model):
@@ -49,7 +56,9 @@ def load_parts(
             f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
             "existing folder; pass a preset name or a local Hugging Face model folder"
         )
-    model = load_model(config.model, attention=attention, device=device, dtype=dtype)
+    model = load_model(
+        config.model, attention=attention, device=device, dtype=dtype, quantization=quantization
+    )
     tokenizer = load_tokenizer(config.tokenizer or config.model)
     return ModelConfig.from_pretrained(config.model), model, tokenizer
 

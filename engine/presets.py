@@ -23,6 +23,7 @@ from engine.attention.backend import AttentionBackend
 from engine.errors import UnknownPresetError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
+from engine.quantization.scheme import WeightQuantization
 from engine.weights import hf_tensor_views
 
 __all__ = ["PRESETS", "Preset", "build_preset_model", "get_preset", "init_random_weights"]
@@ -80,10 +81,14 @@ def build_preset_model(
     device: str | torch.device = "auto",
     dtype: torch.dtype | None = None,
     seed: int = 0,
+    quantization: WeightQuantization | None = None,
 ) -> LlamaForCausalLM:
-    """The preset's model with deterministic random weights for ``seed``."""
+    """The preset's model with deterministic random weights for ``seed`` (quantized as
+    they are drawn, with ``quantization``)."""
     preset = get_preset(name)
-    model = LlamaForCausalLM(preset.config, attention=attention, device=device, dtype=dtype)
+    model = LlamaForCausalLM(
+        preset.config, attention=attention, device=device, dtype=dtype, quantization=quantization
+    )
     init_random_weights(model, seed=seed)
     return model
 

@@ -7,6 +7,12 @@ non-float tensor is reported in one :class:`~engine.errors.ModelLoadError`. Then
 tensors are read one at a time straight onto the device and copied into their slots,
 converting the dtype there, so no more than one tensor is ever held twice.
 
+With ``quantization`` the decoder's projections are quantized as they load: their
+checkpoint tensors are read in slices of ``_QUANTIZE_ROWS_BYTES`` worth of rows
+(``safe_open(...).get_slice``), each slice quantized into its rows of codes and scales
+and dropped, so loading holds the quantized model plus one slice, never the
+full-precision model, nor even one whole full-precision projection.
+
 ``hf_tensor_views`` is the one place that knows how Hugging Face names map onto the
 engine's fused parameters.
 """
@@ -27,11 +33,20 @@ from engine.device import default_dtype, resolve_device
 from engine.errors import ModelLoadError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
+from engine.quantization.linear import QuantizedLinear, QuantizedRows
+from engine.quantization.scheme import WeightQuantization
 
-__all__ = ["hf_tensor_views", "load_model", "save_model"]
+__all__ = ["WeightTarget", "hf_tensor_views", "load_model", "save_model"]
+
+# A parameter view to copy into, or the rows of a quantized layer to quantize into.
+WeightTarget = torch.Tensor | QuantizedRows
 
 INDEX_FILE = "model.safetensors.index.json"
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+# Full-precision bytes read per slice of a quantized projection: the transient (the
+# slice, its float32 copy and the rounding temporaries, about 4x this) stays well under
+# one checkpoint tensor of an 8B model (a 14336 x 4096 bf16 projection is 117 MB).
+_QUANTIZE_ROWS_BYTES = 4 << 20
 
 
 def load_model(
@@ -40,21 +55,27 @@ def load_model(
     attention: AttentionBackend,
     device: str | torch.device = "auto",
     dtype: torch.dtype | None = None,
+    quantization: WeightQuantization | None = None,
 ) -> LlamaForCausalLM:
     """Build the model that ``path/config.json`` describes and fill it from the folder.
 
     ``dtype`` defaults to :func:`engine.device.default_dtype` of the device (float32 on
-    CPU), whatever dtype the checkpoint was saved in.
+    CPU), whatever dtype the checkpoint was saved in. ``quantization`` stores the
+    decoder's projections as int8 or int4 codes, quantized as they are read.
     """
     folder = Path(path)
     config = ModelConfig.from_pretrained(folder)
     resolved = resolve_device(device)
     dtype = default_dtype(resolved) if dtype is None else dtype
     headers = _read_headers(folder, _checkpoint_files(folder))
-    skeleton = LlamaForCausalLM(config, attention=attention, device="meta", dtype=dtype)
+    skeleton = LlamaForCausalLM(
+        config, attention=attention, device="meta", dtype=dtype, quantization=quantization
+    )
     _check_tensors(folder, config, hf_tensor_views(skeleton), headers)
 
-    model = LlamaForCausalLM(config, attention=attention, device=resolved, dtype=dtype)
+    model = LlamaForCausalLM(
+        config, attention=attention, device=resolved, dtype=dtype, quantization=quantization
+    )
     views = hf_tensor_views(model)
     by_file: dict[Path, list[str]] = {}
     for name in views:
@@ -65,7 +86,11 @@ def load_model(
                 # Read straight onto the device; copy_ then converts the dtype there.
                 with safe_open(str(file), framework="pt", device=str(resolved)) as f:
                     for name in names:
-                        views[name].copy_(f.get_tensor(name))
+                        target = views[name]
+                        if isinstance(target, QuantizedRows):
+                            _quantize_in_slices(f.get_slice(name), target)
+                        else:
+                            target.copy_(f.get_tensor(name))
             except (SafetensorError, OSError) as exc:
                 raise ModelLoadError(
                     str(folder),
@@ -74,33 +99,49 @@ def load_model(
     return model
 
 
-def hf_tensor_views(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
+def _quantize_in_slices(source: object, target: QuantizedRows) -> None:
+    """Read ``source`` (a safetensors slice) a few rows at a time into ``target``."""
+    num_rows, num_cols = target.shape
+    step = max(1, _QUANTIZE_ROWS_BYTES // (4 * num_cols))
+    for begin in range(0, num_rows, step):
+        target.copy_rows(begin, source[begin : min(begin + step, num_rows)])  # type: ignore[index]
+
+
+def _target(linear: torch.nn.Module, kind: str) -> WeightTarget | None:
+    if isinstance(linear, QuantizedLinear) and kind == "weight":
+        return linear.rows()
+    return getattr(linear, kind)
+
+
+def hf_tensor_views(model: LlamaForCausalLM) -> dict[str, WeightTarget]:
     """Each Hugging Face tensor name -> the view of the model parameter it fills.
 
     Fused projections are split into row views: ``qkv_proj`` rows are q, then k, then
     v; ``gate_up_proj`` rows are gate, then up. ``lm_head.weight`` is absent when the
-    embeddings are tied.
+    embeddings are tied. A quantized projection's weight is a ``QuantizedRows`` (its
+    ``copy_`` quantizes); its bias stays a plain view.
     """
-    views = {"model.embed_tokens.weight": model.embed_tokens.weight}
+    views: dict[str, WeightTarget] = {"model.embed_tokens.weight": model.embed_tokens.weight}
     for i, layer in enumerate(model.layers):
         prefix = f"model.layers.{i}."
         attn, mlp = layer.self_attn, layer.mlp
         for kind in ("weight", "bias"):
-            qkv = getattr(attn.qkv_proj, kind)
+            qkv = _target(attn.qkv_proj, kind)
             if qkv is not None:
-                q, k, v = qkv.split(attn.qkv_sizes, dim=0)
+                q, k, v = qkv.split(list(attn.qkv_sizes), dim=0)
                 views[f"{prefix}self_attn.q_proj.{kind}"] = q
                 views[f"{prefix}self_attn.k_proj.{kind}"] = k
                 views[f"{prefix}self_attn.v_proj.{kind}"] = v
-            if getattr(attn.o_proj, kind) is not None:
-                views[f"{prefix}self_attn.o_proj.{kind}"] = getattr(attn.o_proj, kind)
-            gate_up = getattr(mlp.gate_up_proj, kind)
+            if (o_proj := _target(attn.o_proj, kind)) is not None:
+                views[f"{prefix}self_attn.o_proj.{kind}"] = o_proj
+            gate_up = _target(mlp.gate_up_proj, kind)
             if gate_up is not None:
-                gate, up = gate_up.split(mlp.intermediate_size, dim=0)
+                size = mlp.intermediate_size
+                gate, up = gate_up.split([size, size], dim=0)
                 views[f"{prefix}mlp.gate_proj.{kind}"] = gate
                 views[f"{prefix}mlp.up_proj.{kind}"] = up
-            if getattr(mlp.down_proj, kind) is not None:
-                views[f"{prefix}mlp.down_proj.{kind}"] = getattr(mlp.down_proj, kind)
+            if (down := _target(mlp.down_proj, kind)) is not None:
+                views[f"{prefix}mlp.down_proj.{kind}"] = down
         if attn.q_norm is not None and attn.k_norm is not None:
             views[f"{prefix}self_attn.q_norm.weight"] = attn.q_norm.weight
             views[f"{prefix}self_attn.k_norm.weight"] = attn.k_norm.weight
@@ -182,7 +223,7 @@ def _is_ignorable(name: str, config: ModelConfig) -> bool:
 def _check_tensors(
     folder: Path,
     config: ModelConfig,
-    views: dict[str, torch.Tensor],
+    views: dict[str, WeightTarget],
     headers: dict[str, tuple[Path, tuple[int, ...], str]],
 ) -> None:
     missing = tuple(name for name in views if name not in headers)
@@ -216,7 +257,10 @@ def save_model(model: LlamaForCausalLM, path: str | os.PathLike[str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2))
     tensors = {
-        name: view.detach().contiguous().cpu() for name, view in hf_tensor_views(model).items()
+        name: (view.dequantize() if isinstance(view, QuantizedRows) else view.detach())
+        .contiguous()
+        .cpu()
+        for name, view in hf_tensor_views(model).items()
     }
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder

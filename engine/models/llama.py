@@ -7,6 +7,10 @@ in switches that ``ModelConfig`` carries: q/k/v biases (Qwen2), an o_proj bias
 (Llama ``attention_bias``), MLP biases, per-head q/k RMSNorm before rotary (Qwen3),
 tied embeddings and the rotary scaling.
 
+With ``quantization`` (int8 or int4, ``engine.quantization``) the four projections of
+every layer hold codes and group-wise scales; embeddings, norms and the output head
+stay in the model dtype.
+
 q/k/v and gate/up are fused into one matmul each; ``engine.weights`` maps the Hugging
 Face tensor names onto their row slices. Arithmetic follows transformers step by step
 (RMSNorm in float32, residual adds and logits in the model dtype) so that outputs
@@ -31,6 +35,8 @@ from engine.model_config import ModelConfig
 from engine.models.packed_linear import PackedLinear
 from engine.models.rope import RotaryEmbedding, apply_rotary
 from engine.models.screened_argmax import ScreenedArgmax
+from engine.quantization.linear import make_linear
+from engine.quantization.scheme import WeightQuantization
 
 __all__ = ["LlamaForCausalLM", "RMSNorm"]
 
@@ -55,6 +61,7 @@ class LlamaAttention(nn.Module):
         *,
         layer: int,
         dtype: torch.dtype,
+        quantization: WeightQuantization | None = None,
     ) -> None:
         super().__init__()
         self.layer = layer
@@ -65,11 +72,19 @@ class LlamaAttention(nn.Module):
         q_size = config.num_heads * config.head_dim
         kv_size = config.num_kv_heads * config.head_dim
         self.qkv_sizes = (q_size, kv_size, kv_size)
-        self.qkv_proj = nn.Linear(
-            config.hidden_size, sum(self.qkv_sizes), bias=config.attention_bias, dtype=dtype
+        self.qkv_proj = make_linear(
+            config.hidden_size,
+            sum(self.qkv_sizes),
+            bias=config.attention_bias,
+            dtype=dtype,
+            quantization=quantization,
         )
-        self.o_proj = nn.Linear(
-            q_size, config.hidden_size, bias=config.attention_out_bias, dtype=dtype
+        self.o_proj = make_linear(
+            q_size,
+            config.hidden_size,
+            bias=config.attention_out_bias,
+            dtype=dtype,
+            quantization=quantization,
         )
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
@@ -106,14 +121,28 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: ModelConfig, *, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        dtype: torch.dtype,
+        quantization: WeightQuantization | None = None,
+    ) -> None:
         super().__init__()
         self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = nn.Linear(
-            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias, dtype=dtype
+        self.gate_up_proj = make_linear(
+            config.hidden_size,
+            2 * config.intermediate_size,
+            bias=config.mlp_bias,
+            dtype=dtype,
+            quantization=quantization,
         )
-        self.down_proj = nn.Linear(
-            config.intermediate_size, config.hidden_size, bias=config.mlp_bias, dtype=dtype
+        self.down_proj = make_linear(
+            config.intermediate_size,
+            config.hidden_size,
+            bias=config.mlp_bias,
+            dtype=dtype,
+            quantization=quantization,
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, H] -> [T, H]
@@ -128,14 +157,15 @@ class LlamaDecoderLayer(nn.Module):
         *,
         layer: int,
         dtype: torch.dtype,
+        quantization: WeightQuantization | None = None,
     ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dtype)
-        self.self_attn = LlamaAttention(config, layer=layer, dtype=dtype)
+        self.self_attn = LlamaAttention(config, layer=layer, dtype=dtype, quantization=quantization)
         self.post_attention_layernorm = RMSNorm(
             config.hidden_size, eps=config.rms_norm_eps, dtype=dtype
         )
-        self.mlp = LlamaMLP(config, dtype=dtype)
+        self.mlp = LlamaMLP(config, dtype=dtype, quantization=quantization)
 
     def forward(
         self,
@@ -167,6 +197,7 @@ class LlamaForCausalLM(nn.Module):
         attention: AttentionBackend,
         device: str | torch.device = "auto",
         dtype: torch.dtype | None = None,
+        quantization: WeightQuantization | None = None,
     ) -> None:
         super().__init__()
         resolved = resolve_device(device)
@@ -176,6 +207,7 @@ class LlamaForCausalLM(nn.Module):
                 f"dtype must be a floating-point torch.dtype such as torch.bfloat16, got {dtype!r}"
             )
         self.config = config
+        self.quantization = quantization
         # Kept out of the module tree: a backend that is itself an nn.Module must not
         # have its tensors counted as weights or wiped by to_empty() below.
         object.__setattr__(self, "attention", attention)
@@ -187,7 +219,8 @@ class LlamaForCausalLM(nn.Module):
         with torch.device("meta"):
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
             self.layers = nn.ModuleList(
-                LlamaDecoderLayer(config, layer=i, dtype=dtype) for i in range(config.num_layers)
+                LlamaDecoderLayer(config, layer=i, dtype=dtype, quantization=quantization)
+                for i in range(config.num_layers)
             )
             self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps, dtype=dtype)
             self.lm_head: nn.Linear | None = None

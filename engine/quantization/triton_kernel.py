@@ -1,0 +1,94 @@
+"""The Triton source of the dequantize-and-multiply kernel (imported only with Triton).
+
+``y[M, N] = x[M, K] @ (codes[N, K] * scales[N, K // G]).T``, one program per
+``BLOCK_M x BLOCK_N`` tile of ``y``, walking K in ``BLOCK_K`` steps that never straddle a
+group (``BLOCK_K`` divides ``G``), so each step multiplies by one scale per row. int4
+bytes hold columns 2j (low nibble) and 2j + 1 (high nibble): rather than interleave the
+two nibble planes in registers, the even and odd columns of ``x`` are loaded apart and
+each plane gets its own ``tl.dot``. Accumulates in float32; the codes never leave
+registers in the model dtype. ``DOT_FP32`` multiplies the tiles in float32 instead: the
+launcher sets it for bfloat16 under the interpreter, whose ``tl.dot`` returns garbage for
+bfloat16 operands (Triton 3.9: errors of 1e10 on a 16 x 16 product).
+
+Kept apart from its launcher (``triton_matmul``) because ``tl.constexpr`` annotations
+must resolve when the function is defined, and the rest of the engine imports without
+Triton. The body is decorated with ``triton.jit`` at first use, so ``TRITON_INTERPRET=1``
+set before that (the tests do) runs it under Triton's interpreter on CPU tensors.
+"""
+
+import functools
+
+import triton
+import triton.language as tl
+
+__all__ = ["dequant_matmul_kernel"]
+
+
+def _dequant_matmul(
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_qn,
+    stride_sn,
+    stride_ym,
+    GROUP: tl.constexpr,
+    INT4: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = rm < M
+    mask_n = rn < N
+    x_dtype = tl.float32 if DOT_FP32 else x_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if INT4:
+        HALF: tl.constexpr = BLOCK_K // 2
+        rb = tl.arange(0, HALF)
+        for k0 in range(0, K, BLOCK_K):
+            scale = tl.load(s_ptr + rn * stride_sn + k0 // GROUP, mask=mask_n, other=0.0)
+            scale = scale.to(tl.float32)[:, None]  # [BN, 1]
+            packed = tl.load(
+                q_ptr + rn[:, None] * stride_qn + (k0 // 2 + rb)[None, :],
+                mask=mask_n[:, None],
+                other=0,
+            ).to(tl.int32)  # [BN, HALF]
+            low = (((packed & 15) - 8).to(tl.float32) * scale).to(x_dtype)
+            high = (((packed >> 4) - 8).to(tl.float32) * scale).to(x_dtype)
+            x_rows = x_ptr + rm[:, None] * stride_xm + (k0 + 2 * rb)[None, :]
+            x_even = tl.load(x_rows, mask=mask_m[:, None], other=0.0).to(x_dtype)  # [BM, HALF]
+            x_odd = tl.load(x_rows + 1, mask=mask_m[:, None], other=0.0).to(x_dtype)
+            acc += tl.dot(x_even, tl.trans(low))
+            acc += tl.dot(x_odd, tl.trans(high))
+    else:
+        rk = tl.arange(0, BLOCK_K)
+        for k0 in range(0, K, BLOCK_K):
+            scale = tl.load(s_ptr + rn * stride_sn + k0 // GROUP, mask=mask_n, other=0.0)
+            codes = tl.load(
+                q_ptr + rn[:, None] * stride_qn + (k0 + rk)[None, :],
+                mask=mask_n[:, None],
+                other=0,
+            )  # [BN, BK] int8
+            w = (codes.to(tl.float32) * scale.to(tl.float32)[:, None]).to(x_dtype)
+            x = tl.load(
+                x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :],
+                mask=mask_m[:, None],
+                other=0.0,
+            ).to(x_dtype)  # [BM, BK]
+            acc += tl.dot(x, tl.trans(w))
+    y = y_ptr + rm[:, None] * stride_ym + rn[None, :]
+    tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@functools.cache
+def dequant_matmul_kernel():  # the jitted (or, under TRITON_INTERPRET=1, interpreted) kernel
+    return triton.jit(_dequant_matmul)

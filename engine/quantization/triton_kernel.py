@@ -50,7 +50,9 @@ def _dequant_matmul(
     mask_m = rm < M
     mask_n = rn < N
     x_dtype = tl.float32 if DOT_FP32 else x_ptr.dtype.element_ty
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # tl.full, not tl.zeros: zeros is itself a jitted helper, which the interpreter can
+    # only call when Triton was imported with TRITON_INTERPRET=1 already set.
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
     if INT4:
         HALF: tl.constexpr = BLOCK_K // 2
         rb = tl.arange(0, HALF)

@@ -1,0 +1,53 @@
+"""The Triton dequantize-and-multiply kernel, run by Triton's interpreter on CPU tensors.
+
+Compared with the torch reference path (dequantize, then matmul in float32) over both
+schemes, three dtypes, group sizes 64 and 128, and row/column counts that leave partial
+tiles. Tolerances: float32 1e-5 (summation order); float16 and bfloat16 one rounding of
+the output (2^-10 and 2^-7 relative) on the largest output.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from engine.quantization import WeightQuantization, dequantize, quantize
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None,
+    reason="Triton is not installed (pip install 'kvgov[triton]', or a GPU build of torch)",
+)
+
+_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2**-10, torch.bfloat16: 2**-7}
+
+
+@pytest.fixture
+def interpreted(monkeypatch: pytest.MonkeyPatch):
+    from engine.quantization.triton_kernel import dequant_matmul_kernel
+
+    # The kernel is decorated at first use, so the interpreter is chosen here and the
+    # interpreted kernel is dropped afterwards (a GPU run later compiles its own).
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    dequant_matmul_kernel.cache_clear()
+    yield
+    dequant_matmul_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("scheme", list(WeightQuantization))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "out", "group"), [(5, 80, 128), (17, 64, 64)])
+def test_kernel_matches_the_torch_reference(interpreted, scheme, dtype, rows, out, group) -> None:
+    from engine.quantization.triton_matmul import dequant_matmul
+
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(out, 256, generator=generator)
+    x = torch.randn(rows, 256, generator=generator).to(dtype)
+    q = quantize(weight, scheme, group_size=group, scale_dtype=dtype)
+    w = dequantize(q.qweight, q.scales, scheme, group_size=group, dtype=torch.float32)
+    want = x.float() @ w.T
+    got = dequant_matmul(x, q.qweight, q.scales, scheme, group)
+    assert got.dtype == dtype and got.shape == (rows, out)
+    error = (got.float() - want).abs().max() / want.abs().max()
+    assert error <= _TOLERANCE[dtype], f"relative error {error:.2e}"

@@ -44,6 +44,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "allocator": "engine.benchmarks.allocator",
         "attention": "engine.benchmarks.attention",
         "engine": "engine.benchmarks.engine",
+        "quantization": "engine.benchmarks.quantization",
         "governor": "governor.benchmarks.governor",
         "policies": "policies.benchmarks.policies",
         "integrations": "integrations.benchmarks.integrations",

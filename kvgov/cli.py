@@ -319,7 +319,14 @@ def plan(
         str | None, typer.Option(help="A Hugging Face config.json, or the folder holding it.")
     ] = None,
     card_gb: Annotated[float, typer.Option(help="The card's memory, GB.")] = 16.0,
-    weights_gb: Annotated[float, typer.Option(help="Memory the weights take, GB.")] = 5.5,
+    weights_gb: Annotated[
+        float | None,
+        typer.Option(help="Memory the weights take, GB [default: 5.5, or counted: --quantize]."),
+    ] = None,
+    quantize: Annotated[
+        str | None,
+        typer.Option(help="int8 or int4: count the weights from --config, quantized."),
+    ] = None,
     overhead_gb: Annotated[
         float, typer.Option(help="Activations, runtime and fragmentation, GB.")
     ] = 0.5,
@@ -341,11 +348,13 @@ def plan(
     """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged."""
     from governor.plan import plan_rows, render_plan
 
+    if quantize is not None:
+        weights_gb = _quantized_weights_gb(config, quantize, weights_gb)
     made = _make_plan(
         preset=preset,
         config=config,
         card_gb=card_gb,
-        weights_gb=weights_gb,
+        weights_gb=5.5 if weights_gb is None else weights_gb,
         overhead_gb=overhead_gb,
         kv_dtype=kv_dtype,
         block_size=block_size,
@@ -363,6 +372,21 @@ def plan(
     console = Console()
     console.print(headline)
     print_table(console, table)
+
+
+def _quantized_weights_gb(config: str | None, quantize: str, weights_gb: float | None) -> float:
+    from governor.errors import GovernorError
+    from governor.weights_size import weights_bytes_from_hf_config
+
+    if config is None or weights_gb is not None:
+        _fail(
+            "--quantize counts the weights from a config.json: pass --config PATH with it "
+            "and leave out --weights-gb (or give --weights-gb alone)"
+        )
+    try:
+        return weights_bytes_from_hf_config(config, quantize=quantize) / 1e9
+    except GovernorError as exc:
+        _fail(str(exc))
 
 
 @app.command("map")

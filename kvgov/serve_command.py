@@ -2,7 +2,7 @@
 
     kvgov serve [--model PRESET|PATH] [--host 127.0.0.1] [--port 8000]
                 [--api-key KEY ...] [--api-key-file PATH] [--admin-api-key KEY ...]
-                [--num-blocks N | --kv-budget SIZE] [--device auto]
+                [--num-blocks N | --kv-budget SIZE] [--device auto] [--quantize int4|int8]
                 [--served-model-name NAME] [--max-body-bytes N] [--max-waiting N]
 
 Also ``python -m kvgov.serve`` with the same options. Keys may also come from the
@@ -57,6 +57,10 @@ def serve(
         str | None, typer.Option(help="KV cache size: 256MiB, 2GB, 1.5GiB.")
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    quantize: Annotated[
+        str | None,
+        typer.Option(help="int8 or int4: weight-only, quantized as the model loads."),
+    ] = None,
     served_model_name: Annotated[
         str | None, typer.Option(help="The model name clients send (default: the model's).")
     ] = None,
@@ -81,6 +85,10 @@ def serve(
 
     if num_blocks is not None and kv_budget is not None:
         _fail("pass --num-blocks or --kv-budget, not both")
+    if quantize not in (None, "int8", "int4"):
+        _fail(
+            f"--quantize takes int8 or int4 (or leave it out for full precision), not {quantize!r}"
+        )
     try:
         admin_keys = load_api_keys(admin_api_key or (), environ={})
         keys = load_api_keys([*(api_key or ()), *admin_keys], key_file=api_key_file)
@@ -93,7 +101,7 @@ def serve(
             max_body_bytes=max_body_bytes,
             max_waiting_requests=max_waiting,
         )
-        config: dict[str, object] = {"model": model, "device": device}
+        config: dict[str, object] = {"model": model, "device": device, "quantize": quantize}
         if num_blocks is not None:
             config["num_blocks"] = num_blocks
         if kv_budget is not None:

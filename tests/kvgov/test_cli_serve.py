@@ -113,3 +113,8 @@ def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.Mon
     (settings,) = served
     assert (settings.api_keys, settings.admin_api_keys) == (("sk-user", "sk-admin"), ("sk-admin",))
     assert "2 API key(s)" in result.output and "1 may pin prefixes shared" in result.output
+
+
+def test_quantize_takes_int8_or_int4() -> None:
+    result = CliRunner().invoke(app, ["serve", "--quantize", "int2"])
+    assert result.exit_code == 2 and "--quantize takes int8 or int4" in result.output

@@ -20,9 +20,10 @@ class PreemptionMode(Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """KV capacity is set by exactly one of ``num_blocks``, ``kv_cache_bytes`` or
-    ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU and 80%
-    of free memory on a GPU."""
+    """KV capacity is set by at most one of ``num_blocks``, ``kv_cache_bytes`` or
+    ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU, and on a
+    GPU ``gpu_memory_utilization`` of the card less what is in use and what the largest
+    step peaks at, measured by a dummy step (``engine.memory_profile``)."""
 
     model: str = "tiny-random"  # a preset name or a local Hugging Face folder
     tokenizer: str | None = None  # "tiktoken:<encoding>" or a folder; None: the model's own
@@ -34,6 +35,7 @@ class EngineConfig:
     num_blocks: int | None = None
     kv_cache_bytes: int | None = None
     kv_cache_fraction: float | None = None
+    gpu_memory_utilization: float = 0.9  # of the card's total, for everything the engine holds
     swap_space_bytes: int = 64 * _MIB
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
     max_num_seqs: int = 64
@@ -63,6 +65,12 @@ class EngineConfig:
         if fraction is not None and not 0 < fraction <= 1:
             raise InvalidRequestError(f"kv_cache_fraction must be in (0, 1], got {fraction}")
         parse_quantization(self.quantize)  # refuses anything but None, "int8" and "int4"
+        utilization = self.gpu_memory_utilization
+        if not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+            raise InvalidRequestError(
+                f"gpu_memory_utilization must be in (0, 1], got {utilization!r}; it is the "
+                "share of the card's total memory the engine may take (0.9 leaves 10%)"
+            )
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise InvalidRequestError(
                 f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}"

@@ -33,6 +33,7 @@ from engine.errors import (
 )
 from engine.kv_cache import KVCache
 from engine.loader import load_parts, num_kv_blocks
+from engine.memory_profile import enable_expandable_segments, profile_largest_step
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     BudgetBlocks,
@@ -60,6 +61,8 @@ class Engine:
         self.config = config = config or EngineConfig()
         self.device = resolve_device(config.device)
         self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
+        if self.device.type == "cuda":
+            enable_expandable_segments()  # before the weights take their segments
         self.attention = get_attention_backend(config.attention, device=self.device)
         self.model_config, self.model, self.tokenizer = load_parts(
             config, attention=self.attention, device=self.device, dtype=self.dtype
@@ -68,7 +71,12 @@ class Engine:
         mc = self.model_config
         self.max_model_len = config.max_model_len or mc.max_position_embeddings
         bytes_per_block = mc.kv_bytes_per_token(self.dtype) * config.block_size
-        num_blocks = num_kv_blocks(config, device=self.device, bytes_per_block=bytes_per_block)
+        num_blocks = num_kv_blocks(
+            config,
+            device=self.device,
+            bytes_per_block=bytes_per_block,
+            profile=lambda: profile_largest_step(self.model, config),
+        )
         self.kv_cache = KVCache(
             num_layers=mc.num_layers,
             num_blocks=num_blocks,

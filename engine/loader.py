@@ -2,20 +2,23 @@
 
 A preset (``engine.presets``) is built in memory; anything else must be a local Hugging
 Face folder (``config.json``, ``*.safetensors``, the tokenizer's files). The pool takes
-``num_blocks`` when set, else ``kv_cache_bytes``, else a fraction of the memory free on
-the device (80% of what a GPU has left once the weights are loaded; 256 MiB on a CPU
-unless ``kv_cache_fraction`` says how much of the free host memory to take).
+``num_blocks`` when set, else ``kv_cache_bytes``, else ``kv_cache_fraction`` of the
+memory free on the device; with none of them, on a GPU what profiling the largest step
+leaves of ``gpu_memory_utilization`` of the card (``engine.memory_profile``), and 256 MiB
+on a CPU.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
 from engine.attention.backend import AttentionBackend
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError, ModelConfigError
+from engine.memory_profile import MemoryProfile
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.presets import PRESETS, build_preset_model
@@ -26,9 +29,6 @@ from engine.weights import load_model
 __all__ = ["load_parts", "num_kv_blocks"]
 
 _CPU_DEFAULT_KV_BYTES = 256 << 20
-# Of the memory free once the weights are loaded: the rest is for activations, the
-# attention workspace and allocator fragmentation.
-_GPU_DEFAULT_FRACTION = 0.8
 
 
 def load_parts(
@@ -63,15 +63,28 @@ def load_parts(
     return ModelConfig.from_pretrained(config.model), model, tokenizer
 
 
-def num_kv_blocks(config: EngineConfig, *, device: torch.device, bytes_per_block: int) -> int:
-    """The KV pool's size in blocks, from the config or the memory the device has free."""
+def num_kv_blocks(
+    config: EngineConfig,
+    *,
+    device: torch.device,
+    bytes_per_block: int,
+    profile: Callable[[], MemoryProfile] | None = None,
+) -> int:
+    """The KV pool's size in blocks, from the config or the memory the device has free.
+
+    ``profile`` measures the largest step on a GPU (``engine.memory_profile``); it runs
+    only when the config gives no size.
+    """
     if config.num_blocks is not None:
         return config.num_blocks
     if config.kv_cache_bytes is not None:
         nbytes = config.kv_cache_bytes
-    elif device.type == "cuda":
+    elif device.type == "cuda" and config.kv_cache_fraction is not None:
         free, _ = torch.cuda.mem_get_info(device)
-        nbytes = int(free * (config.kv_cache_fraction or _GPU_DEFAULT_FRACTION))
+        nbytes = int(free * config.kv_cache_fraction)
+    elif device.type == "cuda":
+        assert profile is not None, "a GPU without a configured KV size needs a profile"
+        nbytes = profile().kv_bytes
     elif config.kv_cache_fraction is not None:
         nbytes = int(
             os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * config.kv_cache_fraction

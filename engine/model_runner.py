@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.attention.backend import AttentionBackend
-from engine.attention.metadata import AttentionMetadata
+from engine.attention.metadata import AttentionMetadata, stage_int64
 from engine.block_manager import BlockManager
 from engine.kv_cache import KVCache
 from engine.models.llama import LlamaForCausalLM
@@ -41,10 +41,22 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, chunks: Sequence[ScheduledChunk]) -> list[int | None]:
         """Compute every chunk's tokens; for chunks that complete their request's known
-        tokens, sample the next token (``None`` for the others)."""
+        tokens, sample the next token (``None`` for the others).
+
+        On a GPU nothing here reads a device value on the host until the sampled tokens:
+        inputs, metadata and the rows to sample are staged in one pinned buffer and
+        copied once, non-blocking (``AttentionMetadata.build_staged``).
+        """
         if not chunks:
             return []
-        hidden = self.forward(
+        ends, sampling_rows = [], []
+        end = 0
+        for chunk in chunks:
+            end += chunk.num_tokens
+            if chunk.completes:
+                ends.append(end - 1)
+                sampling_rows.append(chunk.request)
+        hidden, rows = self.run(
             [
                 (
                     chunk.request.token_ids,
@@ -53,19 +65,13 @@ class ModelRunner:
                     self.manager.block_ids(chunk.request.request_id),
                 )
                 for chunk in chunks
-            ]
+            ],
+            sample_rows=ends,
         )
-        ends, sampling_rows = [], []
-        end = 0
-        for chunk in chunks:
-            end += chunk.num_tokens
-            if chunk.completes:
-                ends.append(end - 1)
-                sampling_rows.append(chunk.request)
         results: list[int | None] = [None] * len(chunks)
         if not ends:
             return results
-        sampled = self._sample(hidden[torch.tensor(ends, device=self.device)], sampling_rows)
+        sampled = self.sample(hidden[rows], sampling_rows).tolist()  # the step's one sync
         row = 0
         for index, chunk in enumerate(chunks):
             if chunk.completes:
@@ -73,27 +79,23 @@ class ModelRunner:
                 row += 1
         return results
 
-    def _sample(self, hidden: torch.Tensor, requests: Sequence[Request]) -> list[int]:
-        """One token per row of ``hidden`` [S, H]. Greedy rows never need the full
-        logits (``LlamaForCausalLM.greedy_tokens``); the others go to the sampler."""
+    def sample(self, hidden: torch.Tensor, requests: Sequence[Request]) -> torch.Tensor:
+        """One token per row of ``hidden`` [S, H], int64 on the device, read by no one
+        yet. Greedy rows never need the full logits (``LlamaForCausalLM.greedy_tokens``);
+        the others go to the sampler."""
         greedy = [i for i, r in enumerate(requests) if r.sampling.is_greedy]
         if len(greedy) == len(requests):
-            return self.model.greedy_tokens(hidden).tolist()
-        tokens: list[int] = [0] * len(requests)
-        if greedy:
-            rows = torch.tensor(greedy, device=self.device)
-            chosen = self.model.greedy_tokens(hidden[rows]).tolist()
-            for i, token in zip(greedy, chosen, strict=True):
-                tokens[i] = token
+            return self.model.greedy_tokens(hidden)
         others = [i for i, r in enumerate(requests) if not r.sampling.is_greedy]
-        rows = torch.tensor(others, device=self.device)
-        sampled = self.sampler.sample(
-            self.model.compute_logits(hidden[rows]),
+        greedy_rows, other_rows = stage_int64([greedy, others], self.device)
+        tokens = torch.empty(len(requests), dtype=torch.int64, device=self.device)
+        if greedy:
+            tokens[greedy_rows] = self.model.greedy_tokens(hidden[greedy_rows])
+        tokens[other_rows] = self.sampler.sample(
+            self.model.compute_logits(hidden[other_rows]),
             [requests[i].sampling for i in others],
             [requests[i].generator for i in others],
-        ).tolist()
-        for i, token in zip(others, sampled, strict=True):
-            tokens[i] = token
+        )
         return tokens
 
     @torch.inference_mode()
@@ -103,22 +105,28 @@ class ModelRunner:
         """Run the model over ``(token_ids, start, num_tokens, block_ids)`` items: the
         tokens ``token_ids[start : start + num_tokens]`` of each sequence, whose blocks
         already hold the K/V of every earlier token. Returns hidden states [T, hidden]."""
+        return self.run(items, sample_rows=[])[0]
+
+    def run(
+        self,
+        items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]],
+        *,
+        sample_rows: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # hidden [T, H], sample_rows on the device
+        """``forward``, and the rows ``sample_rows`` of the result staged with its inputs."""
         input_ids: list[int] = []
         positions: list[int] = []
         for token_ids, start, num_tokens, _ in items:
             input_ids.extend(token_ids[start : start + num_tokens])
             positions.extend(range(start, start + num_tokens))
-        metadata = AttentionMetadata.build(
+        metadata, (input_tensor, position_tensor, rows) = AttentionMetadata.build_staged(
             block_size=self.kv_cache.block_size,
             query_lens=[num for _, _, num, _ in items],
             seq_lens=[start + num for _, start, num, _ in items],
             block_tables=[blocks for _, _, _, blocks in items],
             device=self.device,
+            extra=[input_ids, positions, sample_rows],
         )
         self.attention.prepare(metadata)
-        return self.model(
-            torch.tensor(input_ids, dtype=torch.int64, device=self.device),
-            torch.tensor(positions, dtype=torch.int64, device=self.device),
-            self.kv_cache,
-            metadata,
-        )
+        hidden = self.model(input_tensor, position_tensor, self.kv_cache, metadata)
+        return hidden, rows

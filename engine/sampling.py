@@ -155,9 +155,7 @@ class Sampler:
         generators: list[torch.Generator | None],
     ) -> torch.Tensor:
         device = logits.device
-        temperature = torch.tensor(
-            [p.temperature for p in params], dtype=logits.dtype, device=device
-        )
+        temperature = _host_to([p.temperature for p in params], logits.dtype, device)
         logits = logits / temperature.unsqueeze(1)  # [R, V]
         # Rows without a filter are left untouched, so each row's values (and a seeded
         # row's draw) are bit for bit what they would be in any other batch.
@@ -191,7 +189,7 @@ def _apply_top_k(logits: torch.Tensor, top_k: list[int]) -> torch.Tensor:
     if not rows:
         return logits
     index = _index(rows, logits.device)
-    ks = torch.tensor([top_k[i] for i in rows], device=logits.device)
+    ks = _host_to([top_k[i] for i in rows], torch.int64, logits.device)
     chosen = logits[index]
     # The largest k from the Python list: ks.max() would sync with the GPU every step.
     largest = max(top_k[i] for i in rows)
@@ -216,11 +214,17 @@ def _apply_top_p(logits: torch.Tensor, top_p: list[float]) -> torch.Tensor:
     device = logits.device
     index = _index(rows, device)
     chosen = logits[index]  # [n, V]
-    p = torch.tensor([top_p[i] for i in rows], dtype=logits.dtype, device=device).unsqueeze(1)
+    p = _host_to([top_p[i] for i in rows], logits.dtype, device).unsqueeze(1)
     log_total = chosen.logsumexp(dim=-1, keepdim=True)  # [n, 1]
     candidates = chosen.topk(min(_TOP_P_CANDIDATES, chosen.shape[1]), dim=-1).values
     cutoff, covered = _top_p_cutoff(candidates, log_total, p)
-    if not bool(covered.all()):
+    if device.type != "cpu":
+        # Asking which rows fell short would read the device on the host mid-step; a GPU
+        # sorts every top-p row instead and keeps the full cut-off where it is needed.
+        ordered = chosen.sort(dim=-1, descending=True).values
+        full, _ = _top_p_cutoff(ordered, log_total, p)
+        cutoff = torch.where(covered.unsqueeze(1), cutoff, full)
+    elif not bool(covered.all()):
         short = (~covered).nonzero().squeeze(1)
         ordered = chosen[short].sort(dim=-1, descending=True).values
         cutoff[short], _ = _top_p_cutoff(ordered, log_total[short], p[short])
@@ -250,7 +254,17 @@ def _gumbel(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tens
 
 
 def _index(rows: list[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.long, device=device)
+    return _host_to(rows, torch.long, device)
+
+
+def _host_to(
+    values: list[float] | list[int], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """``values`` on ``device`` without blocking the host: on a GPU, from pinned memory
+    with a non-blocking copy (``torch.tensor(..., device=cuda)`` waits for its copy)."""
+    if device.type == "cpu":
+        return torch.tensor(values, dtype=dtype)
+    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
 
 
 def _is_int(value: object) -> bool:

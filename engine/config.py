@@ -36,6 +36,10 @@ class EngineConfig:
     kv_cache_bytes: int | None = None
     kv_cache_fraction: float | None = None
     gpu_memory_utilization: float = 0.9  # of the card's total, for everything the engine holds
+    # The host pool for swapped and offloaded blocks, in blocks (each holds block_size
+    # tokens of every layer: a 9B model's 16-token block is about 2.2 MB, so 64 MiB is
+    # only about 480 tokens); None: as many blocks as swap_space_bytes holds.
+    swap_space_blocks: int | None = None
     swap_space_bytes: int = 64 * _MIB
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
     max_num_seqs: int = 64
@@ -55,6 +59,13 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidRequestError(f"{name} must be a positive int, got {value!r}")
+        if self.swap_space_blocks is not None and (
+            not isinstance(self.swap_space_blocks, int) or self.swap_space_blocks < 0
+        ):
+            raise InvalidRequestError(
+                f"swap_space_blocks must be an int >= 0 (0: no swap space), got "
+                f"{self.swap_space_blocks!r}"
+            )
         for name in ("num_blocks", "kv_cache_bytes", "max_model_len"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):

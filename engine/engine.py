@@ -83,7 +83,11 @@ class Engine:
             block_size=config.block_size,
             num_kv_heads=mc.num_kv_heads,
             head_dim=mc.head_dim,
-            num_host_blocks=config.swap_space_bytes // bytes_per_block,
+            num_host_blocks=(
+                config.swap_space_bytes // bytes_per_block
+                if config.swap_space_blocks is None
+                else config.swap_space_blocks
+            ),
             dtype=self.dtype,
             device=self.device,
         )

@@ -3,8 +3,9 @@
 Layout (L layers, N device blocks, Nh host blocks, B token slots per block,
 H kv heads, D head dim)::
 
-    kv       [2, L, N,  B, H, D]   on the device; kv[0] holds keys, kv[1] values
-    host_kv  [2, L, Nh, B, H, D]   on the host (pinned on CUDA) for swapped-out blocks
+    kv           [2, L, N,  B, H, D]   on the device; kv[0] holds keys, kv[1] values
+    host_blocks  [Nh, 2, L, B, H, D]   on the host (pinned on CUDA/ROCm), block-major
+    host_kv      [2, L, Nh, B, H, D]   a view of ``host_blocks`` in the device's order
 
 A block is the unit the block manager hands out, and it spans every layer. Keeping
 the block axis third in a single tensor means one ``index_select``/``index_copy_``
@@ -21,8 +22,14 @@ tuples or an ``[n, 2]`` integer tensor:
   then scatter), so in ``[(0, 1), (1, 2)]`` block 2 receives block 1's old contents;
 - a source may repeat; destinations must be distinct; empty pairs do nothing;
 - sources are left untouched; freeing them is the block manager's business;
-- ``swap_out`` returns once the host holds the data; on CUDA ``swap_in`` is
-  asynchronous, ordered on the current stream before any later kernel.
+- on a CPU both swaps are done when they return. On CUDA/ROCm they run on a side
+  stream and never block the host: ``swap_out`` gathers the blocks on the side stream
+  (the current stream waits for that gather only, so the freed blocks can be reused)
+  and then copies them to the pinned host blocks while compute goes on; ``swap_in``
+  copies host blocks into a device buffer on the side stream, and the current stream
+  waits for them before it scatters them into place. Block-major host memory makes
+  each block (and each run of consecutive blocks) one contiguous DMA transfer. Host
+  code that reads ``host_kv`` itself calls ``synchronize()`` first.
 
 Bad ids raise :class:`~engine.errors.InvalidRequestError`.
 """
@@ -53,11 +60,12 @@ class KVCache:
 
     __slots__ = (
         "_pinned",
+        "_stream",
         "block_size",
         "device",
         "dtype",
         "head_dim",
-        "host_kv",
+        "host_blocks",
         "key_caches",
         "kv",
         "num_blocks",
@@ -87,16 +95,17 @@ class KVCache:
         self.num_host_blocks = require_int("num_host_blocks", num_host_blocks, minimum=0)
         self.device = resolve_device(device)
         self.dtype = _check_dtype(default_dtype(self.device) if dtype is None else dtype)
-        # Pinned host memory lets host->device copies run asynchronously on CUDA/ROCm.
+        # Pinned host memory lets copies run asynchronously on CUDA/ROCm, on their own stream.
         self._pinned = self.device.type == "cuda"
+        self._stream = torch.cuda.Stream(self.device) if self._pinned else None
 
         block = (self.block_size, self.num_kv_heads, self.head_dim)
         # Zeros, not empty: masked-out slots must never hold NaN/inf garbage.
         self.kv = torch.zeros(  # [2, L, N, B, H, D]
             (2, self.num_layers, self.num_blocks, *block), dtype=self.dtype, device=self.device
         )
-        self.host_kv = torch.zeros(  # [2, L, Nh, B, H, D]
-            (2, self.num_layers, self.num_host_blocks, *block),
+        self.host_blocks = torch.zeros(  # [Nh, 2, L, B, H, D]
+            (self.num_host_blocks, 2, self.num_layers, *block),
             dtype=self.dtype,
             pin_memory=self._pinned,
         )
@@ -110,6 +119,15 @@ class KVCache:
             f"head_dim={self.head_dim}, num_host_blocks={self.num_host_blocks}, "
             f"dtype={self.dtype}, device={self.device})"
         )
+
+    @property
+    def host_kv(self) -> torch.Tensor:  # [2, L, Nh, B, H, D], a view of host_blocks
+        return self.host_blocks.permute(1, 2, 0, 3, 4, 5)
+
+    def synchronize(self) -> None:
+        """Wait for the side stream's copies (a no-op on a CPU)."""
+        if self._stream is not None:
+            self._stream.synchronize()
 
     @property
     def bytes_per_block(self) -> int:
@@ -166,36 +184,52 @@ class KVCache:
         self.kv.index_copy_(2, dst, self.kv.index_select(2, src))
 
     def swap_out(self, pairs: BlockPairs) -> None:
-        """Copy device block ``src`` to host block ``dst``; returns once the host has it."""
+        """Copy device block ``src`` to host block ``dst``, in every layer."""
         ids = self._pairs(pairs, "swap_out", src_pool="device", dst_pool="host")
         if ids is None:
             return
         src, dst = ids
-        gathered = self.kv.index_select(2, src.to(self.device))  # [2, L, n, B, H, D]
-        if self._pinned:
-            staged = torch.empty(gathered.shape, dtype=self.dtype, pin_memory=True)
-            staged.copy_(gathered)  # blocking: the CPU scatter below reads it at once
-        else:
-            staged = gathered.to("cpu")
-        self.host_kv.index_copy_(2, dst, staged)
+        if self._stream is None:
+            gathered = self.kv.index_select(2, src)  # [2, L, n, B, H, D]
+            self.host_blocks.index_copy_(0, dst, gathered.permute(2, 0, 1, 3, 4, 5))
+            return
+        compute, side = torch.cuda.current_stream(self.device), self._stream
+        side.wait_stream(compute)  # the blocks' K/V are written
+        with torch.cuda.stream(side):
+            index = src.to(self.device, non_blocking=True)
+            # [n, 2, L, B, H, D]; allocated on the side stream, which alone uses it
+            staged = self.kv.index_select(2, index).permute(2, 0, 1, 3, 4, 5).contiguous()
+            gathered = side.record_event()
+            for row, first, count in _runs(dst.tolist()):
+                self.host_blocks[first : first + count].copy_(
+                    staged[row : row + count], non_blocking=True
+                )
+        compute.wait_event(gathered)  # the source blocks may be reused from here on
 
     def swap_in(self, pairs: BlockPairs) -> None:
-        """Copy host block ``src`` to device block ``dst``; asynchronous on CUDA."""
+        """Copy host block ``src`` to device block ``dst``, in every layer."""
         ids = self._pairs(pairs, "swap_in", src_pool="host", dst_pool="device")
         if ids is None:
             return
         src, dst = ids
-        if self._pinned:
-            shape = list(self.host_kv.shape)
-            shape[2] = src.numel()
-            staged = torch.empty(shape, dtype=self.dtype, pin_memory=True)
-            torch.index_select(self.host_kv, 2, src, out=staged)
-            # Safe to drop `staged` on return: torch's pinned-memory allocator holds the
-            # buffer until the asynchronous copy that reads it has finished.
-            moved = staged.to(self.device, non_blocking=True)
-        else:
-            moved = self.host_kv.index_select(2, src).to(self.device)
-        self.kv.index_copy_(2, dst.to(self.device), moved)
+        if self._stream is None:
+            moved = self.host_blocks.index_select(0, src)  # [n, 2, L, B, H, D]
+            self.kv.index_copy_(2, dst, moved.permute(1, 2, 0, 3, 4, 5))
+            return
+        compute, side = torch.cuda.current_stream(self.device), self._stream
+        with torch.cuda.stream(side):  # after any swap_out still copying to these blocks
+            staged = torch.empty(
+                (src.numel(), *self.host_blocks.shape[1:]), dtype=self.dtype, device=self.device
+            )
+            for row, first, count in _runs(src.tolist()):
+                staged[row : row + count].copy_(
+                    self.host_blocks[first : first + count], non_blocking=True
+                )
+            arrived = side.record_event()
+        compute.wait_event(arrived)
+        staged.record_stream(compute)  # read below, on the compute stream
+        index = dst.to(self.device, non_blocking=True)
+        self.kv.index_copy_(2, index, staged.permute(1, 2, 0, 3, 4, 5))
 
     def _layer(self, layer: int) -> int:
         is_int = isinstance(layer, int) and not isinstance(layer, bool)
@@ -263,3 +297,15 @@ def _check_range(op: str, role: str, pool: str, ids: torch.Tensor, limit: int) -
         f"{op}: {role} {pool} block id {int(ids[bad][0])} is out of range; valid ids are "
         f"0..{limit - 1}; use ids handed out by the block manager"
     )
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """``(row, first id, count)`` for each run of consecutive ids, in order: one copy each."""
+    runs: list[tuple[int, int, int]] = []
+    for row, block in enumerate(ids):
+        if runs and runs[-1][1] + runs[-1][2] == block:
+            first_row, first, count = runs[-1]
+            runs[-1] = (first_row, first, count + 1)
+        else:
+            runs.append((row, block, 1))
+    return runs

@@ -172,7 +172,7 @@ def bench(
         from engine.errors import InvalidRequestError
 
         try:
-            options["device"] = resolve_device(device)
+            options["device"] = str(resolve_device(device))
         except InvalidRequestError as exc:
             typer.echo(f"Error: {exc}", err=True)
             raise typer.Exit(code=2) from exc

@@ -10,7 +10,11 @@ assert torch.cuda.is_available(), "torch sees no CUDA/ROCm GPU"
 print("device", torch.cuda.get_device_name(0))
 PY
 python -m pytest -m gpu -q -p no:cacheprovider
-kvgov bench engine --json
+# The engine on the GPU against transformers on the same GPU: prefill-logit parity within
+# the dtype's tolerance (not identical greedy tokens), decode throughput side by side, the
+# allocator's peak reserved after full-batch steps (peak_reserved_gib); the int8/int4 error
+# figures and the sync-free step and side-stream swap tests are in -m gpu above.
+kvgov bench engine --quick --device cuda --json
 # Decode attention at a 9B model's head sizes, device-timed: Triton paged vs gather vs
 # contiguous SDPA (the kernels' parity at 1k-16k tokens is in the gpu tests above).
 kvgov bench attention --device cuda --json

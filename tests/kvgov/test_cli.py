@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
 from collections.abc import Iterator
+from inspect import signature
 from pathlib import Path
 from types import ModuleType
 
@@ -170,3 +172,22 @@ def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> N
         "first_fake",
         "second_fake",
     ]
+
+
+def test_device_goes_to_benchmarks_that_take_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    on_device = ModuleType("fake_device_bench")
+    on_device.run = lambda *, quick=False, device="cpu": iter(  # type: ignore[attr-defined]
+        seen.append(device) or [{"bench": "d", "metric": "m", "value": 1.0, "unit": "x"}]
+    )
+    fixed = ModuleType("fake_fixed_bench")
+    fixed.run = lambda *, quick=False: iter([])  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_device_bench", on_device)
+    monkeypatch.setitem(sys.modules, "fake_fixed_bench", fixed)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"d": "fake_device_bench", "f": "fake_fixed_bench"})
+    assert runner.invoke(cli.app, ["bench", "d", "--json", "--device", "cuda:1"]).exit_code == 0
+    assert seen == ["cuda:1"]
+    refused = runner.invoke(cli.app, ["bench", "f", "--device", "cuda"])
+    assert refused.exit_code == 2 and "f does not" in refused.stderr
+    engine_bench = importlib.import_module("engine.benchmarks.engine")
+    assert "device" in signature(engine_bench.run).parameters

@@ -1,9 +1,9 @@
 """Sizing the KV pool on a GPU by profiling: what a full step peaks at, then the rest.
 
-On CUDA and ROCm, with no size given in ``EngineConfig``, the engine runs one dummy
-step at its largest shape (``max_num_batched_tokens`` prompt tokens spread over up to
-``max_num_seqs`` sequences, then the logits of one row per sequence), reads the
-allocator's peak, returns the step's memory with ``empty_cache`` and gives the KV pool
+On CUDA and ROCm, with no size given in ``EngineConfig``, the engine runs dummy steps
+at its largest shapes (``max_num_batched_tokens`` prompt tokens as one chunk, then
+spread over up to ``max_num_seqs`` sequences with the logits of one row per sequence),
+reads the allocator's peak, returns the step's memory with ``empty_cache`` and gives the KV pool
 
     kv_bytes = gpu_memory_utilization x total - (used before the step + the step's peak)
 
@@ -149,12 +149,19 @@ def enable_expandable_segments() -> bool:
 def run_largest_step(
     model: LlamaForCausalLM, *, num_tokens: int, num_seqs: int, block_size: int
 ) -> None:
-    """One prefill of ``num_tokens`` tokens over ``min(num_seqs, num_tokens)`` sequences,
-    then the logits of each sequence's last token: the engine's largest step, on a KV
-    cache of its own (freed on return; its bytes count in the peak, a small overcount)."""
-    config, device = model.config, model.device
+    """The engine's largest steps, each on a KV cache of its own (freed on return; its
+    bytes count in the peak, a small overcount): ``num_tokens`` prompt tokens as one
+    chunk (the largest attention), then spread over ``min(num_seqs, num_tokens)``
+    sequences with the logits of each one's last token (the largest logits)."""
+    _prefill(model, [num_tokens], block_size)
     num_seqs = min(num_seqs, num_tokens)
-    lens = [num_tokens // num_seqs + (i < num_tokens % num_seqs) for i in range(num_seqs)]
+    if num_seqs > 1:
+        lens = [num_tokens // num_seqs + (i < num_tokens % num_seqs) for i in range(num_seqs)]
+        _prefill(model, lens, block_size)
+
+
+def _prefill(model: LlamaForCausalLM, lens: list[int], block_size: int) -> None:
+    config, device = model.config, model.device
     tables: list[list[int]] = []
     for n in lens:
         first = sum(len(t) for t in tables)
@@ -173,7 +180,7 @@ def run_largest_step(
     )
     with torch.inference_mode():
         model.attention.prepare(metadata)
-        tokens = torch.zeros(num_tokens, dtype=torch.int64, device=device)
+        tokens = torch.zeros(sum(lens), dtype=torch.int64, device=device)
         positions = torch.cat([torch.arange(n, device=device) for n in lens])
         hidden = model(tokens, positions, cache, metadata)  # [T, H]
         model.compute_logits(hidden[metadata.query_start_loc[1:] - 1])  # [S, V]

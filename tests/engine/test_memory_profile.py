@@ -109,7 +109,7 @@ def test_a_gpu_without_a_configured_size_takes_the_profiled_figure() -> None:
     )
 
 
-def test_the_largest_step_runs_every_token_and_one_logit_row_per_sequence() -> None:
+def test_the_largest_steps_are_one_whole_chunk_and_every_sequence() -> None:
     model = build_preset_model("tiny-random", attention=ReferenceAttention(), device="cpu")
     seen: list[tuple[int, ...]] = []
     hook = model.register_forward_hook(lambda _m, args, out: seen.append(tuple(out.shape)))
@@ -120,7 +120,7 @@ def test_the_largest_step_runs_every_token_and_one_logit_row_per_sequence() -> N
         run_largest_step(model, num_tokens=100, num_seqs=8, block_size=16)
     finally:
         hook.remove()
-    assert seen == [(100, model.config.hidden_size)] and rows == [8]
+    assert seen == [(100, model.config.hidden_size)] * 2 and rows == [1, 8]
 
 
 def test_utilization_must_be_a_share() -> None:

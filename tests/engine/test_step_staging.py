@@ -83,3 +83,16 @@ def test_a_step_reads_nothing_from_the_gpu_before_the_sampled_tokens() -> None:
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert [tuple(t.shape) for t in steps] == [(4,), (4,)]
+
+
+@pytest.mark.gpu
+def test_top_p_on_a_gpu_cuts_where_the_cpu_does() -> None:
+    from engine.sampling import _apply_top_p
+
+    generator = torch.Generator().manual_seed(0)
+    # Row 0 peaked (its candidates hold p), row 1 flat (they do not: the full sort decides).
+    logits = torch.stack([torch.randn(5000, generator=generator) * 8, torch.zeros(5000)])
+    top_p = [0.9, 0.99]
+    on_cpu = _apply_top_p(logits, top_p)
+    on_gpu = _apply_top_p(logits.cuda(), top_p).cpu()
+    assert torch.equal(on_gpu.isinf(), on_cpu.isinf())

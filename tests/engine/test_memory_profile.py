@@ -8,6 +8,7 @@ on the CPU with the tiny model.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import pytest
@@ -61,7 +62,9 @@ class FakeMemory:
         self.reserved = self.allocated
 
 
-def test_kv_is_utilization_of_the_total_less_what_is_used_and_the_step_peak() -> None:
+def test_kv_is_utilization_of_the_total_less_what_is_used_and_the_step_peak(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     memory = FakeMemory(used_by_others=GIB // 2)
     memory.alloc(5 * GIB)  # the weights
     memory.alloc(GIB)  # a leftover of loading, cached but no longer used
@@ -73,7 +76,10 @@ def test_kv_is_utilization_of_the_total_less_what_is_used_and_the_step_peak() ->
         memory.alloc(GIB // 2)  # logits, while the activations are alive: peak 1.5 GiB
         memory.free(GIB + GIB // 2)
 
-    profile = profile_kv_bytes(step, memory=memory, utilization=0.9)
+    with caplog.at_level(logging.INFO, logger="engine.memory_profile"):
+        profile = profile_kv_bytes(step, memory=memory, utilization=0.9)
+    assert caplog.messages == [profile.describe()]  # the figure, logged at startup
+    assert "0.9 x 16.00 GiB - 5.50 GiB in use - 1.50 GiB peak" in profile.describe()
     # The cached leftover was returned before measuring, so it is not counted as in use.
     assert profile.used_before_bytes == 5 * GIB + GIB // 2
     assert profile.step_peak_bytes == GIB + GIB // 2

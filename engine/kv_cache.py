@@ -179,7 +179,9 @@ class KVCache:
         ids = self._pairs(pairs, "copy_blocks", src_pool="device", dst_pool="device")
         if ids is None:
             return
-        src, dst = (t.to(self.device) for t in ids)
+        # Non-blocking: copy-on-write happens mid-step, and a blocking copy of the ids
+        # would make the host wait for the device.
+        src, dst = (t.to(self.device, non_blocking=True) for t in ids)
         # index_select returns a fresh tensor: all sources are read before any write.
         self.kv.index_copy_(2, dst, self.kv.index_select(2, src))
 

@@ -38,13 +38,14 @@ def test_swap_space_is_sized_in_blocks() -> None:
 
 
 @pytest.mark.gpu
-def test_swaps_run_on_a_side_stream_without_blocking_the_host() -> None:
+def test_block_moves_run_without_blocking_the_host() -> None:
     cache = KVCache(**SIZES, num_host_blocks=4, device="cuda")
     cache.kv.copy_(torch.randn(cache.kv.shape, device=cache.device).to(cache.dtype))
     before = cache.kv.clone()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
+        cache.copy_blocks([(0, 1)])  # copy-on-write, mid-step
         cache.swap_out([(2, 1), (3, 2), (5, 3)])
         cache.kv[:, :, 2:4].zero_()  # reusing the freed blocks waits for the gather only
         cache.swap_in([(1, 4), (2, 5)])
@@ -55,3 +56,4 @@ def test_swaps_run_on_a_side_stream_without_blocking_the_host() -> None:
     assert torch.equal(cache.host_blocks[3].to(cache.device), before[:, :, 5])
     assert torch.equal(cache.kv[:, :, 4], before[:, :, 2])
     assert torch.equal(cache.kv[:, :, 5], before[:, :, 3])
+    assert torch.equal(cache.kv[:, :, 1], before[:, :, 0])

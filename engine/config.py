@@ -46,7 +46,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # per-step token budget (chunked prefill)
     max_model_len: int | None = None  # None: the model's maximum positions
     enable_prefix_caching: bool = True
-    attention: str = "auto"  # "auto" | "fast" | "reference"
+    attention: str = "auto"  # one of engine.attention.ATTENTION_BACKENDS; auto picks per device
     seed: int = 0  # for the random weights of presets
 
     def __post_init__(self) -> None:

@@ -36,7 +36,7 @@ from engine.models.llama import LlamaForCausalLM
 from engine.quantization.linear import QuantizedLinear, QuantizedRows
 from engine.quantization.scheme import WeightQuantization
 
-__all__ = ["WeightTarget", "hf_tensor_views", "load_model", "save_model"]
+__all__ = ["WeightTarget", "hf_tensor_views", "load_model", "save_model", "weights_nbytes"]
 
 # A parameter view to copy into, or the rows of a quantized layer to quantize into.
 WeightTarget = torch.Tensor | QuantizedRows
@@ -264,3 +264,19 @@ def save_model(model: LlamaForCausalLM, path: str | os.PathLike[str]) -> Path:
     }
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
+
+
+def weights_nbytes(model: torch.nn.Module) -> int:
+    """Bytes the model's weights take: its parameters and its persistent buffers (a
+    quantized layer keeps its codes and scales as buffers), each storage once (tied
+    embeddings share one). Non-persistent buffers, such as rotary tables, are caches
+    rebuilt at load, not weights."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in model.state_dict(keep_vars=True).values():
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in seen:
+            continue
+        seen.add(pointer)
+        total += tensor.untyped_storage().nbytes()
+    return total

@@ -85,6 +85,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     ) -> None:
         from engine.engine import Engine
         from engine.engine_loop import EngineLoop
+        from engine.weights import weights_nbytes
 
         if isinstance(engine_or_loop, EngineLoop):
             if config is not None:
@@ -107,7 +108,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._tokenizer = engine.tokenizer
         self._counter = TokenCounter(tokenizer=engine.tokenizer)
         self._model = os.path.basename(os.path.normpath(engine.config.model))
-        self._weights_bytes = sum(p.numel() * p.element_size() for p in engine.model.parameters())
+        self._weights_bytes = weights_nbytes(engine.model)
         self._lock = threading.Lock()
         self._pins: dict[str, PinnedPrefix] = {}
         self._pin_keys = itertools.count()

@@ -112,7 +112,7 @@ def serve(
     servers: list[uvicorn.Server] = []  # the loader's callbacks run once the server exists
 
     def ready(backend: LocalBackend) -> None:
-        for line in engine_lines(settings, backend.model, backend.capacity()):
+        for line in engine_lines(settings, backend.model, backend.capacity(), quantize):
             typer.echo(line)
         typer.echo("ready")
 
@@ -175,8 +175,10 @@ def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | No
     return lines
 
 
-def engine_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> list[str]:
-    """The model and its KV capacity, printed once the engine is loaded."""
+def engine_lines(
+    settings: ServeSettings, model: str, cap: BackendCapacity, quantize: str | None = None
+) -> list[str]:
+    """The model, its weights and its KV capacity, printed once the engine is loaded."""
     tokens = cap.num_blocks * cap.block_size
     size = cap.num_blocks * cap.bytes_per_block
     name = settings.served_model_name or model
@@ -186,7 +188,14 @@ def engine_lines(settings: ServeSettings, model: str, cap: BackendCapacity) -> l
         + f", context {cap.max_model_len:,} tokens",
         f"KV cache: {cap.num_blocks:,} blocks of {cap.block_size} tokens = {tokens:,} tokens, "
         f"{size / _MIB:,.1f} MiB ({cap.bytes_per_block:,} bytes per block)",
-    ]
+    ] + (
+        [
+            f"weights: {cap.weights_bytes / _MIB:,.1f} MiB "
+            + (f"({quantize} weight-only, group-wise scales)" if quantize else "(full precision)")
+        ]
+        if cap.weights_bytes
+        else []
+    )
 
 
 def _fail(message: str) -> None:

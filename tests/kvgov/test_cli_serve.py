@@ -29,6 +29,24 @@ CAP = BackendCapacity(
 )
 
 
+def _int8_weights_mib() -> float:
+    """The tiny-random preset's weights with int8 projections, built here as the server
+    builds them (random values: only the sizes matter)."""
+    from engine.attention import ReferenceAttention
+    from engine.models import LlamaForCausalLM
+    from engine.presets import get_preset
+    from engine.quantization import WeightQuantization
+    from engine.weights import weights_nbytes
+
+    model = LlamaForCausalLM(
+        get_preset("tiny-random").config,
+        attention=ReferenceAttention(),
+        device="cpu",
+        quantization=WeightQuantization.INT8,
+    )
+    return weights_nbytes(model) / 2**20
+
+
 def test_startup_lines_say_address_model_capacity_and_security() -> None:
     lines = startup_lines(ServeSettings(api_keys=("sk-secret", "sk-other")), "tiny-random", CAP)
     text = "\n".join(lines)
@@ -68,6 +86,8 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
             str(port),
             "--device",
             "cpu",
+            "--quantize",
+            "int8",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -95,6 +115,12 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
     assert process.returncode == 0, output
     assert f"kvgov serve: http://127.0.0.1:{port}" in output
     assert "KV cache: 16 blocks of 16 tokens = 256 tokens" in output
+    # --quantize reaches the engine: the weights it reports are the int8 model's.
+    (weights,) = [line for line in output.splitlines() if line.startswith("weights: ")]
+    assert weights.endswith("MiB (int8 weight-only, group-wise scales)")
+    assert float(weights.split()[1].replace(",", "")) == pytest.approx(
+        _int8_weights_mib(), abs=0.05
+    )
     assert "1 API key(s)" in output and "sk-env-key" not in output
 
 

@@ -14,7 +14,7 @@ from engine.attention import ReferenceAttention
 from engine.models import LlamaForCausalLM
 from engine.presets import get_preset, init_random_weights
 from engine.quantization import QuantizedLinear, QuantizedRows, WeightQuantization, quantize
-from engine.weights import hf_tensor_views, load_model, save_model
+from engine.weights import hf_tensor_views, load_model, save_model, weights_nbytes
 
 # tiny-random's shape with a small vocabulary: every projection's input is 256 or 1024.
 SMALL = replace(get_preset("tiny-random").config, vocab_size=512, tie_word_embeddings=False)
@@ -85,3 +85,27 @@ def test_an_int4_engine_computes_what_its_dequantized_weights_would(tmp_path: Pa
     want = [c.token_ids for c in engines[None].generate(prompts, sampling)]
     assert [c.token_ids for c in engines["int4"].generate(prompts, sampling)] == want
     assert all(len(tokens) == 6 for tokens in want)
+
+
+@pytest.mark.parametrize("scheme", list(WeightQuantization))
+def test_weights_bytes_count_a_quantized_layers_codes_and_scales(scheme, tmp_path: Path) -> None:
+    """What /metrics, the live page and the governor read as the weights' size: a
+    quantized projection keeps its codes and scales as buffers, which a count of
+    parameters alone leaves out (an int4 model would read as its embeddings only)."""
+    full = LlamaForCausalLM(SMALL, attention=ReferenceAttention(), device="cpu")
+    init_random_weights(full, seed=7)
+    save_model(full, tmp_path)
+    loaded = load_model(tmp_path, attention=ReferenceAttention(), device="cpu", quantization=scheme)
+    element = torch.float32.itemsize  # the CPU runs float32; scales are kept in it too
+    full_bytes = sum(p.numel() * element for p in full.parameters())  # no tied weights here
+    assert weights_nbytes(full) == full_bytes
+    layers = [m for m in loaded.modules() if isinstance(m, QuantizedLinear)]
+    assert layers
+    code_bits = 8 if scheme is WeightQuantization.INT8 else 4
+    dense = sum(m.out_features * m.in_features * element for m in layers)
+    quantized = sum(
+        m.out_features * m.in_features * code_bits // 8
+        + m.out_features * (m.in_features // m.group_size) * element
+        for m in layers
+    )
+    assert weights_nbytes(loaded) == full_bytes - dense + quantized

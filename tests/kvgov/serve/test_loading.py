@@ -104,3 +104,20 @@ def test_closed_while_loading_closes_the_engine_once_built() -> None:
     go.set()
     _wait(lambda: built and not built[0].health().ok, "the engine built after close stayed open")
     assert not loading.ready
+
+
+def test_the_thread_that_built_the_engine_lives_until_close() -> None:
+    """The loader thread ran the engine's first torch operations (an OpenMP master); were
+    it to exit while the engine runs, the engine thread's parallel regions would spin
+    against each other (8x the CPU per call on a loaded host). No timing is asserted: the
+    invariant is that it is alive exactly as long as the engine is open."""
+    loading = LoadingApp(ServeSettings(), lambda: LocalBackend(config={"num_blocks": 8}))
+    loading.start()
+    _wait(lambda: loading.ready, "the engine did not load")
+    backend = loading.backend
+    assert backend is not None
+    backend.generate(GenerationRequest(prompt="hello", max_tokens=2))
+    assert loading._thread.is_alive()
+    loading.close()
+    loading._thread.join(timeout=_DEADLINE_S)
+    assert not loading._thread.is_alive() and not backend.health().ok

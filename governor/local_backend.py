@@ -30,7 +30,7 @@ import itertools
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing, suppress
+from contextlib import suppress
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -293,11 +293,28 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         return _result(completion)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        async with aclosing(self.astream(request)) as chunks:
-            async for chunk in chunks:
-                if chunk.result is not None:
-                    return chunk.result
-        raise AssertionError("a stream always ends with a chunk that has the result")
+        """The whole answer; cancelling the call aborts the request. Only the request's
+        end wakes the event loop (``astream`` wakes it for every engine step)."""
+        from engine.outputs import RequestOutput
+
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[object] = loop.create_future()
+
+        def sink(item: object) -> None:
+            if isinstance(item, RequestOutput):
+                return
+            with suppress(RuntimeError):  # as astream's sink: the loop may have closed
+                loop.call_soon_threadsafe(_settle, ended, item)
+
+        stream = await self._asubmit(request, sink)
+        try:
+            item = await ended
+        except asyncio.CancelledError:
+            self._abort(stream.request_id)
+            raise
+        if isinstance(item, BaseException):
+            reraise(item, backend=_NAME, engine_errors=_engine_errors())
+        return _result(stream.result())
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """A chunk per engine step with new tokens, then one with only the ``result``.
@@ -437,6 +454,11 @@ async def _finished(job: asyncio.Future[Any]) -> None:
             await asyncio.shield(job)
     if not job.cancelled():
         job.exception()  # retrieved: its outcome went to the orphan's abort
+
+
+def _settle(future: asyncio.Future[object], item: object) -> None:
+    if not future.done():  # a cancelled caller's future stays cancelled
+        future.set_result(item)
 
 
 def _result(completion: Completion) -> GenerationResult:

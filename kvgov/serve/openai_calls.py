@@ -7,9 +7,12 @@ engine's errors become ``ApiError`` (a prompt over the model's context is 400
 ``context_length_exceeded``), and ``retain`` holds the KV once the call is done.
 
 A call whose client goes away is cancelled: ``LocalBackend.astream`` aborts the engine
-request when its consumer stops, so its blocks return at once. A non-streamed call races
-the generation against the client's disconnect (the request's ``receive``, which yields
-``http.disconnect`` once the body has been read).
+request when its consumer stops, ``LocalBackend.agenerate`` when it is cancelled, so its
+blocks return at once. A non-streamed call (``agenerate``: the event loop wakes once per
+call, not once per token) races the generation against the client's disconnect (the
+request's ``receive``, which yields ``http.disconnect`` once the body has been read).
+With ``return_token_ids`` the server tokenizes the prompt once and hands the engine the
+ids.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import aclosing, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -58,6 +61,8 @@ class ModelCall:
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     tenant: str = ""
+    finished: bool = False  # the answer is whole (request.finished recorded)
+    prompt_ids: list[int] | None = None  # tokenized once, by prompt_token_ids()
 
     def __post_init__(self) -> None:
         prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
@@ -94,46 +99,62 @@ class ModelCall:
             "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
             "priority": body.priority,
         }
+        if self.prompt_ids is not None:  # tokenized already: the engine takes the ids
+            return GenerationRequest(prompt=self.prompt_ids, **common)
         if isinstance(body, ChatCompletionRequest):
             return GenerationRequest(messages=body.message_dicts(), **common)
         return GenerationRequest(prompt=body.one_prompt(), **common)
 
     async def prompt_token_ids(self) -> list[int]:
-        """The prompt's ids, as the engine tokenizes it (for ``return_token_ids``)."""
-        tokenizer = self.state.backend.tokenizer
-        body = self.body
-        if isinstance(body, ChatCompletionRequest):
-            return await asyncio.to_thread(tokenizer.encode_chat, body.message_dicts())
-        prompt = body.one_prompt()
-        if isinstance(prompt, str):
-            return await asyncio.to_thread(tokenizer.encode, prompt)
-        return list(prompt)
+        """The prompt's ids, as the engine tokenizes it (for ``return_token_ids``). The
+        call then hands the engine these ids, so the prompt is tokenized once."""
+        if self.prompt_ids is None:
+            tokenizer = self.state.backend.tokenizer
+            body = self.body
+            if isinstance(body, ChatCompletionRequest):
+                ids = await asyncio.to_thread(tokenizer.encode_chat, body.message_dicts())
+            elif isinstance(prompt := body.one_prompt(), str):
+                ids = await asyncio.to_thread(tokenizer.encode, prompt)
+            else:
+                ids = list(prompt)
+            self.prompt_ids = ids
+        return self.prompt_ids
 
     # -- running ------------------------------------------------------------------------
     async def generate(self) -> GenerationResult:
-        """The whole answer; ``ClientGone`` (after aborting) if the client left first."""
-        return await self.until_disconnect(self._collect())
+        """The whole answer; ``ClientGone`` (after aborting) if the client left first.
+        ``backend.agenerate`` wakes this event loop once, when the answer is whole, where
+        a stream wakes it for every engine step."""
+        return await self.until_disconnect(self._generate())
 
-    async def _collect(self) -> GenerationResult:
-        async with aclosing(self.stream()) as chunks:
-            async for chunk in chunks:
-                if chunk.result is not None:
-                    return chunk.result
-        raise AssertionError("a stream always ends with a chunk that has the result")
+    async def _generate(self) -> GenerationResult:
+        async with self._running() as generation:
+            result = await self.state.backend.agenerate(generation)
+            await self._finish(result)
+            return result
 
     async def stream(self) -> AsyncIterator[GenerationChunk]:
         """The backend's chunks, inside the gate, events and error mapping."""
+        async with (
+            self._running() as generation,
+            aclosing(self.state.backend.astream(generation)) as chunks,
+        ):
+            async for chunk in chunks:
+                if chunk.result is not None:
+                    await self._finish(chunk.result)
+                yield chunk
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[GenerationRequest]:
+        """A model call inside the gate: ``request.started``, then ``finished`` (recorded
+        by ``_finish``), ``refused`` (the engine's errors, mapped) or ``aborted`` (the
+        client left, the call was cancelled)."""
         await self._enter()
-        finished = refused = False
+        refused = False
         try:
             generation = self.generation_request()
             self._record("request.started")
-            async with aclosing(self.state.backend.astream(generation)) as chunks:
-                async for chunk in chunks:
-                    if chunk.result is not None:
-                        await self._finish(chunk.result)
-                        finished = True
-                    yield chunk
+            yield generation
         except ApiError as exc:
             refused = True
             self._refused(exc.status, exc.code)
@@ -145,7 +166,7 @@ class ModelCall:
             raise error from exc
         finally:
             self.api.gate.leave()
-            if not finished and not refused:
+            if not self.finished and not refused:
                 self._record("request.aborted", reason="client disconnected")
 
     async def until_disconnect(self, work: Awaitable[T]) -> T:
@@ -177,6 +198,7 @@ class ModelCall:
         if body.retain and body.budget is not None:
             budget = tenancy.scoped_budget(self.tenant, body.budget)
             await asyncio.to_thread(self.state.backend.retain, budget=budget)
+        self.finished = True
         self._record(
             "request.finished",
             prompt_tokens=result.prompt_tokens,

@@ -233,3 +233,49 @@ def test_a_call_cancelled_while_it_is_queued_returns_after_its_abort(
     returned_at = asyncio.run(main())
     assert queued_at and queued_at[0] <= returned_at
     _wait_until(_settled(backend))
+
+
+def test_agenerate_wakes_the_event_loop_once_per_call_not_per_token(
+    backend: LocalBackend,
+) -> None:
+    """A non-streamed call (kvgov serve's) must not hop from the engine thread to the event
+    loop at every engine step: each hop costs the server a wake-up and a GIL hand-off.
+    Counted: the callbacks other threads schedule on the loop, for 2 and 32 tokens."""
+
+    async def hops(max_tokens: int) -> tuple[int, tuple[int, ...]]:
+        loop = asyncio.get_running_loop()
+        counted = [0]
+        schedule = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            counted[0] += 1
+            return schedule(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        request = GenerationRequest(prompt="Count the files.", max_tokens=max_tokens)
+        result = await backend.agenerate(request)
+        assert result.completion_tokens == max_tokens
+        return counted[0], result.token_ids
+
+    short, _ = asyncio.run(hops(2))
+    long, token_ids = asyncio.run(hops(32))
+    assert long == short <= 2  # queued (a worker thread's answer), then the end
+    assert token_ids == backend.generate(
+        GenerationRequest(prompt="Count the files.", max_tokens=32)
+    ).token_ids
+
+
+def test_agenerate_cancelled_mid_call_frees_its_blocks(backend: LocalBackend) -> None:
+    async def main() -> None:
+        request = GenerationRequest(prompt="Write a very long story.", max_tokens=2000)
+        task = asyncio.create_task(backend.agenerate(request))
+        deadline = time.monotonic() + 10
+        while backend.metrics().num_requests_running == 0:
+            assert time.monotonic() < deadline, "the call never started"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    _wait_until(_settled(backend), timeout_s=5)  # 2000 tokens would take far longer

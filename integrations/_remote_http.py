@@ -73,6 +73,9 @@ class Transport:
             "headers": headers,
             "timeout": timeout,
             "limits": limits,
+            # Built once, here: each client would otherwise load the CA bundle itself, and
+            # an event loop's client is made on that loop (60-120 ms it would stall for).
+            "verify": httpx.create_ssl_context(),
         }
         self._async_transport = async_transport
         self._client = httpx.Client(transport=transport, **self._options)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import ssl
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -117,6 +119,39 @@ def test_only_safe_requests_are_retried() -> None:
     with pytest.raises(BackendUnavailable):
         backend.generate(GenerationRequest(prompt="hi"))
     assert seen == [("POST", "/v1/completions")] * FAST.attempts
+
+
+def test_an_event_loops_client_loads_no_certificates_on_that_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading the CA bundle takes 60-120 ms here; an event loop's client is made by that
+    loop's first call, so loading it there would stall the loop that long. A mock
+    transport: what is checked is where the client is built, not a call."""
+    loaded: list[bool] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loaded.append(_on_a_loop())
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    backend = _mock(httpx.MockTransport(lambda request: httpx.Response(200)), model="m")
+
+    async def first_async_client() -> None:
+        backend._transport._aclient()
+
+    asyncio.run(first_async_client())
+    asyncio.run(first_async_client())  # another loop, another client
+    assert loaded and not any(loaded)  # loaded once, at construction, on no loop
+    backend.close()
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def test_counts_match_the_server_with_few_round_trips(remote: RemoteBackend) -> None:

@@ -17,7 +17,7 @@ any thread or event loop at once.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from governor.errors import ConfigError
@@ -84,6 +84,9 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int  # prompt tokens served from the prefix cache
+    # The prompt as the engine saw it, where the backend knows it (LocalBackend, kvgov
+    # serve); () elsewhere. Not compared: backends that do not know it give equal results.
+    prompt_token_ids: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

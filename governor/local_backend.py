@@ -469,6 +469,7 @@ def _result(completion: Completion) -> GenerationResult:
         prompt_tokens=len(completion.prompt_token_ids),
         completion_tokens=len(completion.token_ids),
         cached_tokens=completion.num_cached_tokens,
+        prompt_token_ids=tuple(completion.prompt_token_ids),
     )
 
 

@@ -87,6 +87,10 @@ def result_of(answer: Mapping[str, Any], *, backend: str) -> GenerationResult:
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         completion_tokens=int(usage.get("completion_tokens", 0)),
         cached_tokens=_cached(usage),
+        # vLLM's places: the response for chat, the choice for completions
+        prompt_token_ids=tuple(
+            answer.get("prompt_token_ids") or choice.get("prompt_token_ids") or ()
+        ),
     )
 
 

@@ -57,13 +57,17 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 
 
 async def _run(call: ModelCall) -> Response:
-    prompt_ids = await call.prompt_token_ids() if call.body.return_token_ids else None
+    wants_ids = call.body.return_token_ids
     if not call.body.stream:
         try:
             result = await call.generate()
         except ClientGone:
             return Response(status_code=_CLIENT_CLOSED)
+        # The engine's own prompt ids come with the result: no second tokenization.
+        prompt_ids = list(result.prompt_token_ids) if wants_ids else None
         return JSONResponse(completion_body(call, result, prompt_ids))
+    # A stream's first chunk carries the prompt ids, before the engine has answered.
+    prompt_ids = await call.prompt_token_ids() if wants_ids else None
     chunks = call.stream()
     try:
         first = await call.until_disconnect(anext(chunks))

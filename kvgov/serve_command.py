@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from governor.backend import BackendCapacity
     from kvgov.serve.settings import ServeSettings
 
-__all__ = ["serve", "startup_lines"]
+__all__ = ["serve", "startup_lines", "uvicorn_config"]
 
 _MIB = 1024 * 1024
 
@@ -125,10 +127,7 @@ def serve(
     loading = LoadingApp(
         settings, lambda: LocalBackend(config=config), on_ready=ready, on_failed=failed
     )
-    uvicorn_config = uvicorn.Config(
-        loading, host=host, port=port, log_level="info", timeout_graceful_shutdown=5
-    )
-    server = uvicorn.Server(uvicorn_config)
+    server = uvicorn.Server(uvicorn_config(loading, host=host, port=port))
     servers.append(server)
     for line in startup_lines(settings, model, None):
         typer.echo(line, err=line.startswith("WARNING"))
@@ -142,6 +141,20 @@ def serve(
         loading.close()
     if failures:
         raise typer.Exit(code=2)
+
+
+def uvicorn_config(app: object, *, host: str, port: int) -> uvicorn.Config:
+    """How ``kvgov serve`` runs uvicorn; ``kvgov bench serve`` serves its engine the same
+    way, so its figures are this server's."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=5,
+    )
 
 
 def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | None) -> list[str]:

@@ -1,5 +1,6 @@
 """``ServerProcess``: ``python -m kvgov.serve`` in a child process on a free loopback port,
-for a benchmark that must not share its interpreter (or its GIL) with the server.
+for a benchmark that must not share its interpreter (or its GIL) with the server
+(``serve_child.ServeChild`` runs another command under the same lifecycle).
 
 ``with ServerProcess(model=..., num_blocks=..., threads=...) as server:`` starts the
 server (``spawn``) and yields at once, so the caller builds what it needs meanwhile;
@@ -56,16 +57,21 @@ class ServerProcess:
         self.spawn()
         self.wait_ready()
 
-    def spawn(self) -> None:
-        """Start the server without waiting for it (``wait_ready`` waits): what the caller
-        builds meanwhile overlaps the server's seconds of importing torch."""
-        command = [
+    def command(self) -> list[str]:
+        return [
             sys.executable, "-m", "kvgov.serve",
             "--model", self.model,
             "--port", str(self.port),
             "--num-blocks", str(self.num_blocks),
             "--device", self.device,
         ]  # fmt: skip
+
+    def spawn(self) -> None:
+        """Start the server without waiting for it (``wait_ready`` waits): what the caller
+        builds meanwhile overlaps the server's seconds of importing torch."""
+        self.spawn_with()
+
+    def spawn_with(self, *, pass_fds: tuple[int, ...] = ()) -> None:
         threads = str(self.threads)
         path = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
         env = {
@@ -76,7 +82,12 @@ class ServerProcess:
             "PYTHONWARNINGS": "ignore",
         }
         self.process = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log
+            self.command(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            pass_fds=pass_fds,
         )
 
     def wait_ready(self) -> None:

@@ -1,8 +1,9 @@
 """``kvgov bench serve --quick``: the three figures with their targets and notes, and what a
-wrong figure would break: both sides did the same work (16 tokens per call, equal streamed
-totals), and nothing outlives the run (the server process, its requests, budgets, leases).
-One quick run (a real server process, the real engine with the tiny model) serves every
-test here; no timing is asserted."""
+wrong figure would break: the overhead's two sides ran on one engine and did the same work
+on it (the same 16 tokens, the same cache state), equal streamed totals, and nothing
+outlives the run (the server process, its requests, budgets, leases). One quick run (a
+real server process, the real engine with the tiny model) serves every test here; no
+timing is asserted."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
         assert m.bench == "serve"
         assert (m.unit, m.target, m.direction) == (unit, target, direction)
         if metric == "http_overhead_ms_p50" and math.isnan(m.value):
+            # only noise may leave it unmeasured here: the sides were comparable
             assert m.met is None and m.note.startswith("NOT MEASURED: the in-process calls")
         else:
             assert math.isfinite(m.value) and m.met is not None
@@ -49,7 +51,10 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
         assert "tiny-random on CPU, 16,384 blocks" in m.note
         assert re.search(r"\d+ torch threads in each process", m.note), m.note
     assert f"over {_SIZES.pairs} alternating pairs" in figures["http_overhead_ms_p50"].note
-    assert "of 16 tokens" in figures["http_overhead_ms_p50"].note
+    overhead = figures["http_overhead_ms_p50"].note
+    assert "of 16 tokens" in overhead
+    assert "minus LocalBackend.generate inside the server's process" in overhead
+    assert "both on the server's one engine" in overhead
     stream = figures["stream_tokens_per_s_32"].note
     assert f"32 concurrent clients, {_SIZES.stream_tokens} max tokens each" in stream
     governed = figures["governed_remote_over_local"].note
@@ -62,6 +67,42 @@ def test_every_overhead_call_made_exactly_16_tokens(facts: ServeFacts) -> None:
     # Warm-ups and timed pairs, on both sides: a shorter answer on one side would make
     # the difference measure the engine, not HTTP.
     assert facts.completion_tokens == [16] * (2 * (_SIZES.warmups + _SIZES.pairs))
+
+
+def test_the_overheads_sides_ran_on_one_engine_and_gave_one_answer(facts: ServeFacts) -> None:
+    """The in-process calls ran on the engine the HTTP calls reached (one instance id for
+    both), and every timed call on either side gave the same greedy answer with the same
+    cached tokens: the difference of their times is HTTP's, not two engines' or caches'."""
+    instances = {instance for _, instance in facts.overhead_instances}
+    assert {side for side, _ in facts.overhead_instances} == {"local", "remote"}
+    assert len(instances) == 1 and "" not in instances
+    local, remote = facts.overhead_answers["local"], facts.overhead_answers["remote"]
+    assert len(local) == len(remote) == 1 and local == remote
+    (answer,) = local
+    assert (answer.completion_tokens, answer.finish_reason) == (16, "length")
+    (remote_answer,) = remote
+    assert answer.cached_tokens == remote_answer.cached_tokens > 0  # both warm
+
+
+def test_sides_that_are_not_comparable_give_no_figure() -> None:
+    """Two engines, two answers, or calls cut short: the figure is NaN and says why."""
+    from governor import GenerationResult
+    from kvgov.benchmarks.serve import why_not_comparable
+
+    def result(tokens: tuple[int, ...], cached: int = 16) -> GenerationResult:
+        return GenerationResult("x", tokens, "length", 20, len(tokens), cached)
+
+    same = {"local": {result((1,) * 16)}, "remote": {result((1,) * 16)}}
+    one_engine = {("local", "a"), ("remote", "a")}
+    assert why_not_comparable(same, one_engine, tokens=16) == ""
+    two_engines = {("local", "a"), ("remote", "b")}
+    assert "did not run on one engine" in why_not_comparable(same, two_engines, tokens=16)
+    answers = {"local": {result((1,) * 16)}, "remote": {result((2,) * 16)}}
+    assert "2 different answers" in why_not_comparable(answers, one_engine, tokens=16)
+    cold = {"local": {result((1,) * 16, cached=0)}, "remote": {result((1,) * 16)}}
+    assert "2 different answers" in why_not_comparable(cold, one_engine, tokens=16)
+    short = {"local": {result((1,) * 8)}, "remote": {result((1,) * 8)}}
+    assert "made 8 tokens" in why_not_comparable(short, one_engine, tokens=16)
 
 
 def test_both_sides_streamed_the_same_tokens(facts: ServeFacts) -> None:

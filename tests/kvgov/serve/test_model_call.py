@@ -31,7 +31,7 @@ def test_return_token_ids_tokenizes_the_prompt_once(monkeypatch: pytest.MonkeyPa
         response = client.post("/v1/chat/completions", json=body)
         assert response.status_code == 200, response.text
         answer = response.json()
-        assert len(calls) == 1  # the server's, for prompt_token_ids; the engine got the ids
+        assert len(calls) == 1  # by the engine; the answer carries its ids
         assert answer["prompt_token_ids"] == expected_prompt
         assert tuple(answer["choices"][0]["token_ids"]) == expected.token_ids
         assert answer["usage"]["prompt_tokens"] == len(expected_prompt)

@@ -28,9 +28,13 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
+from typing import TYPE_CHECKING
 
 from governor import GenerationRequest, GenerationResult
 from kvgov.benchmarks.server_process import ServerProcess
+
+if TYPE_CHECKING:
+    from kvgov.serve.loading import LoadingApp
 
 __all__ = ["LocalCall", "ServeChild"]
 
@@ -127,10 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         loading.close()
 
 
-def _answer(conn: Connection, loading: object) -> None:
-    from kvgov.serve.loading import LoadingApp
-
-    assert isinstance(loading, LoadingApp)
+def _answer(conn: Connection, loading: LoadingApp) -> None:
     while True:
         try:
             kind, request = conn.recv()

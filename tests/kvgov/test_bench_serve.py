@@ -137,6 +137,16 @@ def test_an_interrupted_benchmark_stops_its_server() -> None:
     assert server.process is not None and server.process.poll() is not None
 
 
+def test_an_interrupted_benchmark_stops_its_serve_child() -> None:
+    from kvgov.benchmarks.serve_child import ServeChild
+
+    child = ServeChild(model="tiny-random", num_blocks=16, threads=1)
+    with pytest.raises(KeyboardInterrupt), child:
+        assert child.process is not None and child.process.poll() is None
+        raise KeyboardInterrupt
+    assert child.process is not None and child.process.poll() is not None
+
+
 def test_an_overhead_below_zero_beyond_its_error_is_not_reported() -> None:
     """HTTP cannot make a call faster: remote minus local well below zero means the two
     engines ran unlike, and the figure says so instead of passing its target."""

@@ -188,13 +188,14 @@ def _http_overhead(
         note=(
             invalid
             + f"median over {sizes.pairs} alternating pairs of a non-streamed chat completion "
-            f"of {_OVERHEAD_TOKENS} tokens (greedy, same prompt, the same {_OVERHEAD_TOKENS} "
-            f"tokens from both sides asserted), RemoteBackend.generate from the benchmark's "
+            f"of {_OVERHEAD_TOKENS} tokens (greedy, same prompt, warm prefix cache; one answer "
+            f"and one engine on both sides, checked), RemoteBackend.generate from the benchmark's "
             f"process minus LocalBackend.generate inside the server's process, both on the "
             f"server's one engine: {statistics.median(remote_s) * 1e3:.1f} ms remote vs "
             f"{statistics.median(local_s) * 1e3:.1f} ms local (medians); one pair's "
             f"difference scatters by {_spread(differences) * 1e3:.1f} ms (standard deviation, "
-            f"the engine's time varying on a shared host); a bare GET /version round trip "
+            f"the engine's time varying on a shared host), so the median's standard error is "
+            f"{_median_error(differences) * 1e3:.1f} ms; a bare GET /version round trip "
             f"takes {round_trip * 1e3:.2f} ms (median); kvgov serve's app and uvicorn settings "
             f"on 127.0.0.1; {what}"
         ),
@@ -234,7 +235,7 @@ def overhead_of(differences: list[float]) -> tuple[float, str]:
     server's (another process's load, a host that throttles one of them), and the pair
     compared engines, not transports."""
     median = statistics.median(differences)
-    error = 1.2533 * _spread(differences) / math.sqrt(len(differences))  # of a median
+    error = _median_error(differences)
     if median >= -2 * error:
         return median, ""
     return math.nan, (
@@ -365,6 +366,11 @@ def _round_trip_s(base_url: str, repeats: int) -> float:
             client.get("/version").raise_for_status()
             times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+def _median_error(values: list[float]) -> float:
+    """The standard error of the median of ``values`` (about 1.25 times the mean's)."""
+    return 1.2533 * _spread(values) / math.sqrt(len(values))
 
 
 def _spread(values: list[float]) -> float:

@@ -35,6 +35,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from governor._engine_errors import EngineErrors, reraise
+from governor._futures import settle, wait_out
 from governor.backend import (
     BackendCapacity,
     BackendHealth,
@@ -304,7 +305,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             if isinstance(item, RequestOutput):
                 return
             with suppress(RuntimeError):  # as astream's sink: the loop may have closed
-                loop.call_soon_threadsafe(_settle, ended, item)
+                loop.call_soon_threadsafe(settle, ended, item)
 
         stream = await self._asubmit(request, sink)
         try:
@@ -390,7 +391,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                 # Still tokenizing or queueing: it aborts itself once queued. Wait for that,
                 # so that what the caller does next (a lease released, its budget closed)
                 # reaches the engine after the abort, never between the request and it.
-                await _finished(job)
+                await wait_out(job)
             raise
 
     def _abort(self, request_id: str) -> None:
@@ -445,20 +446,6 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             return fn(*args, **kwargs)
         except EngineError as exc:
             reraise(exc, backend=_NAME, engine_errors=_engine_errors())
-
-
-async def _finished(job: asyncio.Future[Any]) -> None:
-    """Wait for ``job`` to end, whatever it ends with, through further cancellations."""
-    while not job.done():
-        with suppress(asyncio.CancelledError, Exception):
-            await asyncio.shield(job)
-    if not job.cancelled():
-        job.exception()  # retrieved: its outcome went to the orphan's abort
-
-
-def _settle(future: asyncio.Future[object], item: object) -> None:
-    if not future.done():  # a cancelled caller's future stays cancelled
-        future.set_result(item)
 
 
 def _result(completion: Completion) -> GenerationResult:

@@ -32,7 +32,7 @@ from engine.device import default_dtype, resolve_device
 from engine.errors import InvalidRequestError
 from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
-from engine.models.packed_linear import PackedLinear
+from engine.models.packed_linear import PackedLinear, onednn_packing_works
 from engine.models.rope import RotaryEmbedding, apply_rotary
 from engine.models.screened_argmax import ScreenedArgmax
 from engine.quantization.linear import make_linear
@@ -229,12 +229,14 @@ class LlamaForCausalLM(nn.Module):
                     config.hidden_size, config.vocab_size, bias=False, dtype=dtype
                 )
         self.to_empty(device=resolved)
-        if resolved.type == "cpu":
+        if resolved.type == "cpu" and not onednn_packing_works():
             output = self.embed_tokens if self.lm_head is None else self.lm_head
             # Column-major storage of the output projection ([H, V] in memory, seen as
-            # [V, H]): a CPU GEMM with few rows streams it about 3x faster (one decode
-            # token: 4 ms instead of 12 ms for a 100k x 256 head), never slower, and the
-            # logits are bit-identical. GPU kernels need no such help.
+            # [V, H]): a plain CPU GEMM with few rows streams it about 3x faster (one
+            # decode token: 4 ms instead of 12 ms for a 100k x 256 head), and the logits
+            # are bit-identical. Where oneDNN packs the weight (PackedLinear) the layout
+            # does not matter to the GEMM, and rows are what the greedy screen's exact
+            # pass reads: hundreds of 1 KB rows instead of 256 strided reads each.
             rows, cols = output.weight.shape
             column_major = torch.empty(cols, rows, dtype=dtype, device=resolved).t()
             output.weight = nn.Parameter(column_major, requires_grad=False)

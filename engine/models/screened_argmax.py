@@ -1,34 +1,36 @@
 """Greedy tokens on a CPU without the full float32 logits GEMM: screen, then compute exactly.
 
 On a CPU the output projection dominates a decode step of a model with a large
-vocabulary (a 100k x 256 head: ~5 ms of a ~10 ms step for 8 rows on two cores), and it
-is compute-bound there: 8 rows take twice as long as 1. A greedy row needs only the
-argmax, so:
+vocabulary (a 100k x 256 head: ~5 ms of a ~10 ms step for 8 rows on two cores), and its
+read of the weight is what costs: 100 MB in float32 every step. A greedy row needs only
+the argmax, so:
 
-1. screen: logits ``a`` from a bfloat16 copy of the weight, on the CPU's bfloat16
-   units (AMX or AVX512-BF16 through oneDNN, about 3x faster than the float32 GEMM);
+1. screen: approximate logits ``a`` from a low-precision copy of the weight: int8
+   (``engine.models.int8_screen``, 26 MB) where the CPU has int8 dot-product units,
+   else bfloat16 (51 MB) on the CPU's bfloat16 units (AMX or AVX512-BF16 through
+   oneDNN);
 2. bound: every ``|a_v - e_v|`` is at most ``B + U |a_v|`` (``e``: the float32 logits;
-   ``B`` from the rounding of the weight and the hidden state to bfloat16, and of both
-   sums; ``U`` from the bfloat16 output), so only tokens with ``a_v + U |a_v| >= max(a)
-   - U |max(a)| - 2B`` can hold the largest ``e_v``;
-3. compute the float32 logits of those candidates alone (about 90 of 100,277 for 8
-   rows of ``tiny-random``) and take their argmax, ties to the lowest token id, as
-   ``torch.argmax`` does.
+   ``B`` from the rounding of the weight and the hidden state, and of both sums; ``U``
+   from the screen's output), so only tokens with ``a_v + U |a_v| >= max(a) - U |max(a)|
+   - 2B`` can hold the largest ``e_v``;
+3. compute the float32 logits of those candidates alone (for 8 rows of
+   ``tiny-random``: about 40 of 100,277 through bfloat16, a few hundred through int8)
+   and take their argmax, ties to the lowest token id, as ``torch.argmax`` does.
 
 The candidates always include the float32 argmax, so the token is the one the full
 float32 logits give, up to the float rounding any two GEMM kernels differ by (another
-summation order, as ``PackedLinear`` already accepts). ``B`` uses Cauchy-Schwarz per
-row and the largest row norm of the weight (rounding it to bfloat16 moves each element
-by at most 2^-8 of itself), doubled to cover the rounding of the norms themselves;
-oneDNN accumulates bfloat16 products in float32 on every ISA.
+summation order, as ``PackedLinear`` already accepts). For bfloat16, ``B`` uses
+Cauchy-Schwarz per row and the largest row norm of the weight (rounding it to bfloat16
+moves each element by at most 2^-8 of itself), doubled to cover the rounding of the
+norms themselves; oneDNN accumulates bfloat16 products in float32 on every ISA.
 
-Applies to float32 CPU weights where oneDNN packs bfloat16 weights and the CPU has
-bfloat16 units; elsewhere (GPUs, bfloat16 models, other CPUs) ``__call__`` returns
-``None`` and the caller computes the full logits. Also ``None`` when the screen keeps
-more than an eighth of a large vocabulary (then the full GEMM is the cheaper way) and
-for hidden states with NaN or inf. The bfloat16 copy costs half the weight's memory and
-is made on the first call for each weight version (0.24-0.29 s for the 100k x 256 head
-on a busy 2-core host).
+Applies to float32 CPU weights where oneDNN packs the screen's weights and the CPU has
+the units for one of them; elsewhere (GPUs, bfloat16 models, other CPUs) ``__call__``
+returns ``None`` and the caller computes the full logits. Also ``None`` when the screen
+keeps more than an eighth of a large vocabulary (then the full GEMM is the cheaper way)
+and for hidden states with NaN or inf. The screen's copy is made on the first call for
+each weight version (a quarter of the weight's memory in int8, half in bfloat16; the
+bfloat16 one took 0.24-0.29 s for the 100k x 256 head on a busy 2-core host).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from engine.models.int8_screen import OUTPUT_ERROR as INT8_OUTPUT_ERROR
+from engine.models.int8_screen import Int8Screen, int8_screen_works
 from engine.models.packed_linear import onednn_packing_works
 
 __all__ = ["ScreenedArgmax", "fast_bf16_matmul"]
@@ -99,12 +103,20 @@ class _Screen:
 
 
 class ScreenedArgmax:
-    """``argmax(hidden @ weight.T, dim=-1)`` for float32 CPU tensors, or ``None``."""
+    """``argmax(hidden @ weight.T, dim=-1)`` for float32 CPU tensors, or ``None``.
 
-    __slots__ = ("_screen", "_source", "_version")
+    ``kind``: which screen reads the vocabulary: ``"auto"`` (int8 where
+    ``int8_screen_works``, else bfloat16), ``"int8"`` or ``"bfloat16"``.
+    ``require_fast_units=False`` runs a screen on a CPU without the units that make it
+    fast (for tests: the same tokens, slower)."""
 
-    def __init__(self) -> None:
-        self._screen: _Screen | None = None
+    __slots__ = ("_kind", "_screen", "_source", "_version")
+
+    def __init__(self, *, kind: str = "auto") -> None:
+        if kind not in ("auto", "int8", "bfloat16"):
+            raise ValueError(f"kind must be 'auto', 'int8' or 'bfloat16', got {kind!r}")
+        self._kind = kind
+        self._screen: _Screen | Int8Screen | None = None
         self._source: torch.Tensor | None = None
         self._version = -1
 
@@ -120,13 +132,13 @@ class ScreenedArgmax:
             and weight.device.type == "cpu"
             and hidden.dtype == weight.dtype == torch.float32
             and hidden.dim() == 2
-            and (fast_bf16_matmul() if require_fast_units else onednn_packing_works())
+            and self._works(require_fast_units)
         )
         if not usable:
             return None
         screen = self._screen
         if screen is None or self._source is not weight or self._version != weight._version:
-            screen = self._screen = _Screen(weight)
+            screen = self._screen = self._build(weight)
             self._source, self._version = weight, weight._version
         ids = _candidates(hidden, screen)
         if ids is None:
@@ -134,19 +146,44 @@ class ScreenedArgmax:
         exact = F.linear(hidden, weight.index_select(0, ids))  # [S, n] float32
         return ids.index_select(0, exact.argmax(dim=-1))
 
+    def _works(self, fast: bool) -> bool:
+        int8 = self._kind != "bfloat16" and int8_screen_works(require_units=fast)
+        bf16 = self._kind != "int8" and (fast_bf16_matmul() if fast else onednn_packing_works())
+        return int8 or bf16
 
-def _candidates(hidden: torch.Tensor, screen: _Screen) -> torch.Tensor | None:
+    def _build(self, weight: torch.Tensor) -> _Screen | Int8Screen:
+        # _works said at least one applies: int8 when it does, it reads half the bytes.
+        if self._kind != "bfloat16" and int8_screen_works(require_units=False):
+            return Int8Screen(weight, pad=_PAD)
+        return _Screen(weight)
+
+
+def _candidates(hidden: torch.Tensor, screen: _Screen | Int8Screen) -> torch.Tensor | None:
     """The token ids that may hold a row's largest float32 logit, ascending ([n])."""
     rows = hidden.shape[0]
-    hidden_bf16 = hidden.to(torch.bfloat16)
-    approx = torch.ops.mkldnn._linear_pointwise(
-        hidden_bf16, screen.packed, None, "none", [], ""
-    )  # [S, Vp] bfloat16
+    if isinstance(screen, Int8Screen):
+        screened = screen.logits(hidden)
+        if screened is None:
+            return None  # a row with NaN or inf: the full logits decide
+        approx, bound = screened  # [S, Vp] float32, [S]
+        unit = INT8_OUTPUT_ERROR
+    else:
+        hidden_bf16 = hidden.to(torch.bfloat16)
+        approx = torch.ops.mkldnn._linear_pointwise(
+            hidden_bf16, screen.packed, None, "none", [], ""
+        )  # [S, Vp] bfloat16
+        bound = _bound(hidden, hidden_bf16, screen)
+        unit = _U_BF16
     # Group g of block b holds tokens b * 1024 + g + 128 * i, i < 8: the max over i is a
     # reduction across contiguous 128-lane rows, vectorized, unlike a max per 128 tokens.
     groups = approx.view(rows, -1, _GROUP, _LANES).amax(dim=2)  # [S, Vp / 1024, 128]
     row_max = groups.view(rows, -1).amax(dim=1).float()  # [S]
-    threshold = _threshold(row_max, _bound(hidden, hidden_bf16, screen))  # [S]
+    threshold = _threshold(row_max, bound, unit)  # [S] float32
+    if approx.dtype == torch.bfloat16:
+        # Compared in bfloat16, so no float32 copy of the screen is made: lowered by
+        # 2^-7 |t| first, so that rounding to nearest (half a step, <= 2^-8 |t|) cannot
+        # raise it above t.
+        threshold = (threshold - _U_BF16 * threshold.abs()).to(torch.bfloat16)
     if not bool(threshold.isfinite().all()):
         return None  # a row with NaN or inf: the full logits decide, as they always did
     hits = (groups >= threshold[:, None, None]).any(dim=0).nonzero()  # [n, 2]: block, lane
@@ -154,7 +191,11 @@ def _candidates(hidden: torch.Tensor, screen: _Screen) -> torch.Tensor | None:
         return None  # a wide screen: the full GEMM is cheaper
     first = hits[:, 0] * _PAD + hits[:, 1]
     ids = (first[:, None] + torch.arange(0, _PAD, _LANES)).flatten()  # ascending
-    return ids.clamp_(max=screen.num_tokens - 1)  # padding: a repeat of the last token
+    ids = ids.clamp_(max=screen.num_tokens - 1)  # padding: a repeat of the last token
+    # A group that holds a candidate holds 7 tokens that are mostly not: tested one by
+    # one, they leave the exact pass a tenth of the rows (38 of 376 for 8 bfloat16 rows).
+    keep = (approx.index_select(1, ids) >= threshold[:, None]).any(dim=0)  # [n]
+    return ids[keep]
 
 
 def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> torch.Tensor:
@@ -173,13 +214,9 @@ def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> 
     return 2 * bound + 1e-30
 
 
-def _threshold(row_max: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """The least screened logit a candidate can have (x + U|x| >= m - U|m| - 2B), or
-    just below it, as a bfloat16 ([S])."""
-    least = row_max - _U_BF16 * row_max.abs() - 2 * bound
-    threshold = torch.where(least >= 0, least / (1 + _U_BF16), least / (1 - _U_BF16))
-    threshold = threshold - _SLACK * (threshold.abs() + row_max.abs())
-    # In bfloat16, the screen's dtype, so comparing needs no float32 copy of it: lowered
-    # by 2^-7 |t| first, so that rounding to nearest (half a step, <= 2^-8 |t|) cannot
-    # raise it above t.
-    return (threshold - _U_BF16 * threshold.abs()).to(torch.bfloat16)
+def _threshold(row_max: torch.Tensor, bound: torch.Tensor, unit: float) -> torch.Tensor:
+    """The least screened logit a candidate can have (x + U|x| >= m - U|m| - 2B, ``U``:
+    ``unit``, the screen's relative output error), or just below it ([S] float32)."""
+    least = row_max - unit * row_max.abs() - 2 * bound
+    threshold = torch.where(least >= 0, least / (1 + unit), least / (1 - unit))
+    return threshold - _SLACK * (threshold.abs() + row_max.abs())

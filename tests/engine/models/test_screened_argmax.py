@@ -142,7 +142,7 @@ def test_a_cpu_with_int8_units_screens_with_one_byte_per_weight() -> None:
     engine.generate([1, 2, 3], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
     screen = engine.model._screened_argmax._screen
     assert isinstance(screen, Int8Screen)
-    num_tokens, hidden = engine.model._output_weight().shape
+    num_tokens = engine.model._output_weight().shape[0]
     assert screen.num_tokens == num_tokens and screen.scales.numel() >= num_tokens
 
 

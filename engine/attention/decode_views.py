@@ -76,6 +76,10 @@ def plan_decode_views(
     """Views over each decode's runs of at least ``min_view_tokens`` tokens, cut in at
     least ``min_chunks`` chunks of about ``chunk_tokens``; the rest as a ``Leftover``."""
     num_seqs, width = tables.shape
+    if num_seqs == 0 or max(seq_lens.tolist()) < min_view_tokens:
+        # No run can be long enough: every block is left, in order (a decode step of
+        # short contexts skips the ~20 small tensor ops below).
+        return [], Leftover(tables=tables, visible_tokens=seq_lens, token_rows=token_rows)
     num_blocks = (seq_lens + block_size - 1) // block_size  # [Sd]
     cols = torch.arange(width)
     used = cols[None, :] < num_blocks[:, None]  # [Sd, W]

@@ -138,7 +138,7 @@ class ScreenedArgmax:
             return None
         screen = self._screen
         if screen is None or self._source is not weight or self._version != weight._version:
-            screen = self._screen = self._build(weight)
+            screen = self._screen = self._build(weight, require_fast_units)
             self._source, self._version = weight, weight._version
         ids = _candidates(hidden, screen)
         if ids is None:
@@ -147,15 +147,16 @@ class ScreenedArgmax:
         return ids.index_select(0, exact.argmax(dim=-1))
 
     def _works(self, fast: bool) -> bool:
-        int8 = self._kind != "bfloat16" and int8_screen_works(require_units=fast)
-        bf16 = self._kind != "int8" and (fast_bf16_matmul() if fast else onednn_packing_works())
-        return int8 or bf16
+        return self._int8(fast) or (
+            self._kind != "int8" and (fast_bf16_matmul() if fast else onednn_packing_works())
+        )
 
-    def _build(self, weight: torch.Tensor) -> _Screen | Int8Screen:
-        # _works said at least one applies: int8 when it does, it reads half the bytes.
-        if self._kind != "bfloat16" and int8_screen_works(require_units=False):
-            return Int8Screen(weight, pad=_PAD)
-        return _Screen(weight)
+    def _int8(self, fast: bool) -> bool:
+        return self._kind != "bfloat16" and int8_screen_works(require_units=fast)
+
+    def _build(self, weight: torch.Tensor, fast: bool) -> _Screen | Int8Screen:
+        # Int8 where it applies: it reads half the bytes of bfloat16.
+        return Int8Screen(weight, pad=_PAD) if self._int8(fast) else _Screen(weight)
 
 
 def _candidates(hidden: torch.Tensor, screen: _Screen | Int8Screen) -> torch.Tensor | None:
@@ -187,15 +188,17 @@ def _candidates(hidden: torch.Tensor, screen: _Screen | Int8Screen) -> torch.Ten
     if not bool(threshold.isfinite().all()):
         return None  # a row with NaN or inf: the full logits decide, as they always did
     hits = (groups >= threshold[:, None, None]).any(dim=0).nonzero()  # [n, 2]: block, lane
-    if hits.shape[0] * _GROUP > max(screen.num_tokens // 8, _MIN_CAP):
-        return None  # a wide screen: the full GEMM is cheaper
+    cap = max(screen.num_tokens // 8, _MIN_CAP)  # past it, the full GEMM is cheaper
+    if hits.shape[0] > cap:
+        return None  # a wide screen: even its groups are too many to test one by one
     first = hits[:, 0] * _PAD + hits[:, 1]
     ids = (first[:, None] + torch.arange(0, _PAD, _LANES)).flatten()  # ascending
     ids = ids.clamp_(max=screen.num_tokens - 1)  # padding: a repeat of the last token
     # A group that holds a candidate holds 7 tokens that are mostly not: tested one by
     # one, they leave the exact pass a tenth of the rows (38 of 376 for 8 bfloat16 rows).
     keep = (approx.index_select(1, ids) >= threshold[:, None]).any(dim=0)  # [n]
-    return ids[keep]
+    ids = ids[keep]
+    return None if ids.numel() > cap else ids
 
 
 def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> torch.Tensor:

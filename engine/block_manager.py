@@ -351,7 +351,10 @@ class BlockManager:
             copies = ((shared.block_id, private.block_id),)
         new_ids: tuple[int, ...] = ()
         if num_new_blocks:  # most decode steps need none
-            new_blocks = pool.allocate_blocks(num_new_blocks, blocks[-1] if blocks else None)
+            after = blocks[-1] if blocks else None
+            if after is not None and not pool.is_empty(after.block_id + 1):
+                after = pool.run_start() or after  # its run is blocked: start a new one
+            new_blocks = pool.allocate_blocks(num_new_blocks, after)
             blocks += new_blocks
             new_ids = tuple(block.block_id for block in new_blocks)
         if table.budget is not None:

@@ -14,6 +14,7 @@ serves as the host swap pool with caching off.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from engine.block import KVCacheBlock
@@ -22,9 +23,13 @@ from engine.free_block_queue import FreeBlockQueue
 
 __all__ = ["BlockPool"]
 
+_EMPTY_RUN = re.compile(rb"\x01+")
+_BEFORE_FIRST = KVCacheBlock(block_id=-1)  # "after" this, a run starts at block 0
+
 
 class BlockPool:
     __slots__ = (
+        "_empty",
         "_free_queue",
         "blocks",
         "cached",
@@ -41,6 +46,8 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(block_id=i) for i in range(num_blocks)]
         self._free_queue = FreeBlockQueue(self.blocks)
+        # 1 where a block is empty (free, no cached content), by id: where runs can start.
+        self._empty = bytearray(b"\x01") * num_blocks
         self.cached: dict[bytes, KVCacheBlock] = {}  # hash -> its one canonical block
         self.num_cached = 0  # free blocks that still hold cached content
         self.num_pinned = 0  # blocks with at least one pin
@@ -68,6 +75,7 @@ class BlockPool:
         block = self._free_queue.popleft()
         if block.block_hash is not None:
             self._evict(block)
+        self._empty[block.block_id] = 0
         block.ref_cnt = 1
         return block
 
@@ -84,6 +92,7 @@ class BlockPool:
                 block = self.blocks[nxt_id]
                 if block.ref_cnt == 0 and block.block_hash is None:
                     self._free_queue.remove(block)
+                    self._empty[nxt_id] = 0
                     block.ref_cnt = 1
                     return block
         return self.allocate()
@@ -95,14 +104,36 @@ class BlockPool:
         starting after ``after``: a sequence's new blocks in one call, the hot path of
         admission and decode. The caller checks ``num_free_blocks`` first."""
         out = self._free_queue.take_run(num_blocks, after, self.blocks)
-        cached = self.cached
+        cached, empty = self.cached, self._empty
         for block in out:
+            empty[block.block_id] = 0
             if block.block_hash is not None:
                 del cached[block.block_hash]
                 block.block_hash = None
                 self.num_cached -= 1
             block.ref_cnt = 1
         return out
+
+    def is_empty(self, block_id: int) -> bool:
+        """Whether ``block_id`` is a block, free and holding no cached content."""
+        return 0 <= block_id < self.num_blocks and self._empty[block_id] == 1
+
+    def run_start(self) -> KVCacheBlock | None:
+        """Where a sequence that cannot extend its run should start a new one, as the
+        ``after`` of ``allocate_blocks``: in the largest gap of empty blocks, at its middle
+        when a block in use precedes it (that block's sequence may grow into the first
+        half), else at its start. Sequences decoding side by side so split the free
+        space between them and each extends one run, instead of taking the head of the
+        free queue in turn and interleaving one-block runs (each a copy before attention
+        reads it). ``None`` when no block is empty (the free queue's order decides).
+        A scan of one byte per block, in C: only when a run ends, not per block."""
+        gap = max(_EMPTY_RUN.finditer(self._empty), key=lambda m: m.end() - m.start(), default=None)
+        if gap is None:
+            return None
+        start, end = gap.span()
+        if start > 0 and self.blocks[start - 1].ref_cnt > 0:
+            start += (end - start) // 2
+        return self.blocks[start - 1] if start > 0 else _BEFORE_FIRST
 
     def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
         """``free`` each block in order (a sequence frees its tail first); a bad free
@@ -119,6 +150,9 @@ class BlockPool:
                 if ref == 0:
                     (empty if block.block_hash is None else cached).append(block)
         finally:
+            mask = self._empty
+            for block in empty:
+                mask[block.block_id] = 1
             self._free_queue.extendleft(empty)
             self._free_queue.extend(cached)
             self.num_cached += len(cached)
@@ -133,6 +167,7 @@ class BlockPool:
         if ref == 0:
             if block.block_hash is None:
                 self._free_queue.appendleft(block)
+                self._empty[block.block_id] = 1
             else:
                 self._free_queue.append(block)
                 self.num_cached += 1
@@ -146,6 +181,7 @@ class BlockPool:
         """Take one more reference on a block found in the prefix cache."""
         if block.ref_cnt == 0:
             self._free_queue.remove(block)
+            self._empty[block.block_id] = 0
             if block.block_hash is not None:
                 self.num_cached -= 1
         block.ref_cnt += 1
@@ -193,6 +229,7 @@ class BlockPool:
                 self._free_queue.remove(block)
                 self._evict(block)
                 self._free_queue.appendleft(block)
+                self._empty[block.block_id] = 1
                 dropped += 1
         return dropped
 

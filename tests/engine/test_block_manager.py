@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -15,7 +16,7 @@ from engine.errors import (
     OutOfBlocksError,
     UnknownSequenceError,
 )
-from tests.engine.block_manager_helpers import computed, manager, snapshot, toks
+from tests.engine.block_manager_helpers import BS, computed, manager, snapshot, toks
 
 
 # -- allocate -----------------------------------------------------------------------------
@@ -166,6 +167,40 @@ def test_bad_extra_keys_are_refused_before_anything_is_allocated() -> None:
 
 
 # -- append -------------------------------------------------------------------------------
+def _runs(block_ids: list[int]) -> int:
+    return 1 + sum(1 for a, b in itertools.pairwise(block_ids) if b != a + 1)
+
+
+def test_sequences_decoding_side_by_side_each_grow_one_run() -> None:
+    """Four prompts back to back, then decoded round-robin with room for 8 blocks each:
+    each sequence's new blocks form one run (read in place by attention), not one-block
+    runs interleaved with the others' (each copied before it is read)."""
+    m = manager(num_blocks=4 * 4 + 4 * 8 + 1)
+    for seq in range(4):
+        computed(m, seq, toks(4 * BS, start=100 * seq))  # blocks 4 * seq .. 4 * seq + 3
+    for step in range(8 * BS):
+        for seq in range(4):
+            m.append(seq, [1000 + step])
+    prompts = [m.block_ids(seq)[:4] for seq in range(4)]
+    assert prompts == [list(range(4 * seq, 4 * seq + 4)) for seq in range(4)]
+    decoded = [m.block_ids(seq)[4:] for seq in range(4)]
+    assert [len(ids) for ids in decoded] == [8] * 4
+    assert [_runs(ids) for ids in decoded] == [1] * 4
+    assert _runs(m.block_ids(3)) == 1  # the last prompt's run had room to go on
+
+
+def test_a_new_run_starts_in_the_largest_gap_of_empty_blocks() -> None:
+    m = manager(num_blocks=12)
+    computed(m, "a", toks(2 * BS))  # 0, 1
+    computed(m, "b", toks(2 * BS, start=100))  # 2, 3
+    computed(m, "c", toks(BS, start=200))  # 4; blocks 5..11 empty
+    m.free("c")  # cached, so not a place to start a run: the gap is 5..11
+    m.append("a", [7])  # a's next block (2) is b's: a new run, at the gap's start
+    assert m.block_ids("a") == [0, 1, 5]
+    m.append("b", [7])  # b's next block (4) is cached: a new run, mid-gap (6..11)
+    assert m.block_ids("b") == [2, 3, 9]
+
+
 def test_append_fills_the_last_block_before_taking_a_new_one() -> None:
     m = manager()
     m.allocate("a", toks(5))

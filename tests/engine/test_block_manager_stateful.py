@@ -200,6 +200,10 @@ class BlockManagerMachine(RuleBasedStateMachine):
             1 for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is not None
         )
         assert stats.num_swapped + self.mgr.host_pool.num_free_blocks == NUM_HOST_BLOCKS
+        # Where new runs may start: exactly the free blocks with no cached content.
+        assert [i for i in range(NUM_BLOCKS) if pool.is_empty(i)] == [
+            b.block_id for b in pool.blocks if b.ref_cnt == 0 and b.block_hash is None
+        ]
 
     @invariant()
     def ref_counts_match_holders(self):

@@ -140,6 +140,7 @@ class BlockPool:
         raises at that block, after the ones before it are freed."""
         empty: list[KVCacheBlock] = []
         cached: list[KVCacheBlock] = []
+        mask = self._empty
         try:
             for block in blocks:
                 ref = block.ref_cnt
@@ -148,11 +149,12 @@ class BlockPool:
                 ref -= 1
                 block.ref_cnt = ref
                 if ref == 0:
-                    (empty if block.block_hash is None else cached).append(block)
+                    if block.block_hash is None:
+                        empty.append(block)
+                        mask[block.block_id] = 1  # in the free queue by the end
+                    else:
+                        cached.append(block)
         finally:
-            mask = self._empty
-            for block in empty:
-                mask[block.block_id] = 1
             self._free_queue.extendleft(empty)
             self._free_queue.extend(cached)
             self.num_cached += len(cached)

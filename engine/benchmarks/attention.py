@@ -36,7 +36,13 @@ the same kernel on the cache's token-major ``[N, B, Hkv, D]`` layout reads each 
 strided, 1.10x even in one call; the 512 decoded tokens per sequence sit in one-block
 runs that are copied before the kernel reads them, +0.2 ms; the merge, the K/V write and
 ~40 small tensor ops, +0.2 ms. With no decoded tokens (one run per sequence) it reads
-1.30x. On a 2-core machine shared with other processes, each OpenMP parallel region
+1.30x. Since the block pool starts a blocked sequence's new run mid-way through the
+largest gap of empty blocks (``BlockPool.run_start``), the decoded tokens sit in one run
+per sequence and are read in place too: 9 kernel calls per layer (the prompts' runs back
+to back in one, the last prompt and its decoded run in one, each other decoded run in
+one) and a merge of 2-4 partials per row. One thread on a busy host, ``--quick``, side by
+side with the code before: 1.338 to 1.262. What is left is the fixed cost per kernel call
+and the merge. On a 2-core machine shared with other processes, each OpenMP parallel region
 waits for its second thread, about two 4 ms scheduler ticks: SDPA opens 1 per layer
 (8 ms), the paged path 5 (40 ms; 13 and 104 ms when every decode was gathered).
 """

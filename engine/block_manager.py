@@ -137,30 +137,7 @@ class BlockManager:
                 f"num_tokens must be at most {table.num_tokens} for sequence {seq_id!r}, "
                 f"got {num_tokens}"
             )
-        num_full = num_tokens // self.block_size
-        hashes = table.block_hashes
-        if num_full > len(hashes):
-            hashes += hash_chain(
-                table.token_ids[: num_full * self.block_size],
-                self.block_size,
-                cache_salt=table.cache_salt,
-                num_shared_blocks=table.num_shared_blocks,
-                extra=table.extra,
-                start_block=len(hashes),
-                previous=hashes[-1] if hashes else None,
-            )
-        pool = self.pool
-        for i in range(table.num_cached_blocks, num_full):
-            block, canonical = table.blocks[i], pool.lookup(hashes[i])
-            if canonical is None:
-                pool.cache(block, hashes[i])
-            elif canonical is not block:
-                # Equal prompts admitted together computed the same block twice: keep the
-                # cached copy and return this one, so every holder shares (and can pin) it.
-                pool.touch(canonical)
-                table.blocks[i] = canonical
-                pool.free(block)
-        table.num_cached_blocks = max(table.num_cached_blocks, num_full)
+        table.cache_computed(self.pool, num_tokens // self.block_size, self.block_size)
 
     def reset_prefix_cache(self) -> bool:
         """Drop the content of every cached block that nothing holds (vLLM's name): the
@@ -452,33 +429,8 @@ class BlockManager:
         shared system prompt or tool schema): they are never evicted until ``unpin``,
         and outlive the sequence. ``shared``: every salt's requests that start with these
         blocks reuse them (module docstring); the sequence must be unsalted."""
-        table = self._resident(seq_id, "pin")
-        if shared and (table.cache_salt is not None or table.extra):
-            raise InvalidRequestError(
-                f"a shared pin is hashed unsalted: allocate sequence {seq_id!r} with no "
-                "cache_salt and no extra keys"
-            )
-        num_tokens = table.num_tokens if num_tokens is None else num_tokens
-        require_int("num_tokens", num_tokens, minimum=0)
-        num_full = min(num_tokens, table.num_tokens) // self.block_size
-        if num_full == 0:
-            raise InvalidRequestError(
-                f"a pinned prefix needs at least one full block of {self.block_size} tokens"
-            )
-        if num_full > table.num_cached_blocks:
-            raise SequenceStateError(
-                seq_id,
-                f"computed up to block {table.num_cached_blocks}",
-                f"pin {num_full} block(s) of",
-                "call mark_computed() once its K/V is written",
-            )
-        blocks = table.blocks[:num_full]
-        pin_id = self.pins.add(blocks, table.block_hashes[:num_full] if shared else ())
-        return PinnedPrefix(
-            pin_id=pin_id,
-            block_ids=tuple(b.block_id for b in blocks),
-            num_tokens=num_full * self.block_size,
-            shared=shared,
+        return self.pins.pin_table(
+            self._resident(seq_id, "pin"), num_tokens, shared=shared, block_size=self.block_size
         )
 
     def unpin(self, prefix: PinnedPrefix) -> None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from engine.block import KVCacheBlock
+from engine.block_pool import BlockPool
 from engine.budget import Budget
+from engine.prefix_hash import hash_chain
 
 __all__ = ["BlockTable", "SequenceState"]
 
@@ -48,3 +50,28 @@ class BlockTable:
     @property
     def block_ids(self) -> list[int]:
         return [block.block_id for block in self.blocks]
+
+    def cache_computed(self, pool: BlockPool, num_full: int, block_size: int) -> None:
+        """Offer the first ``num_full`` blocks, now computed, to the prefix cache. A block
+        whose content another block already caches is swapped for that one (same K/V),
+        so every holder shares it and can pin it."""
+        hashes = self.block_hashes
+        if num_full > len(hashes):
+            hashes += hash_chain(
+                self.token_ids[: num_full * block_size],
+                block_size,
+                cache_salt=self.cache_salt,
+                num_shared_blocks=self.num_shared_blocks,
+                extra=self.extra,
+                start_block=len(hashes),
+                previous=hashes[-1] if hashes else None,
+            )
+        for i in range(self.num_cached_blocks, num_full):
+            block, canonical = self.blocks[i], pool.lookup(hashes[i])
+            if canonical is None:
+                pool.cache(block, hashes[i])
+            elif canonical is not block:  # equal prompts admitted together computed it twice
+                pool.touch(canonical)
+                self.blocks[i] = canonical
+                pool.free(block)
+        self.num_cached_blocks = max(self.num_cached_blocks, num_full)

@@ -13,8 +13,11 @@ from collections.abc import Sequence
 
 from engine.block import KVCacheBlock
 from engine.block_pool import BlockPool
-from engine.errors import UnknownPinError
+from engine.block_results import PinnedPrefix
+from engine.block_table import BlockTable
+from engine.errors import InvalidRequestError, SequenceStateError, UnknownPinError
 from engine.prefix_hash import hash_blocks, root_hash
+from engine.validation import require_int
 
 __all__ = ["PinRegistry"]
 
@@ -40,6 +43,39 @@ class PinRegistry:
             for block_hash in shared_hashes:
                 self._shared_hashes[block_hash] = self._shared_hashes.get(block_hash, 0) + 1
         return pin_id
+
+    def pin_table(
+        self, table: BlockTable, num_tokens: int | None, *, shared: bool, block_size: int
+    ) -> PinnedPrefix:
+        """Pin the computed full blocks of a resident sequence's first ``num_tokens``
+        tokens (all of them for ``None``); a shared pin needs an unsalted sequence."""
+        if shared and (table.cache_salt is not None or table.extra):
+            raise InvalidRequestError(
+                f"a shared pin is hashed unsalted: allocate sequence {table.seq_id!r} with no "
+                "cache_salt and no extra keys"
+            )
+        num_tokens = table.num_tokens if num_tokens is None else num_tokens
+        require_int("num_tokens", num_tokens, minimum=0)
+        num_full = min(num_tokens, table.num_tokens) // block_size
+        if num_full == 0:
+            raise InvalidRequestError(
+                f"a pinned prefix needs at least one full block of {block_size} tokens"
+            )
+        if num_full > table.num_cached_blocks:
+            raise SequenceStateError(
+                table.seq_id,
+                f"computed up to block {table.num_cached_blocks}",
+                f"pin {num_full} block(s) of",
+                "call mark_computed() once its K/V is written",
+            )
+        blocks = table.blocks[:num_full]
+        pin_id = self.add(blocks, table.block_hashes[:num_full] if shared else ())
+        return PinnedPrefix(
+            pin_id=pin_id,
+            block_ids=tuple(b.block_id for b in blocks),
+            num_tokens=num_full * block_size,
+            shared=shared,
+        )
 
     def remove(self, pin_id: int) -> None:
         blocks = self._blocks.pop(pin_id, None)

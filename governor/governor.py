@@ -64,6 +64,7 @@ from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, BackendError, ConfigError, LeaseReleased
 from governor.events import EventBus, GovernorEvent, Subscriber, error_name
 from governor.fanout import FanoutLimiter
+from governor.growth import Growth
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseState
 from governor.lease_context import LeaseContext
@@ -78,7 +79,7 @@ from governor.truncate import HeadTailTruncation
 __all__ = ["Governor", "LeaseContext"]
 
 
-class Governor(ModelCalls, ToolCalls):
+class Governor(ModelCalls, ToolCalls, Growth):
     def __init__(
         self,
         backend: Backend,
@@ -478,34 +479,6 @@ class Governor(ModelCalls, ToolCalls):
         if lease.state is LeaseState.PARKED:
             return await self.aacquire(lease)
         return lease
-
-    def grow(self, lease: Lease, tokens: int) -> None:
-        """Raise the lease's ceiling by ``tokens`` (``Lease.grow``); blocks this thread
-        while it waits to be admitted at the larger size. ``agrow`` on an event loop."""
-        if not self._grow_now(lease, tokens):
-            self.acquire(lease)
-        if self._budget_open(lease):
-            self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
-
-    async def agrow(self, lease: Lease, tokens: int) -> None:
-        if not self._grow_now(lease, tokens):
-            await self.aacquire(lease)
-        if self._budget_open(lease):
-            await self.backend.aresize_budget(lease.budget, max_blocks=lease.blocks_reserved)
-
-    def _grow_now(self, lease: Lease, tokens: int) -> bool:
-        """Grown at once (True), or parked at the larger size to queue for it (False)."""
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-            raise ConfigError.below_minimum("tokens", tokens, 1)
-        if lease.state is LeaseState.RELEASED:
-            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        ceiling = lease.ceiling_tokens + tokens
-        if self.admission.try_grow(lease, ceiling):
-            return True
-        # Parked at the larger size in one step (under the admission lock), then queued.
-        if self.admission.park(lease, ceiling_tokens=ceiling):
-            self._publish("parked", lease, reason="grow")
-        return False
 
 
 async def _to_thread_to_the_end(fn: Callable[..., None], *args: object) -> None:

@@ -45,6 +45,7 @@ from engine.outputs import (
     RequestInfo,
     RequestOutput,
 )
+from engine.prefill_counter import PrefillCounter
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
 from engine.sampling import SamplingParams, request_generator
@@ -116,6 +117,7 @@ class Engine:
         self._stops: dict[str, TokenStopChecker] = {}
         self._arrivals = itertools.count()
         self._prefix_ids = itertools.count()
+        self.prefill = PrefillCounter()
 
     @classmethod
     def from_pretrained(cls, path_or_preset: str = "tiny-random", **overrides: object) -> Engine:
@@ -175,6 +177,8 @@ class Engine:
         if budget is not None and not self.retained.restore(budget):
             self.retained.release(budget)
         self._requests[request_id] = request
+        previous = self.retained.latest_tokens(budget) if budget is not None else None
+        self.prefill.arrived(request_id, token_ids, previous)
         self._stops[request_id] = TokenStopChecker(self.tokenizer, sampling)
         self.scheduler.add(request)
         return request_id
@@ -226,6 +230,12 @@ class Engine:
         now = time.perf_counter()
         for chunk, token in zip(scheduled.chunks, sampled, strict=True):
             request = chunk.request
+            self.prefill.computed(
+                request.request_id,
+                request.num_computed_tokens,
+                chunk.num_tokens,
+                request.num_prompt_tokens,
+            )
             request.num_computed_tokens += chunk.num_tokens
             self.block_manager.mark_computed(request.request_id, request.num_computed_tokens)
             if token is None:
@@ -307,6 +317,7 @@ class Engine:
             raise SequenceStateError(request_id, request.status.value, "collect", "step() on")
         del self._requests[request_id]
         del self._stops[request_id]
+        self.prefill.forget(request_id)
         if request.budget is not None:
             self.retained.record(
                 request.budget, request.token_ids, request.cache_salt, request.num_shared_blocks
@@ -468,6 +479,10 @@ class Engine:
             num_preemptions=self.scheduler.num_preemptions,
             prefix_cache_queries=stats.prefix_cache_queries,
             prefix_cache_hits=stats.prefix_cache_hits,
+            num_prefill_tokens=self.prefill.num_prefill_tokens,
+            num_recomputed_tokens=self.prefill.num_recomputed_tokens,
+            num_blocks_swapped_out=self.block_manager.swap_space.num_blocks_swapped_out,
+            num_blocks_swapped_in=self.block_manager.swap_space.num_blocks_swapped_in,
             tokens_per_sequence={
                 rid: r.num_tokens for rid, r in self._requests.items() if not r.is_finished
             },

@@ -80,6 +80,10 @@ class EngineMetrics:
     prefix_cache_hits: int  # tokens
     tokens_per_sequence: Mapping[str, int]
     num_tokens_in_use: int = 0  # slots of the in-use blocks that hold a token's K/V
+    num_prefill_tokens: int = 0  # since the start (engine.prefill_counter)
+    num_recomputed_tokens: int = 0  # prefilled again after their K/V was dropped
+    num_blocks_swapped_out: int = 0  # device -> host copies since the start
+    num_blocks_swapped_in: int = 0  # host -> device copies since the start
 
     @property
     def kv_cache_usage(self) -> float:

@@ -63,6 +63,11 @@ class RetainedContexts:
         """The budget's latest request finished with these tokens (prompt and output)."""
         self._latest[budget] = _Context(tuple(token_ids), cache_salt, num_shared_blocks)
 
+    def latest_tokens(self, budget: str) -> tuple[int, ...] | None:
+        """The tokens (prompt and output) of the budget's latest finished request."""
+        context = self._latest.get(budget)
+        return None if context is None else context.token_ids
+
     def retain(self, budget: str) -> int:
         """Hold the cached blocks of the budget's latest context; the tokens held."""
         self.release(budget)

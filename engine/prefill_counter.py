@@ -1,0 +1,63 @@
+"""``PrefillCounter``: the engine's own count of prompt tokens computed, and recomputed.
+
+A token is *prefilled* when its K/V is computed from a known token: a prompt token, or an
+output token computed again after a preemption. The decode of a freshly sampled token is
+not prefill. A prefilled token is *recomputed* when its K/V had been computed before for
+the same context and was thrown away: a position the request itself computed before it
+was preempted (recompute on preemption), or a position of the budget's previous request
+that the new prompt repeats token for token (an agent's next call, whose context was
+evicted or dropped while it waited on a tool). The previous request's last token was
+sampled, never computed, so at most ``len(previous) - 1`` of its positions count.
+
+This is what a governor of idle KV saves, counted where the compute happens: the
+``kvgov bench swarm`` figures ``prefill tokens recomputed`` are these counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["PrefillCounter"]
+
+
+@dataclass(slots=True)
+class _Known:
+    num_reusable: int  # leading positions the budget's previous request computed
+    num_high: int = 0  # positions this request has computed at least once
+
+
+@dataclass(slots=True)
+class PrefillCounter:
+    num_prefill_tokens: int = 0
+    num_recomputed_tokens: int = 0
+    _known: dict[str, _Known] = field(default_factory=dict)
+
+    def arrived(
+        self, request_id: str, token_ids: Sequence[int], previous: Sequence[int] | None
+    ) -> None:
+        """A request was queued; ``previous`` is its budget's last finished context."""
+        reusable = 0
+        if previous:
+            limit = min(len(token_ids), len(previous) - 1)
+            for ours, theirs in zip(token_ids[:limit], previous[:limit], strict=True):
+                if ours != theirs:
+                    break
+                reusable += 1
+        self._known[request_id] = _Known(reusable)
+
+    def computed(self, request_id: str, start: int, num_tokens: int, num_prompt: int) -> None:
+        """Positions ``[start, start + num_tokens)`` of the request were computed."""
+        known = self._known.get(request_id)
+        if known is None:  # a pinned prefix's forward pass: not a request's prefill
+            return
+        end = start + num_tokens
+        # Prefill: prompt positions, and output positions computed before (preemption).
+        prefilled = max(0, min(end, max(num_prompt, known.num_high)) - start)
+        seen = max(known.num_reusable, known.num_high)
+        self.num_prefill_tokens += prefilled
+        self.num_recomputed_tokens += max(0, min(end, seen) - start)
+        known.num_high = max(known.num_high, end)
+
+    def forget(self, request_id: str) -> None:
+        self._known.pop(request_id, None)

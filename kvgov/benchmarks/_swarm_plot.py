@@ -1,0 +1,76 @@
+"""The swarm benchmark's figures: mean job completion time against the KV budget, one
+line per policy, and the blocks in use over time at one budget, one panel per policy.
+SVG and PNG, with matplotlib (imported only here, as ``kvgov.memory_map`` does)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvgov.benchmarks._swarm_result import RunResult
+
+__all__ = ["plot"]
+
+_COLORS = {"paged": "#d62728", "ttl-pin": "#ff7f0e", "intercept": "#9467bd", "kvgov": "#2ca02c"}
+
+
+def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str) -> list[Path]:
+    """``swarm-jct`` and ``swarm-blocks`` (``.svg`` and ``.png``) in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib import pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    policies = list(dict.fromkeys(r.policy for r in results))
+    written: list[Path] = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    try:
+        for policy in policies:
+            runs = sorted((r for r in results if r.policy == policy), key=lambda r: r.fraction)
+            ax.plot([r.fraction for r in runs], [r.jct_mean_s for r in runs], marker="o",
+                    label=policy, color=_COLORS.get(policy))  # fmt: skip
+        ax.set_xlabel("KV budget (fraction of every agent's peak context at once)")
+        ax.set_ylabel("mean job completion time (s)")
+        ax.set_xscale("log")
+        fractions = sorted({r.fraction for r in results})
+        ax.set_xticks(fractions, [f"{f:g}" for f in fractions])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ax.set_title("Swarm job completion time by KV budget", fontsize=11)
+        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        written += _save(fig, out / "swarm-jct")
+    finally:
+        plt.close(fig)
+
+    at = [r for r in results if r.fraction == fraction]
+    fig, axes = plt.subplots(len(at), 1, figsize=(7, 1.6 * len(at) + 0.8), sharex=True)
+    try:
+        for ax, run in zip(axes if len(at) > 1 else [axes], at, strict=True):
+            times = [t for t, _ in run.timeline]
+            blocks = [b for _, b in run.timeline]
+            ax.step(times, blocks, where="post", color=_COLORS.get(run.policy), lw=1)
+            ax.axhline(run.num_blocks, color="#333333", lw=0.8, ls="--")
+            ax.set_ylim(0, run.num_blocks * 1.08)
+            ax.set_ylabel("blocks", fontsize=8)
+            ax.set_title(f"{run.policy}: peak {run.peak_blocks} of {run.num_blocks} blocks, "
+                         f"makespan {run.makespan_s:.1f} s", fontsize=9, loc="left")  # fmt: skip
+        (axes[-1] if len(at) > 1 else axes).set_xlabel("time since the run started (s)")
+        fig.suptitle(f"Blocks in use at a KV budget of {fraction:g} (dashed: the pool)",
+                     fontsize=11)  # fmt: skip
+        fig.tight_layout()
+        written += _save(fig, out / "swarm-blocks")
+    finally:
+        plt.close(fig)
+    return written
+
+
+def _save(fig: object, base: Path) -> list[Path]:
+    paths = [base.with_suffix(".svg"), base.with_suffix(".png")]
+    for path in paths:
+        fig.savefig(path)  # type: ignore[attr-defined]
+    return paths

@@ -1,0 +1,222 @@
+"""``kvgov bench swarm``: kvgov against the memory policies a user would pick instead.
+
+One workload (``_swarm_workload``: teams of coding agents whose contexts grow turn by
+turn, tool latencies heavy-tailed, every prompt fixed up front), one engine (the bundled
+one, ``tiny-random`` on the CPU, recompute on preemption, prefix caching, the same host
+swap space) and one KV budget at a time: the blocks every agent's peak context needs at
+once, times 1.0, 0.5, 0.33 and 0.25. At each budget one engine is built and the four
+policies run on it in turn, each from a cold prefix cache (checked):
+
+1. ``paged``: vLLM's policy; 2. ``ttl-pin``: Continuum; 3. ``intercept``: InferCept
+   (``_swarm_policies``, through ``_swarm_runner``, without the governor);
+4. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (``_swarm_kvgov``).
+
+Per policy and budget: mean and p95 job completion time (an agent's job: a planner's
+from its arrival, a worker's from its planner's fan-out, to its last call's end),
+makespan, prefill tokens recomputed and preemptions (the engine's own counters), bytes
+swapped each way, peak blocks in use and jobs failed. Headline figures at 0.33:
+``jct_mean_paged_over_kvgov`` (>= 2), ``jct_mean_best_research_over_kvgov`` (>= 1.1,
+the better of ttl-pin and intercept) and ``recomputed_tokens_kvgov_over_paged``
+(<= 0.25). ``--plot DIR`` draws the figures (``_swarm_plot``). Times are the wall clock
+of a shared machine: the policies run side by side in one process, the ratios are what
+to compare.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from engine import Engine, EngineConfig, PreemptionMode
+from engine.benchmarks import Direction, Measurement
+from engine.presets import PRESETS
+from engine.tokenizer import load_tokenizer
+from governor import TokenCounter
+from kvgov.benchmarks._swarm_kvgov import run_kvgov
+from kvgov.benchmarks._swarm_policies import Costs, Intercept, Paged, TtlPin, measure_costs
+from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
+from kvgov.benchmarks._swarm_runner import SwarmRunner
+from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
+
+__all__ = ["DEFAULT", "FRACTIONS", "POLICIES", "QUICK", "compare", "measurements", "run"]
+
+T = TypeVar("T")
+_BENCH = "swarm"
+FRACTIONS = (1.0, 0.5, 0.33, 0.25)
+HEADLINE = 0.33
+POLICIES = ("paged", "ttl-pin", "intercept", "kvgov")
+DEFAULT = SwarmWorkload()
+QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, tool_output_tokens=224,
+                      system_repeats=2, tool_scale=0.5)  # fmt: skip
+_MODEL = "tiny-random"
+_SWAP_BYTES = 64 << 20
+_DEADLINE_S = {True: 240.0, False: 900.0}
+
+
+def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measurement]:
+    workload = QUICK if quick else DEFAULT
+    results = compare(workload, deadline_s=_DEADLINE_S[quick], progress=_progress)
+    if plot is not None:
+        from kvgov.benchmarks._swarm_plot import plot as draw
+
+        for path in draw(results, plot, fraction=HEADLINE, note=_what(workload)):
+            _progress(f"wrote {path}")
+    yield from measurements(results, workload)
+
+
+def _progress(line: str) -> None:
+    print(f"[swarm] {line}", file=sys.stderr, flush=True)
+
+
+def compare(
+    workload: SwarmWorkload,
+    *,
+    fractions: Sequence[float] = FRACTIONS,
+    policies: Sequence[str] = POLICIES,
+    deadline_s: float = 900.0,
+    progress: Callable[[str], None] = lambda line: None,
+    model: str = _MODEL,
+) -> list[RunResult]:
+    """Every policy at every budget, side by side; one engine per budget."""
+    tokenizer = load_tokenizer(PRESETS[model].tokenizer)
+    counter = TokenCounter(tokenizer=tokenizer)
+    scripts = build_scripts(workload, counter)
+    prompts = {(s.name, i): tokenizer.encode_chat(list(t.messages))
+               for s in scripts for i, t in enumerate(s.turns)}  # fmt: skip
+    block_size = EngineConfig().block_size
+    full = peak_blocks(scripts, counter, reply_tokens=workload.reply_tokens,
+                       block_size=block_size)  # fmt: skip
+    largest = max(peak_blocks([s], counter, reply_tokens=workload.reply_tokens,
+                              block_size=block_size) for s in scripts)  # fmt: skip
+    results: list[RunResult] = []
+    costs: Costs | None = None
+    for fraction in fractions:
+        num_blocks = max(math.ceil(full * fraction), 2 * largest)
+        engine = Engine(EngineConfig(model=model, num_blocks=num_blocks,
+                                     preemption_mode=PreemptionMode.RECOMPUTE,
+                                     swap_space_bytes=_SWAP_BYTES))  # fmt: skip
+        costs = costs or _on_own_thread(lambda: measure_costs(engine))
+        for policy in policies:
+            progress(f"budget {fraction:g} ({num_blocks} blocks): {policy} ...")
+            result = _one(engine, policy, fraction, scripts, prompts, workload, costs, deadline_s)
+            progress(f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
+                     f"{result.makespan_s:.1f} s, recomputed "
+                     f"{result.counters.recomputed_tokens:,} tokens, "
+                     f"{len(result.failed)} failed")  # fmt: skip
+            results.append(result)
+    return results
+
+
+def _one(
+    engine: Engine,
+    policy: str,
+    fraction: float,
+    scripts: Sequence[AgentScript],
+    prompts: dict[tuple[str, int], list[int]],
+    workload: SwarmWorkload,
+    costs: Costs,
+    deadline_s: float,
+) -> RunResult:
+    cold = engine.reset_prefix_cache()
+    assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
+    result = RunResult(policy, fraction, engine.capacity().num_blocks,
+                       engine.kv_cache.bytes_per_block)  # fmt: skip
+    before = EngineCounters.of(engine.metrics())
+    if policy == "kvgov":
+        run_kvgov(engine, scripts, workload, result, deadline_s=deadline_s)
+    else:
+        chosen = {"paged": Paged, "ttl-pin": TtlPin, "intercept": Intercept}[policy]
+        runner = SwarmRunner(engine, scripts, prompts,
+                             chosen() if chosen is Paged else chosen(costs),  # type: ignore[operator]
+                             reply_tokens=workload.reply_tokens)  # fmt: skip
+        tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
+        try:
+            _on_own_thread(lambda: runner.run(result, deadline_s=deadline_s))
+        finally:
+            tap.close()
+    result.counters = EngineCounters.of(engine.metrics()) - before
+    return result
+
+
+def _on_own_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` on a thread of its own, as kvgov's engine loop steps the engine: torch runs
+    an engine driven from the main thread several times slower on a loaded 2-core host
+    (its OpenMP team there spins against the other processes), which would charge the
+    baselines for where they were called from."""
+    box: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # handed to the caller, who re-raises it
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="swarm-engine")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return box[0]
+
+
+def _what(workload: SwarmWorkload) -> str:
+    return (
+        f"{_MODEL} on CPU, {workload.num_teams} teams x (planner + "
+        f"{workload.workers_per_team} workers), {workload.turns} tool turns each, "
+        f"{workload.reply_tokens} output tokens a call, tool outputs reduced to "
+        f"{workload.tool_output_tokens} tokens, ceiling {workload.ceiling_tokens:,}; "
+        "recompute on preemption, prefix caching, cold cache at each run's start"
+    )
+
+
+def measurements(results: Sequence[RunResult], workload: SwarmWorkload) -> Iterator[Measurement]:
+    what = _what(workload)
+    lower = Direction.LOWER_IS_BETTER
+    for r in results:
+        key = f"{r.policy}@{r.fraction:g}"
+        figures = [
+            ("jct_mean", r.jct_mean_s, "s"),
+            ("jct_p95", r.jct_p95_s, "s"),
+            ("makespan", r.makespan_s, "s"),
+            ("recomputed_tokens", float(r.counters.recomputed_tokens), "tokens"),
+            ("preemptions", float(r.counters.preemptions), "count"),
+            ("swapped_out", r.bytes_swapped_out / 2**20, "MiB"),
+            ("swapped_in", r.bytes_swapped_in / 2**20, "MiB"),
+            ("peak_blocks", float(r.peak_blocks), "blocks"),
+            ("jobs_failed", float(len(r.failed)), "jobs"),
+        ]
+        for name, value, unit in figures:
+            target = 0.0 if name == "jobs_failed" and r.policy == "kvgov" else None
+            note = f"of {r.num_blocks} blocks" if name == "peak_blocks" else ""
+            if name == "jobs_failed" and r.failed:
+                note = "; ".join(r.failed[:4])
+            yield Measurement(_BENCH, f"{name}[{key}]", value, unit, target, lower, note)
+    at = {r.policy: r for r in results if r.fraction == HEADLINE}
+    if not {"paged", "kvgov"} <= set(at):
+        return
+    gov, paged = at["kvgov"], at["paged"]
+    yield Measurement(
+        _BENCH, "jct_mean_paged_over_kvgov", paged.jct_mean_s / gov.jct_mean_s, "x", 2.0,
+        note=f"at {HEADLINE:g}: {paged.jct_mean_s:.2f} s paged, {gov.jct_mean_s:.2f} s kvgov; "
+        + what,
+    )  # fmt: skip
+    research = [at[p] for p in ("ttl-pin", "intercept") if p in at]
+    if research:
+        best = min(research, key=lambda r: r.jct_mean_s)
+        yield Measurement(
+            _BENCH, "jct_mean_best_research_over_kvgov", best.jct_mean_s / gov.jct_mean_s,
+            "x", 1.1, note=f"at {HEADLINE:g}: the better is {best.policy}, "
+            f"{best.jct_mean_s:.2f} s, against {gov.jct_mean_s:.2f} s kvgov",
+        )  # fmt: skip
+    recomputed = paged.counters.recomputed_tokens
+    yield Measurement(
+        _BENCH, "recomputed_tokens_kvgov_over_paged",
+        gov.counters.recomputed_tokens / recomputed if recomputed else float("nan"), "x",
+        0.25, lower, note=f"at {HEADLINE:g}: the engine's prefill counters, "
+        f"{gov.counters.recomputed_tokens:,} tokens kvgov, {recomputed:,} paged",
+    )  # fmt: skip

@@ -51,6 +51,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "serve": "kvgov.benchmarks.serve",
         "replicas": "kvgov.benchmarks.replicas",
         "context": "kvgov.benchmarks.context",
+        "swarm": "kvgov.benchmarks.swarm",
     }
 )
 
@@ -158,6 +159,14 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="Write the benchmark's figures (SVG and PNG) to this folder, where it has any.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark and report each figure against its target."""
     if name != "all" and name not in BENCHMARKS:
@@ -182,12 +191,25 @@ def bench(
             typer.echo(message, err=True)
             raise typer.Exit(code=2)
         runs = {each: fn for each, fn in runs.items() if each not in ignoring}
-    measurements = (_as_measurement(item) for fn in runs.values() for item in fn(**options))
+    measurements = (
+        _as_measurement(item)
+        for fn in runs.values()
+        for item in fn(**_with_plot(fn, options, plot))
+    )
     if json_lines:
         for measurement in measurements:
             typer.echo(json.dumps(measurement.to_json()))
     else:
         print_table(Console(), _table(measurements))
+
+
+def _with_plot(fn: Any, options: dict[str, Any], plot: str | None) -> dict[str, Any]:
+    """``options``, and ``plot`` for a benchmark whose ``run`` draws figures."""
+    if plot is None or "plot" not in signature(fn).parameters:
+        return options
+    from pathlib import Path
+
+    return {**options, "plot": Path(plot)}
 
 
 def _as_measurement(item: Measurement | Mapping[str, Any]) -> Measurement:

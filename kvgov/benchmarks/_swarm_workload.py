@@ -126,9 +126,7 @@ def build_scripts(workload: SwarmWorkload, counter: TokenCounter) -> tuple[Agent
                 ).text
                 history = [*history, {"role": "assistant", "content": f"Calling {call}"},
                            {"role": "user", "content": f"Tool result:\n{output}"}]  # fmt: skip
-            workers.append(
-                AgentScript(f"t{team}-w{w}", team, False, tuple(turns), 0.0)
-            )
+            workers.append(AgentScript(f"t{team}-w{w}", team, False, tuple(turns), 0.0))
         ask = {"role": "user", "content": f"Split the red nightly build of team {team} "
                                           f"into {workload.workers_per_team} tasks."}  # fmt: skip
         plan = (system, ask)

@@ -24,6 +24,7 @@ to compare.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -99,7 +100,7 @@ def compare(
         engine = Engine(EngineConfig(model=model, num_blocks=num_blocks,
                                      preemption_mode=PreemptionMode.RECOMPUTE,
                                      swap_space_bytes=_SWAP_BYTES))  # fmt: skip
-        costs = costs or _on_own_thread(lambda: measure_costs(engine))
+        costs = costs or _on_own_thread(functools.partial(measure_costs, engine))
         for policy in policies:
             progress(f"budget {fraction:g} ({num_blocks} blocks): {policy} ...")
             result = _one(engine, policy, fraction, scripts, prompts, workload, costs, deadline_s)

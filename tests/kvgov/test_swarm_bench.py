@@ -1,0 +1,98 @@
+"""``kvgov bench swarm`` on a tiny workload: the invariants a wrong figure would break.
+
+The four policies run once, side by side, at the generous budget (every agent's peak
+context fits at once, so nothing is evicted and the recomputed tokens can be derived
+exactly from the prompts); the figures' arithmetic is checked on results built here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.presets import PRESETS
+from engine.tokenizer import load_tokenizer
+from governor import TokenCounter
+from kvgov.benchmarks._swarm_result import EngineCounters, RunResult
+from kvgov.benchmarks._swarm_workload import SwarmWorkload, build_scripts, peak_blocks
+from kvgov.benchmarks.swarm import POLICIES, compare, measurements
+
+TINY = SwarmWorkload(num_teams=1, workers_per_team=2, turns=2, tool_output_tokens=96,
+                     system_repeats=1, tool_scale=0.1)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results() -> list[RunResult]:
+    return compare(TINY, fractions=(1.0,), deadline_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> dict[str, list[int]]:
+    tokenizer = load_tokenizer(PRESETS["tiny-random"].tokenizer)
+    scripts = build_scripts(TINY, TokenCounter(tokenizer=tokenizer))
+    return {f"{s.name}/{i}": tokenizer.encode_chat(list(t.messages))
+            for s in scripts for i, t in enumerate(s.turns)}  # fmt: skip
+
+
+def test_every_policy_sends_the_same_prompts_and_finishes_every_job(
+    results: list[RunResult], prompts: dict[str, list[int]]
+) -> None:
+    assert [r.policy for r in results] == list(POLICIES)
+    for result in results:
+        assert set(result.prompts) == set(prompts)  # every agent's every turn, once
+        assert result.prompts == results[0].prompts, result.policy
+        assert result.failed == []
+        assert set(result.jct_s) == {key.split("/")[0] for key in prompts}
+
+
+def test_the_budget_is_every_peak_at_once_and_never_exceeded(
+    results: list[RunResult],
+) -> None:
+    tokenizer = load_tokenizer(PRESETS["tiny-random"].tokenizer)
+    counter = TokenCounter(tokenizer=tokenizer)
+    scripts = build_scripts(TINY, counter)
+    full = peak_blocks(scripts, counter, reply_tokens=TINY.reply_tokens, block_size=16)
+    largest = max(peak_blocks([s], counter, reply_tokens=TINY.reply_tokens, block_size=16)
+                  for s in scripts)  # fmt: skip
+    for result in results:
+        assert result.num_blocks == max(full, 2 * largest)
+        assert 0 < result.peak_blocks <= result.num_blocks
+        assert max(b for _, b in result.timeline) == result.peak_blocks
+
+
+def test_paged_recomputes_only_the_tails_of_blocks_when_nothing_is_evicted(
+    results: list[RunResult], prompts: dict[str, list[int]]
+) -> None:
+    # Each next call repeats its previous prompt; the prefix cache holds the full blocks
+    # of it, so the engine computes again only the previous prompt's last partial block
+    # (the previous output is not in the next prompt: the script's turn is).
+    expected = 0
+    for key, prompt in prompts.items():
+        agent, turn = key.split("/")
+        if int(turn) == 0:
+            continue
+        previous = prompts[f"{agent}/{int(turn) - 1}"]
+        shared = next((i for i, (a, b) in enumerate(zip(prompt, previous, strict=False))
+                       if a != b), min(len(prompt), len(previous)))  # fmt: skip
+        expected += shared - shared // 16 * 16
+    paged = results[0]
+    assert paged.counters.recomputed_tokens == expected
+    assert paged.counters.preemptions == 0
+    assert paged.counters.blocks_swapped_out == paged.counters.blocks_swapped_in == 0
+
+
+def test_the_headline_ratios_compare_the_runs_they_name() -> None:
+    def run(policy: str, jct: float, recomputed: int) -> RunResult:
+        result = RunResult(policy, 0.33, 100, 32_768, jct_s={"a": jct, "b": jct})
+        result.counters = EngineCounters(10_000, recomputed, 0, 0, 0)
+        return result
+
+    runs = [run("paged", 9.0, 4_000), run("ttl-pin", 6.0, 1_000),
+            run("intercept", 4.5, 800), run("kvgov", 3.0, 500)]  # fmt: skip
+    figures = {m.metric: m for m in measurements(runs, TINY)}
+    assert figures["jct_mean_paged_over_kvgov"].value == 3.0
+    assert figures["jct_mean_best_research_over_kvgov"].value == 1.5  # intercept's 4.5 s
+    assert figures["recomputed_tokens_kvgov_over_paged"].value == 0.125
+    assert figures["jobs_failed[kvgov@0.33]"].target == 0.0
+    assert math.isnan(figures["jct_mean[paged@0.33]"].value) is False

@@ -69,6 +69,7 @@ class LeaseInfo:
     agent: str
     ceiling: int
     active: bool = False
+    requested_at: float = 0.0  # GovernorEvent.at: seconds since the epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,9 @@ class RunStats:
     wall_s: float = 0.0
     failures: list[str] = field(default_factory=list)
     oom_failures: int = 0
+    jct_s: list[float] = field(default_factory=list)  # each job's: a worker lease's life
+    job_agent: str = "worker"  # the agent whose leases are the swarm's jobs
+    recomputed_tokens: int = 0  # the engine's prefill counter, over the run
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- events -------------------------------------------------------------------------
@@ -115,7 +119,7 @@ class RunStats:
         lease = self.leases.get(event.lease_id or "")
         if kind == "requested":
             self.leases[event.lease_id or ""] = LeaseInfo(
-                str(event.agent), int(attributes["ceiling_tokens"])
+                str(event.agent), int(attributes["ceiling_tokens"]), requested_at=event.at
             )
             return
         if lease is None:
@@ -126,6 +130,8 @@ class RunStats:
                 self.waits.append(float(attributes["wait_s"]))
         elif kind in ("parked", "released"):
             lease.active = False
+            if kind == "released" and lease.agent == self.job_agent:
+                self.jct_s.append(event.at - lease.requested_at)
         elif kind == "call.finished":
             self.model_calls += 1
         elif kind == "compacted":
@@ -175,6 +181,11 @@ class RunStats:
         return reserved * self.bytes_per_token, live * self.bytes_per_token
 
     @property
+    def jct_mean_s(self) -> float:
+        """Mean job completion time: a worker lease's, from its request to its release."""
+        return sum(self.jct_s) / len(self.jct_s) if self.jct_s else 0.0
+
+    @property
     def waste(self) -> float:
         return 1 - self.live_sum / self.reserved_sum if self.reserved_sum else 0.0
 
@@ -188,6 +199,7 @@ class _Watch:
         self._stats = stats
         self._backend = backend
         self._preempted = backend.metrics().num_preemptions
+        self._recomputed = backend.live_snapshot().metrics.num_recomputed_tokens
         self._unsubscribe = governor.subscribe(stats.on_event)
         self._stop = threading.Event()
         self._started = time.perf_counter()
@@ -209,3 +221,5 @@ class _Watch:
         self._thread.join()
         self._unsubscribe()
         self._stats.preemptions = self._backend.metrics().num_preemptions - self._preempted
+        recomputed = self._backend.live_snapshot().metrics.num_recomputed_tokens
+        self._stats.recomputed_tokens = recomputed - self._recomputed

@@ -103,7 +103,8 @@ def demo(
         "kvgov-demo"
     ),
 ) -> None:
-    """A planner and its workers, run twice on one KV budget: reserve-for-max, then kvgov."""
+    """A planner and its workers, run three ways on one KV budget: reserve-for-max, the paged
+    engine alone, then kvgov."""
     from pathlib import Path
 
     from kvgov._extras import missing_for

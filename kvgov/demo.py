@@ -1,24 +1,34 @@
-"""``kvgov demo``: one swarm, run twice on the same KV budget.
+"""``kvgov demo``: one swarm, run three ways on the same KV budget.
 
 A planner fans out to worker agents whose contexts grow turn by turn with tool outputs
 (``kvgov._demo_swarm``); every model call is a real generation on the bundled
 engine (the ``tiny-random`` preset by default, or a local Hugging Face checkpoint). The
-swarm runs twice, each time on a fresh engine with the same number of KV blocks and the
-same content policies (tool outputs summarized to the worker's ``tool_output_tokens``,
-the oldest turns summarized at the ceiling), so the two differ in memory governance
-alone:
+swarm runs three times, each time on a fresh engine with the same number of KV blocks,
+the same engine settings (recompute on preemption, as vLLM) and the same content
+policies (tool outputs summarized to the worker's ``tool_output_tokens``, the oldest
+turns summarized at the ceiling), so the runs differ in memory governance alone:
 
 1. reserve-for-max: what a contiguous KV cache does. Each agent's whole ceiling is its
    slot, set aside up front (guaranteed admission at a safety factor of 1), and its
    context stays resident in that slot between calls (held, never parked or offloaded);
    each agent carries its own copy of the system prompt. Workers that do not fit wait;
-2. kvgov: paged blocks on demand (overcommit admission), the system prompt registered
+2. paged engine alone: what a user gets from a paged engine as vLLM runs it. Every
+   worker starts at once (no fan-out cap), a context's KV is let go when its call ends
+   (left to the prefix cache, evicted least recently used first), nothing is held,
+   offloaded or pinned, and the system prompt is shared only through the prefix cache.
+   The governor only carries the content policies and the traces: it parks a lease at
+   once on each tool call and holds nothing (so it counts only agents in a model call),
+   and admits on their live use with no headroom, as the engine itself admits a prompt
+   when its blocks are free;
+3. kvgov: paged blocks on demand (overcommit admission), the system prompt registered
    once as a shared prefix, the fan-out capped, idle agents parked and their KV held,
    offloaded under pressure and restored.
 
-It prints a table of what each run admitted, reserved, used and lost, writes each run's
-trace as JSON lines (``kvgov report`` reads them) and draws the kvgov run's memory map
-from the engine's blocks at the instant they peaked.
+It prints a table of what each run admitted, reserved, used and lost, how long its jobs
+took and how many prompt tokens the engine computed again (its own prefill counter),
+writes each run's trace as JSON lines (``kvgov report`` reads them) and draws the memory
+map from the engine's blocks at the instants they peaked: the kvgov run's, and the paged
+engine alone's at its own peak.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +46,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from engine import PreemptionMode
 from governor import (
     AdmissionMode,
     AgentSpec,
@@ -56,6 +67,7 @@ __all__ = ["DemoOptions", "DemoResult", "parse_size", "run_demo"]
 
 MIB = 1 << 20
 _NEVER_S = 86_400.0  # reserve-for-max: a slot is never parked, its context never dropped
+SCHEMES = {"baseline": "reserve-for-max", "paged": "paged engine alone", "kvgov": "kvgov"}
 SCRIPTED = (
     "The workers' control flow is scripted: the tiny random model cannot call tools, so a "
     "script picks each tool call a model would make. Every model call is a real "
@@ -100,6 +112,7 @@ class DemoResult:
     num_blocks: int
     bytes_per_block: int
     traces: dict[str, Path] = field(default_factory=dict)
+    paged: RunStats | None = None  # the paged engine alone
     memory_map: tuple[Path, Path] | None = None
     memory_caption: str = ""
 
@@ -126,7 +139,7 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoRes
     runs: dict[str, RunStats] = {}
     geometry: dict[str, int] = {}
     traces: dict[str, Path] = {}
-    memory: MemoryMap | None = None
+    maps: dict[str, MemoryMap] = {}
     with Progress(
         TextColumn("{task.description:<26}"),
         BarColumn(),
@@ -135,39 +148,41 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoRes
         console=console,
         transient=False,
     ) as progress:
-        for scheme in ("baseline", "kvgov"):
+        for scheme, label in SCHEMES.items():
             calls = options.agents * (options.turns + 1) + 2
-            label = "reserve-for-max" if scheme == "baseline" else "kvgov"
             task = progress.add_task(f"{label}: model calls", total=calls)
             trace = options.out / f"trace-{scheme}.jsonl"
-            stats, geometry, swarm_memory = _run(
+            stats, geometry, maps[scheme] = _run(
                 scheme, options, trace, lambda t=task: progress.advance(t)
             )
             progress.update(task, completed=calls)
             runs[scheme], traces[scheme] = stats, trace
-            if scheme == "kvgov":
-                memory = swarm_memory
     result = DemoResult(
         options, runs["baseline"], runs["kvgov"], geometry["num_blocks"],
-        geometry["bytes_per_block"], traces,
+        geometry["bytes_per_block"], traces, runs["paged"],
     )  # fmt: skip
-    if memory is not None:
-        memory.save(options.out / "memory.json")
-        result.memory_map = memory.render(options.out / "memory-map")
-        result.memory_caption = memory.caption()
+    memory = replace(
+        maps["kvgov"],
+        paged_alone=maps["paged"].agents,
+        paged_alone_shared_bytes=maps["paged"].shared_bytes,
+    )
+    memory.save(options.out / "memory.json")
+    result.memory_map = memory.render(options.out / "memory-map")
+    result.memory_caption = memory.caption()
     return result
 
 
 def _run(
     scheme: str, options: DemoOptions, trace: Path, on_call: Callable[[], None]
 ) -> tuple[RunStats, dict[str, int], MemoryMap]:
-    kvgov = scheme == "kvgov"
+    kvgov, paged = scheme == "kvgov", scheme != "baseline"
     backend = LocalBackend(
         config={
             "model": options.model,
             "device": options.device,
             "kv_cache_bytes": options.kv_budget_bytes,
             "block_size": 16,
+            "preemption_mode": PreemptionMode.RECOMPUTE,
         }
     )
     try:
@@ -178,9 +193,11 @@ def _run(
         planner = AgentSpec(
             name="planner",
             ceiling_tokens=min(options.ceiling, 2_048),
-            max_fanout=(options.max_fanout or options.agents)
-            if kvgov
-            else max(1, min(options.agents, whole)),
+            max_fanout={
+                "kvgov": options.max_fanout or options.agents,
+                "paged": options.agents,
+                "baseline": max(1, min(options.agents, whole)),
+            }[scheme],
         )
         worker = AgentSpec(
             name="worker",
@@ -195,6 +212,15 @@ def _run(
         )
         if kvgov:
             config = GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.05)
+        elif paged:  # the engine's own policy: see the module docstring
+            config = GovernorConfig(
+                mode=AdmissionMode.OVERCOMMIT,
+                headroom_ratio=0.0,
+                safety_factor=1.0,
+                park_after_s=0.0,
+                retain_s=0.0,
+                pressure_watermark=1.0,
+            )
         else:
             config = GovernorConfig(
                 safety_factor=1.0,
@@ -215,7 +241,7 @@ def _run(
             system_in_messages=not kvgov,
         )
         bytes_per_token = cap.bytes_per_block // cap.block_size
-        stats = RunStats(bytes_per_token, cap.bytes_per_block, paged=kvgov)
+        stats = RunStats(bytes_per_token, cap.bytes_per_block, paged=paged)
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(trace)))
         instrumentation = instrument(governor, tracer_provider=provider)
@@ -277,19 +303,25 @@ def memory_at(peak: PeakSnapshot, cap: Any, options: DemoOptions) -> MemoryMap:
 
 
 def result_table(result: DemoResult) -> Table:
-    """The two runs side by side."""
+    """The runs side by side."""
     options, base, gov = result.options, result.baseline, result.kvgov
+    runs = [base, *([result.paged] if result.paged is not None else []), gov]
     table = Table(
         title=f"{options.agents} workers + a planner on {result.num_blocks:,} KV blocks "
         f"({result.num_blocks * result.bytes_per_block / MIB:.0f} MiB), the same content "
         "policies in both runs",
-        caption="reserved: reserve-for-max, each admitted agent's ceiling; kvgov, its blocks "
+        caption="reserved: reserve-for-max, each admitted agent's ceiling; paged, the blocks "
         "in use. live: tokens on the device (reserve-for-max, the context resident in each "
-        "agent's slot).",
+        "agent's slot). job completion time: each worker's, from its lease's request to its "
+        "release. "
+        "recomputed: prompt tokens the engine computed again after their KV was dropped "
+        "(its own prefill counter).",
         caption_justify="left",
     )
     table.add_column("")
     table.add_column("reserve-for-max", justify="right")
+    if result.paged is not None:
+        table.add_column("paged engine alone", justify="right")
     table.add_column("kvgov", justify="right")
 
     def mib(value: int) -> str:
@@ -312,7 +344,9 @@ def result_table(result: DemoResult) -> Table:
         ("agents failed (context overflow)", lambda s: str(len(s.failures))),
         ("out-of-memory failures", lambda s: str(s.oom_failures)),
         ("wall time", lambda s: f"{s.wall_s:.1f} s"),
+        ("job completion time (mean)", lambda s: f"{s.jct_mean_s:.1f} s"),
+        ("prefill tokens recomputed", lambda s: f"{s.recomputed_tokens:,}"),
     ]
     for name, cell in rows:
-        table.add_row(name, cell(base), cell(gov))
+        table.add_row(name, *(cell(run) for run in runs))
     return table

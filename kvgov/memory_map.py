@@ -58,6 +58,10 @@ class MemoryMap:
     # Paged, the blocks shared between agents, held once; never less than one agent's
     # shared part (0 for a map whose agents share one prefix: the largest share is it).
     shared_bytes: int = 0
+    # The same swarm on the paged engine alone (no governor), at that run's own peak of
+    # blocks in use; drawn as a bar of its own when given.
+    paged_alone: tuple[AgentMemory, ...] = ()
+    paged_alone_shared_bytes: int = 0
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -138,6 +142,8 @@ def from_record(record: Mapping[str, Any] | str | Path) -> MemoryMap:
             overhead_bytes=int(record["overhead_bytes"]),
             agents=agents,
             shared_bytes=int(record.get("shared_bytes", 0)),
+            paged_alone=tuple(AgentMemory(**a) for a in record.get("paged_alone", ())),
+            paged_alone_shared_bytes=int(record.get("paged_alone_shared_bytes", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
@@ -163,24 +169,40 @@ def caption(memory: MemoryMap) -> str:
 
     held_once = f" ({fmt(shared)} of it shared, held once)" if shared else ""
     host = f"; {fmt(offloaded)} offloaded to host memory" if offloaded else ""
+    alone = ""
+    if memory.paged_alone:
+        n = len(memory.paged_alone)
+        alone = (
+            f" The paged engine alone, at its own peak: {n} agents hold "
+            f"{fmt(_bar_bytes(memory.paged_alone, memory.paged_alone_shared_bytes))} of "
+            "blocks on the device."
+        )
     return (
         f"KV budget {fmt(memory.kv_budget_bytes)}. These contexts, each reserving its "
         f"agent's ceiling contiguously: {admitted} of {len(agents)} agents admitted, "
         f"{fmt(reserved)} reserved, {100 * waste:.0f}% of it unused. "
         f"Paged: {len(agents)} of {len(agents)} hold "
         f"{fmt(live)} of blocks on the device{held_once}, {fmt(max(free, 0))} free "
-        f"headroom{host}."
+        f"headroom{host}.{alone}"
     )
 
 
 def paged_bytes(memory: MemoryMap) -> int:
     """What the paged bar holds on the device: each agent's own blocks, and the shared
     ones once."""
-    return sum(a.live_bytes - a.shared_bytes for a in memory.agents) + _paged_shared(memory)
+    return _bar_bytes(memory.agents, memory.shared_bytes)
+
+
+def _bar_bytes(agents: tuple[AgentMemory, ...], shared_bytes: int) -> int:
+    return sum(a.live_bytes - a.shared_bytes for a in agents) + _shared(agents, shared_bytes)
 
 
 def _paged_shared(memory: MemoryMap) -> int:
-    return max([memory.shared_bytes, *(a.shared_bytes for a in memory.agents)])
+    return _shared(memory.agents, memory.shared_bytes)
+
+
+def _shared(agents: tuple[AgentMemory, ...], shared_bytes: int) -> int:
+    return max([shared_bytes, *(a.shared_bytes for a in agents)])
 
 
 def _in_slot(agent: AgentMemory) -> int:
@@ -203,7 +225,7 @@ def render(memory: MemoryMap, path: str | Path) -> tuple[Path, Path]:
 
     base = Path(path).with_suffix("")
     base.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(11, 3.4), dpi=110)
+    fig, ax = plt.subplots(figsize=(11, 4.2 if memory.paged_alone else 3.4), dpi=110)
     try:
         _draw(ax, memory, Patch)
         fig.suptitle(memory.title, fontsize=11, x=0.01, ha="left")
@@ -234,7 +256,9 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     base = (memory.weights_bytes + memory.overhead_bytes) / gb
     card = memory.card_bytes / gb
     offloaded = sum(a.offloaded_bytes for a in memory.agents)
-    rows = (1.0, 0.0)  # contiguous on top, paged below
+    alone = bool(memory.paged_alone)
+    top = 2.0 if alone else 1.0
+    rows = (top, 0.0, 1.0) if alone else (top, 0.0)  # contiguous, kvgov, paged alone
     for y in rows:
         ax.barh(y, memory.weights_bytes / gb, color=_WEIGHTS, height=0.6)
         ax.barh(y, memory.overhead_bytes / gb, left=memory.weights_bytes / gb, color=_OVERHEAD,
@@ -250,27 +274,22 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
                 color=_WASTE if fits else "none", edgecolor="white" if fits else _OUT,
                 hatch="//" if fits else None, linestyle="-" if fits else "--")  # fmt: skip
         left += reserved
-    left = base
-    shared = _paged_shared(memory) / gb
-    if shared:
-        ax.barh(rows[1], shared, left=left, color=_SHARED, edgecolor="white", height=0.6)
-        left += shared
-    for agent in memory.agents:
-        own = (agent.live_bytes - agent.shared_bytes) / gb
-        ax.barh(rows[1], own, left=left, color=_LIVE, edgecolor="white", height=0.6)
-        left += own
-    if left < card:
-        ax.barh(rows[1], card - left, left=left, color=_FREE, height=0.6)
+    _paged_bar(ax, rows[1], memory.agents, memory.shared_bytes, base, card, gb)
     ticks, labels = list(rows), ["contiguous,\nreserve the ceiling", "paged (kvgov)"]
+    if alone:
+        _paged_bar(ax, rows[2], memory.paged_alone, memory.paged_alone_shared_bytes, base,
+                   card, gb)  # fmt: skip
+        labels.append("paged engine alone\n(its own peak)")
     if offloaded:  # host memory: off the card, drawn from where the KV budget starts
         ax.barh(-1.0, offloaded / gb, left=base, color=_HOST, edgecolor="white", height=0.6)
         ticks.append(-1.0)
         labels.append("host memory\n(offloaded)")
     ax.axvline(card, color="black", linewidth=1.5)
-    ax.text(card, 1.45, "admission wall (card full) ", fontsize=8, va="center", ha="right")
+    ax.text(card, top + 0.45, "admission wall (card full) ", fontsize=8, va="center",
+            ha="right")  # fmt: skip
     ax.set_yticks(ticks, labels)
     ax.set_xlabel(unit)
-    ax.set_ylim(-1.6 if offloaded else -0.6, 1.7)
+    ax.set_ylim(-1.6 if offloaded else -0.6, top + 0.7)
     end = max(card, base + sum(a.reserved_bytes for a in memory.agents) / gb)
     ax.set_xlim(0, end * 1.02)
     handles = [
@@ -291,6 +310,29 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
         fontsize=8,
         frameon=False,
     )
+
+
+def _paged_bar(
+    ax: Any,
+    y: float,
+    agents: tuple[AgentMemory, ...],
+    shared_bytes: int,
+    base: float,
+    card: float,
+    gb: float,
+) -> None:
+    """A paged bar: the shared blocks once, each agent's own blocks, then free headroom."""
+    left = base
+    shared = _shared(agents, shared_bytes) / gb
+    if shared:
+        ax.barh(y, shared, left=left, color=_SHARED, edgecolor="white", height=0.6)
+        left += shared
+    for agent in agents:
+        own = (agent.live_bytes - agent.shared_bytes) / gb
+        ax.barh(y, own, left=left, color=_LIVE, edgecolor="white", height=0.6)
+        left += own
+    if left < card:
+        ax.barh(y, card - left, left=left, color=_FREE, height=0.6)
 
 
 def write_record(memory: MemoryMap, path: str | Path) -> Path:

@@ -1,5 +1,5 @@
-"""``kvgov demo``: both runs on the bundled engine (tiny-random), at a small size where the
-schemes differ; the table, the footer and the map against the engine."""
+"""``kvgov demo``: the three runs on the bundled engine (tiny-random), at a small size where
+the schemes differ; the table, the footer and the map against the engine."""
 
 from __future__ import annotations
 
@@ -31,15 +31,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
     return run_demo(DemoOptions(**OPTIONS, out=out), console=Console(file=io.StringIO()))
 
 
-def _table(result: DemoResult) -> dict[str, tuple[str, str]]:
-    """The printed table, as {row label: (reserve-for-max cell, kvgov cell)}."""
-    console = Console(file=io.StringIO(), width=120)
+def _table(result: DemoResult) -> dict[str, tuple[str, str, str]]:
+    """The printed table, as {row label: (reserve-for-max, paged engine alone, kvgov)}."""
+    console = Console(file=io.StringIO(), width=160)
     console.print(result_table(result))
     rows = {}
     for line in console.file.getvalue().splitlines():  # type: ignore[attr-defined]
         cells = [c.strip() for c in line.split("│")[1:-1]]
-        if len(cells) == 3 and cells[0]:
-            rows[cells[0]] = (cells[1], cells[2])
+        if len(cells) == 4 and cells[0]:
+            rows[cells[0]] = (cells[1], cells[2], cells[3])
     return rows
 
 
@@ -52,9 +52,16 @@ def test_the_runs_differ_in_memory_governance_alone(demo: DemoResult) -> None:
     # The same content policies: nobody overflows, every call is made, the same tool
     # outputs are summarized by the same amount.
     calls = OPTIONS["agents"] * (OPTIONS["turns"] + 1) + 2  # every worker turn, the planner's
-    for stats in (base, gov):
+    assert demo.paged is not None
+    for stats in (base, demo.paged, gov):
         assert (stats.failures, stats.oom_failures, stats.model_calls) == ([], 0, calls)
-    assert base.tokens_summarized == gov.tokens_summarized
+        assert stats.tokens_summarized == gov.tokens_summarized
+        # A job per worker: its lease, from its request to its release.
+        assert len(stats.jct_s) == OPTIONS["agents"]
+        assert 0 < max(stats.jct_s) <= stats.wall_s
+    # The paged engine alone holds, offloads and pins nothing, and caps no fan-out.
+    assert demo.paged.offloads == 0
+    assert demo.paged.peak_blocks <= demo.num_blocks
     # A slot is its ceiling: reserved is whole slots, and what lives in them fits in them.
     per_token = demo.bytes_per_block // 16
     assert base.peak_reserved_bytes == base.peak_active * 2_048 * per_token
@@ -72,18 +79,23 @@ def test_the_table_shows_the_figures(demo: DemoResult) -> None:
     def mib(value: int) -> str:
         return f"{value / (1 << 20):.1f} MiB"
 
-    assert rows["agents active at once (peak)"] == ("2", "3")
-    assert rows["KV reserved (peak)"] == (
-        mib(base.peak_reserved_bytes),
-        mib(gov.peak_reserved_bytes),
-    )
-    assert rows["KV live (peak)"] == (mib(base.peak_live_bytes), mib(gov.peak_live_bytes))
-    assert rows["peak blocks in use"] == (f"{base.peak_blocks:,}", f"{gov.peak_blocks:,}")
-    assert rows["model calls"] == ("8", "8")
-    assert rows["agents failed (context overflow)"] == ("0", "0")
-    assert rows["out-of-memory failures"] == ("0", "0")
+    paged = demo.paged
+    assert paged is not None
+    runs = (base, paged, gov)
+    assert rows["agents active at once (peak)"] == ("2", str(paged.peak_active), "3")
+    assert rows["KV reserved (peak)"] == tuple(mib(s.peak_reserved_bytes) for s in runs)
+    assert rows["KV live (peak)"] == tuple(mib(s.peak_live_bytes) for s in runs)
+    assert rows["peak blocks in use"] == tuple(f"{s.peak_blocks:,}" for s in runs)
+    assert rows["model calls"] == ("8", "8", "8")
+    assert rows["agents failed (context overflow)"] == ("0", "0", "0")
+    assert rows["out-of-memory failures"] == ("0", "0", "0")
     saved = f"{gov.tokens_summarized:,}"
-    assert rows["tokens saved by summarization"] == (saved, saved)
+    assert rows["tokens saved by summarization"] == (saved, saved, saved)
+    assert rows["wall time"] == tuple(f"{s.wall_s:.1f} s" for s in runs)
+    assert rows["job completion time (mean)"] == tuple(
+        f"{sum(s.jct_s) / len(s.jct_s):.1f} s" for s in runs
+    )
+    assert rows["prefill tokens recomputed"] == tuple(f"{s.recomputed_tokens:,}" for s in runs)
 
 
 def test_the_map_is_the_engine_at_one_instant(demo: DemoResult) -> None:
@@ -104,13 +116,24 @@ def test_the_map_is_the_engine_at_one_instant(demo: DemoResult) -> None:
     assert sum(a.offloaded_bytes for a in memory.agents) == per_block * sum(
         s.num_host_blocks for s in kv.budgets.values()
     )
+    # The paged engine alone's row: its own run, at its own peak, every block held once.
+    assert demo.paged is not None and demo.paged.peak is not None
+    alone = demo.paged.peak.kv
+    assert alone.num_blocks_in_use == demo.paged.peak_blocks
+    held_alone = [s for s in alone.budgets.values() if s.device_block_ids or s.num_host_blocks]
+    assert len(memory.paged_alone) == len(held_alone)
+    on_device = set().union(*(s.device_block_ids for s in alone.budgets.values()))
+    own = sum(a.live_bytes - a.shared_bytes for a in memory.paged_alone)
+    shared = max([memory.paged_alone_shared_bytes, *(a.shared_bytes for a in memory.paged_alone)])
+    assert own + shared == len(on_device) * per_block <= budget
+    assert f"at its own peak: {len(held_alone)} agents hold" in demo.memory_caption
 
 
 def test_the_footer_agrees_with_the_table(demo: DemoResult) -> None:
     rows = _table(demo)
     memory = MemoryMap.load(demo.options.out / "memory.json")
     n = len(memory.agents)
-    reserved = rows["KV reserved (peak)"][1]  # kvgov: its blocks in use at the peak
+    reserved = rows["KV reserved (peak)"][2]  # kvgov: its blocks in use at the peak
     free = (demo.num_blocks - demo.kvgov.peak_blocks) * demo.bytes_per_block / (1 << 20)
     assert f"Paged: {n} of {n} hold {reserved} of blocks on the device" in demo.memory_caption
     assert f"{free:.1f} MiB free headroom" in demo.memory_caption
@@ -121,14 +144,14 @@ def test_the_cli_prints_the_table_the_footer_and_a_report(
 ) -> None:
     # The module's run stands in for a second one: this checks what the CLI prints of it.
     monkeypatch.setattr(kvgov.demo, "run_demo", lambda options, console: demo)
-    result = runner.invoke(app, ["demo", "--out", str(demo.options.out)], env={"COLUMNS": "80"})
+    result = runner.invoke(app, ["demo", "--out", str(demo.options.out)], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
-    assert "…" not in result.stdout  # nothing cut at 80 columns
+    assert "…" not in result.stdout  # nothing cut at 100 columns
     rows = _table(demo)
     for label in ("agents active at once (peak)", "KV reserved (peak)", "model calls"):
         assert " ".join([label, *rows[label]]) in " ".join(result.stdout.replace("│", " ").split())
     assert " ".join(demo.memory_caption.split()) in " ".join(result.stdout.split())
-    for scheme in ("baseline", "kvgov"):
+    for scheme in ("baseline", "paged", "kvgov"):
         trace = demo.traces[scheme]
         report = runner.invoke(app, ["report", str(trace)], env={"COLUMNS": "160"})
         assert report.exit_code == 0, report.output

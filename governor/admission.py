@@ -23,7 +23,9 @@ admission carries on.
   moves makes room, and waiting leases are tried again.
 - overcommit: live use (the blocks active leases' contexts hold now) times
   ``1 + headroom_ratio`` must fit; under pressure the engine parks, offloads and
-  preempts, it never runs out of memory.
+  preempts, it never runs out of memory. A parked lease coming back with its context
+  still held on the device is charged only what it holds beyond that hold: refusing it
+  would free none of the hold's blocks, only keep them idle longer.
 
 Parked leases' reservations count against neither. A backend of several replicas also
 answers where a lease fits (``placement``, ``governor.placement``): guaranteed mode
@@ -418,7 +420,9 @@ class AdmissionController:
             if fits and self.placement is not None:
                 fits = self.placement.can_place(lease.budget, lease.blocks_reserved)
         else:
-            live = self._committed() + lease.blocks_live
+            # Its context's blocks held on the device are in use whether it runs or
+            # waits (refusing it frees none of them): it is charged only the rest.
+            live = self._committed() + max(1, lease.blocks_live - self._held.get(lease, 0))
             fits = live * (1 + config.headroom_ratio) <= self.limit_blocks
         return "ok" if fits else "memory"
 

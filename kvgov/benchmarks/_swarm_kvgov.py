@@ -85,7 +85,7 @@ def _run(
             governor.register_agent(AgentSpec(
                 name=f"t{team}-{kind}", ceiling_tokens=_ceiling(peers, workload, backend),
                 max_fanout=fanout, prefix=f"team-{team}",
-                tool_output_tokens=workload.tool_output_tokens,
+                tool_output_tokens=None if kind == "planner" else workload.tool_output_tokens,
             ))  # fmt: skip
     lock, t0 = threading.Lock(), time.perf_counter()
 

@@ -4,6 +4,7 @@ SVG and PNG, with matplotlib (imported only here, as ``kvgov.memory_map`` does).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,11 +29,13 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     try:
         for policy in policies:
-            runs = sorted((r for r in results if r.policy == policy), key=lambda r: r.fraction)
-            ax.plot([r.fraction for r in runs], [r.jct_mean_s for r in runs], marker="o",
-                    label=policy, color=_COLORS.get(policy))  # fmt: skip
+            fractions = sorted({r.fraction for r in results if r.policy == policy})
+            jct = [statistics.median(r.jct_mean_s for r in results
+                                     if r.policy == policy and r.fraction == f)
+                   for f in fractions]  # fmt: skip
+            ax.plot(fractions, jct, marker="o", label=policy, color=_COLORS.get(policy))
         ax.set_xlabel("KV budget (fraction of every agent's peak context at once)")
-        ax.set_ylabel("mean job completion time (s)")
+        ax.set_ylabel("mean job completion time (s, median of rounds)")
         ax.set_xscale("log")
         fractions = sorted({r.fraction for r in results})
         ax.set_xticks(fractions, [f"{f:g}" for f in fractions])
@@ -47,7 +50,7 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
     finally:
         plt.close(fig)
 
-    at = [r for r in results if r.fraction == fraction]
+    at = [r for r in results if r.fraction == fraction and r.round == 0]
     fig, axes = plt.subplots(len(at), 1, figsize=(7, 1.6 * len(at) + 0.8), sharex=True)
     try:
         for ax, run in zip(axes if len(at) > 1 else [axes], at, strict=True):

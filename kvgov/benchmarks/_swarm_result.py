@@ -63,6 +63,7 @@ class RunResult:
     peak_blocks: int = 0
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (s, blocks in use)
     prompts: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> digest
+    round: int = 0  # of the benchmark's rounds (each runs every policy once)
 
     @property
     def jct_mean_s(self) -> float:

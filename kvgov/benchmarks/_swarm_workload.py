@@ -51,11 +51,11 @@ _DEFAULT_MEDIAN_S = 0.3
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SwarmWorkload:
     num_teams: int = 3
-    workers_per_team: int = 3
+    workers_per_team: int = 2
     turns: int = 4
     reply_tokens: int = 8
-    tool_output_tokens: int = 320
-    ceiling_tokens: int = 2_048
+    tool_output_tokens: int = 512
+    ceiling_tokens: int = 4_096
     system_repeats: int = 3  # the system prompt's length, in copies of its paragraph
     tool_sigma: float = 1.2  # of the lognormal: P(latency > 6 x median) is about 7%
     tool_scale: float = 1.0  # multiplies every latency (``--quick`` shortens them)

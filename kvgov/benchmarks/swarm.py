@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,16 +52,18 @@ FRACTIONS = (1.0, 0.5, 0.33, 0.25)
 HEADLINE = 0.33
 POLICIES = ("paged", "ttl-pin", "intercept", "kvgov")
 DEFAULT = SwarmWorkload()
-QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, tool_output_tokens=224,
-                      system_repeats=2, tool_scale=0.5)  # fmt: skip
+QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2,
+                      tool_scale=0.5)  # fmt: skip
 _MODEL = "tiny-random"
 _SWAP_BYTES = 64 << 20
 _DEADLINE_S = {True: 240.0, False: 900.0}
+_ROUNDS = {True: 1, False: 3}
 
 
 def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measurement]:
     workload = QUICK if quick else DEFAULT
-    results = compare(workload, deadline_s=_DEADLINE_S[quick], progress=_progress)
+    results = compare(workload, rounds=_ROUNDS[quick], deadline_s=_DEADLINE_S[quick],
+                      progress=_progress)  # fmt: skip
     if plot is not None:
         from kvgov.benchmarks._swarm_plot import plot as draw
 
@@ -78,11 +81,14 @@ def compare(
     *,
     fractions: Sequence[float] = FRACTIONS,
     policies: Sequence[str] = POLICIES,
+    rounds: int = 1,
     deadline_s: float = 900.0,
     progress: Callable[[str], None] = lambda line: None,
     model: str = _MODEL,
 ) -> list[RunResult]:
-    """Every policy at every budget, side by side; one engine per budget."""
+    """Every policy at every budget, side by side; one engine per budget. Each round runs
+    every policy once, each round in another order (a rotation), so no policy always
+    runs first on a fresh engine or last on a warm host."""
     tokenizer = load_tokenizer(PRESETS[model].tokenizer)
     counter = TokenCounter(tokenizer=tokenizer)
     scripts = build_scripts(workload, counter)
@@ -100,15 +106,21 @@ def compare(
         engine = Engine(EngineConfig(model=model, num_blocks=num_blocks,
                                      preemption_mode=PreemptionMode.RECOMPUTE,
                                      swap_space_bytes=_SWAP_BYTES))  # fmt: skip
-        costs = costs or _on_own_thread(functools.partial(measure_costs, engine))
-        for policy in policies:
-            progress(f"budget {fraction:g} ({num_blocks} blocks): {policy} ...")
-            result = _one(engine, policy, fraction, scripts, prompts, workload, costs, deadline_s)
-            progress(f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
-                     f"{result.makespan_s:.1f} s, recomputed "
-                     f"{result.counters.recomputed_tokens:,} tokens, "
-                     f"{len(result.failed)} failed")  # fmt: skip
-            results.append(result)
+        warm = _on_own_thread(functools.partial(measure_costs, engine))  # and warms it up
+        costs = costs or warm
+        for round_ in range(rounds):
+            order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
+            for policy in order:
+                progress(f"budget {fraction:g} ({num_blocks} blocks), round {round_ + 1}: "
+                         f"{policy} ...")  # fmt: skip
+                result = _one(engine, policy, fraction, scripts, prompts, workload, costs,
+                              deadline_s)  # fmt: skip
+                result.round = round_
+                progress(f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
+                         f"{result.makespan_s:.1f} s, recomputed "
+                         f"{result.counters.recomputed_tokens:,} tokens, "
+                         f"{len(result.failed)} failed")  # fmt: skip
+                results.append(result)
     return results
 
 
@@ -176,48 +188,68 @@ def _what(workload: SwarmWorkload) -> str:
 
 
 def measurements(results: Sequence[RunResult], workload: SwarmWorkload) -> Iterator[Measurement]:
+    """Per policy and budget, each figure's median over the rounds (failures summed, the
+    peak the highest); the headline ratios are the medians of each round's ratio."""
     what = _what(workload)
     lower = Direction.LOWER_IS_BETTER
+    runs: dict[tuple[str, float], list[RunResult]] = {}
     for r in results:
-        key = f"{r.policy}@{r.fraction:g}"
+        runs.setdefault((r.policy, r.fraction), []).append(r)
+    for (policy, fraction), group in runs.items():
+        key = f"{policy}@{fraction:g}"
+        rounds = f"median of {len(group)} rounds" if len(group) > 1 else ""
         figures = [
-            ("jct_mean", r.jct_mean_s, "s"),
-            ("jct_p95", r.jct_p95_s, "s"),
-            ("makespan", r.makespan_s, "s"),
-            ("recomputed_tokens", float(r.counters.recomputed_tokens), "tokens"),
-            ("preemptions", float(r.counters.preemptions), "count"),
-            ("swapped_out", r.bytes_swapped_out / 2**20, "MiB"),
-            ("swapped_in", r.bytes_swapped_in / 2**20, "MiB"),
-            ("peak_blocks", float(r.peak_blocks), "blocks"),
-            ("jobs_failed", float(len(r.failed)), "jobs"),
-        ]
-        for name, value, unit in figures:
-            target = 0.0 if name == "jobs_failed" and r.policy == "kvgov" else None
-            note = f"of {r.num_blocks} blocks" if name == "peak_blocks" else ""
-            if name == "jobs_failed" and r.failed:
-                note = "; ".join(r.failed[:4])
+            ("jct_mean", _median(r.jct_mean_s for r in group), "s", rounds),
+            ("jct_p95", _median(r.jct_p95_s for r in group), "s", rounds),
+            ("makespan", _median(r.makespan_s for r in group), "s", rounds),
+            ("recomputed_tokens", _median(r.counters.recomputed_tokens for r in group),
+             "tokens", "the engine's prefill counter; " + rounds),
+            ("preemptions", _median(r.counters.preemptions for r in group), "count", rounds),
+            ("swapped_out", _median(r.bytes_swapped_out for r in group) / 2**20, "MiB", rounds),
+            ("swapped_in", _median(r.bytes_swapped_in for r in group) / 2**20, "MiB", rounds),
+            ("peak_blocks", float(max(r.peak_blocks for r in group)), "blocks",
+             f"of {group[0].num_blocks} blocks"),
+            ("jobs_failed", float(sum(len(r.failed) for r in group)), "jobs",
+             "; ".join(f for r in group for f in r.failed[:4])),
+        ]  # fmt: skip
+        for name, value, unit, note in figures:
+            target = 0.0 if name == "jobs_failed" and policy == "kvgov" else None
             yield Measurement(_BENCH, f"{name}[{key}]", value, unit, target, lower, note)
-    at = {r.policy: r for r in results if r.fraction == HEADLINE}
-    if not {"paged", "kvgov"} <= set(at):
+    by_round: dict[int, dict[str, RunResult]] = {}
+    for r in results:
+        if r.fraction == HEADLINE:
+            by_round.setdefault(r.round, {})[r.policy] = r
+    rounds_at = [at for at in by_round.values() if {"paged", "kvgov"} <= set(at)]
+    if not rounds_at:
         return
-    gov, paged = at["kvgov"], at["paged"]
+    n = f"{len(rounds_at)} round{'s' if len(rounds_at) > 1 else ''}"
+    jct = {p: _median(at[p].jct_mean_s for at in rounds_at if p in at) for p in POLICIES}
     yield Measurement(
-        _BENCH, "jct_mean_paged_over_kvgov", paged.jct_mean_s / gov.jct_mean_s, "x", 2.0,
-        note=f"at {HEADLINE:g}: {paged.jct_mean_s:.2f} s paged, {gov.jct_mean_s:.2f} s kvgov; "
-        + what,
+        _BENCH, "jct_mean_paged_over_kvgov",
+        _median(at["paged"].jct_mean_s / at["kvgov"].jct_mean_s for at in rounds_at), "x", 2.0,
+        note=f"at {HEADLINE:g}, {n}: {jct['paged']:.2f} s paged, {jct['kvgov']:.2f} s kvgov "
+        f"(medians); {what}",
     )  # fmt: skip
-    research = [at[p] for p in ("ttl-pin", "intercept") if p in at]
+    research = [p for p in ("ttl-pin", "intercept") if all(p in at for at in rounds_at)]
     if research:
-        best = min(research, key=lambda r: r.jct_mean_s)
         yield Measurement(
-            _BENCH, "jct_mean_best_research_over_kvgov", best.jct_mean_s / gov.jct_mean_s,
-            "x", 1.1, note=f"at {HEADLINE:g}: the better is {best.policy}, "
-            f"{best.jct_mean_s:.2f} s, against {gov.jct_mean_s:.2f} s kvgov",
+            _BENCH, "jct_mean_best_research_over_kvgov",
+            _median(min(at[p].jct_mean_s for p in research) / at["kvgov"].jct_mean_s
+                    for at in rounds_at),
+            "x", 1.1, note=f"at {HEADLINE:g}, {n}: the better of "
+            + ", ".join(f"{p} {jct[p]:.2f} s" for p in research)
+            + f" in each round, against kvgov {jct['kvgov']:.2f} s (medians)",
         )  # fmt: skip
-    recomputed = paged.counters.recomputed_tokens
+    recomputed = [(at["kvgov"].counters.recomputed_tokens, at["paged"].counters.recomputed_tokens)
+                  for at in rounds_at]  # fmt: skip
     yield Measurement(
         _BENCH, "recomputed_tokens_kvgov_over_paged",
-        gov.counters.recomputed_tokens / recomputed if recomputed else float("nan"), "x",
-        0.25, lower, note=f"at {HEADLINE:g}: the engine's prefill counters, "
-        f"{gov.counters.recomputed_tokens:,} tokens kvgov, {recomputed:,} paged",
+        _median(g / p if p else float("nan") for g, p in recomputed), "x", 0.25, lower,
+        note=f"at {HEADLINE:g}, {n}: the engine's prefill counters, "
+        + ", ".join(f"{g:,} kvgov / {p:,} paged" for g, p in recomputed),
     )  # fmt: skip
+
+
+def _median(values: Iterable[float]) -> float:
+    finite = [float(v) for v in values]
+    return statistics.median(finite) if finite else float("nan")

@@ -223,8 +223,10 @@ class Engine:
             stalled = not scheduled.chunks and not scheduler.running
             if stalled and any(not request.held for request in queued):
                 # Held contexts fill the pool and nothing can run: a hold is an
-                # optimization, never a reason to stall. Its blocks stay cached.
-                self.retained.release_oldest_resident()
+                # optimization, never a reason to stall. The oldest goes to host memory
+                # when there is room (its budget's next request brings it back), else it
+                # ends; its blocks stay cached either way.
+                self._reclaim_hold()
         sampled = self.runner.execute(scheduled.chunks)
         outputs: list[RequestOutput] = []
         now = time.perf_counter()

@@ -13,10 +13,10 @@ allocated, and the hold ends.
 
 Holds are not charged to the budget: they are bounded by the context the budget's own
 request just held, and a charge would be counted twice when the next request reuses them.
-Holds never outrank a request: when a running request is short of blocks, the oldest
-resident hold gives way (``reclaim``: offloaded to host when there is room, else ended)
-before any running request is preempted; when requests wait and none can be scheduled,
-the engine ends the oldest resident hold (``release_oldest_resident``) and tries again.
+Holds never outrank a request: when a running request is short of blocks, or requests
+wait and none can be scheduled, the oldest resident hold gives way (``reclaim``:
+offloaded to host when there is room, else ended) before any running request is
+preempted, and the engine tries again.
 Either shows in the engine's metrics (fewer blocks in use, more swapped) and in
 ``is_offloaded`` and ``held_budgets``; the budget's next request restores an offloaded
 context itself.

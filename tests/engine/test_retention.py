@@ -158,17 +158,28 @@ def test_offload_without_host_room_changes_nothing(
     assert_released(engine)
 
 
-def test_holds_never_stall_the_engine(llama_dir: Path, prompts: list[list[int]]) -> None:
-    """Holds fill the pool and a new request cannot be scheduled: the engine ends the
-    oldest hold (its blocks stay cached) and runs the request."""
-    engine = make_engine(llama_dir, num_blocks=12)
-    engine.open_budget("agent", 12)
-    engine.generate(prompts[5], GREEDY, budget="agent")  # 71 + 20 tokens
+@pytest.mark.parametrize("host", ["offloaded", "no-host-room"])
+def test_holds_never_stall_the_engine(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]], host: str
+) -> None:
+    """Holds fill the pool and a new request cannot be scheduled: the oldest hold goes to
+    host memory (or, with no host room, ends; its blocks stay cached) and the request
+    runs. Offloaded, the agent's next turn gets its context back without computing it
+    again: only the previous turn's last, partial block is prefilled again."""
+    engine = make_engine(llama_dir, num_blocks=12, **({} if host == "offloaded" else NO_HOST))
+    second, expected = cold
+    assert first_turn(engine, prompts[5]) == second
     assert engine.retain("agent") == 80  # 5 of the 12 blocks
     sampling = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     done = engine.generate([(t * 5) % 512 for t in range(120)], sampling)[0]  # 8 blocks
     assert len(done.token_ids) == 8
-    assert not engine.retained.held_budgets()
+    assert engine.retained.is_offloaded("agent") == (host == "offloaded")
+    assert engine.retained.held_budgets() == ({"agent"} if host == "offloaded" else set())
+    flood(engine, prompts)  # whatever of it was still cached is evicted
+    before = engine.metrics().num_recomputed_tokens
+    assert engine.generate(second, GREEDY, budget="agent")[0].token_ids == expected
+    recomputed = engine.metrics().num_recomputed_tokens - before
+    assert recomputed == (90 - 80 if host == "offloaded" else 90)  # of 91: one sampled
     assert_released(engine)
 
 
@@ -206,7 +217,7 @@ def test_holds_give_way_before_a_running_request_is_preempted(
 
 def test_holds_never_stall_a_swapped_request(llama_dir: Path, prompts: list[list[int]]) -> None:
     """A request offloaded and restored while holds fill the pool: nothing runs, so the
-    oldest hold ends and the request comes back."""
+    oldest hold goes to host memory and the request comes back."""
     engine = make_engine(llama_dir, num_blocks=12)
     sampling = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
     rid = engine.add_request([(t * 5) % 512 for t in range(120)], sampling)  # 8 blocks
@@ -221,5 +232,6 @@ def test_holds_never_stall_a_swapped_request(llama_dir: Path, prompts: list[list
             break
         engine.step()
     assert len(engine.pop_completion(rid).token_ids) == 30
-    assert not engine.retained.held_budgets()
+    assert engine.retained.is_offloaded("agent")
+    engine.release_retained("agent")
     assert_released(engine)

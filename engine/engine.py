@@ -45,6 +45,7 @@ from engine.outputs import (
     RequestInfo,
     RequestOutput,
 )
+from engine.pending_restores import PendingRestores
 from engine.prefill_counter import PrefillCounter
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
@@ -112,6 +113,7 @@ class Engine:
             block_manager=self.block_manager,
         )
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
+        self.pending = PendingRestores(self.retained)
         self.scheduler.reclaim = self._reclaim_hold
         self._requests: dict[str, Request] = {}
         self._stops: dict[str, TokenStopChecker] = {}
@@ -173,9 +175,9 @@ class Engine:
             arrival_time=time.perf_counter(),
         )
         # An offloaded context must be back in the prefix cache when the request is
-        # allocated; without room for it now, whatever is still cached is reused instead.
+        # allocated; without room for it now, the request waits until there is.
         if budget is not None and not self.retained.restore(budget):
-            self.retained.release(budget)
+            self.pending.add(budget, request)
         self._requests[request_id] = request
         previous = self.retained.latest_tokens(budget) if budget is not None else None
         self.prefill.arrived(request_id, token_ids, previous)
@@ -215,6 +217,8 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         """Run one batch: schedule, compute, sample, and report what changed."""
+        if self.pending:
+            self.pending.try_restore()
         scheduled = self.scheduler.schedule()
         if self.retained.held_budgets():
             self._hand_over_retained(scheduled.chunks)
@@ -227,6 +231,8 @@ class Engine:
                 # when there is room (its budget's next request brings it back), else it
                 # ends; its blocks stay cached either way.
                 self._reclaim_hold()
+            elif stalled and self.pending and not self._reclaim_hold():
+                self.pending.give_up_oldest()  # nothing else can make room for it
         sampled = self.runner.execute(scheduled.chunks)
         outputs: list[RequestOutput] = []
         now = time.perf_counter()

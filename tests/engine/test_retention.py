@@ -235,3 +235,31 @@ def test_holds_never_stall_a_swapped_request(llama_dir: Path, prompts: list[list
     assert engine.retained.is_offloaded("agent")
     engine.release_retained("agent")
     assert_released(engine)
+
+
+def test_a_next_request_waits_for_room_to_restore_its_context(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    """The agent's context is on the host when its next request arrives, and a running
+    request leaves no room to bring it back: the request waits for the room (the
+    restore is tried first every step) instead of computing its context again."""
+    engine = make_engine(llama_dir, num_blocks=12)
+    second, expected = cold
+    assert first_turn(engine, prompts[5]) == second
+    assert engine.retain("agent") == 80
+    engine.offload(budget="agent")
+    flood(engine, prompts)  # no device copy of it is left
+    sampling = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    other = engine.add_request([(t * 3) % 512 for t in range(120)], sampling)  # 8 blocks
+    engine.step()
+    before = engine.metrics().num_recomputed_tokens
+    mine = engine.add_request(second, GREEDY, budget="agent")  # needs 5 blocks back; 4 free
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert engine.pop_completion(mine).token_ids == expected
+    assert len(engine.pop_completion(other).token_ids) == 30
+    # Only the previous turn's last, partial block (10 of its 90 computed positions).
+    assert engine.metrics().num_recomputed_tokens - before == 10
+    assert_released(engine)

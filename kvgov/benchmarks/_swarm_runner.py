@@ -91,7 +91,7 @@ class SwarmRunner:
         self.on_call = on_call
         self._by_request: dict[str, Agent] = {}
 
-    def run(self, result: RunResult, *, deadline_s: float) -> None:
+    def drive(self, result: RunResult, *, deadline_s: float) -> None:
         engine, t0 = self.engine, time.perf_counter()
         for agent in self.agents:
             engine.open_budget(agent.budget, engine.capacity().num_blocks)

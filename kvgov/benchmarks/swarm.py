@@ -148,7 +148,7 @@ def _one(
                              reply_tokens=workload.reply_tokens)  # fmt: skip
         tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
         try:
-            _on_own_thread(lambda: runner.run(result, deadline_s=deadline_s))
+            _on_own_thread(lambda: runner.drive(result, deadline_s=deadline_s))
         finally:
             tap.close()
     result.counters = EngineCounters.of(engine.metrics()) - before

@@ -5,6 +5,7 @@ SVG and PNG, with matplotlib (imported only here, as ``kvgov.memory_map`` does).
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,8 +45,8 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         ax.grid(alpha=0.3)
         ax.legend()
         ax.set_title("Swarm job completion time by KV budget", fontsize=11)
-        fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig.text(0.01, 0.01, textwrap.fill(note, 140), fontsize=6.5, color="#555555")
+        fig.tight_layout(rect=(0, 0.07, 1, 1))
         written += _save(fig, out / "swarm-jct")
     finally:
         plt.close(fig)

@@ -45,9 +45,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from governor.admission_policy import AdmissionPolicy, PriorityWithAging
+from governor.admission_policy import (
+    AdmissionPolicy,
+    PriorityWithAging,
+    check_policy,
+    checked_order,
+    order_error,
+)
 from governor.config import AdmissionMode, GovernorConfig
-from governor.errors import AdmissionRejected, ConfigError
+from governor.errors import AdmissionRejected
 from governor.lease import Lease, LeaseState
 from governor.placement import Placement
 from governor.sizing import blocks_per_seq, max_ceiling_tokens
@@ -80,7 +86,7 @@ class AdmissionController:
         self.available_blocks = available_blocks
         self.block_size = block_size
         self._policy = PriorityWithAging(aging_s=config.aging_s) if policy is None else policy
-        _check_policy(self._policy)
+        check_policy(self._policy)
         self._key = _static_key(self._policy)
         self._lock = threading.Lock()
         # In the order queued, which the policy orders each pass; or, where the policy has
@@ -123,7 +129,7 @@ class AdmissionController:
 
     @policy.setter
     def policy(self, policy: AdmissionPolicy) -> None:
-        _check_policy(policy)
+        check_policy(policy)
         with self._lock:
             previous = self._policy, self._key, list(self._queue)
             ranks = [queued.rank for queued in self._queue]
@@ -367,43 +373,15 @@ class AdmissionController:
             list(waiting), active=frozenset(self._active), now=self._clock()
         )
         if not isinstance(answer, Iterable):
-            raise self._bad_order(f"it returned {reprlib.repr(answer)}")
+            raise order_error(self._policy, f"it returned {reprlib.repr(answer)}")
         items = list(answer)
         try:  # the answer as it should be: each waiting lease once (leases are equal by id)
             ordered = [waiting[item] for item in items]
         except (KeyError, TypeError):  # not a waiting lease: say which
-            return self._checked(items)
+            return checked_order(self._policy, waiting, items)
         if len(ordered) == len(waiting) == len(set(map(id, ordered))):
             return ordered
-        return self._checked(items)  # one left out or given twice: say which
-
-    def _checked(self, items: list[Any]) -> list[_Queued]:
-        """``items`` as queued leases, or the error that says what is wrong with them."""
-        waiting = self._waiting
-        remaining = dict(waiting)
-        ordered = []
-        for item in items:
-            queued = remaining.pop(item, None) if isinstance(item, Lease) else None
-            if queued is None:
-                if isinstance(item, Lease) and item in waiting:
-                    raise self._bad_order(f"it returned {_describe(item)} twice")
-                what = _describe(item) if isinstance(item, Lease) else reprlib.repr(item)
-                raise self._bad_order(f"it returned {what}, which is not waiting")
-            ordered.append(queued)
-        if remaining:
-            missing = next(iter(remaining))
-            raise self._bad_order(
-                f"it left out {len(remaining)} of them, {_describe(missing)} among them"
-            )
-        return ordered
-
-    def _bad_order(self, problem: str) -> ConfigError:
-        return ConfigError(
-            f"admission policy {self._policy!r}: order() must return the waiting leases, each "
-            f"exactly once, in the order to try them, but {problem}; fix the policy or set "
-            "another (nobody was admitted and the queue is unchanged)",
-            setting="policy",
-        )
+        return checked_order(self._policy, waiting, items)  # one left out or twice: say which
 
     def _verdict(self, lease: Lease) -> str:
         config = self.config
@@ -497,17 +475,3 @@ def _add(counts: dict[Any, int], name: object, change: int) -> None:
 
 def _rank(queued: _Queued) -> Any:
     return queued.rank
-
-
-def _check_policy(policy: object) -> None:
-    if not isinstance(policy, AdmissionPolicy):
-        raise ConfigError(
-            f"an admission policy needs an order(waiting, *, active, now) method that returns "
-            f"the waiting leases in the order to try them, got {reprlib.repr(policy)}; use "
-            "PriorityWithAging() or a class from policies/",
-            setting="policy",
-        )
-
-
-def _describe(lease: Lease) -> str:
-    return f"lease {lease.lease_id!r} of agent {lease.agent.name!r}"

@@ -43,14 +43,21 @@ The governor's default is ``PriorityWithAging``; policies/ ships ``Fifo`` and
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+import reprlib
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from governor.errors import ConfigError
 from governor.lease import Lease
 
-__all__ = ["AdmissionPolicy", "PriorityWithAging"]
+__all__ = [
+    "AdmissionPolicy",
+    "PriorityWithAging",
+    "check_policy",
+    "checked_order",
+    "order_error",
+]
 
 
 @runtime_checkable
@@ -96,3 +103,51 @@ class PriorityWithAging:
         effective priority at any ``now`` is ``now / aging_s`` less the first member."""
         queued_at = lease.requested_at if lease.queued_at is None else lease.queued_at
         return (queued_at / self.aging_s - lease.priority, lease.arrival)
+
+
+# -- checking a policy and its answers (the controller calls these under its lock) --------
+T = TypeVar("T")
+
+
+def check_policy(policy: object) -> None:
+    if not isinstance(policy, AdmissionPolicy):
+        raise ConfigError(
+            f"an admission policy needs an order(waiting, *, active, now) method that returns "
+            f"the waiting leases in the order to try them, got {reprlib.repr(policy)}; use "
+            "PriorityWithAging() or a class from policies/",
+            setting="policy",
+        )
+
+
+def checked_order(policy: object, waiting: Mapping[Lease, T], items: list[Any]) -> list[T]:
+    """``items`` (a policy's answer) as the queue entries of ``waiting``, or the error
+    that says what is wrong with them."""
+    remaining = dict(waiting)
+    ordered = []
+    for item in items:
+        queued = remaining.pop(item, None) if isinstance(item, Lease) else None
+        if queued is None:
+            if isinstance(item, Lease) and item in waiting:
+                raise order_error(policy, f"it returned {_describe(item)} twice")
+            what = _describe(item) if isinstance(item, Lease) else reprlib.repr(item)
+            raise order_error(policy, f"it returned {what}, which is not waiting")
+        ordered.append(queued)
+    if remaining:
+        missing = next(iter(remaining))
+        raise order_error(
+            policy, f"it left out {len(remaining)} of them, {_describe(missing)} among them"
+        )
+    return ordered
+
+
+def order_error(policy: object, problem: str) -> ConfigError:
+    return ConfigError(
+        f"admission policy {policy!r}: order() must return the waiting leases, each "
+        f"exactly once, in the order to try them, but {problem}; fix the policy or set "
+        "another (nobody was admitted and the queue is unchanged)",
+        setting="policy",
+    )
+
+
+def _describe(lease: Lease) -> str:
+    return f"lease {lease.lease_id!r} of agent {lease.agent.name!r}"

@@ -37,13 +37,14 @@ __all__ = ["DecodeView", "Leftover", "plan_decode_views"]
 
 @dataclass(frozen=True, slots=True)
 class DecodeView:
-    """``num_chunks`` chunks of ``chunk_tokens`` consecutive slots from ``start_slot``,
-    chunk ``i`` attended in place by the query of token ``rows[i]``."""
+    """``num_chunks`` chunks of ``chunk_tokens`` consecutive slots, chunk ``i`` from slot
+    ``start_slot + i * chunk_stride``, attended in place by the query of token ``rows[i]``."""
 
     rows: torch.Tensor  # [num_chunks] int64
     start_slot: int
     num_chunks: int
     chunk_tokens: int
+    chunk_stride: int  # slots from one chunk's start to the next (>= chunk_tokens)
 
     def to(self, device: torch.device) -> DecodeView:
         return DecodeView(
@@ -51,6 +52,7 @@ class DecodeView:
             start_slot=self.start_slot,
             num_chunks=self.num_chunks,
             chunk_tokens=self.chunk_tokens,
+            chunk_stride=self.chunk_stride,
         )
 
 
@@ -94,35 +96,41 @@ def plan_decode_views(
 
     min_blocks = -(-min_view_tokens // block_size)
     chunk_blocks = max(1, chunk_tokens // block_size)
+    runs = [  # (start slot, blocks, seq, first col) of each long run, in cache order
+        (int(tables[seq, first]) * block_size, int(run_len[run]), seq, first)
+        for run in (run_len >= min_blocks).nonzero().flatten().tolist()
+        for seq, first in [(int(seq_of_run[run]), int(first_col[run]))]
+    ]
+    runs.sort()
+    pieces = [
+        _Piece.cut(start, blocks, -(-blocks // chunk_blocks), block_size)
+        for start, blocks, _, _ in runs
+    ]
+    groups = _group(pieces)
+    for first_piece, end_piece, _ in groups:
+        start, blocks, _, _ = runs[first_piece]
+        if end_piece - first_piece == 1 and pieces[first_piece].chunks < min_chunks:
+            # A run alone in its view: cut finer so that every thread has a chunk.
+            pieces[first_piece] = _Piece.cut(start, blocks, min(blocks, min_chunks), block_size)
     in_place = torch.zeros_like(whole)
-    pieces = []  # (start slot, chunks, chunk tokens, row) of each long run
-    for run in (run_len >= min_blocks).nonzero().flatten().tolist():
-        seq, first, blocks = int(seq_of_run[run]), int(first_col[run]), int(run_len[run])
-        chunks = min(blocks, max(min_chunks, -(-blocks // chunk_blocks)))
-        per_chunk = blocks // chunks  # the last blocks % chunks blocks are gathered
-        in_place[seq, first : first + chunks * per_chunk] = True
-        start = int(tables[seq, first]) * block_size
-        pieces.append((start, chunks, per_chunk * block_size, int(token_rows[seq])))
-
     views = []
-    pieces.sort()
-    i = 0
-    while i < len(pieces):  # back to back with one chunk size: one view
-        start, _, tokens, _ = pieces[i]
-        j, end = i, start
-        while j < len(pieces) and pieces[j][0] == end and pieces[j][2] == tokens:
-            end += pieces[j][1] * tokens
-            j += 1
-        rows = [row for _, chunks, _, row in pieces[i:j] for _ in range(chunks)]
+    for first_piece, end_piece, stride in groups:
+        if end_piece - first_piece == 1:
+            stride = pieces[first_piece].tokens  # a lone piece's chunks are back to back
+        rows = []
+        for i in range(first_piece, end_piece):
+            piece, (_, _, seq, first) = pieces[i], runs[i]
+            in_place[seq, first : first + piece.chunks * piece.tokens // block_size] = True
+            rows += [int(token_rows[seq])] * piece.chunks
         views.append(
             DecodeView(
                 rows=torch.tensor(rows, dtype=torch.int64),
-                start_slot=start,
+                start_slot=pieces[first_piece].start,
                 num_chunks=len(rows),
-                chunk_tokens=tokens,
+                chunk_tokens=pieces[first_piece].tokens,
+                chunk_stride=stride,
             )
         )
-        i = j
 
     rest = used & ~in_place  # [Sd, W]
     count = rest.sum(dim=1)
@@ -136,3 +144,44 @@ def plan_decode_views(
     return views, Leftover(
         tables=remaining[keep], visible_tokens=visible[keep], token_rows=token_rows[keep]
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A run cut in ``chunks`` equal chunks of ``tokens`` from slot ``start``, back to back
+    (its last ``blocks % chunks`` blocks are left to the gathers)."""
+
+    start: int
+    chunks: int
+    tokens: int
+
+    @classmethod
+    def cut(cls, start: int, blocks: int, chunks: int, block_size: int) -> _Piece:
+        return cls(start=start, chunks=chunks, tokens=blocks // chunks * block_size)
+
+
+def _group(pieces: list[_Piece]) -> list[tuple[int, int, int]]:
+    """``(first, end, chunk stride)`` of each view: consecutive pieces (in cache order)
+    whose chunks have one size and start evenly spaced, so one strided view holds them
+    all. Runs back to back (prompts prefilled one after another) are spaced by their
+    chunk size; runs decoded side by side, each grown mid-way through a gap of empty
+    blocks (``BlockPool.run_start``), are spaced by the gap they started in."""
+    groups: list[tuple[int, int, int]] = []
+    i = 0
+    while i < len(pieces):
+        tokens = pieces[i].tokens
+        # None until two chunks fix it. Any stride reads correctly, 0 included (decodes
+        # sharing a prefix's blocks): the view is only read.
+        stride = tokens if pieces[i].chunks > 1 else None
+        last = pieces[i].start + (pieces[i].chunks - 1) * tokens  # the last chunk's start
+        j = i + 1
+        while j < len(pieces) and pieces[j].tokens == tokens:
+            gap = pieces[j].start - last
+            if (stride is not None and gap != stride) or (pieces[j].chunks > 1 and gap != tokens):
+                break
+            stride = gap
+            last = pieces[j].start + (pieces[j].chunks - 1) * tokens
+            j += 1
+        groups.append((i, j, tokens if stride is None else stride))
+        i = j
+    return groups

@@ -44,8 +44,10 @@ class PagedAttention:
       ones are gathered (one kernel call costs about as much as copying ~64 tokens).
     - ``min_view_tokens``: decode runs at least this long are read in place
       (``decode_views``); shorter ones are gathered.
-    - ``view_chunk_tokens``: the most tokens of one chunk of a decode view; runs are cut
-      in at least as many chunks as torch has threads.
+    - ``view_chunk_tokens``: the most tokens of one chunk of a decode view; a run alone in
+      its view is cut in at least as many chunks as torch has threads. 512: torch's CPU
+      kernel splits the keys in blocks of 512 anyway, so smaller chunks cost it little,
+      and runs of many lengths cut to one chunk size share a view (one kernel call).
     """
 
     name = "paged"
@@ -69,7 +71,7 @@ class PagedAttention:
         chunk_tokens: int = 2048,
         min_run_tokens: int = 128,
         min_view_tokens: int = 512,
-        view_chunk_tokens: int = 2048,
+        view_chunk_tokens: int = 512,
     ) -> None:
         self._stage_bytes = require_int("stage_bytes", stage_bytes, minimum=1)
         self._chunk_tokens = require_int("chunk_tokens", chunk_tokens, minimum=1)
@@ -123,7 +125,7 @@ class PagedAttention:
         for view in plan.decode_views:
             # One kernel call on zero-copy strided views: the chunks as the batch axis.
             shape = (view.num_chunks, kv_heads, view.chunk_tokens, head_dim)
-            strides = (view.chunk_tokens * row_stride, head_dim, row_stride, 1)
+            strides = (view.chunk_stride * row_stride, head_dim, row_stride, 1)
             offset = view.start_slot * row_stride
             keys = key_cache.as_strided(shape, strides, key_cache.storage_offset() + offset)
             values = value_cache.as_strided(shape, strides, value_cache.storage_offset() + offset)

@@ -198,3 +198,56 @@ def test_planning_a_step_calls_no_op_that_always_opens_a_parallel_region() -> No
         for md in (decode, prefill):
             plan_step(md, min_run_tokens=32, chunk_tokens=512, stage_tokens=16_384)
     assert not [e.key for e in prof.key_averages() if "repeat_interleave" in e.key]
+
+
+def decoded_side_by_side(
+    num_seqs: int, prompt_blocks: int, decoded_blocks: int, gap: int
+) -> list[list[int]]:
+    """Prompts prefilled back to back, then each sequence's decoded blocks in one run,
+    the runs ``gap`` blocks apart: the layout ``BlockPool.run_start`` makes when sequences
+    decode side by side (the attention bench's, in small)."""
+    decoded_at = num_seqs * prompt_blocks + 1
+    prompts = [range(s * prompt_blocks, (s + 1) * prompt_blocks) for s in range(num_seqs)]
+    decoded = [
+        range(decoded_at + s * gap, decoded_at + s * gap + decoded_blocks) for s in range(num_seqs)
+    ]
+    return [[*p, *d] for p, d in zip(prompts, decoded, strict=True)]
+
+
+def test_decoded_runs_evenly_spaced_are_one_strided_view() -> None:
+    tables = decoded_side_by_side(num_seqs=4, prompt_blocks=24, decoded_blocks=8, gap=9)
+    plan = plan_step(
+        metadata(16, [1] * 4, [32 * 16] * 4, tables),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+        min_view_tokens=128,
+        view_chunk_tokens=128,  # 8 blocks: each prompt is 3 chunks, each decoded run 1
+        min_view_chunks=2,  # more than a lone decoded run has: grouped, it is not cut
+    )
+    prompts, decoded = plan.decode_views
+    assert (prompts.start_slot, prompts.chunk_tokens, prompts.chunk_stride) == (0, 128, 128)
+    assert prompts.rows.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert decoded.start_slot == 97 * 16 and decoded.rows.tolist() == [0, 1, 2, 3]
+    assert (decoded.chunk_tokens, decoded.chunk_stride) == (128, 9 * 16)
+    assert plan.decode_tiles == ()  # every block read in place
+
+
+def test_runs_spaced_unevenly_or_cut_differently_are_separate_views() -> None:
+    # One-chunk runs at blocks 0 and 10 (one view, stride 10); a two-chunk run at 30 (gap
+    # 20, and its own chunks 8 apart); a run right after it whose chunks are 6 blocks.
+    tables = [[*range(0, 8)], [*range(10, 18)], [*range(30, 46)], [*range(46, 52)]]
+    lens = [len(t) * 16 for t in tables]
+    plan = plan_step(
+        metadata(16, [1] * 4, lens, tables),
+        min_run_tokens=128,
+        chunk_tokens=512,
+        stage_tokens=16_384,
+        min_view_tokens=96,
+        view_chunk_tokens=128,
+    )
+    views = [
+        (v.start_slot // 16, v.rows.tolist(), v.chunk_tokens // 16, v.chunk_stride // 16)
+        for v in plan.decode_views
+    ]
+    assert views == [(0, [0, 1], 8, 10), (30, [2, 2], 8, 8), (46, [3], 6, 6)]

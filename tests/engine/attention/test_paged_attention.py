@@ -376,3 +376,23 @@ def test_auto_backend_on_the_gpu_equals_the_reference(
         tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == torch.float32 else LOW_PRECISION_TOL[dtype]
         torch.testing.assert_close(out.float(), want.float(), **tol)
         assert torch.equal(keys, ref_keys)
+
+
+def test_decoded_runs_read_through_one_strided_view_equal_the_reference() -> None:
+    """Evenly spaced decoded runs share one view whose chunks are not back to back: the
+    stride between them must be the runs' spacing, not the chunk size."""
+    # Prompts of 6 blocks back to back (blocks 0-23), then each one's 4 decoded blocks
+    # in a run of its own, 7 blocks apart (as BlockPool.run_start lays them out).
+    tables = [[*range(6 * s, 6 * s + 6), *range(25 + 7 * s, 29 + 7 * s)] for s in range(4)]
+    batch = Batch(
+        block_size=4,
+        num_blocks=1 + max(max(t) for t in tables),
+        query_lens=(1,) * 4,
+        seq_lens=(10 * 4,) * 4,
+        tables=tuple(tuple(t) for t in tables),
+    )
+    inputs = make_inputs(batch, Heads(num_kv_heads=2, group=2, head_dim=16))
+    want, _, _ = run(ReferenceAttention(), batch, inputs)
+    backend = PagedAttention(min_view_tokens=16, view_chunk_tokens=16)
+    out, _, _ = run(backend, batch, inputs)
+    torch.testing.assert_close(out, want, **FP32_TOL)

@@ -86,6 +86,10 @@ class MergeLayout:
     num_rows: int
     width: int
     one_per_row: bool  # each row has exactly one partial: placement, no arithmetic
+    # [num_rows * width] int64: the partial in each cell, where every row has ``width``
+    # partials (dense, no holes): the grid is gathered in one op per tensor instead of filled
+    # and scattered into (two each). Sequences decoding side by side split alike.
+    cells: torch.Tensor | None = None
 
     @classmethod
     def build(cls, rows: torch.Tensor, *, num_rows: int) -> MergeLayout:
@@ -99,16 +103,29 @@ class MergeLayout:
             rank = torch.empty_like(rows)
             rank[order] = torch.arange(rows.numel()) - first[rows[order]]
             slots = rows * width + rank
-        return cls(rows=rows, slots=slots, num_rows=num_rows, width=width, one_per_row=width == 1)
+        cells = None
+        if slots is not None and num_rows * width == rows.numel():
+            cells = torch.empty_like(slots)
+            cells[slots] = torch.arange(rows.numel())
+        return cls(
+            rows=rows,
+            slots=slots,
+            num_rows=num_rows,
+            width=width,
+            one_per_row=width == 1,
+            cells=cells,
+        )
 
     def to(self, device: torch.device) -> MergeLayout:
         slots = None if self.slots is None else self.slots.to(device, non_blocking=True)
+        cells = None if self.cells is None else self.cells.to(device, non_blocking=True)
         return MergeLayout(
             rows=self.rows.to(device, non_blocking=True),
             slots=slots,
             num_rows=self.num_rows,
             width=self.width,
             one_per_row=self.one_per_row,
+            cells=cells,
         )
 
 
@@ -120,11 +137,15 @@ def merge_partials(
     """Combine the partials of each row by their log-sum-exps."""
     num_rows, num_heads = layout.num_rows, lses.shape[1]
     if layout.slots is not None:
-        cells = num_rows * layout.width
-        grid_lse = torch.full((cells, num_heads), -math.inf, device=lses.device)
-        grid_lse.index_copy_(0, layout.slots, lses)
-        grid_out = torch.zeros((cells, *outs.shape[1:]), device=outs.device)
-        grid_out.index_copy_(0, layout.slots, outs.float())
+        if layout.cells is not None:  # no holes: gather
+            grid_lse = lses.index_select(0, layout.cells)  # [num_rows * width, H]
+            grid_out = outs.float().index_select(0, layout.cells)
+        else:
+            cells = num_rows * layout.width
+            grid_lse = torch.full((cells, num_heads), -math.inf, device=lses.device)
+            grid_lse.index_copy_(0, layout.slots, lses)
+            grid_out = torch.zeros((cells, *outs.shape[1:]), device=outs.device)
+            grid_out.index_copy_(0, layout.slots, outs.float())
         # Softmax over the last axis: torch's CPU softmax over another axis opens a
         # parallel region even for a few hundred numbers, and each region waits up to a
         # scheduler tick (4 ms) for a worker thread when other processes hold the cores.

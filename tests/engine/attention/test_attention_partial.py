@@ -118,3 +118,24 @@ def test_merge_layout_is_dense_unless_it_would_mostly_pad() -> None:
     assert skewed.slots is None and skewed.width == 5
     single = MergeLayout.build(torch.tensor([1, 0, 2]), num_rows=3)
     assert single.one_per_row
+
+
+def test_a_merge_without_holes_gathers_its_grid_instead_of_filling_and_scattering() -> None:
+    """Sequences decoding side by side split alike: every row has as many partials, and
+    the grid is two gathers (no fill, no scatter into it: two ops fewer per layer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    rows = torch.tensor([1, 0, 2, 0, 2, 1])  # two partials per row
+    layout = MergeLayout.build(rows, num_rows=3)
+    assert layout.cells is not None and layout.slots is not None
+    assert layout.cells[layout.slots].tolist() == list(range(6))
+    gen = torch.Generator().manual_seed(0)
+    outs, lses = torch.randn(6, 4, 8, generator=gen), torch.randn(6, 4, generator=gen)
+    sparse = MergeLayout(rows=rows, slots=None, num_rows=3, width=2, one_per_row=False)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        merged = merge_partials(outs, lses, layout)
+    torch.testing.assert_close(merged, merge_partials(outs, lses, sparse))
+    ops = {e.key for e in prof.key_averages()}
+    assert not ops & {"aten::index_copy_", "aten::full", "aten::zeros"}
+    holes = MergeLayout.build(torch.tensor([0, 0, 1, 2]), num_rows=3)
+    assert holes.slots is not None and holes.cells is None

@@ -16,10 +16,14 @@ cache: with ``[N, B, Hkv, D]`` per layer, a run of ``n`` tokens from slot ``s`` 
 into ``num_chunks`` equal chunks of whole blocks as the batch axis of one strided view
 (zero-copy), so the kernel has ``num_chunks x Hkv`` independent work items to share out
 among its threads. The chunks' partials merge by log-sum-exp like any others. Runs
-that lie back to back in the cache with chunks of one size (prompts of one length
-prefilled one after another) are one view, each chunk with its own query: one kernel
-call for all of them: a call costs ~20 us on one thread before it reads anything (a
-few hundred tokens' worth of reading) and opens an OpenMP parallel region.
+whose chunks have one size and start evenly spaced in the cache are one view (the chunk
+axis strided by their spacing), each chunk with its own query: one kernel call for all
+of them. Prompts prefilled one after another lie back to back; runs decoded side by
+side, each begun mid-way through a gap of empty blocks (``BlockPool.run_start``), lie
+one gap apart. A call costs ~20-30 us on one thread before it reads anything, and on a
+busy host each extra call measured 2-5% of a layer; it also opens an OpenMP parallel
+region. Chunks default to 512 tokens, the key block torch's CPU kernel splits into
+anyway, so that runs of many lengths share a chunk size.
 
 A run is read in place when it holds at least ``min_view_tokens`` whole blocks' worth
 of tokens; the blocks of shorter runs, the run's last few blocks that do not fill a

@@ -5,10 +5,11 @@ the new K/V into their slots and computes, for every query row, partial attentio
 disjoint parts of its keys, merged by log-sum-exp:
 
 - decodes: long runs of the cache read in place as strided views cut in chunks, runs
-  back to back in one kernel call (``decode_views``); the rest in staged tiles of a few
-  MiB of gathered keys, batched across sequences (``decode_tiles``). Grouped-query heads
-  are folded into the query axis (``[R, Hkv, Hq / Hkv, D]``: a decode sees its whole
-  context, so no mask, and each kv head is read once);
+  evenly spaced with one chunk size in one kernel call (``decode_views``); the rest in
+  staged tiles of a few MiB of gathered keys, batched across sequences
+  (``decode_tiles``). Grouped-query heads are folded into the query axis
+  (``[R, Hkv, Hq / Hkv, D]``: a decode sees its whole context, so no mask, and each kv
+  head is read once);
 - prefill chunks per sequence: long runs of the cache attended in place as zero-copy
   views, fragments gathered.
 

@@ -30,21 +30,28 @@ layers the K/V stays in a large L3 (300 MiB on some 2-core cloud machines) and t
 figures price cache bandwidth instead, which favours whatever reads the least.
 Threads: torch's default (``torch.get_num_threads()``), reported in the notes.
 
-Where ``paged_over_contiguous`` stops (2-core x86, 300 MiB L3, 2 threads, quiet):
-1.37-1.44, from 1.78 when every decode was gathered. Per layer against SDPA's 1.42 ms:
-the same kernel on the cache's token-major ``[N, B, Hkv, D]`` layout reads each head
-strided, 1.10x even in one call; the 512 decoded tokens per sequence sit in one-block
-runs that are copied before the kernel reads them, +0.2 ms; the merge, the K/V write and
-~40 small tensor ops, +0.2 ms. With no decoded tokens (one run per sequence) it reads
-1.30x. Since the block pool starts a blocked sequence's new run mid-way through the
-largest gap of empty blocks (``BlockPool.run_start``), the decoded tokens sit in one run
-per sequence and are read in place too: 9 kernel calls per layer (the prompts' runs back
-to back in one, the last prompt and its decoded run in one, each other decoded run in
-one) and a merge of 2-4 partials per row. One thread on a busy host, ``--quick``, side by
-side with the code before: 1.338 to 1.262. What is left is the fixed cost per kernel call
-and the merge. On a 2-core machine shared with other processes, each OpenMP parallel region
-waits for its second thread, about two 4 ms scheduler ticks: SDPA opens 1 per layer
-(8 ms), the paged path 5 (40 ms; 13 and 104 ms when every decode was gathered).
+Where ``paged_over_contiguous`` stops (2-core x86, 300 MiB L3). The block pool starts a
+blocked sequence's new run mid-way through the largest gap of empty blocks
+(``BlockPool.run_start``), so each sequence has 2 runs, both read in place. The prompts'
+runs lie back to back and the decoded runs evenly spaced (one gap apart), and each set is
+one strided view cut in 512-token chunks (``decode_views``): 2 kernel calls per layer
+(9 before), 64 partials merged 8 per row. One thread, busy host (load 3-4), ``--quick``,
+runs alternated with the code before: 1.35 and 1.27 before, 1.24 and 1.23 after (1.14 in
+an earlier run); in one process, 42 interleaved repeats: 1.22 to 1.18.
+
+What is left is fixed cost per layer, not reading: the same 64 chunks on a contiguous
+copy in one kernel call read 1.015-1.019x SDPA, token-major or head-major alike (so the
+cache's layout and the chunking cost nothing); cut in two calls, 1.04-1.06x; in place
+in the cache, 1.10x; the whole backend 1.21x. Per layer (one thread, busy host, SDPA
+2.3-4 ms): the K/V write 22-29 us, the merge 116-160 us (a grid gathered, a softmax and a
+weighted sum), about 15 other small ops 121-163 us. On this host each small op costs tens
+of microseconds after a layer's stream through memory has evicted the caches. The two
+kernel calls cannot be one (their chunks are spaced differently, which one strided view
+cannot express), so the floor here is about 1.1x on a quiet layer of 3-4 ms and 1.2x on a
+2.5 ms one; only a fused kernel that reads the runs and merges in one call (no such CPU
+op in torch) would reach 1.15 reliably. With 2 threads on a host shared with other
+processes, each OpenMP parallel region waits for a descheduled thread (about two 4 ms
+ticks): SDPA opens 1 per layer, the paged path 2 (9 before): 1.9-2.0x there.
 """
 
 from __future__ import annotations

@@ -396,3 +396,17 @@ def test_decoded_runs_read_through_one_strided_view_equal_the_reference() -> Non
     backend = PagedAttention(min_view_tokens=16, view_chunk_tokens=16)
     out, _, _ = run(backend, batch, inputs)
     torch.testing.assert_close(out, want, **FP32_TOL)
+
+
+def test_decodes_sharing_a_prefix_read_it_through_one_view_with_stride_zero() -> None:
+    """Two decodes whose tables start with the same 4-block run: both chunks start at the
+    same slot, so the view's chunk axis has stride 0 (read twice, never written)."""
+    tables = ((0, 1, 2, 3, 4), (0, 1, 2, 3, 5))
+    batch = Batch(block_size=4, num_blocks=6, query_lens=(1, 1), seq_lens=(18, 19), tables=tables)
+    backend = PagedAttention(min_view_tokens=16, view_chunk_tokens=16)
+    inputs = make_inputs(batch, Heads(num_kv_heads=2, group=2, head_dim=16))
+    out, _, _ = run(backend, batch, inputs)
+    (view,) = backend._plan.decode_views if backend._plan is not None else ()
+    assert (view.start_slot, view.chunk_stride, view.rows.tolist()) == (0, 0, [0, 1])
+    want, _, _ = run(ReferenceAttention(), batch, inputs)
+    torch.testing.assert_close(out, want, **FP32_TOL)

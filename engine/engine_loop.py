@@ -8,6 +8,16 @@ sinks: a thread-safe queue for blocking callers, ``call_soon_threadsafe`` into a
 ``asyncio.Queue`` for coroutines. A consumer that stops listening (a cancelled task, a
 dropped HTTP client) aborts its request, so its blocks return at once.
 
+Hand-offs from an event loop: ``submit_nowait`` puts the request on the command queue
+and returns at once (the put wakes the engine thread when it idles), so a coroutine
+never waits for the engine thread to take it; the request's outputs and end, or the
+error that refused it, come back through the caller's sink, one ``call_soon_threadsafe``
+each. A prompt may be a callable the engine thread runs first (a short prompt's
+tokenizing, rather than a worker thread's extra hop). ``cancel(submission)`` queues the
+abort behind the request on the same FIFO queue, so it always finds the request added
+(or refused): nothing is left running with nobody listening, and whatever the caller
+queues next reaches the engine after the abort.
+
 Closing: ``close`` marks the loop closed under ``_lock``, the same lock under which
 ``call_soon`` checks the mark and queues, so no command is queued after it. The engine
 thread then stops taking commands, fails every one still queued with
@@ -31,7 +41,7 @@ from engine.errors import EngineError
 from engine.outputs import Completion, RequestOutput
 from engine.sampling import SamplingParams
 
-__all__ = ["STREAM_END", "EngineLoop", "EngineLoopClosedError", "RequestStream"]
+__all__ = ["STREAM_END", "EngineLoop", "EngineLoopClosedError", "RequestStream", "Submission"]
 
 T = TypeVar("T")
 STREAM_END = object()  # what a sink receives after the last output
@@ -67,6 +77,11 @@ def _nothing() -> None:
     return None
 
 
+def _settle(future: asyncio.Future[object], item: object) -> None:
+    if not future.done():  # a cancelled caller's future stays cancelled
+        future.set_result(item)
+
+
 class RequestStream:
     """Outputs of one request as they are produced, then its completion."""
 
@@ -99,6 +114,15 @@ class RequestStream:
 
     def result(self, timeout: float | None = None) -> Completion:
         return self._completion.result(timeout)
+
+
+@dataclass(slots=True, eq=False)
+class Submission:
+    """A request queued by ``EngineLoop.submit_nowait``. ``stream`` is set on the engine
+    thread when the request is added, before its sink receives anything; it stays
+    ``None`` when the request was refused (the sink then received the error)."""
+
+    stream: RequestStream | None = None
 
 
 class EngineLoop:
@@ -159,6 +183,58 @@ class EngineLoop:
         end marker ``STREAM_END`` or the exception that ended the request."""
         return self.call(self._add, prompt, sampling, sink, options)
 
+    def submit_nowait(
+        self,
+        prompt: str | Sequence[int] | Callable[[], str | Sequence[int]],
+        sampling: SamplingParams | None = None,
+        *,
+        sink: Callable[[object], None],
+        **options: Any,
+    ) -> Submission:
+        """Queue a request without waiting for the engine thread (an event loop's call).
+
+        ``sink`` receives, on the engine thread, each output, then ``STREAM_END`` or the
+        exception that ended the request, or, when the request is refused (bad input, a
+        closed loop), only that exception. A callable ``prompt`` runs on the engine thread
+        first; keep it short (it delays the next step). Raises ``EngineLoopClosedError``
+        here when the loop is already closed.
+        """
+        submission = Submission()
+        future = self.call_soon(self._add_submission, submission, prompt, sampling, sink, options)
+
+        def refused(done: Future[Any]) -> None:
+            # Runs where the future is settled: the engine thread, or close()'s caller.
+            error = done.exception()
+            if error is not None:
+                with contextlib.suppress(Exception):  # a broken sink must not end that thread
+                    sink(error)
+
+        future.add_done_callback(refused)
+        return submission
+
+    def cancel(self, submission: Submission) -> None:
+        """Abort a request queued by ``submit_nowait``, whether or not the engine thread
+        has added it yet (the abort runs after the add, on the same queue); a no-op once
+        the request ended or the loop closed."""
+        with contextlib.suppress(EngineLoopClosedError):
+            self.call_soon(self._cancel, submission)
+
+    def _add_submission(
+        self,
+        submission: Submission,
+        prompt: str | Sequence[int] | Callable[[], str | Sequence[int]],
+        sampling: SamplingParams | None,
+        sink: Callable[[object], None],
+        options: dict[str, Any],
+    ) -> None:
+        if callable(prompt):
+            prompt = prompt()
+        submission.stream = self._add(prompt, sampling, sink, options)
+
+    def _cancel(self, submission: Submission) -> None:
+        if submission.stream is not None:
+            self._abort(submission.stream.request_id)
+
     def _add(
         self,
         prompt: str | Sequence[int],
@@ -193,7 +269,7 @@ class EngineLoop:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(items.put_nowait, item)
 
-        stream = await self._asubmit(prompt, sampling, sink, options)
+        submission = self.submit_nowait(prompt, sampling, sink=sink, **options)
         finished = False
         try:
             while True:
@@ -207,35 +283,29 @@ class EngineLoop:
                 yield item  # type: ignore[misc]
         finally:
             if not finished:  # the consumer went away: free its blocks now
-                self.abort(stream.request_id)
+                self.cancel(submission)
 
     async def agenerate(
         self, prompt: str | Sequence[int], sampling: SamplingParams | None = None, **options: Any
     ) -> Completion:
-        stream = await self._asubmit(prompt, sampling, None, options)
-        try:
-            return await asyncio.wrap_future(stream._completion)
-        except asyncio.CancelledError:
-            self.abort(stream.request_id)
-            raise
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[object] = loop.create_future()
 
-    async def _asubmit(
-        self,
-        prompt: str | Sequence[int],
-        sampling: SamplingParams | None,
-        sink: Callable[[object], None] | None,
-        options: dict[str, Any],
-    ) -> RequestStream:
-        """Submit from a worker thread; a caller cancelled while the request was being
-        queued must not leave it running with nobody listening."""
-        future = self.call_soon(self._add, prompt, sampling, sink, options)
+        def sink(item: object) -> None:
+            if item is STREAM_END or isinstance(item, BaseException):
+                with contextlib.suppress(RuntimeError):  # as astream's: the loop may be gone
+                    loop.call_soon_threadsafe(_settle, ended, item)
+
+        submission = self.submit_nowait(prompt, sampling, sink=sink, **options)
         try:
-            return await asyncio.wrap_future(future)
+            item = await ended
         except asyncio.CancelledError:
-            future.add_done_callback(
-                lambda done: done.exception() is None and self.abort(done.result().request_id)
-            )
+            self.cancel(submission)
             raise
+        if isinstance(item, BaseException):
+            raise item
+        assert submission.stream is not None  # set before the sink heard of the request
+        return submission.stream.result()
 
     # -- the engine thread ----------------------------------------------------------
     def _run(self) -> None:

@@ -7,9 +7,17 @@ Every engine call goes through one ``EngineLoop``: the engine lives on the loop'
 and each call runs there between steps, so any thread or event loop may use the backend
 at once. A bookkeeping call (capacity, budgets, pins, metrics) waits for the engine's
 current step to end. Tokenizing happens in the caller's thread (the tokenizer is
-immutable and thread-safe), which keeps long prompts from stalling the engine thread;
-``agenerate`` and ``astream`` tokenize and queue on a worker thread, so an event loop
-never waits on either.
+immutable and thread-safe), which keeps long prompts from stalling the engine thread.
+
+``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
+hand-off each way: the request goes on the engine loop's queue without waiting
+(``EngineLoop.submit_nowait``), and its end (``agenerate``) or each output (``astream``)
+comes back by ``call_soon_threadsafe``. A short prompt is tokenized on the engine thread
+as the request is added (tens of microseconds, less than a hop to a worker thread
+costs); a long one on a worker thread first, so it stalls neither the event loop nor the
+engine's steps. Cancelling aborts the request through ``EngineLoop.cancel``, queued
+behind it, so the abort always finds it and reaches the engine before whatever the
+caller does next (a lease released, a budget closed).
 
 Errors: an engine error keeps its own class, message and fields (``needed``,
 ``available``, ``name``...) and is also a ``governor.errors.BackendError``. It is raised
@@ -24,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import functools
 import itertools
 import os
@@ -35,7 +42,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from governor._engine_errors import EngineErrors, reraise
-from governor._futures import settle, wait_out
+from governor._futures import settle
 from governor.backend import (
     BackendCapacity,
     BackendHealth,
@@ -53,7 +60,7 @@ from governor.tokens import TokenCounter
 if TYPE_CHECKING:
     from engine.block_results import PinnedPrefix
     from engine.engine import Engine
-    from engine.engine_loop import EngineLoop, RequestStream
+    from engine.engine_loop import EngineLoop, Submission
     from engine.outputs import Completion, EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
     from engine.tokenizer import Tokenizer
@@ -64,6 +71,9 @@ T = TypeVar("T")
 _NAME = "local"
 _HEALTH_TIMEOUT_S = 5.0
 _Prompt = list[int]
+# Prompts up to this many characters are tokenized on the engine thread as they are added
+# (a chat of this size encodes in well under a millisecond); longer ones on a worker thread.
+_SHORT_PROMPT_CHARS = 4096
 _Options = dict[str, Any]
 
 
@@ -307,15 +317,16 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             with suppress(RuntimeError):  # as astream's sink: the loop may have closed
                 loop.call_soon_threadsafe(settle, ended, item)
 
-        stream = await self._asubmit(request, sink)
+        submission = await self._asubmit(request, sink)
         try:
             item = await ended
         except asyncio.CancelledError:
-            self._abort(stream.request_id)
+            self._loop.cancel(submission)
             raise
         if isinstance(item, BaseException):
             reraise(item, backend=_NAME, engine_errors=_engine_errors())
-        return _result(stream.result())
+        assert submission.stream is not None  # added before its end was sunk
+        return _result(submission.stream.result())
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """A chunk per engine step with new tokens, then one with only the ``result``.
@@ -334,7 +345,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             with suppress(RuntimeError):
                 loop.call_soon_threadsafe(items.put_nowait, item)
 
-        stream = await self._asubmit(request, sink)
+        submission = await self._asubmit(request, sink)
         finished = False
         try:
             while True:
@@ -345,70 +356,54 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                 if not isinstance(item, RequestOutput):
                     # The loop's end marker: it comes after the completion was set.
                     finished = True
-                    yield GenerationChunk("", (), _result(stream.result()))
+                    assert submission.stream is not None  # added before its end was sunk
+                    yield GenerationChunk("", (), _result(submission.stream.result()))
                     return
                 if item.new_token_ids or item.new_text:
                     yield GenerationChunk(item.new_text, item.new_token_ids)
         finally:
             if not finished:
-                self._abort(stream.request_id)
+                self._loop.cancel(submission)
 
     async def _asubmit(
         self, request: GenerationRequest, sink: Callable[[object], None]
-    ) -> RequestStream:
-        """Tokenize and queue the request from a worker thread. A caller cancelled
-        meanwhile would leave it running to the end with nobody listening, so whichever
-        side finishes second (the queueing or the cancel) aborts it; no event loop needs
-        to be alive."""
-        self._check_open()
-        lock = threading.Lock()
-        queued: list[RequestStream] = []
-        cancelled = False
-
-        def submit() -> RequestStream:
-            prompt, sampling, options = self._prepare(request)
-            # The loop's ``sink`` hook rather than its astream: that one never hands back
-            # the Completion, which has the cached tokens.
-            stream = self._translated(self._loop.submit, prompt, sampling, sink=sink, **options)
-            with lock:
-                queued.append(stream)
-                orphaned = cancelled
-            if orphaned:
-                self._abort(stream.request_id)
-            return stream
-
-        call = functools.partial(contextvars.copy_context().run, submit)
-        job = asyncio.get_running_loop().run_in_executor(None, call)
-        try:
-            return await asyncio.shield(job)
-        except asyncio.CancelledError:
-            with lock:
-                cancelled = True
-                orphan = queued[0] if queued else None
-            if orphan is not None:
-                self._abort(orphan.request_id)
-            else:
-                # Still tokenizing or queueing: it aborts itself once queued. Wait for that,
-                # so that what the caller does next (a lease released, its budget closed)
-                # reaches the engine after the abort, never between the request and it.
-                await wait_out(job)
-            raise
-
-    def _abort(self, request_id: str) -> None:
+    ) -> Submission:
+        """Queue the request on the engine loop without waiting for it; ``sink`` hears
+        its outputs and end, or the error that refused it. The loop's ``sink`` hook rather
+        than its astream: that one never hands back the Completion, which has the cached
+        tokens. A caller cancelled while a long prompt is tokenized has queued nothing."""
         from engine.engine_loop import EngineLoopClosedError
 
-        with suppress(EngineLoopClosedError):  # closing aborted it already
-            self._loop.abort(request_id)
+        self._check_open()
+        sampling, options = self._sampling_and_options(request)
+        prompt: _Prompt | Callable[[], _Prompt]
+        if _prompt_chars(request) <= _SHORT_PROMPT_CHARS:
+            prompt = functools.partial(self._prompt_of, request)  # on the engine thread
+        else:
+            prompt = await asyncio.to_thread(self._translated, self._prompt_of, request)
+            self._check_open()
+        try:
+            return self._loop.submit_nowait(prompt, sampling, sink=sink, **options)
+        except EngineLoopClosedError as exc:
+            reraise(exc, backend=_NAME, engine_errors=_engine_errors())
 
     # -- helpers ------------------------------------------------------------------------
     def _prepare(self, request: GenerationRequest) -> tuple[_Prompt, SamplingParams, _Options]:
         """The engine's view of a request: prompt ids, sampling, and add_request options."""
+        prompt = self._translated(self._prompt_of, request)
+        return (prompt, *self._sampling_and_options(request))
+
+    def _prompt_of(self, request: GenerationRequest) -> _Prompt:
+        """The request's prompt ids (engine errors untranslated: callers translate)."""
+        if request.messages is not None:
+            return self._tokenizer.encode_chat(request.messages)
+        if isinstance(request.prompt, str):
+            return self._tokenizer.encode(request.prompt)
+        return list(request.prompt)  # type: ignore[arg-type]
+
+    def _sampling_and_options(self, request: GenerationRequest) -> tuple[SamplingParams, _Options]:
         from engine.sampling import SamplingParams
 
-        if request.messages is not None:
-            prompt = self._translated(self._tokenizer.encode_chat, request.messages)
-        else:
-            prompt = self._encode(request.prompt)  # type: ignore[arg-type]
         sampling = self._translated(
             SamplingParams,
             max_tokens=request.max_tokens,
@@ -423,7 +418,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             "cache_salt": request.cache_salt,
             "priority": request.priority,
         }
-        return prompt, sampling, options
+        return sampling, options
 
     def _encode(self, prompt: str | Sequence[int]) -> _Prompt:
         if isinstance(prompt, str):
@@ -446,6 +441,13 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             return fn(*args, **kwargs)
         except EngineError as exc:
             reraise(exc, backend=_NAME, engine_errors=_engine_errors())
+
+
+def _prompt_chars(request: GenerationRequest) -> int:
+    """A cheap bound on the tokenizer's work: characters of text (ids need none)."""
+    if request.messages is not None:
+        return sum(len(str(message.get("content") or "")) for message in request.messages)
+    return len(request.prompt) if isinstance(request.prompt, str) else 0
 
 
 def _result(completion: Completion) -> GenerationResult:

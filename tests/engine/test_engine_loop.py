@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 import sys
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.engine_loop import EngineLoop, EngineLoopClosedError
+from engine.engine_loop import STREAM_END, EngineLoop, EngineLoopClosedError
 from engine.errors import InvalidRequestError
 from engine.request import FinishReason
 from engine.sampling import SamplingParams
@@ -211,3 +212,51 @@ def test_a_cancel_while_queueing_aborts_the_request(
         loop.call(lambda: None)  # the abort queued by the cancel has run
         loop.call(lambda: None)
         assert _released(loop)
+
+
+def _heard(items: queue.SimpleQueue[object]) -> list[object]:
+    """What a sink received, up to the request's end (its marker or its error)."""
+    heard: list[object] = []
+    while not heard or not (heard[-1] is STREAM_END or isinstance(heard[-1], BaseException)):
+        heard.append(items.get(timeout=10))
+    return heard
+
+
+def test_submit_nowait_answers_every_request_through_its_sink(
+    llama_dir: Path, prompts: list[list[int]], expected: list[tuple[int, ...]]
+) -> None:
+    """The event loop's submit: it never waits for the engine thread, so whatever becomes
+    of the request (its outputs and end, a refusal, a close before it was added, a cancel
+    before it was added) must reach the sink, or its caller waits forever."""
+    items: queue.SimpleQueue[object] = queue.SimpleQueue()
+    long = SamplingParams(max_tokens=500, temperature=0, ignore_eos=True)
+    loop = EngineLoop(_engine(llama_dir))
+    try:
+        loop.submit_nowait([], GREEDY, sink=items.put)  # an empty prompt: refused
+        (refused,) = _heard(items)
+        assert isinstance(refused, InvalidRequestError)
+
+        ran_on: list[str] = []
+
+        def prompt() -> list[int]:  # a short prompt's tokenizing, on the engine thread
+            ran_on.append(threading.current_thread().name)
+            return prompts[0]
+
+        submission = loop.submit_nowait(prompt, GREEDY, sink=items.put)
+        assert _heard(items)[-1] is STREAM_END and ran_on == ["kvgov-engine"]
+        assert submission.stream is not None
+        assert submission.stream.result().token_ids == expected[0]
+
+        submission = loop.submit_nowait(prompts[4], long, sink=items.put)
+        loop.cancel(submission)  # queued behind the add, so it finds the request
+        assert _heard(items)[-1] is STREAM_END
+        assert submission.stream is not None
+        assert submission.stream.result().finish_reason is FinishReason.ABORT
+        assert _released(loop)
+
+        loop.call_soon(time.sleep, 0.3)  # the engine thread is busy ...
+        submission = loop.submit_nowait(prompts[1], GREEDY, sink=items.put)
+    finally:
+        loop.close()  # ... when the loop closes, before the request was added
+    assert isinstance(_heard(items)[-1], EngineLoopClosedError)
+    assert submission.stream is None

@@ -7,6 +7,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -199,51 +200,60 @@ def test_capacity_reports_the_weights_memory() -> None:
     assert cap.weights_bytes == 29_474_304 * 4  # tiny-random's parameters in float32
 
 
-def test_a_call_cancelled_while_it_is_queued_returns_after_its_abort(
-    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("prompt_chars", [16, 8_000], ids=["engine-thread", "worker-thread"])
+def test_a_call_cancelled_while_its_prompt_is_tokenized_leaves_nothing_running(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch, prompt_chars: int
 ) -> None:
-    """The caller is cancelled while a worker thread still tokenizes its request: the
-    cancelled call returns only once the request is queued and aborted, so what the
-    caller does next (its lease released, the budget closed) reaches the engine after
-    the abort. Before, the budget could close between the request and its abort."""
-    prepare = backend._prepare
-    queued_at: list[float] = []
+    """The caller is cancelled while its prompt is still being tokenized (a short one on
+    the engine thread as it is added, a long one on a worker thread before): what the
+    caller does next (its lease released, the budget closed) must reach the engine after
+    the request's abort, never between the request and it, and no request may be left
+    running with nobody listening."""
+    prompt_of = backend._prompt_of
+    tokenized_on: list[str] = []
 
-    def slow_prepare(request: GenerationRequest) -> Any:
-        time.sleep(0.3)  # tokenizing a long prompt
-        try:
-            return prepare(request)
-        finally:
-            queued_at.append(time.monotonic())
+    def slow_prompt_of(request: GenerationRequest) -> Any:
+        tokenized_on.append(threading.current_thread().name)
+        time.sleep(0.3)  # tokenizing a long prompt on a loaded host
+        return prompt_of(request)
 
-    monkeypatch.setattr(backend, "_prepare", slow_prepare)
+    monkeypatch.setattr(backend, "_prompt_of", slow_prompt_of)
     backend.open_budget("cancelled-agent", max_blocks=64)
-    request = GenerationRequest(prompt="Plan the work.", max_tokens=200, budget="cancelled-agent")
+    text = ("Plan the work. " * (prompt_chars // 15 + 1))[:prompt_chars]
+    request = GenerationRequest(
+        messages=[{"role": "user", "content": text}], max_tokens=200, budget="cancelled-agent"
+    )
 
-    async def main() -> float:
+    async def main() -> None:
         call = asyncio.ensure_future(backend.agenerate(request))
-        await asyncio.sleep(0.05)  # the worker thread is tokenizing
+        await asyncio.sleep(0.05)  # the prompt is being tokenized
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        returned_at = time.monotonic()
         backend.close_budget("cancelled-agent")  # as a released lease does: no error
-        return returned_at
 
-    returned_at = asyncio.run(main())
-    assert queued_at and queued_at[0] <= returned_at
+    asyncio.run(main())
+    assert len(tokenized_on) == 1
+    assert (tokenized_on[0] == "kvgov-engine") == (prompt_chars <= 4096)
     _wait_until(_settled(backend))
 
 
-def test_agenerate_wakes_the_event_loop_once_per_call_not_per_token(
-    backend: LocalBackend,
-) -> None:
-    """A non-streamed call (kvgov serve's) must not hop from the engine thread to the event
-    loop at every engine step: each hop costs the server a wake-up and a GIL hand-off.
-    Counted: the callbacks other threads schedule on the loop, for 2 and 32 tokens."""
+def test_agenerate_makes_one_hand_off_each_way(backend: LocalBackend) -> None:
+    """A non-streamed call from an event loop (kvgov serve's) is queued on the engine
+    thread without a worker thread's hop (each costs a wake-up and a GIL hand-off on a
+    loaded server), its short prompt tokenized there, and wakes the loop once, at its
+    end, however many tokens it makes. The loop's default executor refuses work here, so
+    a hop through the thread pool fails the call."""
+
+    class NoWorkers(ThreadPoolExecutor):
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("agenerate handed work to a worker thread")
+
+    chat = [{"role": "user", "content": "Count the files."}]
 
     async def hops(max_tokens: int) -> tuple[int, tuple[int, ...]]:
         loop = asyncio.get_running_loop()
+        loop.set_default_executor(NoWorkers(max_workers=1))
         counted = [0]
         schedule = loop.call_soon_threadsafe
 
@@ -252,17 +262,14 @@ def test_agenerate_wakes_the_event_loop_once_per_call_not_per_token(
             return schedule(*args, **kwargs)
 
         loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        request = GenerationRequest(prompt="Count the files.", max_tokens=max_tokens)
-        result = await backend.agenerate(request)
+        result = await backend.agenerate(GenerationRequest(messages=chat, max_tokens=max_tokens))
         assert result.completion_tokens == max_tokens
         return counted[0], result.token_ids
 
     short, _ = asyncio.run(hops(2))
     long, token_ids = asyncio.run(hops(32))
-    assert long == short <= 2  # queued (a worker thread's answer), then the end
-    assert token_ids == backend.generate(
-        GenerationRequest(prompt="Count the files.", max_tokens=32)
-    ).token_ids
+    assert long == short == 1  # the request's end, nothing else
+    assert token_ids == backend.generate(GenerationRequest(messages=chat, max_tokens=32)).token_ids
 
 
 def test_agenerate_cancelled_mid_call_frees_its_blocks(backend: LocalBackend) -> None:

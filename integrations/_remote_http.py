@@ -14,6 +14,10 @@ other failure is raised at once: transport errors and 5xx as ``BackendUnavailabl
 
 ``on_instance(instance_id)`` sees the ``x-kvgov-instance`` header of every answer that has
 it, so the backend notices a restart without asking.
+
+Each path's absolute URL is merged with the base URL once (by httpx itself) and kept: httpx
+parses and merges a relative path on every request, a twentieth of a served call's
+client CPU.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from integrations.wire import INSTANCE_HEADER
 __all__ = ["HttpLifecycle", "Retries", "Transport"]
 _RETRY_STATUS = (502, 503, 504)
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
+_KEPT_URLS = 256  # paths with a name in them (budgets, prefixes) are many; keep the first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +84,7 @@ class Transport:
         }
         self._async_transport = async_transport
         self._client = httpx.Client(transport=transport, **self._options)
+        self._urls: dict[str, httpx.URL] = {}
         self._lock = threading.Lock()
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
@@ -92,7 +98,7 @@ class Transport:
         attempt = 1
         while True:
             try:
-                response = self._client.request(method, path, json=json)
+                response = self._client.request(method, self.url(path), json=json)
             except httpx.TransportError as exc:
                 if self._retry(exc, None, idempotent, attempt):
                     time.sleep(self.retries.delay(attempt))
@@ -114,7 +120,7 @@ class Transport:
         attempt = 1
         while True:
             try:
-                response = await client.request(method, path, json=json)
+                response = await client.request(method, self.url(path), json=json)
             except httpx.TransportError as exc:
                 if self._retry(exc, None, idempotent, attempt):
                     await asyncio.sleep(self.retries.delay(attempt))
@@ -132,7 +138,7 @@ class Transport:
         """POST ``json`` and yield the answer's lines. Only connecting is retried (and
         only as ``request`` retries a POST): once sent, a stream is never sent again."""
         client = self._aclient()
-        request = client.build_request("POST", path, json=json)
+        request = client.build_request("POST", self.url(path), json=json)
         attempt = 1
         while True:
             try:
@@ -153,6 +159,15 @@ class Transport:
             await response.aclose()  # a consumer that stopped early: the server aborts
 
     # -- both -----------------------------------------------------------------------------
+    def url(self, path: str) -> httpx.URL:
+        """``path``'s absolute URL, as httpx merges it with the base URL, merged once."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._client.build_request("GET", path).url
+            if len(self._urls) < _KEPT_URLS:
+                self._urls[path] = url
+        return url
+
     def checked(self, response: httpx.Response) -> httpx.Response:
         """The response, or its typed error."""
         self._observe(response)

@@ -1,0 +1,71 @@
+"""``Transport``'s hot path: what each request costs the client besides httpx's own work.
+The server is ``httpx.MockTransport`` here (the URL a request goes to is all that is
+checked, no server is needed for it)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import httpx._urls  # where httpx parses a URL: counted below
+import pytest
+
+from integrations._remote_http import Retries, Transport
+
+BASE = "http://127.0.0.1:9/prefix/"
+PATHS = ["/v1/chat/completions", "/kvgov/v1/budgets/agent%201", "/tokenize?x=1", "/health"]
+
+
+def _transport(seen: list[httpx.URL]) -> Transport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        return httpx.Response(200, json={})
+
+    mock = httpx.MockTransport(answer)
+    return Transport(
+        BASE,
+        api_key=None,
+        timeout=httpx.Timeout(5.0),
+        retries=Retries(),
+        limits=httpx.Limits(),
+        name="remote",
+        transport=mock,
+        async_transport=mock,
+    )
+
+
+def test_each_request_goes_where_httpx_merges_its_path_and_parses_no_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A served call's client CPU is mostly httpx's; parsing and merging the path with the
+    base URL on every request was a twentieth of it. Paths are merged once (by httpx,
+    so to the same URL) and every later request, sync or async, parses no URL."""
+    seen: list[httpx.URL] = []
+    transport = _transport(seen)
+    with httpx.Client(base_url=BASE) as plain:
+        expected = [plain.build_request("POST", path).url for path in PATHS]
+    for path in PATHS:
+        transport.request("POST", path, json={"a": 1})
+    assert seen == expected
+
+    parsed: list[str] = []
+    urlparse = httpx._urls.urlparse
+
+    def counting(url: str = "", **kwargs: object) -> object:
+        parsed.append(url)
+        return urlparse(url, **kwargs)
+
+    monkeypatch.setattr(httpx._urls, "urlparse", counting)
+
+    async def again() -> None:
+        await transport.arequest("POST", PATHS[0], json={"a": 1})
+        parsed.clear()  # the loop's client parsed its base URL as it was made: once a loop
+        for path in PATHS:
+            await transport.arequest("POST", path, json={"a": 1})
+
+    asyncio.run(again())
+    for path in PATHS:
+        transport.request("POST", path, json={"a": 1})
+    assert parsed == []
+    assert seen == expected + expected[:1] + expected * 2
+    transport.close()

@@ -21,7 +21,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -171,20 +171,28 @@ class ModelCall:
 
     async def until_disconnect(self, work: Awaitable[T]) -> T:
         """``work``'s result, or ``ClientGone`` once ``work`` is cancelled because the
-        client disconnected first."""
-        task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(_disconnected(self.request))
+        client disconnected first. ``work`` runs in the caller's task and only the watcher
+        gets one of its own: racing two tasks under ``asyncio.wait`` cost every call a
+        task, a wait and their callbacks more on the event loop."""
+        task = asyncio.current_task()
+        assert task is not None, "until_disconnect runs in a task (each request's)"
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            await _disconnected(self.request)
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            return await work
+        except asyncio.CancelledError:
+            if gone and _uncancel(task) == 0:  # the watcher's cancel, and nobody else's
+                raise ClientGone() from None
+            raise
         finally:
             watcher.cancel()
-            if not task.done():
-                task.cancel()
-                with suppress(asyncio.CancelledError, Exception):
-                    await task
-        if task.cancelled():
-            raise ClientGone()
-        return task.result()
 
     async def _enter(self) -> None:
         try:
@@ -232,6 +240,13 @@ class ModelCall:
 
     def _refused(self, status: int, code: str | None) -> None:
         self._record("request.refused", status=status, code=code)
+
+
+def _uncancel(task: asyncio.Task[object]) -> int:
+    """``task.uncancel()`` where there is one (3.11+: the cancels still pending, which
+    ``asyncio.timeout`` and task groups count on); 0 on 3.10."""
+    uncancel = getattr(task, "uncancel", None)
+    return 0 if uncancel is None else int(uncancel())
 
 
 async def _disconnected(request: Request) -> None:

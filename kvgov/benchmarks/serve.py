@@ -38,7 +38,9 @@ engine time whose scatter swamps a 2 ms target unless the host is quiet. Measure
 call in the child (CPU and context switches of each thread, 30-100 calls each way): the
 in-process caller spends 0.7 ms of CPU (tokenizing, the hand-off to the engine thread),
 the server's event loop about 1.9 ms under load (uvicorn, FastAPI, the model call's
-bookkeeping, JSON) and the client about 1.3 ms (httpx). Since the non-streamed call waits
+bookkeeping, JSON; uvicorn's access log about 0.2 ms of it) and the client 1.3-1.6 ms
+(httpx). The served call no longer queues through a worker thread (0.4-0.5 ms of CPU a
+call): ``agenerate`` puts it on the engine thread's queue itself. Since the call waits
 on ``LocalBackend.agenerate`` (one wake-up of the event loop per call, not one per token)
 and tokenizes its prompt once, the served call makes 5-8 more voluntary context switches
 than the in-process one, against 50-100 before. Streaming costs the client about 0.2 ms
@@ -197,7 +199,8 @@ def _http_overhead(
             f"the engine's time varying on a shared host), so the median's standard error is "
             f"{_median_error(differences) * 1e3:.1f} ms; a bare GET /version round trip "
             f"takes {round_trip * 1e3:.2f} ms (median); kvgov serve's app and uvicorn settings "
-            f"on 127.0.0.1; {what}"
+            f"on 127.0.0.1, uvicorn's access log on as kvgov serve runs it (about 0.2 ms of the "
+            f"server's event loop a call); {what}"
         ),
     )
 

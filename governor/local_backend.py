@@ -444,9 +444,10 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
 
 def _prompt_chars(request: GenerationRequest) -> int:
-    """A cheap bound on the tokenizer's work: characters of text (ids need none)."""
+    """A cheap bound on the tokenizer's work: characters of text (ids need none), plus
+    64 a message for the chat template's share."""
     if request.messages is not None:
-        return sum(len(str(message.get("content") or "")) for message in request.messages)
+        return sum(len(str(message.get("content") or "")) + 64 for message in request.messages)
     return len(request.prompt) if isinstance(request.prompt, str) else 0
 
 

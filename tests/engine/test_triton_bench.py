@@ -3,6 +3,8 @@ the decode microbenchmark reports Triton and gather against contiguous SDPA."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import sys
 from collections.abc import Iterator
@@ -52,7 +54,7 @@ def benches(monkeypatch: pytest.MonkeyPatch) -> DeviceBench:
 def test_device_reaches_the_benchmark_resolved(benches: DeviceBench) -> None:
     result = runner.invoke(cli.app, ["bench", "dev", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
-    assert benches.devices == [torch.device("cpu")]
+    assert benches.devices == ["cpu"]  # resolved, as the engine's config takes it
     result = runner.invoke(cli.app, ["bench", "dev", "--json"])
     assert result.exit_code == 0 and benches.devices[-1] is None  # its own default
 
@@ -65,6 +67,12 @@ def test_a_benchmark_without_a_device_refuses_the_option(benches: DeviceBench) -
     result = runner.invoke(cli.app, ["bench", "all", "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.output
     assert result.stdout.count('"bench": "dev"') == 1 and '"host"' not in result.stdout
+
+
+def test_the_benchmarks_that_run_on_a_gpu_take_the_option() -> None:
+    for name in ("engine", "attention"):
+        run = importlib.import_module(f"engine.benchmarks.{name}").run
+        assert "device" in inspect.signature(run).parameters, name
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")

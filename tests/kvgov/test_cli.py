@@ -7,12 +7,10 @@ import importlib.util
 import json
 import sys
 from collections.abc import Iterator
-from inspect import signature
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 import governor
@@ -173,25 +171,3 @@ def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> N
         "first_fake",
         "second_fake",
     ]
-
-
-def test_device_goes_to_benchmarks_that_take_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-    on_device = ModuleType("fake_device_bench")
-    on_device.run = lambda *, quick=False, device="cpu": iter(  # type: ignore[attr-defined]
-        seen.append(device) or [{"bench": "d", "metric": "m", "value": 1.0, "unit": "x"}]
-    )
-    fixed = ModuleType("fake_fixed_bench")
-    fixed.run = lambda *, quick=False: iter([])  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fake_device_bench", on_device)
-    monkeypatch.setitem(sys.modules, "fake_fixed_bench", fixed)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"d": "fake_device_bench", "f": "fake_fixed_bench"})
-    assert runner.invoke(cli.app, ["bench", "d", "--json", "--device", "cpu"]).exit_code == 0
-    assert seen == ["cpu"]
-    refused = runner.invoke(cli.app, ["bench", "f", "--device", "cpu"])
-    assert refused.exit_code == 2 and "takes no --device" in refused.stderr
-    if not torch.cuda.is_available():  # a device that is not there is refused up front
-        absent = runner.invoke(cli.app, ["bench", "d", "--device", "cuda:1"])
-        assert absent.exit_code == 2 and seen == ["cpu"]
-    engine_bench = importlib.import_module("engine.benchmarks.engine")
-    assert "device" in signature(engine_bench.run).parameters

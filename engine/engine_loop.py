@@ -23,6 +23,11 @@ Closing: ``close`` marks the loop closed under ``_lock``, the same lock under wh
 thread then stops taking commands, fails every one still queued with
 ``EngineLoopClosedError`` and aborts every request: no caller waits forever. ``_lock`` is
 the only lock here and nothing is called while it is held.
+
+Reads without a round trip: after every step, and after every command before its caller
+is answered, the engine thread publishes a ``LoopSnapshot`` (metrics and capacity) by
+swapping one reference; ``snapshot()`` returns the latest from any thread at once
+(``engine.loop_snapshot`` says what it holds and when it is exact).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any, TypeVar
 
 from engine.engine import Engine
 from engine.errors import EngineError
+from engine.loop_snapshot import LoopSnapshot, take
 from engine.outputs import Completion, RequestOutput
 from engine.sampling import SamplingParams
 
@@ -61,12 +67,16 @@ class _Command:
     kwargs: dict[str, Any]
     future: Future[Any]
 
-    def run(self) -> None:
+    def run(self, before_answer: Callable[[], None] = lambda: None) -> None:
         if self.future.set_running_or_notify_cancel():
             try:
-                self.future.set_result(self.fn(*self.args, **self.kwargs))
+                result = self.fn(*self.args, **self.kwargs)
             except BaseException as exc:  # handed to the caller, who re-raises it
+                before_answer()
                 self.future.set_exception(exc)
+            else:
+                before_answer()
+                self.future.set_result(result)
 
     def fail(self, error: BaseException) -> None:
         if self.future.set_running_or_notify_cancel():
@@ -133,6 +143,9 @@ class EngineLoop:
         self._streams: dict[str, RequestStream] = {}
         self._lock = threading.Lock()  # the closed mark against queueing a command
         self._closed = threading.Event()
+        self._num_steps = 0
+        # Taken here, before the thread starts: until then this thread owns the engine.
+        self._snapshot = take(engine, 0)
         self._thread = threading.Thread(target=self._run, name="kvgov-engine", daemon=True)
         self._thread.start()
 
@@ -155,6 +168,11 @@ class EngineLoop:
         self.close()
 
     # -- calls from any thread ------------------------------------------------------
+    def snapshot(self) -> LoopSnapshot:
+        """The engine's metrics and capacity as of the last step or command, without
+        waiting for the step in progress (``engine.loop_snapshot``)."""
+        return self._snapshot
+
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on the engine thread and return its result."""
         return self.call_soon(fn, *args, **kwargs).result()
@@ -320,7 +338,12 @@ class EngineLoop:
                 outputs = self.engine.step()
             except BaseException as exc:  # an engine bug: fail every caller, free every block
                 self._abort_all(error=exc)
+                self._publish()
                 continue
+            self._num_steps += 1
+            # Before any output is pushed: a caller whose request just ended reads a
+            # snapshot in which its blocks are already free.
+            self._publish()
             stalled = not outputs and not self.engine.scheduler.running
             for output in outputs:
                 stream = self._streams.get(output.request_id)
@@ -339,11 +362,15 @@ class EngineLoop:
         try:
             command = self._commands.get(timeout=self._idle_wait_s) if block else None
             if command is not None:
-                command.run()
+                command.run(self._publish)
             while not self._closed.is_set():
-                self._commands.get_nowait().run()
+                self._commands.get_nowait().run(self._publish)
         except queue.Empty:
             return
+
+    def _publish(self) -> None:
+        """Swap in a new snapshot (on the engine thread; one reference store)."""
+        self._snapshot = take(self.engine, self._num_steps)
 
     def _shut_down(self) -> None:
         """Closed, and nothing can be queued any more: fail what was, abort the rest."""

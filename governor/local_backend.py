@@ -5,9 +5,12 @@ under ``TYPE_CHECKING``), so ``import governor`` never pulls in torch.
 
 Every engine call goes through one ``EngineLoop``: the engine lives on the loop's thread
 and each call runs there between steps, so any thread or event loop may use the backend
-at once. A bookkeeping call (capacity, budgets, pins, metrics) waits for the engine's
-current step to end. Tokenizing happens in the caller's thread (the tokenizer is
-immutable and thread-safe), which keeps long prompts from stalling the engine thread.
+at once. A bookkeeping call that changes the engine (budgets, pins, holds) waits for the
+engine's current step to end; ``metrics`` and ``capacity`` read the snapshot the engine
+thread publishes after every step and command (``engine.loop_snapshot``) and never wait:
+exact as of the last step, and they include every change this backend's calls made.
+Tokenizing happens in the caller's thread (the tokenizer is immutable and thread-safe),
+which keeps long prompts from stalling the engine thread.
 
 ``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
 hand-off each way: the request goes on the engine loop's queue without waiting
@@ -154,7 +157,8 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:
-        cap = self._call(self._engine.capacity)
+        self._check_open()
+        cap = self._loop.snapshot().capacity
         return BackendCapacity(
             block_size=cap.block_size,
             num_blocks=cap.num_blocks,
@@ -243,7 +247,8 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._call(self._engine.restore, budget=budget)
 
     def metrics(self) -> BackendMetrics:
-        m = self._call(self._engine.metrics)
+        self._check_open()
+        m = self._loop.snapshot().metrics
         return BackendMetrics(
             num_blocks_in_use=m.num_blocks_in_use,
             num_blocks_free=m.num_blocks_free,

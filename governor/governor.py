@@ -75,6 +75,7 @@ from governor.runs import Run, current_run_id
 from governor.tool_calls import ToolCalls
 from governor.topology import TopologyReport, check_topology
 from governor.truncate import HeadTailTruncation
+from governor.unwaited import UnwaitedErrors, close_budget_unwaited
 
 __all__ = ["Governor", "LeaseContext"]
 
@@ -112,6 +113,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
         )
         self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(self.counter)
         self.events = EventBus()
+        self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,
@@ -120,6 +122,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
             park=self.admission.park,
             held=self.admission.set_held,
             room_made=self.admission.room_made,
+            unwaited=self.unwaited,
         )
         self.admission.make_room = self.idle.make_room
         # A backend of several replicas says where a lease fits (governor.placement).
@@ -423,7 +426,8 @@ class Governor(ModelCalls, ToolCalls, Growth):
         try:
             if budget_open:
                 with self.idle.backend_lock:  # never in the middle of an offload of it
-                    self.backend.close_budget(lease.budget)
+                    # Not waited for where the backend allows (governor.unwaited).
+                    close_budget_unwaited(self.backend, lease.budget, self.unwaited)
         finally:  # the lease has ended, even where the engine failed to close its budget
             self._publish(
                 "released",

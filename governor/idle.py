@@ -49,6 +49,7 @@ from governor.errors import BackendError
 from governor.events import EventBus, GovernorEvent
 from governor.lease import Lease, LeaseState
 from governor.pressure import PressurePolicy
+from governor.unwaited import UnwaitedErrors
 
 __all__ = ["IdleKeeper"]
 
@@ -70,6 +71,7 @@ class IdleKeeper:
         park: Callable[[Lease], bool],  # the admission controller's park: True if it parked
         held: Callable[[Lease, int], None] = lambda lease, blocks: None,  # device blocks held
         room_made: Callable[[], None] = lambda: None,  # make_room is done
+        unwaited: UnwaitedErrors | None = None,  # where a deferred hold's error goes
     ) -> None:
         self.backend = backend
         self.config = config
@@ -78,6 +80,7 @@ class IdleKeeper:
         self._park = park
         self._held = held
         self._room_made = room_made
+        self.unwaited = unwaited or UnwaitedErrors()
         self._backend = threading.RLock()  # backend calls; threads only (module docstring)
         self._lock = threading.Lock()  # the state below; never held across a backend call
         self._idle: dict[Lease, _Idle] = {}
@@ -260,8 +263,8 @@ class IdleKeeper:
     def _hold(self, lease: Lease, idle: _Idle, deferred: bool) -> bool:
         """Hold the lease's KV for this idle period, unless the period is over already;
         True when held. Deferred (on the deadline thread), a hold the backend refuses is
-        not made (it saves a recompute, nobody waits for it), and pressure is relieved
-        here; otherwise by the caller."""
+        not made (it saves a recompute, nobody waits for it; its error is counted in
+        ``unwaited``), and pressure is relieved here; otherwise by the caller."""
         try:
             with self._backend:
                 with self._lock:
@@ -270,9 +273,10 @@ class IdleKeeper:
                 try:
                     if current:
                         tokens = self.backend.retain(budget=lease.budget)
-                except BackendError:
+                except BackendError as exc:
                     if not deferred:
                         raise
+                    self.unwaited.record(f"retain(budget={lease.budget!r})", exc)
                 with self._lock:
                     recorded = tokens > 0 and lease.released_at is None
                     if recorded:

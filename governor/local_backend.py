@@ -8,9 +8,10 @@ and each call runs there between steps, so any thread or event loop may use the 
 at once. A bookkeeping call that changes the engine (budgets, pins, holds) waits for the
 engine's current step to end; ``metrics`` and ``capacity`` read the snapshot the engine
 thread publishes after every step and command (``engine.loop_snapshot``) and never wait:
-exact as of the last step, and they include every change this backend's calls made.
-Tokenizing happens in the caller's thread (the tokenizer is immutable and thread-safe),
-which keeps long prompts from stalling the engine thread.
+exact as of the last step, and they include every change this backend's calls made,
+``close_budget_soon``'s too (a read waits for those still queued). Tokenizing happens in
+the caller's thread (the tokenizer is immutable and thread-safe), which keeps long prompts
+from stalling the engine thread.
 
 ``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
 hand-off each way: the request goes on the engine loop's queue without waiting
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from engine.block_results import PinnedPrefix
     from engine.engine import Engine
     from engine.engine_loop import EngineLoop, Submission
+    from engine.loop_snapshot import LoopSnapshot
     from engine.outputs import Completion, EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
     from engine.tokenizer import Tokenizer
@@ -126,6 +128,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._lock = threading.Lock()
         self._pins: dict[str, PinnedPrefix] = {}
         self._pin_keys = itertools.count()
+        self._unwaited: set[concurrent.futures.Future[Any]] = set()  # close_budget_soon's
         self._closed = False
 
     def __repr__(self) -> str:
@@ -157,8 +160,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:
-        self._check_open()
-        cap = self._loop.snapshot().capacity
+        cap = self._snapshot().capacity
         return BackendCapacity(
             block_size=cap.block_size,
             num_blocks=cap.num_blocks,
@@ -171,6 +173,31 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:
         self._call(self._engine.open_budget, name, max_blocks)
+
+    def close_budget_soon(self, name: str) -> concurrent.futures.Future[None]:
+        """Queue ``close_budget`` and return at once; the future holds its outcome (the
+        engine's error, untranslated). Commands run in order, so whatever this backend
+        queued before reaches the engine first (``governor.unwaited``)."""
+        self._check_open()
+        future = self._translated(self._loop.call_soon, self._engine.close_budget, name)
+        with self._lock:
+            self._unwaited.add(future)
+        future.add_done_callback(self._forget_unwaited)
+        return future
+
+    def _forget_unwaited(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._unwaited.discard(future)
+
+    def _snapshot(self) -> LoopSnapshot:
+        """The engine loop's latest snapshot, once every write queued here without
+        waiting has run: a reader sees what was asked of the engine before it read."""
+        self._check_open()
+        with self._lock:
+            pending = list(self._unwaited)
+        if pending:
+            concurrent.futures.wait(pending)
+        return self._loop.snapshot()
 
     def resize_budget(self, name: str, *, max_blocks: int) -> None:
         self._call(self._engine.resize_budget, name, max_blocks)
@@ -247,8 +274,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._call(self._engine.restore, budget=budget)
 
     def metrics(self) -> BackendMetrics:
-        self._check_open()
-        m = self._loop.snapshot().metrics
+        m = self._snapshot().metrics
         return BackendMetrics(
             num_blocks_in_use=m.num_blocks_in_use,
             num_blocks_free=m.num_blocks_free,

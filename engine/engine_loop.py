@@ -230,12 +230,14 @@ class EngineLoop:
         future.add_done_callback(refused)
         return submission
 
-    def cancel(self, submission: Submission) -> None:
+    def cancel(self, submission: Submission) -> Future[None] | None:
         """Abort a request queued by ``submit_nowait``, whether or not the engine thread
         has added it yet (the abort runs after the add, on the same queue); a no-op once
-        the request ended or the loop closed."""
+        the request ended or the loop closed. The future settles once it has run, None
+        when closed."""
         with contextlib.suppress(EngineLoopClosedError):
-            self.call_soon(self._cancel, submission)
+            return self.call_soon(self._cancel, submission)
+        return None
 
     def _add_submission(
         self,
@@ -269,10 +271,12 @@ class EngineLoop:
     ) -> Completion:
         return self.submit(prompt, sampling, **options).result()
 
-    def abort(self, request_id: str) -> None:
-        """Abort a request (a no-op once closed: closing aborted every request)."""
+    def abort(self, request_id: str) -> Future[None] | None:
+        """Abort a request (a no-op once closed: closing aborted every request); the
+        future settles once it is done, None when closed."""
         with contextlib.suppress(EngineLoopClosedError):
-            self.call_soon(self._abort, request_id)
+            return self.call_soon(self._abort, request_id)
+        return None
 
     # -- calls from coroutines ------------------------------------------------------
     async def astream(
@@ -338,7 +342,6 @@ class EngineLoop:
                 outputs = self.engine.step()
             except BaseException as exc:  # an engine bug: fail every caller, free every block
                 self._abort_all(error=exc)
-                self._publish()
                 continue
             self._num_steps += 1
             # Before any output is pushed: a caller whose request just ended reads a
@@ -389,11 +392,17 @@ class EngineLoop:
     def _abort(self, request_id: str) -> None:
         if request_id in self._streams:
             self.engine.abort(request_id)
+            self._publish()  # before the consumer wakes: it reads its blocks freed
             self._complete(request_id)
 
     def _abort_all(self, error: BaseException | None = None) -> None:
         for request_id in list(self._streams):
             self.engine.abort(request_id)
+        # Before any consumer wakes, as in _abort; an engine whose step failed may not
+        # read back, and its old snapshot stands then.
+        with contextlib.suppress(Exception):
+            self._publish()
+        for request_id in list(self._streams):
             stream = self._streams.pop(request_id)
             completion = self.engine.pop_completion(request_id)
             stream._finish(None if error else completion, error)

@@ -9,9 +9,9 @@ at once. A bookkeeping call that changes the engine (budgets, pins, holds) waits
 engine's current step to end; ``metrics`` and ``capacity`` read the snapshot the engine
 thread publishes after every step and command (``engine.loop_snapshot``) and never wait:
 exact as of the last step, and they include every change this backend's calls made,
-``close_budget_soon``'s too (a read waits for those still queued). Tokenizing happens in
-the caller's thread (the tokenizer is immutable and thread-safe), which keeps long prompts
-from stalling the engine thread.
+``close_budget_soon``'s and cancels too (a read waits for those still queued). Tokenizing
+happens in the caller's thread (the tokenizer is immutable and thread-safe), which keeps
+long prompts from stalling the engine thread.
 
 ``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
 hand-off each way: the request goes on the engine loop's queue without waiting
@@ -128,7 +128,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._lock = threading.Lock()
         self._pins: dict[str, PinnedPrefix] = {}
         self._pin_keys = itertools.count()
-        self._unwaited: set[concurrent.futures.Future[Any]] = set()  # close_budget_soon's
+        self._unwaited: set[concurrent.futures.Future[Any]] = set()  # closes, aborts queued
         self._closed = False
 
     def __repr__(self) -> str:
@@ -174,16 +174,36 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     def open_budget(self, name: str, *, max_blocks: int) -> None:
         self._call(self._engine.open_budget, name, max_blocks)
 
-    def close_budget_soon(self, name: str) -> concurrent.futures.Future[None]:
+    def close_budget_soon(
+        self, name: str, *, on_error: Callable[[BaseException], None] | None = None
+    ) -> concurrent.futures.Future[None]:
         """Queue ``close_budget`` and return at once; the future holds its outcome (the
-        engine's error, untranslated). Commands run in order, so whatever this backend
-        queued before reaches the engine first (``governor.unwaited``)."""
+        engine's error, untranslated). ``on_error`` runs on the engine thread before the
+        future settles, so any read after it sees what it recorded; it must not block.
+        Commands run in order, so whatever this backend queued before reaches the engine
+        first (``governor.unwaited``)."""
         self._check_open()
-        future = self._translated(self._loop.call_soon, self._engine.close_budget, name)
+        engine = self._engine
+
+        def close() -> None:
+            try:
+                engine.close_budget(name)
+            except Exception as exc:
+                if on_error is not None:
+                    on_error(exc)
+                raise
+
+        future = self._translated(self._loop.call_soon, close)
+        self._track_unwaited(future)
+        return future
+
+    def _track_unwaited(self, future: concurrent.futures.Future[Any] | None) -> None:
+        """A command queued without waiting: reads wait for it (``_snapshot``)."""
+        if future is None:
+            return
         with self._lock:
             self._unwaited.add(future)
         future.add_done_callback(self._forget_unwaited)
-        return future
 
     def _forget_unwaited(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -352,7 +372,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         try:
             item = await ended
         except asyncio.CancelledError:
-            self._loop.cancel(submission)
+            self._track_unwaited(self._loop.cancel(submission))
             raise
         if isinstance(item, BaseException):
             reraise(item, backend=_NAME, engine_errors=_engine_errors())
@@ -394,7 +414,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                     yield GenerationChunk(item.new_text, item.new_token_ids)
         finally:
             if not finished:
-                self._loop.cancel(submission)
+                self._track_unwaited(self._loop.cancel(submission))
 
     async def _asubmit(
         self, request: GenerationRequest, sink: Callable[[object], None]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from governor.backend import Backend
@@ -56,11 +55,6 @@ def close_budget_unwaited(backend: Backend, name: str, errors: UnwaitedErrors) -
     if soon is None:
         backend.close_budget(name)
         return
-    future: Future[None] = soon(name)
-
-    def done(finished: Future[None]) -> None:
-        error = finished.exception() if not finished.cancelled() else None
-        if error is not None:
-            errors.record(f"close_budget({name!r})", error)
-
-    future.add_done_callback(done)
+    # Recorded on the engine thread before the close is marked done: a read that waited
+    # for it (LocalBackend.metrics does) sees the count.
+    soon(name, on_error=lambda error: errors.record(f"close_budget({name!r})", error))

@@ -6,12 +6,13 @@ under ``TYPE_CHECKING``), so ``import governor`` never pulls in torch.
 Every engine call goes through one ``EngineLoop``: the engine lives on the loop's thread
 and each call runs there between steps, so any thread or event loop may use the backend
 at once. A bookkeeping call that changes the engine (budgets, pins, holds) waits for the
-engine's current step to end; ``metrics`` and ``capacity`` read the snapshot the engine
-thread publishes after every step and command (``engine.loop_snapshot``) and never wait:
-exact as of the last step, and they include every change this backend's calls made,
-``close_budget_soon``'s and cancels too (a read waits for those still queued). Tokenizing
-happens in the caller's thread (the tokenizer is immutable and thread-safe), which keeps
-long prompts from stalling the engine thread.
+engine's current step to end, but for ``close_budget_soon`` and cancels, which are queued
+and not waited for. ``metrics`` and ``capacity`` read the snapshot the engine thread
+publishes after every step and command (``engine.loop_snapshot``), exact as of the last
+step; they wait for no step, only for this backend's unwaited commands still queued, so a
+read sees every change asked before it. Tokenizing happens in the caller's thread (the
+tokenizer is immutable and thread-safe), which keeps long prompts from stalling the
+engine thread.
 
 ``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
 hand-off each way: the request goes on the engine loop's queue without waiting

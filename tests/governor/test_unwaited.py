@@ -29,7 +29,11 @@ TASK = [{"role": "user", "content": "Find the failing test and explain it in one
 def parts() -> Iterator[tuple[Governor, LocalBackend, EngineLoop]]:
     loop = EngineLoop(Engine(EngineConfig(num_blocks=64)))
     with LocalBackend(loop) as backend:
-        yield Governor(backend, config=GovernorConfig(park_after_s=0), agents=[AGENT]), backend, loop
+        yield (
+            Governor(backend, config=GovernorConfig(park_after_s=0), agents=[AGENT]),
+            backend,
+            loop,
+        )
 
 
 def test_releasing_a_lease_does_not_wait_for_the_engine_thread(
@@ -51,7 +55,9 @@ def test_releasing_a_lease_does_not_wait_for_the_engine_thread(
     # The close queued by the release has run before any later read.
     m = backend.metrics()
     assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
-    assert lease.budget not in loop.call(lambda: [b.name for b in loop.engine.block_manager.budgets])
+    assert lease.budget not in loop.call(
+        lambda: [b.name for b in loop.engine.block_manager.budgets]
+    )
     assert governor.unwaited.count == 0
 
 

@@ -48,6 +48,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from governor._engine_errors import EngineErrors, reraise
 from governor._futures import settle
+from governor._local_helpers import (
+    UnwaitedCommands,
+    backend_capacity,
+    backend_metrics,
+    check_settings,
+    config_and_engine,
+    is_short_prompt,
+)
 from governor.backend import (
     BackendCapacity,
     BackendHealth,
@@ -77,9 +85,6 @@ T = TypeVar("T")
 _NAME = "local"
 _HEALTH_TIMEOUT_S = 5.0
 _Prompt = list[int]
-# Prompts up to this many characters are tokenized on the engine thread as they are added
-# (a chat of this size encodes in well under a millisecond); longer ones on a worker thread.
-_SHORT_PROMPT_CHARS = 4096
 _Options = dict[str, Any]
 
 
@@ -106,11 +111,11 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
         if isinstance(engine_or_loop, EngineLoop):
             if config is not None:
-                raise _config_and_engine()
+                raise config_and_engine()
             self._loop = engine_or_loop
         elif isinstance(engine_or_loop, Engine):
             if config is not None:
-                raise _config_and_engine()
+                raise config_and_engine()
             self._loop = EngineLoop(engine_or_loop)
         elif engine_or_loop is None:
             self._loop = EngineLoop(_build_engine(config or {}))
@@ -129,7 +134,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._lock = threading.Lock()
         self._pins: dict[str, PinnedPrefix] = {}
         self._pin_keys = itertools.count()
-        self._unwaited: set[concurrent.futures.Future[Any]] = set()  # closes, aborts queued
+        self._unwaited = UnwaitedCommands()  # closes and cancels queued, not waited for
         self._closed = False
 
     def __repr__(self) -> str:
@@ -161,16 +166,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:
-        cap = self._snapshot().capacity
-        return BackendCapacity(
-            block_size=cap.block_size,
-            num_blocks=cap.num_blocks,
-            num_free_blocks=cap.num_free_blocks,
-            num_pinned_blocks=cap.num_pinned_blocks,
-            bytes_per_block=cap.bytes_per_block,
-            max_model_len=cap.max_model_len,
-            weights_bytes=self._weights_bytes,
-        )
+        return backend_capacity(self._snapshot().capacity, self._weights_bytes)
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:
         self._call(self._engine.open_budget, name, max_blocks)
@@ -195,29 +191,14 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                 raise
 
         future = self._translated(self._loop.call_soon, close)
-        self._track_unwaited(future)
+        self._unwaited.track(future)
         return future
-
-    def _track_unwaited(self, future: concurrent.futures.Future[Any] | None) -> None:
-        """A command queued without waiting: reads wait for it (``_snapshot``)."""
-        if future is None:
-            return
-        with self._lock:
-            self._unwaited.add(future)
-        future.add_done_callback(self._forget_unwaited)
-
-    def _forget_unwaited(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._unwaited.discard(future)
 
     def _snapshot(self) -> LoopSnapshot:
         """The engine loop's latest snapshot, once every write queued here without
         waiting has run: a reader sees what was asked of the engine before it read."""
         self._check_open()
-        with self._lock:
-            pending = list(self._unwaited)
-        if pending:
-            concurrent.futures.wait(pending)
+        self._unwaited.wait()
         return self._loop.snapshot()
 
     def resize_budget(self, name: str, *, max_blocks: int) -> None:
@@ -295,20 +276,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._call(self._engine.restore, budget=budget)
 
     def metrics(self) -> BackendMetrics:
-        m = self._snapshot().metrics
-        return BackendMetrics(
-            num_blocks_in_use=m.num_blocks_in_use,
-            num_blocks_free=m.num_blocks_free,
-            num_blocks_cached=m.num_blocks_cached,
-            num_blocks_pinned=m.num_blocks_pinned,
-            num_blocks_swapped=m.num_blocks_swapped,
-            num_requests_running=m.num_requests_running,
-            num_requests_waiting=m.num_requests_waiting,
-            num_preemptions=m.num_preemptions,
-            prefix_cache_queries=m.prefix_cache_queries,
-            prefix_cache_hits=m.prefix_cache_hits,
-            num_tokens_in_use=m.num_tokens_in_use,
-        )
+        return backend_metrics(self._snapshot().metrics)
 
     def kv_snapshot(self) -> KVSnapshot:
         """The engine's ``kv_snapshot``: every budget's blocks, on the device and offloaded,
@@ -373,7 +341,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         try:
             item = await ended
         except asyncio.CancelledError:
-            self._track_unwaited(self._loop.cancel(submission))
+            self._unwaited.track(self._loop.cancel(submission))
             raise
         if isinstance(item, BaseException):
             reraise(item, backend=_NAME, engine_errors=_engine_errors())
@@ -415,7 +383,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                     yield GenerationChunk(item.new_text, item.new_token_ids)
         finally:
             if not finished:
-                self._track_unwaited(self._loop.cancel(submission))
+                self._unwaited.track(self._loop.cancel(submission))
 
     async def _asubmit(
         self, request: GenerationRequest, sink: Callable[[object], None]
@@ -429,7 +397,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         self._check_open()
         sampling, options = self._sampling_and_options(request)
         prompt: _Prompt | Callable[[], _Prompt]
-        if _prompt_chars(request) <= _SHORT_PROMPT_CHARS:
+        if is_short_prompt(request):
             prompt = functools.partial(self._prompt_of, request)  # on the engine thread
         else:
             prompt = await asyncio.to_thread(self._translated, self._prompt_of, request)
@@ -495,14 +463,6 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             reraise(exc, backend=_NAME, engine_errors=_engine_errors())
 
 
-def _prompt_chars(request: GenerationRequest) -> int:
-    """A cheap bound on the tokenizer's work: characters of text (ids need none), plus
-    64 a message for the chat template's share."""
-    if request.messages is not None:
-        return sum(len(str(message.get("content") or "")) + 64 for message in request.messages)
-    return len(request.prompt) if isinstance(request.prompt, str) else 0
-
-
 def _result(completion: Completion) -> GenerationResult:
     return GenerationResult(
         text=completion.text,
@@ -528,23 +488,8 @@ def _build_engine(config: Mapping[str, Any]) -> Engine:
     from engine.engine import Engine
     from engine.errors import EngineError
 
-    known = {f.name for f in fields(EngineConfig)}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown engine setting(s) {', '.join(map(repr, unknown))}; the settings are the "
-            f"fields of engine.EngineConfig: {', '.join(sorted(known))}",
-            setting="config",
-        )
+    check_settings(config, {f.name for f in fields(EngineConfig)})
     try:
         return Engine(EngineConfig(**config))
     except EngineError as exc:
         raise ConfigError(f"cannot build the engine from {dict(config)!r}: {exc}") from exc
-
-
-def _config_and_engine() -> ConfigError:
-    return ConfigError(
-        "pass either an engine (or engine loop) or config, not both; config only builds a "
-        "new engine",
-        setting="config",
-    )

@@ -15,10 +15,10 @@ from dataclasses import fields, replace
 
 import torch
 
+from engine import introspection
 from engine.attention.select import get_attention_backend
 from engine.block_manager import BlockManager
 from engine.block_results import PinnedPrefix
-from engine.block_table import SequenceState
 from engine.budget import BudgetInfo
 from engine.config import EngineConfig, PreemptionMode
 from engine.device import default_dtype, resolve_device
@@ -36,13 +36,11 @@ from engine.loader import load_parts, num_kv_blocks
 from engine.memory_profile import enable_expandable_segments, profile_largest_step
 from engine.model_runner import ModelRunner
 from engine.outputs import (
-    BudgetBlocks,
     Capacity,
     Completion,
     EngineMetrics,
     EngineSnapshot,
     KVSnapshot,
-    RequestInfo,
     RequestOutput,
 )
 from engine.pending_restores import PendingRestores
@@ -459,88 +457,22 @@ class Engine:
         self.block_manager.budgets.get(budget)  # type: ignore[arg-type]
         return [r for r in self._requests.values() if r.budget == budget and not r.is_finished]
 
-    # -- introspection --------------------------------------------------------------
+    # -- introspection (engine.introspection; read-only, between two steps) -------------
     def capacity(self) -> Capacity:
-        pool = self.block_manager.pool
-        return Capacity(
-            block_size=self.config.block_size,
-            num_blocks=pool.num_blocks,
-            num_free_blocks=pool.num_free_blocks,
-            num_pinned_blocks=pool.num_pinned,
-            num_host_blocks=self.block_manager.host_pool.num_blocks,
-            bytes_per_block=self.kv_cache.bytes_per_block,
-            max_model_len=self.max_model_len,
-        )
+        return introspection.capacity(self)
 
     def metrics(self) -> EngineMetrics:
-        stats = self.block_manager.stats()
-        return EngineMetrics(
-            num_blocks=stats.num_blocks,
-            num_blocks_in_use=stats.num_in_use,
-            num_blocks_free=stats.num_free,
-            num_blocks_cached=stats.num_cached,
-            num_blocks_pinned=stats.num_pinned,
-            num_blocks_swapped=stats.num_swapped,
-            num_requests_running=len(self.scheduler.running),
-            num_requests_waiting=len(self.scheduler.waiting),
-            num_requests_swapped=len(self.scheduler.swapped),
-            num_preemptions=self.scheduler.num_preemptions,
-            prefix_cache_queries=stats.prefix_cache_queries,
-            prefix_cache_hits=stats.prefix_cache_hits,
-            num_prefill_tokens=self.prefill.num_prefill_tokens,
-            num_recomputed_tokens=self.prefill.num_recomputed_tokens,
-            num_blocks_swapped_out=self.block_manager.swap_space.num_blocks_swapped_out,
-            num_blocks_swapped_in=self.block_manager.swap_space.num_blocks_swapped_in,
-            tokens_per_sequence={
-                rid: r.num_tokens for rid, r in self._requests.items() if not r.is_finished
-            },
-            # Every in-use slot holds a token but the empty tail of each sequence's last
-            # block (swapped sequences' tails too: exact while nothing is swapped).
-            num_tokens_in_use=max(
-                0,
-                stats.num_in_use * self.config.block_size
-                - (stats.num_allocated_slots - stats.num_tokens),
-            ),
-        )
+        return introspection.metrics(self)
 
     def kv_snapshot(self) -> KVSnapshot:
         """Each open budget's blocks (on the device and offloaded), the pinned prefixes'
-        blocks and the pool's counts, read together between two steps. Read-only."""
-        manager = self.block_manager
-        budgets = {}
-        for budget in manager.budgets:
-            seq_ids = list(budget.seq_ids)
-            held = self.retained.held_seq_id(budget.name)
-            if held is not None:
-                seq_ids.append(held)
-            device: set[int] = set()
-            num_tokens = num_host = num_host_tokens = 0
-            for seq_id in seq_ids:
-                if manager.sequence_state(seq_id) is SequenceState.SWAPPED:
-                    num_host += len(manager.block_ids(seq_id))
-                    num_host_tokens += manager.num_tokens(seq_id)
-                else:
-                    device.update(manager.block_ids(seq_id))
-                    num_tokens += manager.num_tokens(seq_id)
-            budgets[budget.name] = BudgetBlocks(
-                frozenset(device), num_tokens, num_host, budget.max_blocks, num_host_tokens
-            )
-        metrics = self.metrics()
-        return KVSnapshot(
-            budgets=budgets,
-            pinned_block_ids=frozenset(b.block_id for b in manager.pool.blocks if b.num_pins),
-            num_blocks=metrics.num_blocks,
-            num_blocks_in_use=metrics.num_blocks_in_use,
-            num_tokens_in_use=metrics.num_tokens_in_use,
-        )
+        blocks and the pool's counts, read together between two steps."""
+        return introspection.kv_snapshot(self)
 
     def snapshot(self) -> EngineSnapshot:
         """Metrics, capacity, the KV map and the unfinished requests, read together between
-        two steps: one instant, so a live view's figures agree. Read-only."""
-        s = self.scheduler
-        queues = {"running": s.running, "waiting": s.waiting, "swapped": s.swapped}
-        requests = tuple(RequestInfo.of(r, state) for state, queue in queues.items() for r in queue)
-        return EngineSnapshot(self.metrics(), self.capacity(), self.kv_snapshot(), requests)
+        two steps: one instant, so a live view's figures agree."""
+        return introspection.snapshot(self)
 
 
 def _is_single_prompt(prompts: object) -> bool:

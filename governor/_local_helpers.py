@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Collection, Mapping
+from dataclasses import fields
 from typing import Any
 
 from governor.backend import BackendCapacity, BackendMetrics, GenerationRequest
@@ -38,20 +39,8 @@ def is_short_prompt(request: GenerationRequest) -> bool:
 
 
 def backend_metrics(m: Any) -> BackendMetrics:
-    """An ``engine.outputs.EngineMetrics`` as ``BackendMetrics``."""
-    return BackendMetrics(
-        num_blocks_in_use=m.num_blocks_in_use,
-        num_blocks_free=m.num_blocks_free,
-        num_blocks_cached=m.num_blocks_cached,
-        num_blocks_pinned=m.num_blocks_pinned,
-        num_blocks_swapped=m.num_blocks_swapped,
-        num_requests_running=m.num_requests_running,
-        num_requests_waiting=m.num_requests_waiting,
-        num_preemptions=m.num_preemptions,
-        prefix_cache_queries=m.prefix_cache_queries,
-        prefix_cache_hits=m.prefix_cache_hits,
-        num_tokens_in_use=m.num_tokens_in_use,
-    )
+    """An ``engine.outputs.EngineMetrics`` as ``BackendMetrics`` (its fields by name)."""
+    return BackendMetrics(**{f.name: getattr(m, f.name) for f in fields(BackendMetrics)})
 
 
 def backend_capacity(cap: Any, weights_bytes: int) -> BackendCapacity:

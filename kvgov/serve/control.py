@@ -25,6 +25,8 @@ A shared pin belongs to the key that pinned it: only that key unpins it.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter, Request
 
 from governor.errors import BackendError, ConfigError
@@ -79,20 +81,7 @@ def capacity(request: Request) -> wire.Capacity:
 
 @router.get("/metrics")
 def metrics(request: Request) -> wire.Metrics:
-    m = _state(request).backend.metrics()
-    return wire.Metrics(
-        num_blocks_in_use=m.num_blocks_in_use,
-        num_blocks_free=m.num_blocks_free,
-        num_blocks_cached=m.num_blocks_cached,
-        num_blocks_pinned=m.num_blocks_pinned,
-        num_blocks_swapped=m.num_blocks_swapped,
-        num_requests_running=m.num_requests_running,
-        num_requests_waiting=m.num_requests_waiting,
-        num_preemptions=m.num_preemptions,
-        prefix_cache_queries=m.prefix_cache_queries,
-        prefix_cache_hits=m.prefix_cache_hits,
-        num_tokens_in_use=m.num_tokens_in_use,
-    )
+    return wire.Metrics(**asdict(_state(request).backend.metrics()))
 
 
 @router.get("/kv")

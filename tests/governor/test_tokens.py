@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,15 +137,12 @@ def test_counting_refuses_non_text(counter: TokenCounter) -> None:
         counter.count(b"bytes")  # type: ignore[arg-type]
 
 
-def test_counting_ten_thousand_tokens_takes_milliseconds(counter: TokenCounter) -> None:
+def test_ten_thousand_tokens_count_as_tiktoken_counts_them(counter: TokenCounter) -> None:
+    # Its speed is a benchmark figure (`kvgov bench governor`: count_us_per_1k_chars), not
+    # a timed test: a shared host makes any bound flaky.
     ids = CL100K.encode_ordinary(PROSE * 10)[:10_000]  # the README names special tokens
     text = CL100K.decode(ids)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        counter.count(text)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.025  # about 2.5 ms on a 2-core CPU; the margin absorbs slow machines
+    assert counter.count(text) == len(CL100K.encode(text, allowed_special="all"))
 
 
 # The ASCII fast path (governor._ascii_count): tiktoken's own count, without its regex

@@ -35,9 +35,14 @@ __all__ = ["DecodeTile", "plan_decode_tiles"]
 class DecodeTile:
     rows: torch.Tensor  # [R] int64: the token (query) of each row
     keys: GatheredKeys  # [R, W] blocks; mask [R, 1, 1, W * block_size]
+    every_token: bool = False  # rows are the step's tokens 0..R-1: no query gather
 
     def to(self, device: torch.device) -> DecodeTile:
-        return DecodeTile(rows=self.rows.to(device, non_blocking=True), keys=self.keys.to(device))
+        return DecodeTile(
+            rows=self.rows.to(device, non_blocking=True),
+            keys=self.keys.to(device),
+            every_token=self.every_token,
+        )
 
 
 def plan_decode_tiles(
@@ -52,30 +57,30 @@ def plan_decode_tiles(
 ) -> list[DecodeTile]:
     if seqs.numel() == 0:
         return []
-    lens = seq_lens[seqs]  # [Sd]
-    num_blocks = (lens + block_size - 1) // block_size
-    per_seq = (num_blocks + chunk_blocks - 1) // chunk_blocks
-    # From a Python list: torch's CPU repeat_interleave opens an OpenMP parallel region
-    # for any size, and on a busy 2-core host each one waits ~8 ms for its second thread.
-    owner = torch.tensor(
-        [seq for seq, count in enumerate(per_seq.tolist()) for _ in range(count)],
-        dtype=torch.int64,
-    )  # [rows] -> decode
-    first_of_owner = torch.cumsum(per_seq, 0) - per_seq
-    start = (torch.arange(owner.numel()) - first_of_owner[owner]) * chunk_blocks  # first block
-    width = torch.clamp(num_blocks[owner] - start, max=chunk_blocks)  # blocks in the row
-    order = torch.sort(width, descending=True, stable=True).indices
-    owner, start, width = owner[order], start[order], width[order]  # rows, widest first
-
-    widths = width.tolist()
+    # Rows are planned on Python lists: a step has a few rows per sequence, and on a
+    # 2-core host each small tensor op costs ~10 us (~20 of them were half a decode
+    # step's planning). Only the block ids are gathered as a tensor.
+    lens = seq_lens[seqs].tolist()
+    pieces = []  # (blocks in the row, its decode, its first block)
+    for decode, length in enumerate(lens):
+        num_blocks = -(-length // block_size)
+        for first in range(0, num_blocks, chunk_blocks):
+            pieces.append((min(chunk_blocks, num_blocks - first), decode, first))
+    pieces.sort(key=lambda piece: -piece[0])  # widest first, stable
+    widths = [width for width, _, _ in pieces]
+    owners = [decode for _, decode, _ in pieces]
+    # A row covers consecutive positions from its first block on: a prefix is visible.
+    visible = [
+        min(lens[decode] - first * block_size, width * block_size)
+        for width, decode, first in pieces
+    ]
+    width = torch.tensor(widths)
     offsets = torch.arange(widths[0])
     real = offsets[None, :] < width[:, None]  # [rows, W]
-    cols = start[:, None] + torch.where(real, offsets, 0)  # padding repeats the first block
-    seq = seqs[owner]  # [rows]
-    # A row covers consecutive positions from its first block on: a prefix is visible.
-    visible_tokens = torch.clamp(seq_lens[seq] - start * block_size, max=width * block_size)
-    blocks = tables[seq[:, None], cols]  # [rows, W]
-    rows = token_rows[owner]
+    starts = torch.tensor([first for _, _, first in pieces])
+    cols = starts[:, None] + torch.where(real, offsets, 0)  # padding repeats the first block
+    blocks = tables[seqs[owners][:, None], cols]  # [rows, W]
+    rows = token_rows[owners]
 
     tiles = []
     first = 0
@@ -83,7 +88,7 @@ def plan_decode_tiles(
         tile_width = widths[first]
         end = first + max(1, stage_tokens // (tile_width * block_size))
         keys = GatheredKeys.with_prefixes(
-            blocks[first:end, :tile_width].contiguous(), visible_tokens[first:end], block_size
+            blocks[first:end, :tile_width].contiguous(), visible[first:end], block_size
         )
         tiles.append(DecodeTile(rows=rows[first:end], keys=keys))
         first = end

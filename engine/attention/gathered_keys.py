@@ -9,6 +9,7 @@ stay in the CPU caches for the kernel that reads it next; ``Workspace`` provides
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,13 +34,14 @@ class GatheredKeys:
 
     @classmethod
     def with_prefixes(
-        cls, blocks: torch.Tensor, visible_tokens: torch.Tensor, block_size: int
+        cls, blocks: torch.Tensor, visible_tokens: Sequence[int], block_size: int
     ) -> GatheredKeys:
         """One query per key set seeing its first ``visible_tokens[r]`` tokens ([R])."""
         num_tokens = blocks.shape[1] * block_size
-        if bool((visible_tokens >= num_tokens).all()):
+        if min(visible_tokens) >= num_tokens:
             return cls(blocks=blocks, mask=None)
-        hidden = torch.arange(num_tokens)[None, :] >= visible_tokens[:, None]  # [R, W * B]
+        visible = torch.tensor(visible_tokens, dtype=torch.int64)
+        hidden = torch.arange(num_tokens)[None, :] >= visible[:, None]  # [R, W * B]
         mask = torch.zeros(hidden.shape).masked_fill_(hidden, -math.inf)
         return cls(blocks=blocks, mask=mask[:, None, None, :])
 

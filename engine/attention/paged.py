@@ -136,13 +136,13 @@ class PagedAttention:
             decode_lses.append(lse)
         for tile in plan.decode_tiles:
             keys, values, mask = workspace.gather(tile.keys, key_cache, value_cache, q.dtype)
-            query = folded.index_select(0, tile.rows)  # [R, Hkv, G, D]
+            query = folded if tile.every_token else folded.index_select(0, tile.rows)
             out, lse = attend(query, keys, values, scale=scale, mask=mask)
             decode_outs.append(out)
             decode_lses.append(lse)
         if decode_outs:  # one copy into [P, Hkv, G, D] order, so flattening is a view
-            outs.append(torch.cat(decode_outs).flatten(1, 2))
-            lses.append(torch.cat(decode_lses).flatten(1, 2))
+            outs.append(_cat(decode_outs).flatten(1, 2))
+            lses.append(_cat(decode_lses).flatten(1, 2))
 
         if plan.prefills:
             slots_k = key_cache.view(-1, kv_heads, head_dim)  # [N * B, Hkv, D]
@@ -169,11 +169,13 @@ class PagedAttention:
                 outs.append(out[0].transpose(0, 1))
                 lses.append(lse[0].transpose(0, 1))
 
-        parts = outs[0] if len(outs) == 1 else torch.cat(outs)  # [P, Hq, D]
+        parts = _cat(outs)  # [P, Hq, D]
         if plan.merge.one_per_row:
+            if plan.merge.in_order:  # the partials are the rows, in order
+                return parts.to(out_dtype)
             out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
             return out.index_copy_(0, plan.merge.rows, parts.to(out_dtype))
-        part_lses = lses[0] if len(lses) == 1 else torch.cat(lses)
+        part_lses = _cat(lses)
         return merge_partials(parts, part_lses, plan.merge).to(out_dtype)
 
     def _make_plan(self, metadata: AttentionMetadata) -> StepPlan:
@@ -189,3 +191,7 @@ class PagedAttention:
             # A chunk per thread at least: the kernel shares chunks x kv heads among them.
             min_view_chunks=torch.get_num_threads(),
         )
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)  # one part: no copy

@@ -90,10 +90,21 @@ class MergeLayout:
     # partials (dense, no holes): the grid is gathered in one op per tensor instead of filled
     # and scattered into (two each). Sequences decoding side by side split alike.
     cells: torch.Tensor | None = None
+    in_order: bool = False  # one partial per row, partial ``i`` for row ``i``
 
     @classmethod
     def build(cls, rows: torch.Tensor, *, num_rows: int) -> MergeLayout:
         """``rows`` on the CPU; every row in ``0..num_rows - 1`` must have a partial."""
+        if rows.numel() == num_rows:  # so each row has exactly one: placement only
+            in_order = bool(rows.equal(torch.arange(num_rows)))
+            return cls(
+                rows=rows,
+                slots=None,
+                num_rows=num_rows,
+                width=1,
+                one_per_row=True,
+                in_order=in_order,
+            )
         counts = torch.bincount(rows, minlength=num_rows)
         width = int(counts.max()) if rows.numel() else 0
         slots = None
@@ -126,6 +137,7 @@ class MergeLayout:
             width=self.width,
             one_per_row=self.one_per_row,
             cells=cells,
+            in_order=self.in_order,
         )
 
 

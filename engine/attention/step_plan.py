@@ -15,6 +15,7 @@ gathered fragments.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -61,12 +62,16 @@ def plan_step(
     for n in query_lens:
         first_rows.append(first_rows[-1] + n)
 
-    decoding = torch.tensor([s for s, n in enumerate(query_lens) if n == 1], dtype=torch.int64)
-    token_rows = torch.tensor(first_rows[:-1], dtype=torch.int64)[decoding]
+    decoding = [s for s, n in enumerate(query_lens) if n == 1]
+    if len(decoding) == len(query_lens):  # decodes only: every sequence, in order
+        decode_tables, decode_lens = tables, seq_lens
+    else:
+        index = torch.tensor(decoding, dtype=torch.int64)
+        decode_tables, decode_lens = tables[index], seq_lens[index]
     views, rest = plan_decode_views(
-        tables=tables[decoding],
-        seq_lens=seq_lens[decoding],
-        token_rows=token_rows,
+        tables=decode_tables,
+        seq_lens=decode_lens,
+        token_rows=torch.tensor([first_rows[s] for s in decoding], dtype=torch.int64),
         block_size=block_size,
         min_view_tokens=min_view_tokens if min_view_tokens is not None else 1 << 62,
         chunk_tokens=view_chunk_tokens or chunk_tokens,
@@ -81,6 +86,8 @@ def plan_step(
         chunk_blocks=max(1, chunk_tokens // block_size),
         stage_tokens=stage_tokens,
     )
+    if len(tiles) == 1 and tiles[0].rows.equal(torch.arange(first_rows[-1])):
+        tiles = [dataclasses.replace(tiles[0], every_token=True)]  # a decode step's usual
     prefills = [
         plan_prefill(
             table=tables[s, : -(-metadata.seq_lens_cpu[s] // block_size)],

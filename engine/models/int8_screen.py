@@ -31,6 +31,7 @@ screen or the full logits serve.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -69,9 +70,15 @@ def int8_screen_works(*, require_units: bool = True) -> bool:
     return out.dtype == torch.float32 and out.shape == want.shape and bool(close.all())
 
 
-def _matmul(rows: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def _matmul(
+    rows: torch.Tensor,
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor | None = None,  # [V] int64 zeros
+) -> torch.Tensor:
     """``((rows - 128) / 127) @ (p * s).T`` in float32: [S, K] u8 by the packed [V, K]."""
-    zero_points = torch.zeros(scales.shape[0], dtype=torch.int64)
+    if zero_points is None:
+        zero_points = torch.zeros(scales.shape[0], dtype=torch.int64)
     return torch.ops.onednn.qlinear_pointwise(
         rows, 1 / 127, 128, packed, scales, zero_points, None, 1.0, 0, torch.float32,
         "none", [], "",
@@ -82,7 +89,15 @@ class Int8Screen:
     """The int8 copy of one weight version ([V, H] float32, padded to ``pad`` rows with
     zeros) and its error constants."""
 
-    __slots__ = ("max_row_error", "max_row_norm", "num_tokens", "packed", "scales")
+    __slots__ = (
+        "_bound_weights",
+        "_zero_points",
+        "max_row_error",
+        "max_row_norm",
+        "num_tokens",
+        "packed",
+        "scales",
+    )
 
     def __init__(self, weight: torch.Tensor, *, pad: int) -> None:
         num_tokens, hidden = weight.shape
@@ -108,27 +123,29 @@ class Int8Screen:
         self.max_row_norm = max_norm
         self.max_row_error = max_error
         self.num_tokens = num_tokens
+        self._zero_points = torch.zeros(padded, dtype=torch.int64)
+        gamma = hidden * _U_F32 / (1 - hidden * _U_F32)
+        # 2 (||h - h^|| N + ||h^|| R + gamma ||h|| N): one product with the three norms.
+        self._bound_weights = torch.tensor(
+            [2 * max_norm, 2 * max_error, 2 * gamma * max_norm], dtype=torch.float32
+        )
 
     def logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Screened logits of each row scaled by ``1 / max|h|`` ([S, Vp] float32) and each
         row's bound ``B`` in those units ([S]): ``|logit / max|h| - screened| <= B + U|screened|``
         with ``U = OUTPUT_ERROR``. ``None`` for a row with NaN or inf."""
         peak = hidden.abs().amax(dim=1)  # [S]
-        if not bool(peak.isfinite().all()):
+        if not math.isfinite(float(peak.sum())):  # NaN or inf (or a sum past float32)
             return None
-        peak = torch.where(peak > 0, peak, torch.ones_like(peak))
-        step = peak / 127  # [S]
-        codes = torch.round(hidden / step[:, None]).clamp_(-127, 127)  # [S, H]
-        rounded = codes * step[:, None]  # h^
-        screened = _matmul((codes + 128).to(torch.uint8), self.packed, self.scales)
-        terms = hidden.shape[1]
-        gamma = terms * _U_F32 / (1 - terms * _U_F32)
-        bound = (
-            torch.linalg.vector_norm(hidden - rounded, dim=1) * self.max_row_norm
-            + torch.linalg.vector_norm(rounded, dim=1) * self.max_row_error
-            + gamma * torch.linalg.vector_norm(hidden, dim=1) * self.max_row_norm
-        )
-        return screened, (2 * bound + 1e-30) / peak
+        peak.masked_fill_(peak == 0, 1.0)
+        step = (peak / 127)[:, None]  # [S, 1]
+        codes = torch.round(hidden / step).clamp_(-127, 127)  # [S, H]
+        rounded = codes * step  # h^
+        screened = _matmul(codes.add_(128).to(torch.uint8), self.packed, self.scales,
+                           self._zero_points)  # fmt: skip
+        norms = torch.linalg.vector_norm(torch.stack((hidden - rounded, rounded, hidden)), dim=2)
+        bound = self._bound_weights @ norms  # [S], doubled for the norms' own rounding
+        return screened, (bound + 1e-30) / peak
 
 
 OUTPUT_ERROR = _U_OUT

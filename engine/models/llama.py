@@ -48,6 +48,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., size] -> [..., size]
+        if x.dtype == self.weight.dtype == torch.float32:
+            # The same float32 arithmetic in one op instead of six (bit for bit the
+            # steps below; ~20 us a call less on a CPU, 9 calls a step here).
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -101,13 +105,20 @@ class LlamaAttention(nn.Module):
         attention: AttentionBackend,
     ) -> torch.Tensor:  # [T, H]
         num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D]
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        qkv = self.qkv_proj(x)  # [T, (Hq + 2 Hkv) D]
+        q_size, kv_size, _ = self.qkv_sizes
+        v = qkv[:, q_size + kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            q, k, _ = qkv.split(self.qkv_sizes, dim=-1)
+            q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))  # [T, Hq, D]
+            k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        else:
+            # q's and k's heads side by side in each row: rotated in one pass, as one
+            # [T, Hq + Hkv, D] view (a rotation is per head, so the result is the same).
+            heads = self.num_heads + self.num_kv_heads
+            qk = apply_rotary(qkv[:, : q_size + kv_size].view(num_tokens, heads, -1), *rope)
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]  # [T, Hq, D], [T, Hkv, D]
         out = attention.forward(
             q,
             k,

@@ -37,6 +37,7 @@ bfloat16).
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ _PAD = _GROUP * _LANES
 _U_BF16 = 2.0**-7  # |x - bf16(x)| <= 2^-7 |bf16(x)| under any rounding mode
 _U_BF16_RNE = 2.0**-8  # |x - bf16(x)| <= 2^-8 |x| rounding to nearest, as torch converts
 _U_F32 = 2.0**-24
-_SLACK = 2.0**-20  # relative: the float32 rounding of the threshold arithmetic
+_SLACK = 2.0**-20  # relative: the threshold's rounding to the screen's float32
 _MIN_CAP = 2048  # candidates are always cheap below this many
 
 
@@ -111,13 +112,14 @@ class ScreenedArgmax:
     ``require_fast_units=False`` runs a screen on a CPU without the units that make it
     fast (for tests: the same tokens, slower)."""
 
-    __slots__ = ("_kind", "_screen", "_source", "_version")
+    __slots__ = ("_group_ids", "_kind", "_screen", "_source", "_version")
 
     def __init__(self, *, kind: str = "auto") -> None:
         if kind not in ("auto", "int8", "bfloat16"):
             raise ValueError(f"kind must be 'auto', 'int8' or 'bfloat16', got {kind!r}")
         self._kind = kind
         self._screen: _Screen | Int8Screen | None = None
+        self._group_ids = torch.zeros(0, _GROUP, dtype=torch.int64)
         self._source: torch.Tensor | None = None
         self._version = -1
 
@@ -141,7 +143,9 @@ class ScreenedArgmax:
         if screen is None or self._source is not weight or self._version != weight._version:
             screen = self._screen = self._build(weight, require_fast_units)
             self._source, self._version = weight, weight._version
-        ids = _candidates(hidden, screen)
+            padded = -(-screen.num_tokens // _PAD) * _PAD
+            self._group_ids = _group_ids(padded, screen.num_tokens)
+        ids = _candidates(hidden, screen, self._group_ids)
         if ids is None:
             return None
         exact = F.linear(hidden, weight.index_select(0, ids))  # [S, n] float32
@@ -160,8 +164,12 @@ class ScreenedArgmax:
         return Int8Screen(weight, pad=_PAD) if self._int8(fast) else _Screen(weight)
 
 
-def _candidates(hidden: torch.Tensor, screen: _Screen | Int8Screen) -> torch.Tensor | None:
-    """The token ids that may hold a row's largest float32 logit, ascending ([n])."""
+def _candidates(
+    hidden: torch.Tensor, screen: _Screen | Int8Screen, group_ids: torch.Tensor
+) -> torch.Tensor | None:
+    """The token ids that may hold a row's largest float32 logit, ascending ([n]).
+    ``group_ids`` ([Vp / 8, 8]): the tokens of each group, the padding clamped to the
+    last token (``_group_ids``)."""
     rows = hidden.shape[0]
     if isinstance(screen, Int8Screen):
         screened = screen.logits(hidden)
@@ -179,27 +187,35 @@ def _candidates(hidden: torch.Tensor, screen: _Screen | Int8Screen) -> torch.Ten
     # Group g of block b holds tokens b * 1024 + g + 128 * i, i < 8: the max over i is a
     # reduction across contiguous 128-lane rows, vectorized, unlike a max per 128 tokens.
     groups = approx.view(rows, -1, _GROUP, _LANES).amax(dim=2)  # [S, Vp / 1024, 128]
-    row_max = groups.view(rows, -1).amax(dim=1).float()  # [S]
-    threshold = _threshold(row_max, bound, unit)  # [S] float32
+    # A few numbers per row: worked out in Python (float64), not in ~15 tensor ops.
+    row_max = groups.view(rows, -1).amax(dim=1).tolist()
+    least = [_threshold(m, b, unit) for m, b in zip(row_max, bound.tolist(), strict=True)]
     if approx.dtype == torch.bfloat16:
         # Compared in bfloat16, so no float32 copy of the screen is made: lowered by
         # 2^-7 |t| first, so that rounding to nearest (half a step, <= 2^-8 |t|) cannot
         # raise it above t.
-        threshold = (threshold - _U_BF16 * threshold.abs()).to(torch.bfloat16)
-    if not bool(threshold.isfinite().all()):
+        least = [t - _U_BF16 * abs(t) for t in least]
+    if not all(math.isfinite(t) for t in least):
         return None  # a row with NaN or inf: the full logits decide, as they always did
-    hits = (groups >= threshold[:, None, None]).any(dim=0).nonzero()  # [n, 2]: block, lane
+    threshold = torch.tensor(least, dtype=approx.dtype)  # rounded to nearest: the slack
+    hits = (groups >= threshold[:, None, None]).any(dim=0).flatten().nonzero()  # [n, 1]
     cap = max(screen.num_tokens // 8, _MIN_CAP)  # past it, the full GEMM is cheaper
     if hits.shape[0] > cap:
         return None  # a wide screen: even its groups are too many to test one by one
-    first = hits[:, 0] * _PAD + hits[:, 1]
-    ids = (first[:, None] + torch.arange(0, _PAD, _LANES)).flatten()  # ascending
-    ids = ids.clamp_(max=screen.num_tokens - 1)  # padding: a repeat of the last token
+    ids = group_ids[hits[:, 0]].flatten()  # ascending; padding repeats the last token
     # A group that holds a candidate holds 7 tokens that are mostly not: tested one by
     # one, they leave the exact pass a tenth of the rows or less.
     keep = (approx.index_select(1, ids) >= threshold[:, None]).any(dim=0)  # [n]
     ids = ids[keep]
     return None if ids.numel() > cap else ids
+
+
+def _group_ids(padded: int, num_tokens: int) -> torch.Tensor:  # [padded / 8, 8] int64
+    """Row ``b * 128 + lane``: the tokens of group ``lane`` of block ``b``, ascending."""
+    blocks = torch.arange(0, padded, _PAD)[:, None, None]
+    lanes = torch.arange(_LANES)[None, :, None]
+    ids = blocks + lanes + torch.arange(0, _PAD, _LANES)[None, None, :]  # [B, 128, 8]
+    return ids.clamp_(max=num_tokens - 1).view(-1, _GROUP)
 
 
 def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> torch.Tensor:
@@ -218,9 +234,9 @@ def _bound(hidden: torch.Tensor, hidden_bf16: torch.Tensor, screen: _Screen) -> 
     return 2 * bound + 1e-30
 
 
-def _threshold(row_max: torch.Tensor, bound: torch.Tensor, unit: float) -> torch.Tensor:
+def _threshold(row_max: float, bound: float, unit: float) -> float:
     """The least screened logit a candidate can have (x + U|x| >= m - U|m| - 2B, ``U``:
-    ``unit``, the screen's relative output error), or just below it ([S] float32)."""
-    least = row_max - unit * row_max.abs() - 2 * bound
-    threshold = torch.where(least >= 0, least / (1 + unit), least / (1 - unit))
-    return threshold - _SLACK * (threshold.abs() + row_max.abs())
+    ``unit``, the screen's relative output error), or just below it."""
+    least = row_max - unit * abs(row_max) - 2 * bound
+    threshold = least / (1 + unit) if least >= 0 else least / (1 - unit)
+    return threshold - _SLACK * (abs(threshold) + abs(row_max))

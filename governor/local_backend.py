@@ -350,6 +350,9 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """A chunk per engine step with new tokens, then one with only the ``result``.
+        A consumer that fell behind gets the steps it missed in one chunk (as vLLM's
+        output collector merges them), not a backlog of one-token chunks: a slow reader,
+        such as a server writing each chunk to a socket, catches up in one wake-up.
 
         A consumer that stops early (``aclose()``, a cancelled task) aborts the request,
         so its blocks return at once.
@@ -367,9 +370,10 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
         submission = await self._asubmit(request, sink)
         finished = False
+        later: object = None  # what ended a merge: handled on the next turn
         try:
             while True:
-                item = await items.get()
+                item, later = (later, None) if later is not None else (await items.get(), None)
                 if isinstance(item, BaseException):
                     finished = True
                     reraise(item, backend=_NAME, engine_errors=_engine_errors())
@@ -379,8 +383,15 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                     assert submission.stream is not None  # added before its end was sunk
                     yield GenerationChunk("", (), _result(submission.stream.result()))
                     return
-                if item.new_token_ids or item.new_text:
-                    yield GenerationChunk(item.new_text, item.new_token_ids)
+                text, token_ids = item.new_text, item.new_token_ids
+                while later is None and not items.empty():  # steps already delivered
+                    queued = items.get_nowait()
+                    if isinstance(queued, RequestOutput):
+                        text, token_ids = text + queued.new_text, token_ids + queued.new_token_ids
+                    else:
+                        later = queued
+                if token_ids or text:
+                    yield GenerationChunk(text, token_ids)
         finally:
             if not finished:
                 self._unwaited.track(self._loop.cancel(submission))

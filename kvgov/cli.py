@@ -90,7 +90,7 @@ def demo(
     kv_budget: Annotated[
         str, typer.Option(help="KV cache for both runs: 48MiB, 50MB, 1.5GiB.")
     ] = "48MiB",
-    turns: Annotated[int, typer.Option(help="Tool-calling turns per worker.")] = 6,
+    turns: Annotated[int, typer.Option(help="Tool-calling turns per worker.")] = 5,
     model: Annotated[
         str, typer.Option(help="tiny-random, or a local Hugging Face checkpoint folder.")
     ] = "tiny-random",

@@ -194,6 +194,32 @@ def test_the_engine_thread_outlives_event_loops_that_close_mid_stream(
     assert backend.generate(GenerationRequest(prompt="still here", max_tokens=2)).completion_tokens
 
 
+def test_a_consumer_that_fell_behind_gets_the_steps_it_missed_in_one_chunk(
+    backend: LocalBackend,
+) -> None:
+    """A reader that keeps up gets a chunk per step; one that fell behind (a server
+    writing to a slow socket) gets what it missed merged, and nothing is lost."""
+    request = GenerationRequest(prompt="Keep going", max_tokens=24)
+
+    async def main() -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
+        chunks: list[tuple[int, ...]] = []
+        stream = backend.astream(request)
+        first = await anext(stream)
+        chunks.append(first.token_ids)
+        # Behind: the engine finishes the call while nobody reads (off the event loop,
+        # so the engine thread's outputs queue up here).
+        await asyncio.to_thread(_wait_until, _settled(backend))
+        async for chunk in stream:
+            if chunk.result is not None:
+                return chunks, chunk.result.token_ids
+            chunks.append(chunk.token_ids)
+        raise AssertionError("the stream ended without its result")
+
+    chunks, token_ids = asyncio.run(main())
+    assert sum(chunks, ()) == token_ids and len(token_ids) == 24
+    assert len(chunks) == 2  # the first step's token, then the 23 it missed in one
+
+
 def test_capacity_reports_the_weights_memory() -> None:
     with LocalBackend(config={"num_blocks": 16}) as backend:
         cap = backend.capacity()

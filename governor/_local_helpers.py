@@ -5,6 +5,7 @@ layering rules keep that to ``governor.local_backend``)."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Collection, Mapping
@@ -21,6 +22,7 @@ __all__ = [
     "check_settings",
     "config_and_engine",
     "is_short_prompt",
+    "merge_queued",
 ]
 
 # Prompts up to this many characters are tokenized on the engine thread as they are added
@@ -99,3 +101,19 @@ class UnwaitedCommands:
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._pending.discard(future)
+
+
+def merge_queued(
+    items: asyncio.Queue[object], first: Any, output_type: type
+) -> tuple[str, tuple[int, ...], object]:
+    """``first``'s text and token ids with those of the outputs already queued behind it
+    (steps a consumer fell behind on, merged into one chunk as vLLM's output collector
+    merges them), and the first queued item that is not an ``output_type`` (None: none),
+    for the consumer's next turn."""
+    text, token_ids = first.new_text, first.new_token_ids
+    while not items.empty():
+        item = items.get_nowait()
+        if not isinstance(item, output_type):
+            return text, token_ids, item
+        text, token_ids = text + item.new_text, token_ids + item.new_token_ids
+    return text, token_ids, None

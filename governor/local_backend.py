@@ -55,6 +55,7 @@ from governor._local_helpers import (
     check_settings,
     config_and_engine,
     is_short_prompt,
+    merge_queued,
 )
 from governor.backend import (
     BackendCapacity,
@@ -349,10 +350,8 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         return _result(submission.stream.result())
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """A chunk per engine step with new tokens, then one with only the ``result``.
-        A consumer that fell behind gets the steps it missed in one chunk (as vLLM's
-        output collector merges them), not a backlog of one-token chunks: a slow reader,
-        such as a server writing each chunk to a socket, catches up in one wake-up.
+        """A chunk per engine step with new tokens, then one with only the ``result``; a
+        consumer that fell behind gets the steps it missed in one chunk (``merge_queued``).
 
         A consumer that stops early (``aclose()``, a cancelled task) aborts the request,
         so its blocks return at once.
@@ -383,13 +382,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                     assert submission.stream is not None  # added before its end was sunk
                     yield GenerationChunk("", (), _result(submission.stream.result()))
                     return
-                text, token_ids = item.new_text, item.new_token_ids
-                while later is None and not items.empty():  # steps already delivered
-                    queued = items.get_nowait()
-                    if isinstance(queued, RequestOutput):
-                        text, token_ids = text + queued.new_text, token_ids + queued.new_token_ids
-                    else:
-                        later = queued
+                text, token_ids, later = merge_queued(items, item, RequestOutput)
                 if token_ids or text:
                     yield GenerationChunk(text, token_ids)
         finally:

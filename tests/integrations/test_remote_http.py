@@ -5,12 +5,13 @@ checked, no server is needed for it)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import httpx
 import httpx._urls  # where httpx parses a URL: counted below
 import pytest
 
-from integrations._remote_http import Retries, Transport
+from integrations._remote_http import Retries, Transport, _lines
 
 BASE = "http://127.0.0.1:9/prefix/"
 PATHS = ["/v1/chat/completions", "/kvgov/v1/budgets/agent%201", "/tokenize?x=1", "/health"]
@@ -69,3 +70,38 @@ def test_each_request_goes_where_httpx_merges_its_path_and_parses_no_url(
     assert parsed == []
     assert seen == expected + expected[:1] + expected * 2
     transport.close()
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self.chunks:
+            yield chunk
+
+
+def test_a_stream_reads_the_same_lines_however_its_bytes_arrive() -> None:
+    """Events split across reads or several in one, CRLF or LF, a multi-byte character
+    cut between reads, no final newline: the lines httpx's own line reader gives."""
+    body = 'data: {"a": 1}\n\ndata: {"b": "héllo ✓"}\r\n\r\n: note\ndata: [DONE]'.encode()
+    cuts = [0, 3, 7, 15, 16, 30, 31, 32, len(body) - 2, len(body)]
+    transport = _transport([])
+
+    async def read(chunks: list[bytes], *, ours: bool) -> list[str]:
+        response = httpx.Response(200, stream=_Chunks(chunks))
+        lines = _lines(response, transport) if ours else response.aiter_lines()
+        return [line async for line in lines]
+
+    expected = asyncio.run(read([body], ours=False))
+    assert expected == [
+        'data: {"a": 1}',
+        "",
+        'data: {"b": "héllo ✓"}',
+        "",
+        ": note",
+        "data: [DONE]",
+    ]
+    pieces = [body[a:b] for a, b in itertools.pairwise(cuts)]
+    for chunks in ([body], pieces, [bytes([b]) for b in body]):
+        assert asyncio.run(read(chunks, ours=True)) == expected

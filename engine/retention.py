@@ -155,15 +155,6 @@ class RetainedContexts:
             self.release(budget)
         return budget
 
-    def release_oldest_resident(self) -> str | None:
-        """End the oldest hold still on the device (its blocks stay cached, evictable);
-        the budget, or None when no hold is resident."""
-        for budget in self._held:
-            if not self.is_offloaded(budget):
-                self.release(budget)
-                return budget
-        return None
-
 
 def _seq_id(budget: str) -> tuple[str, str]:
     return ("retained", budget)

@@ -8,10 +8,11 @@ import statistics
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kvgov.benchmarks._swarm_result import RunResult
 
-__all__ = ["plot"]
+__all__ = ["footnote", "plot"]
 
 _COLORS = {"paged": "#d62728", "ttl-pin": "#ff7f0e", "intercept": "#9467bd", "kvgov": "#2ca02c"}
 
@@ -45,8 +46,7 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         ax.grid(alpha=0.3)
         ax.legend()
         ax.set_title("Swarm job completion time by KV budget", fontsize=11)
-        fig.text(0.01, 0.01, textwrap.fill(note, 140), fontsize=6.5, color="#555555")
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
+        fig.tight_layout(rect=(0, footnote(fig, note), 1, 1))
         written += _save(fig, out / "swarm-jct")
     finally:
         plt.close(fig)
@@ -71,6 +71,20 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
     finally:
         plt.close(fig)
     return written
+
+
+def footnote(fig: Any, note: str) -> float:
+    """``note`` in small print along the bottom of ``fig``, wrapped until it fits the
+    figure's width as drawn (fonts differ in width between machines); the fraction of
+    the height it takes, to keep the axes above it."""
+    width = int(125 * fig.get_figwidth() / 7)  # characters a line, at 6.5 pt
+    text = fig.text(0.01, 0.01, textwrap.fill(note, width), fontsize=6.5, color="#555555")
+    renderer = fig.canvas.get_renderer()
+    while text.get_window_extent(renderer).x1 > 0.99 * fig.bbox.x1 and width > 20:
+        width -= 5
+        text.set_text(textwrap.fill(note, width))
+    lines = text.get_text().count("\n") + 1
+    return (lines * 6.5 * 1.3 / 72 + 0.1) / fig.get_figheight()
 
 
 def _save(fig: object, base: Path) -> list[Path]:

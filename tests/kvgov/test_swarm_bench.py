@@ -96,3 +96,39 @@ def test_the_headline_ratios_compare_the_runs_they_name() -> None:
     assert figures["recomputed_tokens_kvgov_over_paged"].value == 0.125
     assert figures["jobs_failed[kvgov@0.33]"].target == 0.0
     assert math.isnan(figures["jct_mean[paged@0.33]"].value) is False
+
+
+def test_the_plots_are_written_with_their_note_inside_the_figure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--plot writes both figures; the note under the budget plot (what ran) is wrapped to
+    the figure's width and clear of the axes, not cut at the right edge."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from kvgov.benchmarks._swarm_plot import footnote, plot
+
+    # Wide letters: a fixed number of characters a line would run past the right edge.
+    note = "MWMW WWM MMWW WMW MWWM, " * 20
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    try:
+        bottom = footnote(fig, note)
+        fig.tight_layout(rect=(0, bottom, 1, 1))
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        text = fig.texts[0].get_window_extent(renderer)
+        assert text.x0 >= 0 and text.x1 <= fig.bbox.x1 and text.y0 >= 0  # inside the figure
+        assert text.y1 <= ax.get_tightbbox(renderer).y0  # below the axes and their labels
+    finally:
+        plt.close(fig)
+
+    def run(policy: str, fraction: float, jct: float) -> RunResult:
+        result = RunResult(policy, fraction, 100, 32_768, jct_s={"a": jct}, makespan_s=2.0)
+        for t, blocks in ((0.0, 0), (0.5, 60), (1.0, 90), (2.0, 0)):
+            result.sample(t, blocks)
+        return result
+
+    runs = [run(p, f, 3.0 + f) for p in POLICIES for f in (1.0, 0.33)]
+    written = plot(runs, tmp_path, fraction=0.33, note=note)
+    names = sorted(path.name for path in written)
+    assert names == ["swarm-blocks.png", "swarm-blocks.svg", "swarm-jct.png", "swarm-jct.svg"]
+    assert all(path.stat().st_size > 1_000 for path in written)

@@ -139,9 +139,16 @@ class Engine:
         budget: str | None = None,
         priority: int = 0,
         cache_salt: str | None = None,
+        retain: bool = False,
     ) -> str:
-        """Queue a request; refuse it at once (typed error) if it can never fit."""
+        """Queue a request; refuse it at once (typed error) if it can never fit.
+
+        ``retain`` (a budget's request only) holds its context as ``retain`` does, in the
+        step that finishes it: no other request's allocation can evict it first, as one
+        could between the finish and a later ``retain`` call on a full pool."""
         sampling = sampling or SamplingParams()
+        if retain and budget is None:
+            raise InvalidRequestError("retain holds a budget's context: set budget too")
         token_ids = self._token_ids(prompt)
         request_id = request_id if request_id is not None else f"req-{next(self._arrivals)}"
         if request_id in self._requests:
@@ -170,6 +177,7 @@ class Engine:
             cache_salt=cache_salt,
             num_shared_blocks=self._num_shared_blocks(token_ids, cache_salt),
             generator=generator,
+            retain=retain,
             arrival_time=time.perf_counter(),
         )
         # An offloaded context must be back in the prefix cache when the request is
@@ -288,7 +296,19 @@ class Engine:
             return RequestOutput(request.request_id, (token,), new_text, False, None)
         self.scheduler.finish(request, reason)
         request.finish_time = time.perf_counter()
+        if request.retain:
+            self._record(request)
+            self.retained.retain(request.budget)  # type: ignore[arg-type]
         return self._final_output(request, (token,), new_text)
+
+    def _record(self, request: Request) -> None:
+        """The request's context is its budget's latest (what ``retain`` holds)."""
+        self.retained.record(
+            request.budget,  # type: ignore[arg-type]
+            request.token_ids,
+            request.cache_salt,
+            request.num_shared_blocks,
+        )
 
     def _final_output(
         self, request: Request, tokens: tuple[int, ...], new_text: str = ""
@@ -325,9 +345,7 @@ class Engine:
         del self._stops[request_id]
         self.prefill.forget(request_id)
         if request.budget is not None:
-            self.retained.record(
-                request.budget, request.token_ids, request.cache_salt, request.num_shared_blocks
-            )
+            self._record(request)
         ttft = None
         if request.first_token_time is not None:
             ttft = request.first_token_time - request.arrival_time

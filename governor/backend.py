@@ -70,6 +70,9 @@ class GenerationRequest:
     budget: str | None = None  # the engine budget (one per lease) that caps its blocks
     cache_salt: str | None = None  # per tenant: no prefix-cache hits across tenants
     priority: int = 0
+    # Hold the budget's context once the call finishes, as ``retain`` would, in the
+    # engine step that finishes it (LocalBackend; elsewhere ``retain`` after the call).
+    retain: bool = False
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

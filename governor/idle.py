@@ -96,6 +96,15 @@ class IdleKeeper:
         return self._backend
 
     # -- an idle period ---------------------------------------------------------------
+    @property
+    def holds_at_finish(self) -> bool:
+        """Whether a call asks the backend to hold its context as it finishes
+        (``GenerationRequest.retain``, where the backend ``retains_at_finish``): on a full
+        pool another request's allocation could evict it before ``begin`` holds it.
+        ``begin`` keeps that hold or ends it; a call with no idle period after it hands
+        it to the next call, and the lease's release ends it."""
+        return self.config.retain_s > 0 and getattr(self.backend, "retains_at_finish", False)
+
     def needs_backend(self, lease: Lease, *, budget_open: bool) -> bool:
         """Whether ``begin`` for this lease calls the backend (to hold its KV)."""
         return budget_open and lease.num_calls > 0 and self.config.retain_s > 0
@@ -133,6 +142,11 @@ class IdleKeeper:
             self._timer(0, self._hold, lease, idle, True)
         elif hold:
             held = self._hold(lease, idle, False)
+        elif self.holds_at_finish and self.needs_backend(lease, budget_open=budget_open):
+            if defer_hold:  # the last call's hold, not kept: ended
+                self._timer(0, self._end_hold_at_finish, lease, True)
+            else:
+                self._end_hold_at_finish(lease, False)
         if park_now or config.park_after_s == 0:
             self._park_idle(lease, idle)
         if held:
@@ -296,6 +310,22 @@ class IdleKeeper:
             with self._lock:
                 if self._busy.get(lease) is idle:
                     del self._busy[lease]
+
+    def _end_hold_at_finish(self, lease: Lease, deferred: bool) -> None:
+        """A hold the last call made as it finished, not kept for this idle period: its
+        blocks go back to the prefix cache. Deferred, an error is counted in ``unwaited``
+        (the hold then ends with the budget's next call or its close)."""
+        with self._backend:
+            with self._lock:
+                kept = lease in self._holding or lease.released_at is not None
+            if kept:
+                return
+            try:
+                self.backend.release_retained(budget=lease.budget)
+            except BackendError as exc:
+                if not deferred:
+                    raise
+                self.unwaited.record(f"release_retained(budget={lease.budget!r})", exc)
 
     def _drop(self, lease: Lease, reason: str) -> None:
         """Let a hold go back to the prefix cache (under ``_backend``)."""

@@ -100,6 +100,10 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     passed in can be wrapped again.
     """
 
+    # ``GenerationRequest.retain`` is honoured: the engine holds the context in the step
+    # that finishes the call (a backend without this attribute ignores the field).
+    retains_at_finish = True
+
     def __init__(
         self,
         engine_or_loop: Engine | EngineLoop | None = None,
@@ -442,6 +446,8 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             "cache_salt": request.cache_salt,
             "priority": request.priority,
         }
+        if request.retain and request.budget is not None:
+            options["retain"] = True
         return sampling, options
 
     def _encode(self, prompt: str | Sequence[int]) -> _Prompt:

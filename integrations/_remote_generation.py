@@ -5,7 +5,7 @@ Chat messages go to ``/v1/chat/completions``, a prompt (text or token ids) to
 ``/v1/completions``. ``openai_body`` is the plain OpenAI part, all an external engine
 gets (``integrations.openai_backend``); ``body_of`` adds kvgov serve's: it asks for
 ``return_token_ids`` (the ids, not a re-tokenization of the text) and carries the
-extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``). The finish
+extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``, ``retain``). The finish
 reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
 budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``.
 """
@@ -67,6 +67,8 @@ def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str
         body["ceiling_tokens"] = request.ceiling_tokens
     if request.budget is not None:
         body["budget"] = request.budget
+        if request.retain:
+            body["retain"] = True
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
     body["priority"] = request.priority

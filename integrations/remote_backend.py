@@ -63,6 +63,10 @@ class RemoteBackend(Restarts, HttpLifecycle):
     Thread-safe, and usable from any number of event loops.
     """
 
+    # ``GenerationRequest.retain`` goes to the server, whose engine holds the context in
+    # the step that finishes the call (``LocalBackend.retains_at_finish``).
+    retains_at_finish = True
+
     def __init__(
         self,
         base_url: str,

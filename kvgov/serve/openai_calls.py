@@ -98,6 +98,7 @@ class ModelCall:
             "budget": budget,
             "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
             "priority": body.priority,
+            "retain": body.retain,
         }
         if self.prompt_ids is not None:  # tokenized already: the engine takes the ids
             return GenerationRequest(prompt=self.prompt_ids, **common)
@@ -130,7 +131,7 @@ class ModelCall:
     async def _generate(self) -> GenerationResult:
         async with self._running() as generation:
             result = await self.state.backend.agenerate(generation)
-            await self._finish(result)
+            self._finish(result)
             return result
 
     async def stream(self) -> AsyncIterator[GenerationChunk]:
@@ -141,7 +142,7 @@ class ModelCall:
         ):
             async for chunk in chunks:
                 if chunk.result is not None:
-                    await self._finish(chunk.result)
+                    self._finish(chunk.result)
                 yield chunk
 
     @asynccontextmanager
@@ -201,11 +202,8 @@ class ModelCall:
             self._refused(exc.status, exc.code)
             raise
 
-    async def _finish(self, result: GenerationResult) -> None:
-        body = self.body
-        if body.retain and body.budget is not None:
-            budget = tenancy.scoped_budget(self.tenant, body.budget)
-            await asyncio.to_thread(self.state.backend.retain, budget=budget)
+    def _finish(self, result: GenerationResult) -> None:
+        # ``retain``: the engine held the context in the step that finished the call.
         self.finished = True
         self._record(
             "request.finished",

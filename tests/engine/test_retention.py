@@ -13,7 +13,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.errors import OutOfSwapSpaceError, UnknownBudgetError
+from engine.errors import InvalidRequestError, OutOfSwapSpaceError, UnknownBudgetError
 from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
@@ -263,3 +263,59 @@ def test_a_next_request_waits_for_room_to_restore_its_context(
     # Only the previous turn's last, partial block (10 of its 90 computed positions).
     assert engine.metrics().num_recomputed_tokens - before == 10
     assert_released(engine)
+
+
+def _turn_one_beside_a_waiting_flood(engine: Engine, prompt: list[int], *, retain: bool) -> int:
+    """Turn one (budget "agent") runs while a 22-block request waits for room; the flood
+    is admitted the step after turn one finishes. Returns the tokens turn two finds cached."""
+    engine.open_budget("agent", 20)
+    mine = engine.add_request(prompt, GREEDY, budget="agent", retain=retain)
+    flood_prompt = [(t * 5 + 3) % 512 for t in range(340)]  # 22 blocks with its output
+    other = engine.add_request(flood_prompt, SamplingParams(max_tokens=4, ignore_eos=True))
+    pending = {mine, other}
+    while pending:
+        for output in engine.step():
+            if output.finished:
+                pending.discard(output.request_id)
+    done = engine.pop_completion(mine)
+    engine.pop_completion(other)
+    second = [*done.prompt_token_ids, *done.token_ids, *TOOL_RESULT]
+    return engine.generate(second, GREEDY, budget="agent")[0].num_cached_tokens
+
+
+def test_retain_at_finish_holds_the_context_before_the_next_allocation(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    """``retain=True`` holds the context in the step that finishes it: a request waiting
+    for room, admitted in the very next step, cannot evict it (it goes to host memory
+    instead, the engine never stalls), as it does when ``retain`` is called afterwards."""
+    late = make_engine(llama_dir)
+    assert _turn_one_beside_a_waiting_flood(late, prompts[5], retain=False) < 80
+    engine = make_engine(llama_dir)
+    assert _turn_one_beside_a_waiting_flood(engine, prompts[5], retain=True) == 80
+    engine.close_budget("agent")
+    assert_released(engine)
+
+
+def test_retain_at_finish_is_a_hold_like_any_other(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    engine = make_engine(llama_dir)
+    engine.open_budget("agent", 20)
+    engine.generate(prompts[5], GREEDY, budget="agent", retain=True)
+    assert engine.retained.held_budgets() == {"agent"}
+    assert engine.metrics().num_blocks_in_use == 5  # 90 tokens computed: 5 full blocks
+    assert engine.retain("agent") == 80  # kept as it is: the same 5 blocks
+    assert engine.metrics().num_blocks_in_use == 5
+    engine.release_retained("agent")
+    assert_released(engine)
+    engine.generate(prompts[5], GREEDY, budget="agent", retain=True)
+    engine.close_budget("agent")  # the budget's close ends it too
+    assert_released(engine)
+
+
+def test_retain_needs_a_budget(llama_dir: Path, prompts: list[list[int]]) -> None:
+    engine = make_engine(llama_dir)
+    with pytest.raises(InvalidRequestError, match="set budget"):
+        engine.add_request(prompts[5], GREEDY, retain=True)
+    assert not engine.has_unfinished()

@@ -265,9 +265,35 @@ def test_a_tool_expected_to_run_long_holds_nothing(backend: Served) -> None:
         governor.complete(lease, TASK, max_tokens=12)
         with governor.tool_call(lease, "build", expected_s=60):
             assert lease.num_retained_tokens == 0
+            _assert_released(backend)  # nor does the engine (a hold made at finish ended)
         with governor.tool_call(lease, "ls", expected_s=0.1):
             assert lease.num_retained_tokens > 0
     _assert_released(backend)
+
+
+def test_the_engine_holds_a_calls_context_as_it_finishes() -> None:
+    """In process, the engine holds a call's context in the step that finishes it, so no
+    other request's allocation evicts it before a tool call holds it (the hold the tool
+    call makes keeps it: the same blocks); a next call takes it over; release ends it."""
+    backend = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+    try:
+        for retain_s, held in ((30, True), (0, False)):
+            config = GovernorConfig(park_after_s=0, retain_s=retain_s)
+            governor = Governor(backend, config=config, agents=[AGENT])
+            with governor.lease("agent") as lease:
+                governor.complete(lease, TASK, max_tokens=12)
+                m = backend.metrics()
+                assert m.num_requests_running == 0
+                assert (m.num_blocks_in_use > 0) is held  # the context's full blocks
+                in_use = m.num_blocks_in_use
+                with governor.tool_call(lease, "ls"):
+                    if held:
+                        assert lease.num_retained_blocks == in_use
+                        assert backend.metrics().num_blocks_in_use == in_use
+                governor.complete(lease, TASK, max_tokens=12)
+            _assert_released(backend)
+    finally:
+        backend.close()
 
 
 def test_releasing_a_lease_with_offloaded_kv_returns_everything(backend: Served) -> None:

@@ -35,6 +35,7 @@ import httpx
 from typing_extensions import Self
 
 from governor import BackendUnavailable
+from integrations._http11 import AsyncHttp11Transport
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
 
@@ -212,7 +213,10 @@ class Transport:
         with self._lock:
             entry = self._aclients.get(loop)
             if entry is None:
-                client = httpx.AsyncClient(transport=self._async_transport, **self._options)
+                transport = self._async_transport
+                if transport is None and self.base_url.startswith("http://"):
+                    transport = AsyncHttp11Transport(self._options["limits"])
+                client = httpx.AsyncClient(transport=transport, **self._options)
                 entry = self._aclients[loop] = _LoopClient(client)
                 entry.start()
         return entry.client

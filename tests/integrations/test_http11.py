@@ -1,0 +1,285 @@
+"""``AsyncHttp11Transport`` under httpx's ``AsyncClient``, against a real asyncio server on
+127.0.0.1 that answers each path its own way: lengths, chunks, until-close bodies,
+keep-alive, malformed and cut answers, slow answers, and a client that stops reading.
+(``RemoteBackend``'s async calls and streams run on it against ``kvgov serve`` throughout
+the suite; these are the cases that server never produces.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from integrations._http11 import AsyncHttp11Transport
+
+Writer = asyncio.StreamWriter
+
+
+@dataclass
+class Server:
+    url: str
+    connections: int = 0
+    closed_by_client: int = 0
+    bodies: list[bytes] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    lines = head.decode().split("\r\n")
+    path = lines[0].split(" ")[1]
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return path, await reader.readexactly(length)
+
+
+def _answer(body: bytes, *extra: str) -> bytes:
+    head = ["HTTP/1.1 200 OK", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def _handle(server: Server, reader: asyncio.StreamReader, writer: Writer) -> None:
+    server.connections += 1
+    try:
+        while (request := await _read_request(reader)) is not None:
+            path, body = request
+            server.bodies.append(body)
+            if not await _ROUTES[path](server, writer, reader):
+                break
+    finally:
+        writer.close()
+
+
+async def _hello(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(b"hello"))
+    return True
+
+
+async def _echo(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(server.bodies[-1]))
+    return True
+
+
+async def _chunks(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """Two chunks; the second only once the test has read the first."""
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+    await writer.drain()
+    await server.release.wait()
+    writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+    return True
+
+
+async def _until_close(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+    return False
+
+
+async def _close_after(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(b"once", "Connection: close"))
+    return False
+
+
+async def _malformed(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(b"HTTP/1.1 abc nonsense\r\n\r\n")
+    return False
+
+
+async def _cut(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
+    return False
+
+
+async def _slow(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    await server.release.wait()
+    writer.write(_answer(b"late"))
+    return True
+
+
+async def _endless(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """Chunks until the client goes away (it stops reading and closes)."""
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    try:
+        while True:
+            writer.write(b"4\r\ntick\r\n")
+            await writer.drain()
+            if await _closed(reader):
+                server.closed_by_client += 1
+                return False
+    except ConnectionError:
+        server.closed_by_client += 1
+        return False
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), 0.01) == b""
+    except asyncio.TimeoutError:
+        return False
+
+
+_ROUTES: dict[str, Callable[[Server, Writer, asyncio.StreamReader], Awaitable[bool]]] = {
+    "/hello": _hello,
+    "/echo": _echo,
+    "/chunks": _chunks,
+    "/until-close": _until_close,
+    "/close-after": _close_after,
+    "/malformed": _malformed,
+    "/cut": _cut,
+    "/slow": _slow,
+    "/endless": _endless,
+}
+
+
+@asynccontextmanager
+async def serving() -> AsyncIterator[Server]:
+    state = Server(url="")
+    server = await asyncio.start_server(lambda r, w: _handle(state, r, w), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    state.url = f"http://127.0.0.1:{port}"
+    try:
+        yield state
+    finally:
+        server.close()
+
+
+def client(server: Server, **options: object) -> httpx.AsyncClient:
+    limits = options.pop("limits", httpx.Limits())
+    transport = AsyncHttp11Transport(limits)  # type: ignore[arg-type]
+    return httpx.AsyncClient(base_url=server.url, transport=transport, **options)  # type: ignore[arg-type]
+
+
+def test_answers_with_a_length_reuse_the_connection_and_bodies_go_whole() -> None:
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            for _ in range(3):
+                assert (await http.get("/hello")).content == b"hello"
+            payload = b"x" * 200_000  # over one write: sent whole, with its length
+            answer = await http.post("/echo", content=payload)
+            assert answer.content == payload
+            assert answer.http_version == "HTTP/1.1"
+            assert server.connections == 1  # kept alive throughout
+
+    asyncio.run(main())
+
+
+def test_a_chunked_answer_arrives_as_it_is_sent() -> None:
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            async with http.stream("GET", "/chunks") as answer:
+                chunks = answer.aiter_bytes()
+                assert await anext(chunks) == b"first"  # before the second is written
+                server.release.set()
+                assert [c async for c in chunks] == [b"second"]
+            assert (await http.get("/hello")).content == b"hello"
+            assert server.connections == 1
+
+    asyncio.run(main())
+
+
+def test_an_answer_without_a_length_ends_with_the_connection() -> None:
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            assert (await http.get("/until-close")).content == b"all of it"
+            assert (await http.get("/close-after")).content == b"once"
+            assert (await http.get("/hello")).content == b"hello"
+            assert server.connections == 3  # none of the closed ones reused
+
+    asyncio.run(main())
+
+
+def test_broken_answers_are_remote_protocol_errors_and_the_pool_recovers() -> None:
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+                await http.get("/malformed")
+            with pytest.raises(httpx.RemoteProtocolError, match="mid-answer"):
+                await http.get("/cut")
+            assert (await http.get("/hello")).content == b"hello"
+
+    asyncio.run(main())
+
+
+def test_timeouts_and_refused_connections_are_httpx_errors() -> None:
+    async def main() -> None:
+        async with serving() as server:
+            async with client(server, timeout=httpx.Timeout(5, read=0.05)) as http:
+                with pytest.raises(httpx.ReadTimeout):
+                    await http.get("/slow")
+                server.release.set()
+                assert (await http.get("/hello")).content == b"hello"  # a new connection
+            url = server.url
+        async with httpx.AsyncClient(transport=AsyncHttp11Transport()) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.get(f"{url}/hello")  # the server is gone
+            with pytest.raises(httpx.UnsupportedProtocol):
+                await http.get("https://127.0.0.1:1/hello")
+
+    asyncio.run(main())
+
+
+def test_a_reader_that_stops_early_closes_the_connection() -> None:
+    """The server sees the client leave (as kvgov serve must, to abort the call), and the
+    connection is never handed to the next request."""
+
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            async with http.stream("GET", "/endless") as answer:
+                async for chunk in answer.aiter_bytes():
+                    assert b"tick" in chunk
+                    break
+            for _ in range(200):
+                if server.closed_by_client:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.closed_by_client == 1
+            assert (await http.get("/hello")).content == b"hello"
+            assert server.connections == 2
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_read_closes_the_connection() -> None:
+    async def main() -> None:
+        async with serving() as server, client(server) as http:
+            task = asyncio.ensure_future(http.get("/slow"))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            server.release.set()
+            assert (await http.get("/hello")).content == b"hello"
+            assert server.connections == 2  # the cancelled one's connection was not reused
+
+    asyncio.run(main())
+
+
+def test_the_pool_limit_holds_and_a_freed_connection_goes_to_the_waiter() -> None:
+    async def main() -> None:
+        limits = httpx.Limits(max_connections=1)
+        async with serving() as server:
+            timeout = httpx.Timeout(5, pool=0.05)
+            async with client(server, limits=limits, timeout=timeout) as http:
+                async with http.stream("GET", "/chunks") as answer:
+                    chunks = answer.aiter_bytes()
+                    await anext(chunks)
+                    with pytest.raises(httpx.PoolTimeout):
+                        await http.get("/hello")  # the only connection is in use
+                    waiting = asyncio.ensure_future(http.get("/hello", timeout=httpx.Timeout(5)))
+                    await asyncio.sleep(0.02)
+                    assert not waiting.done()
+                    server.release.set()
+                    assert [c async for c in chunks] == [b"second"]
+                assert (await waiting).content == b"hello"
+            assert server.connections <= 2
+
+    asyncio.run(main())

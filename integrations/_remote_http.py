@@ -35,7 +35,7 @@ import httpx
 from typing_extensions import Self
 
 from governor import BackendUnavailable
-from integrations._http11 import AsyncHttp11Transport
+from integrations._http11 import AsyncHttp11Transport, Http11Transport
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
 
@@ -84,6 +84,9 @@ class Transport:
             "verify": httpx.create_ssl_context(),
         }
         self._async_transport = async_transport
+        plain = self.base_url.startswith("http://")  # httpx's own transport for https
+        if transport is None and plain:
+            transport = Http11Transport(limits)
         self._client = httpx.Client(transport=transport, **self._options)
         self._urls: dict[str, httpx.URL] = {}
         self._lock = threading.Lock()

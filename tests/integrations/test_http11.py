@@ -7,14 +7,16 @@ the suite; these are the cases that server never produces.)"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
-from integrations._http11 import AsyncHttp11Transport
+from integrations._http11 import AsyncHttp11Transport, Http11Transport
 
 Writer = asyncio.StreamWriter
 
@@ -79,6 +81,15 @@ async def _chunks(server: Server, writer: Writer, reader: asyncio.StreamReader) 
     return True
 
 
+async def _idle_close(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """Answers, keeps the connection alive, then closes it while it is idle (as uvicorn
+    does after its keep-alive timeout)."""
+    writer.write(_answer(b"bye"))
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    return False
+
+
 async def _until_close(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
     writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
     return False
@@ -132,6 +143,7 @@ _ROUTES: dict[str, Callable[[Server, Writer, asyncio.StreamReader], Awaitable[bo
     "/echo": _echo,
     "/chunks": _chunks,
     "/until-close": _until_close,
+    "/idle-close": _idle_close,
     "/close-after": _close_after,
     "/malformed": _malformed,
     "/cut": _cut,
@@ -193,6 +205,10 @@ def test_an_answer_without_a_length_ends_with_the_connection() -> None:
             assert (await http.get("/close-after")).content == b"once"
             assert (await http.get("/hello")).content == b"hello"
             assert server.connections == 3  # none of the closed ones reused
+            assert (await http.get("/idle-close")).content == b"bye"
+            await asyncio.sleep(0.2)  # closed by the server while idle in the pool
+            assert (await http.get("/hello")).content == b"hello"
+            assert server.connections == 4
 
     asyncio.run(main())
 
@@ -283,3 +299,106 @@ def test_the_pool_limit_holds_and_a_freed_connection_goes_to_the_waiter() -> Non
             assert server.connections <= 2
 
     asyncio.run(main())
+
+
+# -- the sync transport, from threads, against the same server on a loop of its own ------
+@contextmanager
+def served() -> Iterator[tuple[Server, asyncio.AbstractEventLoop]]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    opened = serving()
+    server = asyncio.run_coroutine_threadsafe(opened.__aenter__(), loop).result(5)
+    try:
+        yield server, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(opened.__aexit__(None, None, None), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def sync_client(server: Server, **options: object) -> httpx.Client:
+    limits = options.pop("limits", httpx.Limits())
+    transport = Http11Transport(limits)  # type: ignore[arg-type]
+    return httpx.Client(base_url=server.url, transport=transport, **options)  # type: ignore[arg-type]
+
+
+def _release(server: Server, loop: asyncio.AbstractEventLoop) -> None:
+    loop.call_soon_threadsafe(server.release.set)
+
+
+def test_sync_answers_chunks_and_keep_alive() -> None:
+    with served() as (server, loop), sync_client(server) as http:
+        for _ in range(3):
+            assert http.get("/hello").content == b"hello"
+        payload = b"y" * 200_000
+        assert http.post("/echo", content=payload).content == payload
+        with http.stream("GET", "/chunks") as answer:
+            chunks = answer.iter_bytes()
+            assert next(chunks) == b"first"  # before the second is written
+            _release(server, loop)
+            assert list(chunks) == [b"second"]
+        assert server.connections == 1
+        assert http.get("/until-close").content == b"all of it"
+        assert http.get("/idle-close").content == b"bye"
+        time.sleep(0.2)  # closed by the server while idle in the pool: not reused
+        assert http.get("/hello").content == b"hello"
+        assert server.connections == 3
+
+
+def test_sync_errors_are_httpx_errors_and_the_pool_recovers() -> None:
+    with served() as (server, loop):
+        with sync_client(server, timeout=httpx.Timeout(5, read=0.05)) as http:
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+                http.get("/malformed")
+            with pytest.raises(httpx.RemoteProtocolError, match="mid-answer"):
+                http.get("/cut")
+            with pytest.raises(httpx.ReadTimeout):
+                http.get("/slow")
+            _release(server, loop)
+            assert http.get("/hello").content == b"hello"
+        url = server.url
+    with httpx.Client(transport=Http11Transport()) as http:
+        with pytest.raises(httpx.ConnectError):
+            http.get(f"{url}/hello")
+        with pytest.raises(httpx.UnsupportedProtocol):
+            http.get("https://127.0.0.1:1/hello")
+
+
+def test_sync_a_reader_that_stops_early_closes_the_connection() -> None:
+    with served() as (server, _loop), sync_client(server) as http:
+        with http.stream("GET", "/endless") as answer:
+            for chunk in answer.iter_bytes():
+                assert b"tick" in chunk
+                break
+        deadline = time.monotonic() + 5
+        while not server.closed_by_client and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.closed_by_client == 1
+        assert http.get("/hello").content == b"hello"
+        assert server.connections == 2
+
+
+def test_sync_the_pool_limit_holds_across_threads() -> None:
+    limits = httpx.Limits(max_connections=1)
+    with served() as (server, loop):
+        timeout = httpx.Timeout(5, pool=0.05)
+        with sync_client(server, limits=limits, timeout=timeout) as http:
+            with http.stream("GET", "/chunks") as answer:
+                chunks = answer.iter_bytes()
+                next(chunks)
+                with pytest.raises(httpx.PoolTimeout):
+                    http.get("/hello")
+                got: list[bytes] = []
+                waiting = threading.Thread(
+                    target=lambda: got.append(http.get("/hello", timeout=5).content)
+                )
+                waiting.start()
+                time.sleep(0.05)
+                assert not got
+                _release(server, loop)
+                assert list(chunks) == [b"second"]
+            waiting.join(5)
+            assert got == [b"hello"]
+        assert server.connections == 1  # the waiter took the freed connection

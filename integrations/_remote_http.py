@@ -17,7 +17,11 @@ it, so the backend notices a restart without asking.
 
 Each path's absolute URL is merged with the base URL once (by httpx itself) and kept: httpx
 parses and merges a relative path on every request, a twentieth of a served call's
-client CPU.
+client CPU. To a plain-HTTP server with no proxy from the environment in the way, the
+requests go over kvgov's own HTTP/1.1 transports (``integrations._http11``), handed to
+them directly: httpcore and h11 per read, and the client's cookie jar, auth and redirect
+layers per request, were over half of a served call's client CPU and most of a streamed
+token's. Elsewhere (https, a proxy, a transport passed in) httpx's client sends them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.request
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -84,9 +89,14 @@ class Transport:
             "verify": httpx.create_ssl_context(),
         }
         self._async_transport = async_transport
-        plain = self.base_url.startswith("http://")  # httpx's own transport for https
-        if transport is None and plain:
-            transport = Http11Transport(limits)
+        self._headers = headers
+        self._timeouts = timeout.as_dict()
+        # Plain HTTP with no proxy in the way: kvgov's own HTTP/1.1 transport (module
+        # docstring), sent to directly; otherwise httpx's, through its client.
+        self._lean = self.base_url.startswith("http://") and not _proxied(self.base_url)
+        self._direct: Http11Transport | None = None
+        if transport is None and self._lean:
+            transport = self._direct = Http11Transport(limits)
         self._client = httpx.Client(transport=transport, **self._options)
         self._urls: dict[str, httpx.URL] = {}
         self._lock = threading.Lock()
@@ -102,7 +112,7 @@ class Transport:
         attempt = 1
         while True:
             try:
-                response = self._client.request(method, self.url(path), json=json)
+                response = self._send(method, path, json)
             except httpx.TransportError as exc:
                 if self._retry(exc, None, idempotent, attempt):
                     time.sleep(self.retries.delay(attempt))
@@ -115,16 +125,40 @@ class Transport:
                 continue
             return self.checked(response)
 
+    def _send(self, method: str, path: str, json: Any) -> httpx.Response:
+        if self._direct is None:
+            return self._client.request(method, self.url(path), json=json)
+        request = self._request(method, path, json)
+        response = self._direct.handle_request(request)
+        response.request = request
+        try:
+            response.read()
+        finally:
+            response.close()
+        return response
+
+    def _request(self, method: str, path: str, json: Any) -> httpx.Request:
+        """The request as the client would build it, less what kvgov serve never uses:
+        cookies (httpx parses each answer's through urllib's cookie jar), auth flows,
+        redirects and event hooks; a tenth of a served call's client CPU."""
+        return httpx.Request(
+            method,
+            self.url(path),
+            json=json,
+            headers=self._headers,
+            extensions={"timeout": self._timeouts},
+        )
+
     # -- async ----------------------------------------------------------------------------
     async def arequest(
         self, method: str, path: str, *, json: Any = None, idempotent: bool | None = None
     ) -> httpx.Response:
         idempotent = method == "GET" if idempotent is None else idempotent
-        client = self._aclient()
+        entry = self._aclient()
         attempt = 1
         while True:
             try:
-                response = await client.request(method, self.url(path), json=json)
+                response = await self._asend(entry, method, path, json)
             except httpx.TransportError as exc:
                 if self._retry(exc, None, idempotent, attempt):
                     await asyncio.sleep(self.retries.delay(attempt))
@@ -141,12 +175,16 @@ class Transport:
     async def astream(self, path: str, *, json: Any) -> AsyncIterator[AsyncIterator[str]]:
         """POST ``json`` and yield the answer's lines. Only connecting is retried (and
         only as ``request`` retries a POST): once sent, a stream is never sent again."""
-        client = self._aclient()
-        request = client.build_request("POST", self.url(path), json=json)
+        entry = self._aclient()
+        request = self._request("POST", path, json)
         attempt = 1
         while True:
             try:
-                response = await client.send(request, stream=True)
+                if entry.direct is None:
+                    response = await entry.client.send(request, stream=True)
+                else:
+                    response = await entry.direct.handle_async_request(request)
+                    response.request = request
                 break
             except httpx.TransportError as exc:
                 if self._retry(exc, None, False, attempt):
@@ -161,6 +199,18 @@ class Transport:
             yield _lines(response, self)
         finally:
             await response.aclose()  # a consumer that stopped early: the server aborts
+
+    async def _asend(self, entry: _LoopClient, method: str, path: str, json: Any) -> httpx.Response:
+        if entry.direct is None:
+            return await entry.client.request(method, self.url(path), json=json)
+        request = self._request(method, path, json)
+        response = await entry.direct.handle_async_request(request)
+        response.request = request
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     # -- both -----------------------------------------------------------------------------
     def url(self, path: str) -> httpx.URL:
@@ -211,18 +261,19 @@ class Transport:
             return idempotent or isinstance(exc, _NOT_SENT)
         return idempotent and status in _RETRY_STATUS
 
-    def _aclient(self) -> httpx.AsyncClient:
+    def _aclient(self) -> _LoopClient:
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._aclients.get(loop)
             if entry is None:
                 transport = self._async_transport
-                if transport is None and self.base_url.startswith("http://"):
-                    transport = AsyncHttp11Transport(self._options["limits"])
+                direct = None
+                if transport is None and self._lean:
+                    transport = direct = AsyncHttp11Transport(self._options["limits"])
                 client = httpx.AsyncClient(transport=transport, **self._options)
-                entry = self._aclients[loop] = _LoopClient(client)
+                entry = self._aclients[loop] = _LoopClient(client, direct)
                 entry.start()
-        return entry.client
+        return entry
 
 
 class HttpLifecycle:
@@ -257,10 +308,11 @@ class _LoopClient:
     generators: the loop tracks ``_closer`` from its first step and calls its
     ``aclose`` then, which runs the ``finally``."""
 
-    __slots__ = ("_closer", "client")
+    __slots__ = ("_closer", "client", "direct")
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, direct: AsyncHttp11Transport | None) -> None:
         self.client = client
+        self.direct = direct  # the client's transport, sent to directly (Transport._request)
         self._closer = self._close_at_shutdown()
 
     def start(self) -> None:
@@ -275,6 +327,15 @@ class _LoopClient:
             yield
         finally:
             await self.client.aclose()
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment names a proxy for ``url`` (``HTTP_PROXY``/``ALL_PROXY`` and
+    no ``NO_PROXY`` match): httpx's client then sends through it, as it always has."""
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(httpx.URL(url).host)
 
 
 async def _lines(response: httpx.Response, transport: Transport) -> AsyncIterator[str]:

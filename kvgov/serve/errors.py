@@ -194,7 +194,7 @@ def validation_error(exc: RequestValidationError) -> ApiError:
         )
     if kind in ("invalid", "unsupported"):
         return ApiError(400, str(ctx.get("message", error["msg"])), code=kind, param=param)
-    if kind == "model_attributes_type" and param is None:
+    if kind in ("model_attributes_type", "model_type") and param is None:
         return ApiError(
             400,
             "the body must be one JSON object, sent with Content-Type: application/json",

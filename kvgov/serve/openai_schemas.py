@@ -18,9 +18,19 @@ never read back, and the openai client accepts any extra field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 __all__ = [
@@ -31,9 +41,11 @@ __all__ = [
     "StreamOptions",
     "TokenizeRequest",
     "invalid",
+    "read_body",
     "unsupported",
 ]
 
+B = TypeVar("B", bound=BaseModel)
 _MAX_SEED = 2**64
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -227,3 +239,33 @@ class TokenizeRequest(_Body):
 class DetokenizeRequest(_Body):
     model: StrictStr | None = None
     tokens: list[Annotated[int, Field(ge=0)]]
+
+
+async def read_body(request: Request, model: type[B]) -> B:
+    """The request's body as ``model``, decided as FastAPI decides a body parameter (JSON
+    when the content type says so; none, or another type, is not an object) and parsed
+    from the bytes in one step; errors as FastAPI raises them."""
+    raw = await request.body()
+    if not raw:
+        raise RequestValidationError([_body_error("missing", "Field required")])
+    if not _is_json(request.headers.get("content-type")):
+        message = "Input should be a valid dictionary or object to extract fields from"
+        raise RequestValidationError([_body_error("model_attributes_type", message)])
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def _body_error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": kind, "loc": ("body",), "msg": message, "input": None}
+
+
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    kind = content_type.partition(";")[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )

@@ -402,3 +402,29 @@ def test_sync_the_pool_limit_holds_across_threads() -> None:
             waiting.join(5)
             assert got == [b"hello"]
         assert server.connections == 1  # the waiter took the freed connection
+
+
+# -- where RemoteBackend uses it ----------------------------------------------------------
+def test_the_lean_transport_serves_plain_http_and_leaves_proxies_and_https_to_httpx(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from integrations._remote_http import Retries, Transport
+
+    def transport(url: str) -> Transport:
+        return Transport(
+            url,
+            api_key=None,
+            timeout=httpx.Timeout(5),
+            retries=Retries(),
+            limits=httpx.Limits(),
+            name="test",
+        )
+
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(transport("http://127.0.0.1:8000")._direct, Http11Transport)
+    assert transport("https://gpu-box:8000")._direct is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert transport("http://gpu-box:8000")._direct is None  # httpx's client proxies it
+    monkeypatch.setenv("NO_PROXY", "gpu-box")
+    assert isinstance(transport("http://gpu-box:8000")._direct, Http11Transport)

@@ -4,6 +4,7 @@ over real sockets (a uvicorn server on 127.0.0.1), unchanged: only ``base_url`` 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -219,3 +220,23 @@ def test_langchain_chat_openai_invokes_and_streams(server: tuple[str, LocalBacke
         joined = joined + piece
     assert joined.usage_metadata is not None and joined.usage_metadata["output_tokens"] == 6
     assert idle_metrics(backend).num_blocks_in_use == 0
+
+
+def test_remote_backend_sends_its_key_on_every_route(server: tuple[str, LocalBackend]) -> None:
+    """RemoteBackend's own HTTP/1.1 transport carries the key (and without it, 401)."""
+    from governor import BackendError, GenerationRequest
+    from integrations.remote_backend import RemoteBackend
+
+    url, _ = server
+    request = GenerationRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    with RemoteBackend(url, api_key=KEY) as remote:
+        assert remote.generate(request).completion_tokens == 2
+        assert remote.capacity().num_blocks > 0
+
+        async def streamed() -> int:
+            return sum([len(c.token_ids) async for c in remote.astream(request)])
+
+        assert asyncio.run(streamed()) == 2
+    with RemoteBackend(url, api_key="sk-wrong") as remote, pytest.raises(BackendError) as refused:
+        remote.generate(request)
+    assert type(refused.value).__name__ == "AuthenticationError"

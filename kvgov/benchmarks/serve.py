@@ -33,19 +33,20 @@ figures with what a wrong figure would break (the overhead's engine instances an
 answers, tokens per call, totals per run, the server's state after the runs, its process
 id) for the benchmark's test.
 
-Where the time goes, on a shared 2-core CPU host: a 16-token call takes 200-600 ms of
-engine time whose scatter swamps a 2 ms target unless the host is quiet. Measured per
-call in the child (CPU and context switches of each thread, 30-100 calls each way): the
-in-process caller spends 0.7 ms of CPU (tokenizing, the hand-off to the engine thread),
-the server's event loop about 1.9 ms under load (uvicorn, FastAPI, the model call's
-bookkeeping, JSON; uvicorn's access log about 0.2 ms of it) and the client 1.3-1.6 ms
-(httpx). The served call no longer queues through a worker thread (0.4-0.5 ms of CPU a
-call): ``agenerate`` puts it on the engine thread's queue itself. Since the call waits
-on ``LocalBackend.agenerate`` (one wake-up of the event loop per call, not one per token)
-and tokenizes its prompt once, the served call makes 5-8 more voluntary context switches
-than the in-process one, against 50-100 before. Streaming costs the client about 0.2 ms
-of CPU per token (httpx's lines, one JSON event each) and the server's event loop under
-0.1 ms; the engine's threads spend the same CPU either way.
+Where the time goes, on a shared 2-core CPU host: a 16-token call takes 70-600 ms of
+engine time whose scatter (one pair's difference: about 10 ms on a quiet host) swamps a
+2 ms target unless the host is quiet, hence 301 pairs (a standard error of about 0.7 ms).
+Measured per call (CPU of each thread, 300 calls): the in-process caller spends 0.7 ms
+of CPU (tokenizing, the hand-off to the engine thread), the server's event loop about
+1.0-1.2 ms (uvicorn, FastAPI's routing, the model call's bookkeeping, JSON; uvicorn's
+access log about 0.1 ms of it; the generation routes parse their body in one pydantic
+step, ``openai_schemas.read_body``) and the client 0.53 ms (``RemoteBackend.generate``
+over kvgov's own HTTP/1.1 transport, ``integrations._http11``; 1.3 ms through httpx's
+client and httpcore). The served call waits on ``LocalBackend.agenerate`` (one wake-up
+of the event loop per call, not one per token) and tokenizes its prompt once. Streaming
+costs the client about 0.075 ms of CPU per token (0.18 ms through httpcore and anyio:
+a selector registration, a timeout scope and h11 per read) and the server's event loop
+under 0.1 ms; the engine's threads spend the same CPU either way.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class ServeSizes:
     def of(cls, *, quick: bool) -> ServeSizes:
         if quick:
             return cls(pairs=3, stream_tokens=16, stream_pairs=1, governed_pairs=2, warmups=1)
-        return cls(pairs=101, stream_tokens=64, stream_pairs=8, governed_pairs=21, warmups=3)
+        return cls(pairs=301, stream_tokens=64, stream_pairs=8, governed_pairs=21, warmups=3)
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httptools
 import httpx
@@ -361,22 +362,36 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(_Expired())
 
 
-class _Body(httpx.AsyncByteStream):
-    """An answer's body as it arrives; closing it returns or closes the connection."""
+class _Hold:
+    """An answer's hold on its connection: ended once, it returns the connection to the
+    pool when the answer was read whole, and closes it otherwise."""
 
     def __init__(
         self,
-        pool: AsyncHttp11Transport,
-        connection: _Connection,
+        pool: AsyncHttp11Transport | Http11Transport,
+        connection: _Connection | _SyncConnection,
         key: tuple[str, int],
         timeout: float | None,
         request: httpx.Request,
     ) -> None:
         self._pool = pool
-        self._connection: _Connection | None = connection
+        self._connection: Any = connection
         self._key = key
         self._timeout = timeout
         self._request = request
+
+    def _end(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if connection.whole:
+            self._pool._checkin(self._key, connection)
+        else:
+            self._pool._discard(connection)
+
+
+class _Body(_Hold, httpx.AsyncByteStream):
+    """An answer's body as it arrives, on the event loop."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         connection = self._connection
@@ -390,13 +405,7 @@ class _Body(httpx.AsyncByteStream):
             raise
 
     async def aclose(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        if connection.whole:
-            self._pool._checkin(self._key, connection)
-        else:
-            self._pool._discard(connection)
+        self._end()
 
 
 class Http11Transport(httpx.BaseTransport):
@@ -578,22 +587,8 @@ class _SyncConnection(_Answer):
             raise self._error
 
 
-class _SyncBody(httpx.SyncByteStream):
-    """An answer's body as it arrives; closing it returns or closes the connection."""
-
-    def __init__(
-        self,
-        pool: Http11Transport,
-        connection: _SyncConnection,
-        key: tuple[str, int],
-        timeout: float | None,
-        request: httpx.Request,
-    ) -> None:
-        self._pool = pool
-        self._connection: _SyncConnection | None = connection
-        self._key = key
-        self._timeout = timeout
-        self._request = request
+class _SyncBody(_Hold, httpx.SyncByteStream):
+    """An answer's body as it arrives, on the thread that reads it."""
 
     def __iter__(self) -> Iterator[bytes]:
         connection = self._connection
@@ -607,13 +602,7 @@ class _SyncBody(httpx.SyncByteStream):
             raise
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        if connection.whole:
-            self._pool._checkin(self._key, connection)
-        else:
-            self._pool._discard(connection)
+        self._end()
 
 
 def _key(request: httpx.Request, closed: bool) -> tuple[str, int]:

@@ -298,7 +298,7 @@ class Engine:
         request.finish_time = time.perf_counter()
         if request.retain:
             self._record(request)
-            self.retained.retain(request.budget)  # type: ignore[arg-type]
+            request.num_retained_tokens = self.retained.retain(request.budget)  # type: ignore[arg-type]
         return self._final_output(request, (token,), new_text)
 
     def _record(self, request: Request) -> None:
@@ -360,6 +360,11 @@ class Engine:
             num_preemptions=request.num_preemptions,
             time_to_first_token_s=ttft,
             latency_s=(request.finish_time or time.perf_counter()) - request.arrival_time,
+            num_retained_tokens=(
+                request.num_retained_tokens
+                if request.budget in self.retained.held_budgets()
+                else 0  # the hold gave way already (``reclaim``)
+            ),
         )
 
     def _request(self, request_id: str) -> Request:

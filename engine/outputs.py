@@ -42,6 +42,7 @@ class Completion:
     num_preemptions: int
     time_to_first_token_s: float | None
     latency_s: float
+    num_retained_tokens: int = 0  # held as it finished (``retain=True``): its context's KV
 
 
 @dataclass(frozen=True, slots=True)

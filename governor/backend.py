@@ -90,6 +90,9 @@ class GenerationResult:
     # The prompt as the engine saw it, where the backend knows it (LocalBackend, kvgov
     # serve); () elsewhere. Not compared: backends that do not know it give equal results.
     prompt_token_ids: tuple[int, ...] = field(default=(), compare=False)
+    # Tokens of its context the backend held as it finished (``GenerationRequest.retain``);
+    # 0 where none was asked for or made.
+    retained_tokens: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,6 +225,7 @@ class ModelCalls:
 
     def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
+        lease.retained_at_finish = result.retained_tokens
         lease.num_calls += 1
         self._publish(
             "call.finished",

@@ -142,7 +142,7 @@ class IdleKeeper:
             self._timer(0, self._hold, lease, idle, True)
         elif hold:
             held = self._hold(lease, idle, False)
-        elif self.holds_at_finish and self.needs_backend(lease, budget_open=budget_open):
+        elif lease.retained_at_finish and self.needs_backend(lease, budget_open=budget_open):
             if defer_hold:  # the last call's hold, not kept: ended
                 self._timer(0, self._end_hold_at_finish, lease, True)
             else:
@@ -278,14 +278,15 @@ class IdleKeeper:
         """Hold the lease's KV for this idle period, unless the period is over already;
         True when held. Deferred (on the deadline thread), a hold the backend refuses is
         not made (it saves a recompute, nobody waits for it; its error is counted in
-        ``unwaited``), and pressure is relieved here; otherwise by the caller."""
+        ``unwaited``), and pressure is relieved here; otherwise by the caller. A context
+        the backend held as the call finished is kept as it is: no backend call."""
         try:
             with self._backend:
                 with self._lock:
                     current = self._idle.get(lease) is idle and lease.released_at is None
-                tokens = 0
+                    tokens, lease.retained_at_finish = lease.retained_at_finish, 0
                 try:
-                    if current:
+                    if current and not tokens:
                         tokens = self.backend.retain(budget=lease.budget)
                 except BackendError as exc:
                     if not deferred:
@@ -317,8 +318,9 @@ class IdleKeeper:
         (the hold then ends with the budget's next call or its close)."""
         with self._backend:
             with self._lock:
+                held, lease.retained_at_finish = lease.retained_at_finish, 0
                 kept = lease in self._holding or lease.released_at is not None
-            if kept:
+            if kept or not held:
                 return
             try:
                 self.backend.release_retained(budget=lease.budget)

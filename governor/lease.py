@@ -52,6 +52,9 @@ class Lease:
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
     tool: str | None = None  # the tool it waits on, if any
     num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)
+    # What the backend held as the latest call finished (GenerationResult.retained_tokens),
+    # until an idle period keeps it or the next call starts.
+    retained_at_finish: int = 0
     kv_offloaded: bool = False  # that KV sits in host memory until its next call
     num_compactions: int = 0
     tokens_compacted: int = 0  # tokens removed from its prompts by compaction

@@ -482,6 +482,7 @@ def _result(completion: Completion) -> GenerationResult:
         completion_tokens=len(completion.token_ids),
         cached_tokens=completion.num_cached_tokens,
         prompt_token_ids=tuple(completion.prompt_token_ids),
+        retained_tokens=completion.num_retained_tokens,
     )
 
 

@@ -7,7 +7,8 @@ gets (``integrations.openai_backend``); ``body_of`` adds kvgov serve's: it asks 
 ``return_token_ids`` (the ids, not a re-tokenization of the text) and carries the
 extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``, ``retain``). The finish
 reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
-budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``.
+budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``; the tokens a
+``retain`` call's context held from ``usage.kvgov_retained_tokens``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def result_of(answer: Mapping[str, Any], *, backend: str) -> GenerationResult:
         prompt_token_ids=tuple(
             answer.get("prompt_token_ids") or choice.get("prompt_token_ids") or ()
         ),
+        retained_tokens=int(usage.get("kvgov_retained_tokens") or 0),
     )
 
 
@@ -153,6 +155,7 @@ class StreamState:
             prompt_tokens=int(self.usage.get("prompt_tokens", 0)),
             completion_tokens=int(self.usage.get("completion_tokens", 0)),
             cached_tokens=_cached(self.usage),
+            retained_tokens=int(self.usage.get("kvgov_retained_tokens") or 0),
         )
 
 

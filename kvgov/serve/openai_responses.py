@@ -6,7 +6,8 @@ kvgov adds to each choice ``kvgov_finish_reason`` (``stop``, ``length``, ``ceili
 ``budget`` or ``abort``; OpenAI's ``finish_reason`` says ``length`` for a ceiling or a
 budget) and, with ``return_token_ids``, vLLM's ``token_ids`` on the choice and
 ``prompt_token_ids`` (on the response for chat, on the choice for completions, as vLLM
-puts them; streamed: on the first chunk, and each chunk's ``token_ids`` are its own).
+puts them; streamed: on the first chunk, and each chunk's ``token_ids`` are its own);
+a call with ``retain`` has ``usage.kvgov_retained_tokens``, the tokens held as it ended.
 
 Streaming: the chunks carry the text as the engine makes it; the one with
 ``finish_reason`` carries ``kvgov_finish_reason``; with ``stream_options.include_usage``
@@ -37,12 +38,15 @@ def finish_reason(kvgov_reason: str) -> str:
 
 
 def usage(result: GenerationResult) -> dict[str, Any]:
-    return {
+    counts: dict[str, Any] = {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "total_tokens": result.prompt_tokens + result.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
     }
+    if result.retained_tokens:  # a call with ``retain``: what the engine held as it ended
+        counts["kvgov_retained_tokens"] = result.retained_tokens
+    return counts
 
 
 def _envelope(call: ModelCall, *, chunk: bool) -> dict[str, Any]:

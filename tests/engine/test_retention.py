@@ -302,7 +302,8 @@ def test_retain_at_finish_is_a_hold_like_any_other(
 ) -> None:
     engine = make_engine(llama_dir)
     engine.open_budget("agent", 20)
-    engine.generate(prompts[5], GREEDY, budget="agent", retain=True)
+    done = engine.generate(prompts[5], GREEDY, budget="agent", retain=True)[0]
+    assert done.num_retained_tokens == 80  # what the completion says was held
     assert engine.retained.held_budgets() == {"agent"}
     assert engine.metrics().num_blocks_in_use == 5  # 90 tokens computed: 5 full blocks
     assert engine.retain("agent") == 80  # kept as it is: the same 5 blocks

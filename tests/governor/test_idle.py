@@ -271,11 +271,19 @@ def test_a_tool_expected_to_run_long_holds_nothing(backend: Served) -> None:
     _assert_released(backend)
 
 
-def test_the_engine_holds_a_calls_context_as_it_finishes() -> None:
+def test_the_engine_holds_a_calls_context_as_it_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """In process, the engine holds a call's context in the step that finishes it, so no
-    other request's allocation evicts it before a tool call holds it (the hold the tool
-    call makes keeps it: the same blocks); a next call takes it over; release ends it."""
+    other request's allocation evicts it before a tool call holds it; the tool call keeps
+    that hold as it is, with no call to the engine; a next call takes it over; release
+    ends it."""
     backend = LocalBackend(config={"num_blocks": 64, "block_size": 16})
+    retains: list[str] = []
+    retain = backend.retain
+    monkeypatch.setattr(
+        backend, "retain", lambda *, budget: retains.append(budget) or retain(budget=budget)
+    )
     try:
         for retain_s, held in ((30, True), (0, False)):
             config = GovernorConfig(park_after_s=0, retain_s=retain_s)
@@ -292,6 +300,7 @@ def test_the_engine_holds_a_calls_context_as_it_finishes() -> None:
                         assert backend.metrics().num_blocks_in_use == in_use
                 governor.complete(lease, TASK, max_tokens=12)
             _assert_released(backend)
+            assert retains == []  # held at finish, or not held at all: retain never called
     finally:
         backend.close()
 

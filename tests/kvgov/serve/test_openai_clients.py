@@ -240,3 +240,31 @@ def test_remote_backend_sends_its_key_on_every_route(server: tuple[str, LocalBac
     with RemoteBackend(url, api_key="sk-wrong") as remote, pytest.raises(BackendError) as refused:
         remote.generate(request)
     assert type(refused.value).__name__ == "AuthenticationError"
+
+
+def test_a_retain_call_says_what_the_engine_held(server: tuple[str, LocalBackend]) -> None:
+    """``retain`` holds the context as the call ends; ``usage.kvgov_retained_tokens`` says
+    how much, and RemoteBackend reads it (sync and streamed) so the governor need not ask."""
+    from governor import GenerationRequest
+    from integrations.remote_backend import RemoteBackend
+
+    url, _ = server
+    with RemoteBackend(url, api_key=KEY) as remote:
+        remote.open_budget("held", max_blocks=16)
+        words = " ".join(f"w{i}" for i in range(40))
+        request = GenerationRequest(
+            messages=[{"role": "user", "content": words}], max_tokens=4, budget="held", retain=True
+        )
+        result = remote.generate(request)
+        assert result.retained_tokens > 0
+        assert result.retained_tokens == (result.prompt_tokens + 3) // 16 * 16  # full blocks
+
+        async def streamed() -> int:
+            chunks = [c async for c in remote.astream(request)]
+            assert chunks[-1].result is not None
+            return chunks[-1].result.retained_tokens
+
+        assert asyncio.run(streamed()) == result.retained_tokens
+        plain = remote.generate(GenerationRequest(messages=request.messages, max_tokens=4))
+        assert plain.retained_tokens == 0
+        remote.close_budget("held")

@@ -141,11 +141,8 @@ class Engine:
         cache_salt: str | None = None,
         retain: bool = False,
     ) -> str:
-        """Queue a request; refuse it at once (typed error) if it can never fit.
-
-        ``retain`` (a budget's request only) holds its context as ``retain`` does, in the
-        step that finishes it: no other request's allocation can evict it first, as one
-        could between the finish and a later ``retain`` call on a full pool."""
+        """Queue a request; refuse it at once (typed error) if it can never fit. ``retain``
+        (a budget's request): ``retain`` its context in the step that finishes it."""
         sampling = sampling or SamplingParams()
         if retain and budget is None:
             raise InvalidRequestError("retain holds a budget's context: set budget too")
@@ -298,17 +295,11 @@ class Engine:
         request.finish_time = time.perf_counter()
         if request.retain:
             self._record(request)
-            request.num_retained_tokens = self.retained.retain(request.budget)  # type: ignore[arg-type]
+            self.retained.retain(request.budget)  # type: ignore[arg-type]
         return self._final_output(request, (token,), new_text)
 
-    def _record(self, request: Request) -> None:
-        """The request's context is its budget's latest (what ``retain`` holds)."""
-        self.retained.record(
-            request.budget,  # type: ignore[arg-type]
-            request.token_ids,
-            request.cache_salt,
-            request.num_shared_blocks,
-        )
+    def _record(self, r: Request) -> None:  # the budget's latest context: what retain holds
+        self.retained.record(r.budget, r.token_ids, r.cache_salt, r.num_shared_blocks)  # type: ignore[arg-type]
 
     def _final_output(
         self, request: Request, tokens: tuple[int, ...], new_text: str = ""
@@ -360,11 +351,8 @@ class Engine:
             num_preemptions=request.num_preemptions,
             time_to_first_token_s=ttft,
             latency_s=(request.finish_time or time.perf_counter()) - request.arrival_time,
-            num_retained_tokens=(
-                request.num_retained_tokens
-                if request.budget in self.retained.held_budgets()
-                else 0  # the hold gave way already (``reclaim``)
-            ),
+            # 0 where the hold gave way already (``reclaim``)
+            num_retained_tokens=self.retained.num_tokens(request.budget) if request.retain else 0,  # type: ignore[arg-type]
         )
 
     def _request(self, request_id: str) -> Request:

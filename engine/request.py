@@ -50,7 +50,6 @@ class Request:
     num_preemptions: int = 0
     held: bool = False  # offloaded on request: not swapped back in until restored
     retain: bool = False  # its context is held once it finishes (``Engine.add_request``)
-    num_retained_tokens: int = 0  # what that hold took, when it finished
     stop_text: str | None = None  # the stop string that ended it, if any
     output_text: str = ""
     first_token_time: float | None = None

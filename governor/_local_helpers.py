@@ -1,7 +1,7 @@
 """``LocalBackend``'s engine-free helpers: the commands it queued without waiting, which
-prompts are tokenized on the engine thread, and the engine's metrics and capacity as the
-governor's types (read by attribute, so this module imports nothing of engine/; the
-layering rules keep that to ``governor.local_backend``)."""
+prompts are tokenized on the engine thread, and the engine's metrics, capacity and
+completions as the governor's types (read by attribute, so this module imports nothing
+of engine/; the layering rules keep that to ``governor.local_backend``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import fields
 from typing import Any
 
-from governor.backend import BackendCapacity, BackendMetrics, GenerationRequest
+from governor.backend import (
+    BackendCapacity,
+    BackendMetrics,
+    GenerationRequest,
+    GenerationResult,
+)
 from governor.errors import ConfigError
 
 __all__ = [
@@ -21,6 +26,7 @@ __all__ = [
     "backend_metrics",
     "check_settings",
     "config_and_engine",
+    "generation_result",
     "is_short_prompt",
     "merge_queued",
 ]
@@ -117,3 +123,17 @@ def merge_queued(
             return text, token_ids, item
         text, token_ids = text + item.new_text, token_ids + item.new_token_ids
     return text, token_ids, None
+
+
+def generation_result(completion: Any) -> GenerationResult:
+    """An engine ``Completion`` as the governor's result."""
+    return GenerationResult(
+        text=completion.text,
+        token_ids=completion.token_ids,
+        finish_reason=completion.finish_reason.value,
+        prompt_tokens=len(completion.prompt_token_ids),
+        completion_tokens=len(completion.token_ids),
+        cached_tokens=completion.num_cached_tokens,
+        prompt_token_ids=tuple(completion.prompt_token_ids),
+        retained_tokens=completion.num_retained_tokens,
+    )

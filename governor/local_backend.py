@@ -54,6 +54,7 @@ from governor._local_helpers import (
     backend_metrics,
     check_settings,
     config_and_engine,
+    generation_result,
     is_short_prompt,
     merge_queued,
 )
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.engine_loop import EngineLoop, Submission
     from engine.loop_snapshot import LoopSnapshot
-    from engine.outputs import Completion, EngineSnapshot, KVSnapshot
+    from engine.outputs import EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
     from engine.tokenizer import Tokenizer
 
@@ -100,9 +101,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     passed in can be wrapped again.
     """
 
-    # ``GenerationRequest.retain`` is honoured: the engine holds the context in the step
-    # that finishes the call (a backend without this attribute ignores the field).
-    retains_at_finish = True
+    retains_at_finish = True  # GenerationRequest.retain: held in the step ending the call
 
     def __init__(
         self,
@@ -326,7 +325,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         prompt, sampling, options = self._prepare(request)
         self._check_open()
         completion = self._translated(self._loop.generate, prompt, sampling, **options)
-        return _result(completion)
+        return generation_result(completion)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         """The whole answer; cancelling the call aborts the request. Only the request's
@@ -351,7 +350,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         if isinstance(item, BaseException):
             reraise(item, backend=_NAME, engine_errors=_engine_errors())
         assert submission.stream is not None  # added before its end was sunk
-        return _result(submission.stream.result())
+        return generation_result(submission.stream.result())
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """A chunk per engine step with new tokens, then one with only the ``result``; a
@@ -384,7 +383,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                     # The loop's end marker: it comes after the completion was set.
                     finished = True
                     assert submission.stream is not None  # added before its end was sunk
-                    yield GenerationChunk("", (), _result(submission.stream.result()))
+                    yield GenerationChunk("", (), generation_result(submission.stream.result()))
                     return
                 text, token_ids, later = merge_queued(items, item, RequestOutput)
                 if token_ids or text:
@@ -445,9 +444,8 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             "budget": request.budget,
             "cache_salt": request.cache_salt,
             "priority": request.priority,
+            "retain": request.retain and request.budget is not None,
         }
-        if request.retain and request.budget is not None:
-            options["retain"] = True
         return sampling, options
 
     def _encode(self, prompt: str | Sequence[int]) -> _Prompt:
@@ -471,19 +469,6 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             return fn(*args, **kwargs)
         except EngineError as exc:
             reraise(exc, backend=_NAME, engine_errors=_engine_errors())
-
-
-def _result(completion: Completion) -> GenerationResult:
-    return GenerationResult(
-        text=completion.text,
-        token_ids=completion.token_ids,
-        finish_reason=completion.finish_reason.value,
-        prompt_tokens=len(completion.prompt_token_ids),
-        completion_tokens=len(completion.token_ids),
-        cached_tokens=completion.num_cached_tokens,
-        prompt_token_ids=tuple(completion.prompt_token_ids),
-        retained_tokens=completion.num_retained_tokens,
-    )
 
 
 @functools.cache

@@ -40,7 +40,8 @@ import httpx
 from typing_extensions import Self
 
 from governor import BackendUnavailable
-from integrations._http11 import AsyncHttp11Transport, Http11Transport
+from integrations._http11_async import AsyncHttp11Transport
+from integrations._http11_sync import Http11Transport
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from integrations._http11 import AsyncHttp11Transport, Http11Transport
+from integrations._http11_async import AsyncHttp11Transport
+from integrations._http11_sync import Http11Transport
 
 Writer = asyncio.StreamWriter
 

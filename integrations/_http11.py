@@ -52,9 +52,13 @@ class PoolLimits:
 
 
 class _Pool(Protocol):
-    def _checkin(self, key: tuple[str, int], connection: Any) -> None: ...
+    """What a ``Hold`` hands its connection back to: either transport's pool."""
 
-    def _discard(self, connection: Any) -> None: ...
+    def _checkin(self, key: tuple[str, int], connection: Any) -> None:
+        """Keep the connection for the next request, or close it."""
+
+    def _discard(self, connection: Any) -> None:
+        """Close the connection and free its slot."""
 
 
 class Answer:
@@ -105,6 +109,15 @@ class Answer:
             chunk += self._chunks.popleft()
         self._buffered = 0
         return chunk
+
+    def response(self, stream: httpx.SyncByteStream | httpx.AsyncByteStream) -> httpx.Response:
+        """The answer's head as httpx's response, its body read through ``stream``."""
+        return httpx.Response(
+            self.status,
+            headers=self.headers,
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": self.reason},
+        )
 
     @property
     def whole(self) -> bool:

@@ -42,12 +42,7 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
         except BaseException:
             self._discard(connection)
             raise
-        return httpx.Response(
-            connection.status,
-            headers=connection.headers,
-            stream=_Body(self, connection, key, timeouts.get("read"), request),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason},
-        )
+        return connection.response(_Body(self, connection, key, timeouts.get("read"), request))
 
     async def aclose(self) -> None:
         self._closed = True
@@ -255,7 +250,7 @@ class _Connection(Answer, asyncio.Protocol):
 
 
 class _Expired(Exception):
-    pass
+    """A read's timer went off before the loop handed over any bytes."""
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

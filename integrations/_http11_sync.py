@@ -45,12 +45,7 @@ class Http11Transport(httpx.BaseTransport):
         except BaseException:
             self._discard(connection)
             raise
-        return httpx.Response(
-            connection.status,
-            headers=connection.headers,
-            stream=_SyncBody(self, connection, key, timeouts.get("read"), request),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": connection.reason},
-        )
+        return connection.response(_SyncBody(self, connection, key, timeouts.get("read"), request))
 
     def close(self) -> None:
         with self._lock:

@@ -48,10 +48,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., size] -> [..., size]
+        # transformers' arithmetic in five ops: F.rms_norm runs about ten on a CPU
+        # (torch 2.13), and a cold 8-prompt generate took 1-5% longer with it, paired
+        # runs. The product commutes element by element: x * r * w is w * (x * r).
         if x.dtype == self.weight.dtype == torch.float32:
-            # The same float32 arithmetic in one op instead of six (bit for bit the
-            # steps below; ~20 us a call less on a CPU, 9 calls a step here).
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
         dtype = x.dtype
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -158,7 +159,9 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, H] -> [T, H]
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # 2 x [T, I]
-        return self.down_proj(F.silu(gate) * up)
+        # In place on the projection's own output (no gradients here): two [T, I]
+        # tensors fewer to allocate and write, the same values.
+        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
 
 
 class LlamaDecoderLayer(nn.Module):

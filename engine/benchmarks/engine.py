@@ -49,6 +49,7 @@ __all__ = ["ColdRun", "run", "time_cold"]
 
 _BENCH = "engine"
 _VOCAB_HIGH = 100_000  # stay below cl100k's special and unused ids
+_OURS_RUNS = 3  # cold runs of ours in a round of the comparison with transformers
 
 
 def run(*, quick: bool = False, seed: int = 0, device: str = "cpu") -> Iterator[Measurement]:
@@ -110,7 +111,7 @@ def _peak_reserved(engine: Engine) -> Measurement:
 
 @dataclass(frozen=True, slots=True)
 class ColdRun:
-    seconds: float  # median over the repeats
+    seconds: float  # the mean of the repeats: each run's noise counts, as in one long run
     token_ids: list[tuple[int, ...]]  # each prompt's output
     num_prompt_tokens: int  # per run
     num_cached_tokens: int  # prompt tokens taken from the prefix cache, over every run
@@ -120,7 +121,7 @@ def time_cold(
     engine: Engine, prompts: list[list[int]], sampling: SamplingParams, repeats: int
 ) -> ColdRun:
     """Serve ``prompts`` ``repeats`` times, each from an empty prefix cache (the reset is
-    not timed); raises if any prompt token came from the cache."""
+    not timed), and take the mean time; raises if any prompt token came from the cache."""
     times, tokens, cached = [], [], 0
     for _ in range(repeats):
         if not engine.reset_prefix_cache():
@@ -133,7 +134,7 @@ def time_cold(
     if cached:
         raise RuntimeError(f"{cached} prompt tokens came from the prefix cache in a cold run")
     return ColdRun(
-        seconds=statistics.median(times),
+        seconds=statistics.fmean(times),
         token_ids=tokens,
         num_prompt_tokens=sum(len(p) for p in prompts),
         num_cached_tokens=cached,
@@ -172,10 +173,14 @@ def _decode_rate(engine: Engine, prompts: list[list[int]], sampling: SamplingPar
 def _versus_transformers(
     engine: Engine, prompts: list[list[int]], greedy: SamplingParams, repeats: int
 ) -> Iterator[Measurement]:
-    """Rounds of one cold run of ours, then transformers' ``generate_batch``, then its
-    ``generate``, side by side: a host whose speed drifts over a minute (shared machines
-    here swung 2x) moves both sides of a round alike, and each figure is the median of the
-    rounds' ratios."""
+    """Rounds of ours, then transformers' ``generate_batch``, then its ``generate``, side
+    by side: a host whose speed drifts over a minute (shared machines here swung 2x) moves
+    both sides of a round alike, and each figure is the median of the rounds' ratios.
+
+    In a round ours is the mean of ``_OURS_RUNS`` cold runs back to back: one of ours
+    lasts about a tenth of transformers' ``generate``, so a pause of the host weighs ten
+    times more on it; three runs average over a comparable stretch (the mean, so every
+    pause still counts)."""
     num_new = greedy.max_tokens
     try:
         import transformers
@@ -237,7 +242,7 @@ def _versus_transformers(
     with torch.inference_mode():
         hf.generate(torch.tensor(prompts[:1], device=engine.device), generation_config=warm)
     for _ in range(repeats):
-        ours = time_cold(engine, prompts, greedy, 1)
+        ours = time_cold(engine, prompts, greedy, _OURS_RUNS)
         ours_s.append(ours.seconds)
         for metric, fn, _target, _what in systems:
             hf_s, hf_tokens = _timed(fn, 1)
@@ -259,7 +264,8 @@ def _versus_transformers(
                 f"{ours.num_prompt_tokens:,} prompt tokens cached): ours "
                 f"{statistics.median(ours_s):.2f} s, {what} "
                 f"{statistics.median(theirs_s[metric]):.2f} s (medians); the median of "
-                f"{repeats} rounds' ratios, each round ours then each transformers path"
+                f"{repeats} rounds' ratios, each round ours ({_OURS_RUNS} cold runs, their "
+                f"mean) then each transformers path once"
             ),
         )
 

@@ -73,25 +73,26 @@ def test_reset_prefix_cache_drops_what_nothing_holds(
 def test_versus_transformers_runs_side_by_side_rounds_on_the_same_tokens(
     engine: Engine, prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each round times one cold run of ours, then each transformers path, on outputs
-    checked equal; each figure is the median of the rounds' ratios, and its note says so."""
+    """Each round times ours (the mean of back-to-back cold runs), then each transformers
+    path, on outputs checked equal; each figure is the median of the rounds' ratios, and
+    its note says so."""
     pytest.importorskip("transformers.generation.configuration_utils")
     from engine.benchmarks import engine as bench
 
     greedy = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
-    cold_runs: list[float] = []
+    cold_runs: list[int] = []
     timed = bench.time_cold
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        run = timed(*args, **kwargs)
-        cold_runs.append(run.seconds)
-        return run
+    def counting(engine, prompts, sampling, repeats):  # type: ignore[no-untyped-def]
+        cold_runs.append(repeats)
+        return timed(engine, prompts, sampling, repeats)
 
     monkeypatch.setattr(bench, "time_cold", counting)
     figures = list(bench._versus_transformers(engine, prompts[:2], greedy, repeats=2))
     assert [m.metric for m in figures] == ["vs_hf_generate_batch", "vs_hf_generate"]
-    assert len(cold_runs) == 2  # one cold run of ours per round, none untimed in between
+    assert cold_runs == [bench._OURS_RUNS] * 2  # one timing of ours a round, all of it cold
     for m in figures:
         assert m.target == {"vs_hf_generate_batch": 3, "vs_hf_generate": 8}[m.metric]
         assert "the median of 2 rounds' ratios" in m.note
+        assert f"ours ({bench._OURS_RUNS} cold runs, their mean)" in m.note
         assert "0 of 256 prompt tokens cached" in m.note

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Iterable, Mapping
 from inspect import signature
 from types import MappingProxyType
@@ -198,9 +199,22 @@ def bench(
     )
     if json_lines:
         for measurement in measurements:
-            typer.echo(json.dumps(measurement.to_json()))
+            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
     else:
-        print_table(Console(), _table(measurements))
+        console, start = Console(), _host()
+        print_table(console, _table(measurements))
+        end = _host()
+        console.print(
+            f"[dim]host: {end['cpus']} CPUs, 1-minute load average {start['load_1m']:.2f} at "
+            f"the start, {end['load_1m']:.2f} at the end (ratios measured side by side hold "
+            "best near a load of 1; far above it, other processes take the cores)[/]"
+        )
+
+
+def _host() -> dict[str, Any]:
+    """What else the host was running, as figures printed beside each result: on a shared
+    machine a figure read under load is not one read on a quiet host."""
+    return {"load_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
 
 
 def _with_plot(fn: Any, options: dict[str, Any], plot: str | None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,8 +62,14 @@ def test_unknown_benchmark_is_a_one_line_error() -> None:
 def test_json_prints_one_object_per_line_and_nothing_else(fake_bench: FakeBench) -> None:
     result = runner.invoke(cli.app, ["bench", "fake", "--json"])
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    assert [json.loads(line) for line in lines] == [m.to_json() for m in fake_bench.run()]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    # Each figure, and beside it what else the host ran: its load and its CPUs.
+    assert [{k: v for k, v in line.items() if k not in ("load_1m", "cpus")} for line in lines] == [
+        m.to_json() for m in fake_bench.run()
+    ]
+    for line in lines:
+        assert line["load_1m"] == pytest.approx(os.getloadavg()[0], abs=4.0)
+        assert line["cpus"] == os.cpu_count()
     assert fake_bench.calls == [False, False]
 
 

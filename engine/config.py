@@ -48,12 +48,19 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     attention: str = "auto"  # one of engine.attention.ATTENTION_BACKENDS; auto picks per device
     seed: int = 0  # for the random weights of presets
+    # CPU: run steps on one thread while they are faster so (other processes holding the
+    # cores make every OpenMP region wait); False keeps torch's thread count throughout.
+    adapt_cpu_threads: bool = True
 
     def __post_init__(self) -> None:
         sizing = [self.num_blocks, self.kv_cache_bytes, self.kv_cache_fraction]
         if sum(value is not None for value in sizing) > 1:
             raise InvalidRequestError(
                 "set at most one of num_blocks, kv_cache_bytes and kv_cache_fraction"
+            )
+        if not isinstance(self.adapt_cpu_threads, bool):
+            raise InvalidRequestError(
+                f"adapt_cpu_threads must be True or False, got {self.adapt_cpu_threads!r}"
             )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)

@@ -49,6 +49,7 @@ from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
 from engine.sampling import SamplingParams, request_generator
 from engine.scheduler import ScheduledChunk, Scheduler
+from engine.step_threads import StepThreads
 from engine.stop import TokenStopChecker
 
 __all__ = ["Engine"]
@@ -109,6 +110,9 @@ class Engine:
             attention=self.attention,
             kv_cache=self.kv_cache,
             block_manager=self.block_manager,
+            threads=StepThreads()
+            if self.device.type == "cpu" and config.adapt_cpu_threads
+            else None,
         )
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
         self.pending = PendingRestores(self.retained)

@@ -18,6 +18,7 @@ from engine.models.llama import LlamaForCausalLM
 from engine.request import Request
 from engine.sampling import Sampler
 from engine.scheduler import ScheduledChunk
+from engine.step_threads import StepThreads
 
 __all__ = ["ModelRunner"]
 
@@ -30,6 +31,7 @@ class ModelRunner:
         attention: AttentionBackend,
         kv_cache: KVCache,
         block_manager: BlockManager,
+        threads: StepThreads | None = None,
     ) -> None:
         self.model = model
         self.attention = attention
@@ -37,11 +39,23 @@ class ModelRunner:
         self.manager = block_manager
         self.device = kv_cache.device
         self.sampler = Sampler()
+        self.threads = threads  # the CPU threads a step runs on (None: torch's, as set)
 
-    @torch.inference_mode()
     def execute(self, chunks: Sequence[ScheduledChunk]) -> list[int | None]:
         """Compute every chunk's tokens; for chunks that complete their request's known
-        tokens, sample the next token (``None`` for the others).
+        tokens, sample the next token (``None`` for the others). On ``threads``' count
+        (``engine.step_threads``): a step of one token per sequence is a decode step
+        that it times."""
+        if self.threads is None or not chunks:
+            return self._execute(chunks)
+        decode = all(chunk.num_tokens == 1 for chunk in chunks)
+        return self.threads.run(
+            lambda: self._execute(chunks), batch=len(chunks) if decode else None
+        )
+
+    @torch.inference_mode()
+    def _execute(self, chunks: Sequence[ScheduledChunk]) -> list[int | None]:
+        """``execute`` on the threads in force.
 
         On a GPU nothing here reads a device value on the host until the sampled tokens:
         inputs, metadata and the rows to sample are staged in one pinned buffer and

@@ -60,8 +60,10 @@ class StepThreads:
         "_until_probe",
         "first_interval",
         "max_interval",
+        "narrow_steps",
         "probe_steps",
         "stall_factor",
+        "steps",
     )
 
     def __init__(
@@ -82,6 +84,8 @@ class StepThreads:
         self._interval = first_interval
         self._until_probe = first_interval
         self._probe_left = 0
+        self.steps = 0  # steps run, and of those on one thread (probes included)
+        self.narrow_steps = 0
         # (narrow, batch) -> the last decode step times at that count and batch size
         self._recent: dict[tuple[bool, int], deque[float]] = {}
 
@@ -95,7 +99,9 @@ class StepThreads:
         if caller <= 1:
             return fn()  # nothing to choose
         narrow = self._narrow != (batch is not None and self._probe_left > 0)
+        self.steps += 1
         if narrow:
+            self.narrow_steps += 1
             torch.set_num_threads(1)
         start = self._clock()
         try:

@@ -241,6 +241,8 @@ def _versus_transformers(
     )
     with torch.inference_mode():
         hf.generate(torch.tensor(prompts[:1], device=engine.device), generation_config=warm)
+    threads = engine.runner.threads
+    steps_before = (0, 0) if threads is None else (threads.steps, threads.narrow_steps)
     for _ in range(repeats):
         ours = time_cold(engine, prompts, greedy, _OURS_RUNS)
         ours_s.append(ours.seconds)
@@ -251,6 +253,13 @@ def _versus_transformers(
             else:
                 assert [len(t) for t in hf_tokens] == [len(t) for t in ours.token_ids], metric
             theirs_s[metric].append(hf_s)
+    on_one = "transformers and ours on torch's threads throughout"
+    if threads is not None:
+        steps, narrow = threads.steps - steps_before[0], threads.narrow_steps - steps_before[1]
+        on_one = (
+            f"transformers on torch's {torch.get_num_threads()} threads, ours adapting "
+            f"(engine.step_threads): {narrow:,} of its {steps:,} timed steps on one thread"
+        )
     for metric, _fn, target, what in systems:
         ratios = [theirs / mine for theirs, mine in zip(theirs_s[metric], ours_s, strict=True)]
         yield Measurement(
@@ -265,7 +274,7 @@ def _versus_transformers(
                 f"{statistics.median(ours_s):.2f} s, {what} "
                 f"{statistics.median(theirs_s[metric]):.2f} s (medians); the median of "
                 f"{repeats} rounds' ratios, each round ours ({_OURS_RUNS} cold runs, their "
-                f"mean) then each transformers path once"
+                f"mean) then each transformers path once; {on_one}"
             ),
         )
 

@@ -61,6 +61,7 @@ def test_a_quiet_host_keeps_the_callers_threads_and_probes_less_and_less(two_thr
     # A probe after 16 decode steps, then 32, 64, ...: each found one thread slower.
     assert probes[:4] == [16, 16 + 3 + 32, 16 + 3 + 32 + 3 + 64, 16 + 3 + 32 + 3 + 64 + 3 + 128]
     assert threads.count(1) == 3 * len(probes)
+    assert (runner.steps, runner.narrow_steps) == (400, threads.count(1))
 
 
 def test_a_contended_host_moves_steps_to_one_thread_and_back_when_it_quietens(

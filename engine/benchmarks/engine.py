@@ -55,7 +55,12 @@ _OURS_RUNS = 3  # cold runs of ours in a round of the comparison with transforme
 def run(*, quick: bool = False, seed: int = 0, device: str = "cpu") -> Iterator[Measurement]:
     num_new = 16 if quick else 64
     repeats = 1 if quick else 5
-    engine = Engine(EngineConfig(num_blocks=1024, seed=seed, device=device))
+    # Torch's thread count throughout, as transformers runs: a like-for-like comparison
+    # (adapting, the engine would move to one thread on a contended host, where
+    # transformers' two-thread steps stall, and the ratios would read the host's load).
+    engine = Engine(
+        EngineConfig(num_blocks=1024, seed=seed, device=device, adapt_cpu_threads=False)
+    )
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, _VOCAB_HIGH, (128,), generator=g).tolist() for _ in range(8)]
     greedy = SamplingParams(max_tokens=num_new, temperature=0, ignore_eos=True)
@@ -241,8 +246,6 @@ def _versus_transformers(
     )
     with torch.inference_mode():
         hf.generate(torch.tensor(prompts[:1], device=engine.device), generation_config=warm)
-    threads = engine.runner.threads
-    steps_before = (0, 0) if threads is None else (threads.steps, threads.narrow_steps)
     for _ in range(repeats):
         ours = time_cold(engine, prompts, greedy, _OURS_RUNS)
         ours_s.append(ours.seconds)
@@ -253,13 +256,9 @@ def _versus_transformers(
             else:
                 assert [len(t) for t in hf_tokens] == [len(t) for t in ours.token_ids], metric
             theirs_s[metric].append(hf_s)
-    on_one = "transformers and ours on torch's threads throughout"
-    if threads is not None:
-        steps, narrow = threads.steps - steps_before[0], threads.narrow_steps - steps_before[1]
-        on_one = (
-            f"transformers on torch's {torch.get_num_threads()} threads, ours adapting "
-            f"(engine.step_threads): {narrow:,} of its {steps:,} timed steps on one thread"
-        )
+    threads = f"both on torch's {torch.get_num_threads()} threads throughout"
+    if engine.runner.threads is not None:
+        threads = "ours adapting its thread count (engine.step_threads), transformers not"
     for metric, _fn, target, what in systems:
         ratios = [theirs / mine for theirs, mine in zip(theirs_s[metric], ours_s, strict=True)]
         yield Measurement(
@@ -274,7 +273,7 @@ def _versus_transformers(
                 f"{statistics.median(ours_s):.2f} s, {what} "
                 f"{statistics.median(theirs_s[metric]):.2f} s (medians); the median of "
                 f"{repeats} rounds' ratios, each round ours ({_OURS_RUNS} cold runs, their "
-                f"mean) then each transformers path once; {on_one}"
+                f"mean) then each transformers path once; {threads}"
             ),
         )
 

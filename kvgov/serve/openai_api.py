@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -35,7 +36,7 @@ from kvgov.serve.openai_schemas import (
 )
 from kvgov.serve.state import ServerState
 
-__all__ = ["api_context", "router"]
+__all__ = ["MODEL_ENDPOINTS", "api_context", "router"]
 
 router = APIRouter()
 
@@ -63,8 +64,13 @@ async def completions(request: Request) -> Response:
     return await _run(ModelCall(_state(request), api_context(request), request, body, "text"))
 
 
-router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-router.add_route("/v1/completions", completions, methods=["POST"])
+# Served by ``kvgov.serve.gateway`` directly; routed too, so that another method gets
+# FastAPI's 405, and an app built with ``direct_routes=False`` routes them as any other.
+MODEL_ENDPOINTS = MappingProxyType(
+    {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
+)
+for _path, _endpoint in MODEL_ENDPOINTS.items():
+    router.add_route(_path, _endpoint, methods=["POST"])
 
 
 async def _run(call: ModelCall) -> Response:

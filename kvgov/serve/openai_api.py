@@ -22,11 +22,16 @@ from types import MappingProxyType
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from kvgov.serve.errors import ApiError
 from kvgov.serve.openai_calls import ApiContext, ClientGone, ModelCall
-from kvgov.serve.openai_responses import SSEResponse, completion_body, event_stream
+from kvgov.serve.openai_responses import (
+    SSEResponse,
+    completion_body,
+    event_stream,
+    json_response,
+)
 from kvgov.serve.openai_schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -82,7 +87,7 @@ async def _run(call: ModelCall) -> Response:
             return Response(status_code=_CLIENT_CLOSED)
         # The engine's own prompt ids come with the result: no second tokenization.
         prompt_ids = list(result.prompt_token_ids) if wants_ids else None
-        return JSONResponse(completion_body(call, result, prompt_ids))
+        return json_response(completion_body(call, result, prompt_ids))
     # A stream's first chunk carries the prompt ids, before the engine has answered.
     prompt_ids = await call.prompt_token_ids() if wants_ids else None
     chunks = call.stream()

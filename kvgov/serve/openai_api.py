@@ -11,7 +11,8 @@ The two generation routes read their body themselves (``read_body``: one pydanti
 of the bytes, as FastAPI would decide them JSON or not), not through FastAPI's body
 parameter: its dependency solving, content-type parsing and validation of a decoded
 dict cost about a fifth of the event loop's time per served call. Their errors are
-FastAPI's (``RequestValidationError``), answered by the same handler.
+FastAPI's (``RequestValidationError``), answered by the same handler. ``kvgov.serve.gateway``
+runs these two endpoints itself (``MODEL_ENDPOINTS``), past FastAPI's routing.
 """
 
 from __future__ import annotations

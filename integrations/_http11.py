@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import httptools
 import httpx
 
-__all__ = ["Answer", "Hold", "PoolLimits", "head", "key_of"]
+__all__ = ["Answer", "Hold", "PoolLimits", "head", "key_of", "sized", "unsized_head"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +98,8 @@ class Answer:
         elif not self._complete and self._error is None:
             self._error = httpx.RemoteProtocolError("the server closed the connection mid-answer")
 
-    def _headers_read(self, request: httpx.Request) -> None:
-        if request.method == "HEAD":  # its answer has headers only, whatever they say
+    def _headers_read(self, method: str) -> None:
+        if method == "HEAD":  # its answer has headers only, whatever they say
             self._complete = True
             self.keep_alive = self.parser.should_keep_alive()
 
@@ -116,6 +116,16 @@ class Answer:
             self.status,
             headers=self.headers,
             stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": self.reason},
+        )
+
+    def whole_response(self, content: bytes) -> httpx.Response:
+        """The answer's head and its whole body as httpx's response, the body decoded as
+        httpx decodes one it read (``Content-Encoding``)."""
+        return httpx.Response(
+            self.status,
+            headers=self.headers,
+            content=content,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": self.reason},
         )
 
@@ -176,8 +186,8 @@ class Hold:
             self._pool._discard(connection)
 
 
-def key_of(request: httpx.Request, closed: bool) -> tuple[str, int]:
-    url = request.url
+def key_of(url: httpx.URL, closed: bool, request: httpx.Request | None) -> tuple[str, int]:
+    """The pool's key for ``url``'s server; ``UnsupportedProtocol`` beyond plain HTTP."""
     if url.scheme != "http":
         raise httpx.UnsupportedProtocol(
             f"kvgov's HTTP/1.1 transport speaks plain HTTP only, not {url.scheme!r}; "
@@ -190,15 +200,23 @@ def key_of(request: httpx.Request, closed: bool) -> tuple[str, int]:
 
 def head(request: httpx.Request, length: int) -> bytes:
     """The request line and headers, as httpx built them (Host, Content-Length...)."""
-    target = request.url.raw_path
-    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
-    has_length = False
+    return sized(unsized_head(request), request.method, length)
+
+
+def unsized_head(request: httpx.Request) -> bytes:
+    """The request line and headers less the body's length (and any transfer encoding:
+    the body is sent whole, with its length): what every request with this method, URL
+    and headers begins with, whatever its body."""
+    lines = [request.method.encode("ascii") + b" " + request.url.raw_path + b" HTTP/1.1"]
     for name, value in request.headers.raw:
-        lowered = name.lower()
-        if lowered == b"transfer-encoding":
-            continue  # the body is sent whole, with its length
-        has_length |= lowered == b"content-length"
-        lines.append(name + b": " + value)
-    if not has_length and (length or request.method not in ("GET", "HEAD", "DELETE")):
-        lines.append(b"Content-Length: " + str(length).encode("ascii"))
-    return b"\r\n".join(lines) + b"\r\n\r\n"
+        if name.lower() not in (b"transfer-encoding", b"content-length"):
+            lines.append(name + b": " + value)
+    return b"\r\n".join(lines) + b"\r\n"
+
+
+def sized(unsized: bytes, method: str, length: int) -> bytes:
+    """A head from ``unsized_head`` with the body's length, as httpx sets it (none for a
+    GET, HEAD or DELETE without a body), and the blank line that ends it."""
+    if length or method not in ("GET", "HEAD", "DELETE"):
+        return unsized + b"Content-Length: %d\r\n\r\n" % length
+    return unsized + b"\r\n"

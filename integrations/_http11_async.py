@@ -31,7 +31,7 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
         self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        key = key_of(request, self._closed)
+        key = key_of(request.url, self._closed, request)
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         body = await request.aread()
         connection = await self._checkout(key, timeouts, request)
@@ -200,7 +200,7 @@ class _Connection(Answer, asyncio.Protocol):
     async def wait_headers(self, timeout: float | None, request: httpx.Request) -> None:
         while not self._headers_done:
             await self._next(timeout, request)
-        self._headers_read(request)
+        self._headers_read(request.method)
 
     async def read(self, timeout: float | None, request: httpx.Request) -> bytes | None:
         """The next body bytes; None at the end of the answer."""

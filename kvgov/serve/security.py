@@ -6,10 +6,11 @@ keys. With at least one key, every route but ``/health`` needs
 ``Authorization: Bearer KEY``; the key is compared with ``hmac.compare_digest`` against
 every configured key, without stopping at a match, so neither which key matched nor how
 much of one did shows in the time taken. Without keys every request is let in (only
-sensible on loopback; ``kvgov serve`` warns otherwise).
+sensible on loopback; ``kvgov serve`` warns otherwise). ``ApiKeys`` checks them;
+``kvgov.serve.gateway`` asks it about each request.
 
 Tenants: each key is a tenant, named by a short hash of the key (never the key, which
-appears in no log, event or error). The tenant is put on ``request.state.kvgov_tenant``
+appears in no log, event or error). The gateway puts it on ``request.state.kvgov_tenant``
 ("" without keys). Inside the server a tenant's budget names are scoped
 (``scoped_budget``) and its cache salt is its own (``cache_salt_for``), so one tenant's
 requests never reuse another's prefix blocks, whatever salt a client sends, except
@@ -24,14 +25,12 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
 from kvgov.serve.errors import ApiError
 from kvgov.serve.page import PUBLIC_PATHS
 
 __all__ = [
     "OPEN_PATHS",
-    "AuthMiddleware",
+    "ApiKeys",
     "load_api_keys",
     "tenant_id",
 ]
@@ -74,37 +73,23 @@ def tenant_id(key: str) -> str:
     return "t" + hashlib.sha256(b"kvgov-tenant\0" + key.encode()).hexdigest()[:15]
 
 
-class AuthMiddleware:
-    """Checks the bearer key of every HTTP request but those to ``OPEN_PATHS`` and sets
-    its tenant. A pure ASGI middleware: it covers every route, unknown ones included (an
+class ApiKeys:
+    """The server's keys, each with its tenant; ``kvgov.serve.gateway`` asks it about
+    every HTTP request but those to ``OPEN_PATHS`` (unknown routes included: an
     unauthenticated caller learns nothing about what exists)."""
 
-    def __init__(self, app: ASGIApp, *, api_keys: Iterable[str]) -> None:
-        self.app = app
+    def __init__(self, api_keys: Iterable[str]) -> None:
         self._keys = [(key.encode(), tenant_id(key)) for key in api_keys]
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        tenant = ""
-        if self._keys and scope["path"] not in OPEN_PATHS:
-            found = self._tenant(_bearer(scope))
-            if found is None:
-                error = ApiError(
-                    401,
-                    "a valid API key is needed: send it as 'Authorization: Bearer KEY' (the "
-                    "keys are those given to kvgov serve with --api-key)",
-                    code="invalid_api_key",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await error.response()(scope, receive, send)
-                return
-            tenant = found
-        scope.setdefault("state", {})["kvgov_tenant"] = tenant
-        await self.app(scope, receive, send)
+    @property
+    def required(self) -> bool:
+        """Whether requests need a key (the server has at least one)."""
+        return bool(self._keys)
 
-    def _tenant(self, given: bytes | None) -> str | None:
+    def tenant(self, authorization: bytes | None) -> str | None:
+        """The tenant of the key in an ``Authorization`` header's value; None when it
+        names no configured key (or is not ``Bearer KEY``)."""
+        given = _bearer(authorization)
         if given is None:
             return None
         found = None
@@ -113,12 +98,21 @@ class AuthMiddleware:
                 found = tenant
         return found
 
+    @staticmethod
+    def refusal() -> ApiError:
+        return ApiError(
+            401,
+            "a valid API key is needed: send it as 'Authorization: Bearer KEY' (the "
+            "keys are those given to kvgov serve with --api-key)",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
-def _bearer(scope: Scope) -> bytes | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() == b"bearer" and token.strip():
-                return token.strip()
-            return None
+
+def _bearer(authorization: bytes | None) -> bytes | None:
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(b" ")
+    if scheme.lower() == b"bearer" and token.strip():
+        return token.strip()
     return None

@@ -1,6 +1,6 @@
 """Tenancy inside the server: one tenant's budgets, prefixes and cache never meet another's.
 
-``security.AuthMiddleware`` puts the tenant id on ``request.state.kvgov_tenant`` ("" when the
+``gateway.Gateway`` puts the tenant id on ``request.state.kvgov_tenant`` ("" when the
 server has no API keys; else a short id derived from the key, never the key). Budget names
 are scoped here before they reach the engine, and every pin is recorded with its owner, so
 tenant A can neither see, resize, hold nor close B's. With no keys nothing is scoped: the
@@ -41,7 +41,7 @@ _Held = TypeVar("_Held")
 
 def tenant_of(request: Request) -> str:
     """The request's tenant: "" when the server has no API keys (set by
-    ``security.AuthMiddleware``)."""
+    ``gateway.Gateway``)."""
     return str(getattr(request.state, "kvgov_tenant", "") or "")
 
 

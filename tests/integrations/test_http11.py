@@ -7,6 +7,7 @@ the suite; these are the cases that server never produces.)"""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,10 +29,13 @@ class Server:
     connections: int = 0
     closed_by_client: int = 0
     bodies: list[bytes] = field(default_factory=list)
+    heads: list[list[str]] = field(default_factory=list)  # each request's header lines
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, bytes] | None:
+async def _read_request(
+    reader: asyncio.StreamReader,
+) -> tuple[str, list[str], bytes] | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -43,7 +47,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, bytes] | Non
         name, _, value = line.partition(":")
         if name.lower() == "content-length":
             length = int(value)
-    return path, await reader.readexactly(length)
+    return path, [line for line in lines if line], await reader.readexactly(length)
 
 
 def _answer(body: bytes, *extra: str) -> bytes:
@@ -55,7 +59,8 @@ async def _handle(server: Server, reader: asyncio.StreamReader, writer: Writer) 
     server.connections += 1
     try:
         while (request := await _read_request(reader)) is not None:
-            path, body = request
+            path, head, body = request
+            server.heads.append(head)
             server.bodies.append(body)
             if not await _ROUTES[path](server, writer, reader):
                 break
@@ -89,6 +94,11 @@ async def _idle_close(server: Server, writer: Writer, reader: asyncio.StreamRead
     await writer.drain()
     await asyncio.sleep(0.05)
     return False
+
+
+async def _gzipped(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(gzip.compress(b"unzipped"), "Content-Encoding: gzip"))
+    return True
 
 
 async def _until_close(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
@@ -143,6 +153,7 @@ _ROUTES: dict[str, Callable[[Server, Writer, asyncio.StreamReader], Awaitable[bo
     "/hello": _hello,
     "/echo": _echo,
     "/chunks": _chunks,
+    "/gzip": _gzipped,
     "/until-close": _until_close,
     "/idle-close": _idle_close,
     "/close-after": _close_after,
@@ -403,6 +414,58 @@ def test_sync_the_pool_limit_holds_across_threads() -> None:
             waiting.join(5)
             assert got == [b"hello"]
         assert server.connections == 1  # the waiter took the freed connection
+
+
+def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> None:
+    """``exchange``: a request written whole, its answer read whole (what RemoteBackend's
+    calls that are not streamed use), against every kind of answer the client reads."""
+    from integrations._remote_http import Retries, Transport
+
+    with served() as (server, loop):
+        lean = Transport(
+            server.url,
+            api_key="sk-x",
+            timeout=httpx.Timeout(5, read=0.05),
+            retries=Retries(attempts=1),
+            limits=httpx.Limits(),
+            name="test",
+        )
+        exchange = lean._direct
+        assert exchange is not None
+        timeouts = lean._timeouts
+
+        def call(method: str, path: str, json: object = None) -> httpx.Response:
+            url = lean.url(path)
+            return exchange.exchange(method, url, lean._written(method, path, json), timeouts)
+
+        for _ in range(3):
+            assert call("GET", "/hello").content == b"hello"
+        payload = {"text": "ü" * 100_000, "n": [1, 2.5, None, True]}
+        echoed = call("POST", "/echo", payload)
+        assert echoed.content == httpx.Request("POST", "http://x", json=payload).read()
+        assert echoed.json() == payload and echoed.status_code == 200
+        assert server.connections == 1  # kept alive and reused
+        # the head of the same request built by httpx and written by handle_request
+        answer = exchange.handle_request(lean._request("POST", "/echo", payload))
+        answer.read()
+        answer.close()
+        assert sorted(server.heads[-2]) == sorted(server.heads[-1])
+        assert call("POST", "/echo").content == b""  # a POST without a body: length 0
+        assert server.heads[-1][-1] == "Content-Length: 0"
+        _release(server, loop)
+        assert call("GET", "/chunks").content == b"firstsecond"
+        assert call("GET", "/gzip").content == b"unzipped"  # decoded as httpx decodes
+        assert call("GET", "/until-close").content == b"all of it"
+        with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+            call("GET", "/malformed")
+        with pytest.raises(httpx.RemoteProtocolError, match="mid-answer"):
+            call("GET", "/cut")
+        server.release.clear()
+        with pytest.raises(httpx.ReadTimeout):
+            call("GET", "/slow")
+        _release(server, loop)
+        assert call("GET", "/hello").content == b"hello"  # the pool recovered
+        lean.close()
 
 
 # -- where RemoteBackend uses it ----------------------------------------------------------

@@ -20,7 +20,7 @@ from governor.backend import BackendMetrics
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 
-__all__ = ["idle_metrics", "served_app"]
+__all__ = ["fresh_backend", "idle_metrics", "served_app"]
 
 NUM_BLOCKS = 64  # 1,024 tokens of KV: small enough that a leak shows at once
 
@@ -34,18 +34,33 @@ def _engine(num_blocks: int, max_num_seqs: int) -> Any:
 
 @contextmanager
 def served_app(
-    *, num_blocks: int = NUM_BLOCKS, max_num_seqs: int = 64, **settings: Any
+    *,
+    num_blocks: int = NUM_BLOCKS,
+    max_num_seqs: int = 64,
+    direct_routes: bool = True,
+    **settings: Any,
 ) -> Iterator[tuple[FastAPI, LocalBackend]]:
-    engine = _engine(num_blocks, max_num_seqs)
-    engine.reset_prefix_cache()
-    backend = LocalBackend(engine)
-    app = create_app(backend, ServeSettings(**settings))
+    backend = fresh_backend(num_blocks=num_blocks, max_num_seqs=max_num_seqs)
+    app = create_app(backend, ServeSettings(**settings), direct_routes=direct_routes)
     try:
         yield app, backend
         # every model call that entered the queue gate left it, however it ended
         assert app.state.kvgov_api.gate.num_in_flight == 0
     finally:
         backend.close()
+
+
+def fresh_backend(
+    *,
+    num_blocks: int = NUM_BLOCKS,
+    max_num_seqs: int = 64,
+    kind: type[LocalBackend] = LocalBackend,
+) -> LocalBackend:
+    """A new backend (``kind``: ``LocalBackend`` or a class derived from it) on the shared
+    engine of this configuration, its prefix cache emptied; the caller closes it."""
+    engine = _engine(num_blocks, max_num_seqs)
+    engine.reset_prefix_cache()
+    return kind(engine)
 
 
 def idle_metrics(backend: LocalBackend, timeout_s: float = 10.0) -> BackendMetrics:

@@ -22,9 +22,11 @@ LONG = 900  # tokens: seconds of decoding here, far longer than any wait below
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, LocalBackend, ServerState]]:
-    with served_app() as (app, backend), serving(app) as url:
+@pytest.fixture(scope="module", params=[True, False], ids=["direct", "routed"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, LocalBackend, ServerState]]:
+    """The generation routes served by the gateway directly, and through FastAPI's
+    router: a disconnect must free everything on either path."""
+    with served_app(direct_routes=request.param) as (app, backend), serving(app) as url:
         yield url, backend, app.state.kvgov
 
 

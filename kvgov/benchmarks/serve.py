@@ -36,14 +36,16 @@ id) for the benchmark's test.
 Where the time goes, on a shared 2-core CPU host: a 16-token call takes 70-600 ms of
 engine time whose scatter (one pair's difference: about 10 ms on a quiet host) swamps a
 2 ms target unless the host is quiet, hence 301 pairs (a standard error of about 0.7 ms).
-Measured per call (CPU of each thread, 300 calls): the in-process caller spends 0.7 ms
-of CPU (tokenizing, the hand-off to the engine thread), the server's event loop about
-1.0-1.2 ms (uvicorn, FastAPI's routing, the model call's bookkeeping, JSON; uvicorn's
-access log about 0.1 ms of it; the generation routes parse their body in one pydantic
-step, ``openai_schemas.read_body``) and the client 0.53 ms (``RemoteBackend.generate``
-over kvgov's own HTTP/1.1 transport, ``integrations._http11``; 1.3 ms through httpx's
-client and httpcore). The served call waits on ``LocalBackend.agenerate`` (one wake-up
-of the event loop per call, not one per token) and tokenizes its prompt once. Streaming
+Measured per call (CPU of each thread, 300 calls, 2026-12-02): the in-process caller
+spends 0.7 ms of CPU (tokenizing, the hand-off to the engine thread), the server's event
+loop 1.2-1.4 ms on a busy host (uvicorn, the model call's bookkeeping, JSON; uvicorn's
+access log 0.07-0.15 ms of it; the two generation routes are served by
+``kvgov.serve.gateway`` in front of FastAPI, which took 1.4-1.7 ms before it, and parse
+their body in one pydantic step, ``openai_schemas.read_body``) and the client 0.48 ms
+(``RemoteBackend.generate`` over kvgov's own HTTP/1.1 transport, ``integrations._http11``;
+1.3 ms through httpx's client and httpcore). The served call waits on
+``LocalBackend.agenerate`` (one wake-up of the event loop per call, not one per token) and
+tokenizes its prompt once. Streaming
 costs the client about 0.075 ms of CPU per token (0.18 ms through httpcore and anyio:
 a selector registration, a timeout scope and h11 per read) and the server's event loop
 under 0.1 ms; the engine's threads spend the same CPU either way.
@@ -200,8 +202,7 @@ def _http_overhead(
             f"the engine's time varying on a shared host), so the median's standard error is "
             f"{_median_error(differences) * 1e3:.1f} ms; a bare GET /version round trip "
             f"takes {round_trip * 1e3:.2f} ms (median); kvgov serve's app and uvicorn settings "
-            f"on 127.0.0.1, uvicorn's access log on as kvgov serve runs it (about 0.2 ms of the "
-            f"server's event loop a call); {what}"
+            f"on 127.0.0.1, uvicorn's access log on as kvgov serve runs it; {what}"
         ),
     )
 

@@ -3,8 +3,15 @@
 A block's hash covers its parent's hash, its token ids and the sequence's extra keys
 (for instance an adapter name), so two blocks share a hash only if everything before
 them matches too. BLAKE2b with a 128-bit digest, from the standard library: stable
-across processes and Python versions (unlike ``hash()``), and collisions are out of
-reach for any cache size we will ever hold.
+across processes, machines and Python versions (unlike ``hash()``), and collisions are
+out of reach for any cache size we will ever hold.
+
+Token ids are hashed as 4-byte little-endian integers, so a 16-token block and its
+16-byte parent fit one 128-byte BLAKE2b compression (8-byte ids took two); with the
+hasher's parameters set once and copied, hashing a prompt costs about half what it did.
+A block holding an id of 2**32 or more (or a negative one, which the engine refuses
+anyway) is hashed with 8-byte ids under its own personalization, so the two encodings
+never produce each other's hashes.
 
 A per-tenant cache salt is mixed into the root that block 0 chains from. Without it,
 one tenant could learn whether another tenant has sent a given prompt: a prefix-cache
@@ -23,6 +30,7 @@ plain one, bit for bit.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Sequence
 from hashlib import blake2b
@@ -38,12 +46,15 @@ __all__ = [
 ]
 
 DIGEST_SIZE = 16
-_TOKEN_BYTES = 8  # array typecode "q"
 # Roots and blocks hash under different personalizations, so no token content can ever
 # produce a tenant's root (and so enter that tenant's chain).
 _ROOT_PERSON = b"kvgov-root"
-_BLOCK_PERSON = b"kvgov-block"
 _ROOT = blake2b(b"", digest_size=DIGEST_SIZE, person=_ROOT_PERSON).digest()
+# Block hashers, parameters set once: ``copy()`` is cheaper than a new constructor call.
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)
+_BLOCK = blake2b(digest_size=DIGEST_SIZE, person=b"kvgov-block4")  # 4-byte ids
+_WIDE_BLOCK = blake2b(digest_size=DIGEST_SIZE, person=b"kvgov-block8")  # 8-byte ids
+_BIG_ENDIAN = sys.byteorder == "big"
 
 ExtraKey = str | int | bytes
 
@@ -111,18 +122,43 @@ def hash_blocks(
     num_full = len(token_ids) // block_size
     if num_full <= start_block:
         return []
-    begin = start_block * block_size
-    raw = array("q", token_ids[begin : num_full * block_size]).tobytes()
-    stride = block_size * _TOKEN_BYTES
+    tokens = token_ids[start_block * block_size : num_full * block_size]
+    try:
+        ids = array(_U32, tokens)
+    except OverflowError:  # an id outside 0..2**32-1: each block picks its encoding
+        return _hash_blocks_wide(tokens, block_size, parent=parent, extra=extra)
+    if _BIG_ENDIAN:
+        ids.byteswap()
+    raw = ids.tobytes()
+    stride = block_size * 4
+    new = _BLOCK.copy
     hashes: list[bytes] = []
     append = hashes.append
     for offset in range(0, len(raw), stride):
-        parent = blake2b(
-            parent + raw[offset : offset + stride] + extra,
-            digest_size=DIGEST_SIZE,
-            person=_BLOCK_PERSON,
-        ).digest()
+        hasher = new()
+        hasher.update(parent + raw[offset : offset + stride] + extra)
+        parent = hasher.digest()
         append(parent)
+    return hashes
+
+
+def _hash_blocks_wide(
+    tokens: Sequence[int], block_size: int, *, parent: bytes, extra: bytes
+) -> list[bytes]:
+    """``hash_blocks`` of full blocks where some id does not fit 4 bytes: blocks whose
+    ids all fit hash as usual, the others as 8-byte ids under their own hasher."""
+    hashes: list[bytes] = []
+    for begin in range(0, len(tokens), block_size):
+        block = tokens[begin : begin + block_size]
+        try:
+            ids, hasher = array(_U32, block), _BLOCK.copy()
+        except OverflowError:
+            ids, hasher = array("q", block), _WIDE_BLOCK.copy()
+        if _BIG_ENDIAN:
+            ids.byteswap()
+        hasher.update(parent + ids.tobytes() + extra)
+        parent = hasher.digest()
+        hashes.append(parent)
     return hashes
 
 

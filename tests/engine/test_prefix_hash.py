@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from hashlib import blake2b
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,38 @@ def test_a_partial_trailing_block_is_not_hashed() -> None:
 def test_less_than_one_block_gives_no_hashes() -> None:
     assert _hashes(_toks(3)) == []
     assert _hashes([]) == []
+
+
+def test_a_block_hash_is_blake2b_of_parent_ids_as_4_byte_little_endian_and_extra() -> None:
+    extra = encode_extra_keys(("lora",))
+    ids = b"".join(t.to_bytes(4, "little") for t in (7, 8, 9, 10))
+    expected = blake2b(ROOT + ids + extra, digest_size=16, person=b"kvgov-block4").digest()
+    assert _hashes([7, 8, 9, 10], extra=extra) == [expected]
+
+
+def test_a_block_with_an_id_past_32_bits_hashes_as_8_byte_ids_the_rest_as_usual() -> None:
+    wide = 2**32 + 5
+    tokens = [*_toks(4), wide, *_toks(3, start=20), *_toks(4, start=40)]
+    hashes = _hashes(tokens)
+    narrow = _hashes([*_toks(4), 5, *_toks(3, start=20), *_toks(4, start=40)])
+    ids = b"".join(t.to_bytes(8, "little") for t in tokens[4:8])
+    block_1 = blake2b(hashes[0] + ids, digest_size=16, person=b"kvgov-block8").digest()
+    assert hashes[0] == narrow[0]  # block 0 fits 4 bytes: hashed as before
+    assert hashes[1] == block_1 != narrow[1]  # no wrap-around to the 32-bit id 5
+    assert hashes[2] == hash_blocks(tokens, BS, parent=hashes[1], start_block=2)[0]
+
+
+def test_the_two_id_widths_never_make_the_same_block_hash() -> None:
+    # [1, 0] as 8-byte ids has the same bytes as [1, 0, 0, 0] as 4-byte ids.
+    four = hash_blocks([1, 0, 0, 0], 4, parent=ROOT)
+    eight = hash_blocks([1, 2**40], 2, parent=ROOT)
+    eight_same_bytes = blake2b(
+        ROOT + (1).to_bytes(8, "little") + (0).to_bytes(8, "little"),
+        digest_size=16,
+        person=b"kvgov-block8",
+    ).digest()
+    assert four[0] != eight_same_bytes
+    assert eight[0] != four[0]
 
 
 # -- chaining -----------------------------------------------------------------------------

@@ -14,17 +14,17 @@ from engine.prefix_hash import hash_blocks, hash_chain, rekey, root_hash
 from engine.sampling import SamplingParams
 from tests.engine.block_manager_helpers import BS, computed, manager, toks
 
-# The chain of tokens 1..12 in blocks of 4, as the code before shared pins hashed it.
+# The plain chain of tokens 1..12 in blocks of 4 (4-byte ids, since 2026-12-02).
 KNOWN = {
     None: [
-        "12b2bc0d211ebf365dbe3dc8936ad8d2",
-        "3eed3dc75aa28f9aaaada0e9d9fe302b",
-        "9d4b29536e78dcfbb69059c6de5f1ff9",
+        "b59271347e826c12668d8ba6a6e6f67f",
+        "9e4dd6a80e44330536f5ea2dd7cce9ab",
+        "98c2d2f8cf159b1a096fa89258fc2465",
     ],
     "tenant-a": [
-        "9390de45708f89fc7b84f30ad3412c34",
-        "4b9cc5a6d87a24a0038e8f4512e44035",
-        "5d6b4bd4cc24c472e9029ead40d2f71a",
+        "3c8397f29e9fcf3baf52bd3c3923ac5e",
+        "1f4ab3ecfeffe24856f357f06b0b77f8",
+        "a05e2bdc1aa24eecef207b04433b3fcd",
     ],
 }
 SHARED = toks(8, start=100)  # two full blocks: the public prefix

@@ -26,7 +26,7 @@ from engine.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
 from engine.config import EngineConfig, PreemptionMode
 from engine.device import default_dtype, resolve_device
 from engine.engine import Engine
-from engine.engine_loop import EngineLoop, EngineLoopClosedError, RequestStream
+from engine.engine_loop import EngineInUseError, EngineLoop, EngineLoopClosedError, RequestStream
 from engine.errors import (
     BudgetExceededError,
     BudgetInUseError,
@@ -104,6 +104,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineError",
+    "EngineInUseError",
     "EngineLoop",
     "EngineLoopClosedError",
     "EngineMetrics",

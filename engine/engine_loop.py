@@ -21,8 +21,14 @@ queues next reaches the engine after the abort.
 Closing: ``close`` marks the loop closed under ``_lock``, the same lock under which
 ``call_soon`` checks the mark and queues, so no command is queued after it. The engine
 thread then stops taking commands, fails every one still queued with
-``EngineLoopClosedError`` and aborts every request: no caller waits forever. ``_lock`` is
-the only lock here and nothing is called while it is held.
+``EngineLoopClosedError`` and aborts every request: no caller waits forever.
+
+One loop per engine: a loop claims its engine as it starts and gives it back when its
+thread ends, and a second loop on an engine already claimed is refused
+(``EngineInUseError``). Two loops would both step the one engine from their own threads
+(each steps while the engine has unfinished requests, its own or not) and corrupt a
+step. Locks: a loop's ``_lock`` and the module's ``_CLAIMS_LOCK``, never held together,
+and nothing else is called while either is held.
 
 Reads without a round trip: after every step, and after every command before its caller
 is answered, the engine thread publishes a ``LoopSnapshot`` (metrics and capacity) by
@@ -36,6 +42,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -47,7 +54,14 @@ from engine.loop_snapshot import LoopSnapshot, take
 from engine.outputs import Completion, RequestOutput
 from engine.sampling import SamplingParams
 
-__all__ = ["STREAM_END", "EngineLoop", "EngineLoopClosedError", "RequestStream", "Submission"]
+__all__ = [
+    "STREAM_END",
+    "EngineInUseError",
+    "EngineLoop",
+    "EngineLoopClosedError",
+    "RequestStream",
+    "Submission",
+]
 
 T = TypeVar("T")
 STREAM_END = object()  # what a sink receives after the last output
@@ -56,6 +70,20 @@ STREAM_END = object()  # what a sink receives after the last output
 class EngineLoopClosedError(EngineError):
     def __init__(self) -> None:
         super().__init__("the engine loop is closed; start a new EngineLoop")
+
+
+class EngineInUseError(EngineError):
+    def __init__(self) -> None:
+        super().__init__(
+            "another EngineLoop already drives this engine, and one thread steps an engine: "
+            "close that loop (or the LocalBackend around it) first, or share it "
+            "(LocalBackend(loop) takes a running loop)"
+        )
+
+
+# The loop that drives each engine: claimed as a loop starts, given back as its thread ends.
+_CLAIMS: weakref.WeakKeyDictionary[Engine, EngineLoop] = weakref.WeakKeyDictionary()
+_CLAIMS_LOCK = threading.Lock()
 
 
 @dataclass(slots=True, eq=False)
@@ -137,6 +165,10 @@ class Submission:
 
 class EngineLoop:
     def __init__(self, engine: Engine, *, idle_wait_s: float = 0.05) -> None:
+        with _CLAIMS_LOCK:
+            if engine in _CLAIMS:
+                raise EngineInUseError()
+            _CLAIMS[engine] = self
         self.engine = engine
         self._idle_wait_s = idle_wait_s
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
@@ -144,10 +176,14 @@ class EngineLoop:
         self._lock = threading.Lock()  # the closed mark against queueing a command
         self._closed = threading.Event()
         self._num_steps = 0
-        # Taken here, before the thread starts: until then this thread owns the engine.
-        self._snapshot = take(engine, 0)
         self._thread = threading.Thread(target=self._run, name="kvgov-engine", daemon=True)
-        self._thread.start()
+        try:
+            # Taken here, before the thread starts: until then this thread owns the engine.
+            self._snapshot = take(engine, 0)
+            self._thread.start()
+        except BaseException:
+            self._unclaim()
+            raise
 
     # -- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
@@ -331,6 +367,17 @@ class EngineLoop:
 
     # -- the engine thread ----------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:  # the thread touches the engine no more: another loop may drive it
+            self._unclaim()
+
+    def _unclaim(self) -> None:
+        with _CLAIMS_LOCK:
+            if _CLAIMS.get(self.engine) is self:
+                del _CLAIMS[self.engine]
+
+    def _serve(self) -> None:
         stalled = False
         while not self._closed.is_set():
             # Idle, or stalled (requests wait and none could be scheduled): sleep until a

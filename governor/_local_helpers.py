@@ -136,4 +136,5 @@ def generation_result(completion: Any) -> GenerationResult:
         cached_tokens=completion.num_cached_tokens,
         prompt_token_ids=tuple(completion.prompt_token_ids),
         retained_tokens=completion.num_retained_tokens,
+        engine_s=completion.latency_s,
     )

@@ -93,6 +93,11 @@ class GenerationResult:
     # Tokens of its context the backend held as it finished (``GenerationRequest.retain``);
     # 0 where none was asked for or made.
     retained_tokens: int = field(default=0, compare=False)
+    # Seconds the engine spent on the call, from its arrival at the engine to its end
+    # (queueing for a batch slot included), where the backend knows it (LocalBackend,
+    # kvgov serve); None elsewhere. What a call took beyond it is the caller's side of the
+    # hand-off, HTTP included. Not compared: it differs from call to call.
+    engine_s: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

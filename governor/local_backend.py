@@ -98,7 +98,9 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     hand over an ``Engine`` or an ``EngineLoop``. The backend owns what it is given, as
     ``httpx.Client`` owns its transport: ``close()`` aborts every request in flight and
     stops the loop. The engine's budgets and pins are left as they are, so an ``Engine``
-    passed in can be wrapped again.
+    passed in can be wrapped again once that backend is closed: one loop drives an engine
+    at a time, and a second backend on an engine still driven is refused (``ConfigError``;
+    share the backend, or its loop, instead).
     """
 
     retains_at_finish = True  # GenerationRequest.retain: held in the step ending the call
@@ -110,7 +112,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         config: Mapping[str, Any] | None = None,
     ) -> None:
         from engine.engine import Engine
-        from engine.engine_loop import EngineLoop
+        from engine.engine_loop import EngineInUseError, EngineLoop
         from engine.weights import weights_nbytes
 
         if isinstance(engine_or_loop, EngineLoop):
@@ -120,7 +122,10 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         elif isinstance(engine_or_loop, Engine):
             if config is not None:
                 raise config_and_engine()
-            self._loop = EngineLoop(engine_or_loop)
+            try:
+                self._loop = EngineLoop(engine_or_loop)
+            except EngineInUseError as exc:
+                raise ConfigError(str(exc), setting="engine_or_loop") from exc
         elif engine_or_loop is None:
             self._loop = EngineLoop(_build_engine(config or {}))
         else:

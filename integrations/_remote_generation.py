@@ -8,7 +8,8 @@ gets (``integrations.openai_backend``); ``body_of`` adds kvgov serve's: it asks 
 extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``, ``retain``). The finish
 reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
 budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``; the tokens a
-``retain`` call's context held from ``usage.kvgov_retained_tokens``.
+``retain`` call's context held from ``usage.kvgov_retained_tokens``; the engine's own time
+for the call from ``usage.kvgov_engine_ms``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def result_of(answer: Mapping[str, Any], *, backend: str) -> GenerationResult:
             answer.get("prompt_token_ids") or choice.get("prompt_token_ids") or ()
         ),
         retained_tokens=int(usage.get("kvgov_retained_tokens") or 0),
+        engine_s=_engine_s(usage),
     )
 
 
@@ -156,6 +158,7 @@ class StreamState:
             completion_tokens=int(self.usage.get("completion_tokens", 0)),
             cached_tokens=_cached(self.usage),
             retained_tokens=int(self.usage.get("kvgov_retained_tokens") or 0),
+            engine_s=_engine_s(self.usage),
         )
 
 
@@ -173,3 +176,9 @@ def _finish_reason(choice: Mapping[str, Any]) -> str:
 def _cached(usage: Mapping[str, Any]) -> int:
     details = usage.get("prompt_tokens_details") or {}
     return int(details.get("cached_tokens") or 0)
+
+
+def _engine_s(usage: Mapping[str, Any]) -> float | None:
+    """kvgov serve's ``usage.kvgov_engine_ms`` in seconds; None from other servers."""
+    engine_ms = usage.get("kvgov_engine_ms")
+    return float(engine_ms) / 1e3 if isinstance(engine_ms, (int, float)) else None

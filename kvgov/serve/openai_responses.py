@@ -7,7 +7,9 @@ kvgov adds to each choice ``kvgov_finish_reason`` (``stop``, ``length``, ``ceili
 budget) and, with ``return_token_ids``, vLLM's ``token_ids`` on the choice and
 ``prompt_token_ids`` (on the response for chat, on the choice for completions, as vLLM
 puts them; streamed: on the first chunk, and each chunk's ``token_ids`` are its own);
-a call with ``retain`` has ``usage.kvgov_retained_tokens``, the tokens held as it ended.
+a call with ``retain`` has ``usage.kvgov_retained_tokens``, the tokens held as it ended,
+and every call ``usage.kvgov_engine_ms``, the engine's own time for it (from its arrival at
+the engine to its end): a call's time beyond it is the network's and the server's.
 
 Streaming: the chunks carry the text as the engine makes it; the one with
 ``finish_reason`` carries ``kvgov_finish_reason``; with ``stream_options.include_usage``
@@ -48,6 +50,8 @@ def usage(result: GenerationResult) -> dict[str, Any]:
     }
     if result.retained_tokens:  # a call with ``retain``: what the engine held as it ended
         counts["kvgov_retained_tokens"] = result.retained_tokens
+    if result.engine_s is not None:  # the engine's own time for the call, in milliseconds
+        counts["kvgov_engine_ms"] = round(result.engine_s * 1e3, 3)
     return counts
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.engine_loop import STREAM_END, EngineLoop, EngineLoopClosedError
+from engine.engine_loop import STREAM_END, EngineInUseError, EngineLoop, EngineLoopClosedError
 from engine.errors import InvalidRequestError
 from engine.request import FinishReason
 from engine.sampling import SamplingParams
@@ -102,6 +102,24 @@ def test_bad_input_raises_in_the_callers_thread(llama_dir: Path) -> None:
             loop.submit([], GREEDY)
         loop.call(loop.engine.open_budget, "agent", 2)
         assert loop.call(loop.engine.block_manager.budgets.get, "agent").max_blocks == 2
+
+
+def test_one_loop_drives_an_engine_until_it_closes(
+    llama_dir: Path, prompts: list[list[int]], expected: list[tuple[int, ...]]
+) -> None:
+    """A second loop would step the same engine from its own thread whenever either has a
+    request (a corrupted step, or a request stepped by a loop that never sent it): it is
+    refused while the first runs, and welcome once the first has closed."""
+    engine = _engine(llama_dir)
+    first = EngineLoop(engine)
+    with pytest.raises(EngineInUseError, match="close that loop"):
+        EngineLoop(engine)
+    assert first.submit(prompts[0], GREEDY).result(timeout=30).token_ids == expected[0]
+    first.close()
+    with EngineLoop(engine) as second:
+        assert second.submit(prompts[1], GREEDY).result(timeout=30).token_ids == expected[1]
+    with EngineLoop(_engine(llama_dir)), EngineLoop(engine):  # one loop per engine
+        pass
 
 
 def test_close_aborts_what_is_in_flight(llama_dir: Path, prompts: list[list[int]]) -> None:

@@ -59,6 +59,10 @@ def test_it_wraps_an_engine_or_a_loop_and_owns_what_it_is_given() -> None:
         loop.call(engine.capacity)
     with pytest.raises(ConfigError, match="not both"):
         LocalBackend(engine, config={"num_blocks": 8})
+    with LocalBackend(engine) as third:  # one backend's loop drives the engine at a time
+        with pytest.raises(ConfigError, match="another EngineLoop already drives this engine"):
+            LocalBackend(engine)
+        assert third.generate(GenerationRequest(prompt=[1, 2, 3], max_tokens=2)).completion_tokens
 
 
 def test_bad_configuration_fails_at_construction() -> None:
@@ -92,6 +96,13 @@ def test_health_names_the_model_and_the_device(backend: LocalBackend) -> None:
     health = backend.health()
     assert health.ok
     assert "tiny-random" in health.detail and "cpu" in health.detail
+
+
+def test_a_result_carries_the_engines_own_time_within_the_call(backend: LocalBackend) -> None:
+    started = time.perf_counter()
+    result = backend.generate(GenerationRequest(prompt=list(range(900, 920)), max_tokens=3))
+    whole = time.perf_counter() - started
+    assert result.engine_s is not None and 0 < result.engine_s < whole
 
 
 def test_asyncio_and_threads_share_the_engine_at_once(backend: LocalBackend) -> None:

@@ -192,3 +192,23 @@ def test_async_calls_leave_the_event_loop_free(remote: RemoteBackend) -> None:
 
     assert asyncio.run(main()) < 0.1  # a blocking call would hold it for a whole call
     assert json.dumps(remote.kv_map().budgets) == "{}"
+
+
+def test_each_answer_carries_the_engines_own_time_for_the_call(remote: RemoteBackend) -> None:
+    """``usage.kvgov_engine_ms``: the engine's time for the call, from its arrival at the
+    engine to its end, which the whole call (client, network, server) contains."""
+    import time
+
+    request = GenerationRequest(prompt=list(range(7_000, 7_020)), max_tokens=4)
+    started = time.perf_counter()
+    result = remote.generate(request)
+    whole = time.perf_counter() - started
+    assert result.engine_s is not None and 0 < result.engine_s < whole
+
+    async def streamed() -> float | None:
+        chunks = [chunk async for chunk in remote.astream(request)]
+        assert chunks[-1].result is not None
+        return chunks[-1].result.engine_s
+
+    engine_s = asyncio.run(streamed())
+    assert engine_s is not None and engine_s > 0

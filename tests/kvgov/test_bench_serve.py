@@ -44,7 +44,7 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
         assert (m.unit, m.target, m.direction) == (unit, target, direction)
         if metric == "http_overhead_ms_p50" and math.isnan(m.value):
             # only noise may leave it unmeasured here: the sides were comparable
-            assert m.met is None and m.note.startswith("NOT MEASURED: the in-process calls")
+            assert m.met is None and m.note.startswith("NOT MEASURED: the served calls")
         else:
             assert math.isfinite(m.value) and m.met is not None
         # Every note says what ran: the model, the blocks and the threads of both sides.
@@ -55,6 +55,7 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
     assert "of 16 tokens" in overhead
     assert "minus LocalBackend.generate inside the server's process" in overhead
     assert "both on the server's one engine" in overhead
+    assert "each call less its engine's own time for it" in overhead
     stream = figures["stream_tokens_per_s_32"].note
     assert f"32 concurrent clients, {_SIZES.stream_tokens} max tokens each" in stream
     governed = figures["governed_remote_over_local"].note
@@ -147,14 +148,61 @@ def test_an_interrupted_benchmark_stops_its_serve_child() -> None:
     assert child.process is not None and child.process.poll() is not None
 
 
-def test_an_overhead_below_zero_beyond_its_error_is_not_reported() -> None:
-    """HTTP cannot make a call faster: remote minus local well below zero means the two
-    engines ran unlike, and the figure says so instead of passing its target."""
-    from kvgov.benchmarks.serve import overhead_of
+def _pairs(outside: list[float], engine: list[float]) -> list[tuple[float, float]]:
+    return [(o + e, e) for o, e in zip(outside, engine, strict=True)]
 
-    near_zero = [0.004, -0.003, 0.002, 0.001, -0.001, 0.003, 0.000]
-    value, why = overhead_of(near_zero)
-    assert value == 0.001 and why == ""
-    unlike = [-0.120 + 0.001 * i for i in range(21)]
-    value, why = overhead_of(unlike)
-    assert math.isnan(value) and why.startswith("NOT MEASURED")
+
+def test_the_overhead_is_the_paired_difference_outside_the_engine() -> None:
+    """Each call less its engine time, paired: the engine's scatter (here 100 vs 140 ms
+    on alternate pairs) leaves the figure, which is remote's 1.5 ms outside the engine
+    less local's 0.5 ms; the whole calls' median difference keeps the scatter."""
+    from kvgov.benchmarks.serve import split_overhead
+
+    engine = [0.100 if i % 2 else 0.140 for i in range(21)]
+    local = _pairs([0.0005] * 21, engine)
+    remote = _pairs([0.0015] * 21, engine[1:] + engine[:1])
+    split = split_overhead(local, remote)
+    assert split.invalid == ""
+    assert split.overhead_s == pytest.approx(0.001)
+    assert split.overhead_error_s == pytest.approx(0.0, abs=1e-12)
+    assert split.wall_error_s > 0.005  # the whole calls' difference keeps the scatter
+    assert split.outside_ms("remote") == "1.50" and split.outside_ms("local") == "0.50"
+
+
+def test_an_overhead_below_zero_beyond_its_error_is_not_reported() -> None:
+    """HTTP cannot make a call faster: remote less local outside the engine well below
+    zero means the two sides ran unlike, and the figure says so instead of passing."""
+    from kvgov.benchmarks.serve import split_overhead
+
+    engine = [0.1] * 21
+    near_zero = [0.004, -0.003, 0.002, 0.001, -0.001, 0.003, 0.000] * 3
+    split = split_overhead(_pairs([0.0] * 21, engine), _pairs(near_zero, engine))
+    assert split.overhead_s == pytest.approx(0.001) and split.invalid == ""
+    unlike = [-0.020 + 0.0001 * i for i in range(21)]
+    split = split_overhead(_pairs([0.0] * 21, engine), _pairs(unlike, engine))
+    assert math.isnan(split.overhead_s) and "HTTP never speeds a call up" in split.invalid
+
+
+def test_an_engine_slowed_by_serving_leaves_no_figure() -> None:
+    """The figure leaves the engine's time out, so it is reported only while the served
+    calls' engine time is no longer than the in-process calls'; a missing engine time
+    (a server that does not report it) leaves no figure either."""
+    from kvgov.benchmarks.serve import split_overhead
+
+    local = _pairs([0.0005] * 21, [0.100 + 0.001 * (i % 3) for i in range(21)])
+    slowed = _pairs([0.0015] * 21, [0.110 + 0.001 * (i % 3) for i in range(21)])
+    split = split_overhead(local, slowed)
+    assert math.isnan(split.overhead_s) and "serving may have slowed the engine" in split.invalid
+    missing = [*slowed[:-1], (0.1, math.nan)]
+    split = split_overhead(local, missing)
+    assert math.isnan(split.overhead_s) and "without the engine's time" in split.invalid
+
+
+def test_every_overhead_call_reports_an_engine_time_within_the_call(facts: ServeFacts) -> None:
+    """The engine's own time comes with every call on both sides (usage.kvgov_engine_ms
+    over HTTP) and is part of the call: positive and shorter than the whole call."""
+    assert set(facts.overhead_calls) == {"local", "remote"}
+    for side, calls in facts.overhead_calls.items():
+        assert len(calls) == _SIZES.pairs, side
+        for wall, engine in calls:
+            assert 0 < engine < wall, (side, wall, engine)

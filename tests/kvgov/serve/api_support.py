@@ -3,12 +3,13 @@ around a fresh ``LocalBackend`` on one of them, and the check that nothing leake
 
 Building the tiny-random engine takes seconds, so each engine configuration is built
 once and wrapped by a new ``LocalBackend`` (a new engine thread) per app; the prefix
-cache is reset between apps so one test's cache never shows in another's figures.
+cache is reset between apps so one test's cache never shows in another's figures. An
+engine takes one loop at a time, so while an app (a module's fixture) still drives it, the
+next app gets another engine of the same configuration, built then and kept.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from governor.backend import BackendMetrics
+from governor.errors import ConfigError
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 
@@ -25,11 +27,15 @@ __all__ = ["fresh_backend", "idle_metrics", "served_app"]
 NUM_BLOCKS = 64  # 1,024 tokens of KV: small enough that a leak shows at once
 
 
-@functools.cache
-def _engine(num_blocks: int, max_num_seqs: int) -> Any:
+_ENGINES: dict[tuple[int, int], list[Any]] = {}
+
+
+def _new_engine(num_blocks: int, max_num_seqs: int) -> Any:
     from engine.engine import Engine
 
-    return Engine.from_pretrained("tiny-random", num_blocks=num_blocks, max_num_seqs=max_num_seqs)
+    engine = Engine.from_pretrained("tiny-random", num_blocks=num_blocks, max_num_seqs=max_num_seqs)
+    _ENGINES.setdefault((num_blocks, max_num_seqs), []).append(engine)
+    return engine
 
 
 @contextmanager
@@ -58,9 +64,20 @@ def fresh_backend(
 ) -> LocalBackend:
     """A new backend (``kind``: ``LocalBackend`` or a class derived from it) on the shared
     engine of this configuration, its prefix cache emptied; the caller closes it."""
-    engine = _engine(num_blocks, max_num_seqs)
-    engine.reset_prefix_cache()
-    return kind(engine)
+    from engine.engine_loop import EngineInUseError
+
+    for engine in _ENGINES.get((num_blocks, max_num_seqs), []):
+        try:
+            backend = kind(engine)
+        except ConfigError as exc:  # an app still open drives it: try the next
+            if not isinstance(exc.__cause__, EngineInUseError):
+                raise
+        else:
+            break
+    else:
+        backend = kind(_new_engine(num_blocks, max_num_seqs))
+    backend._loop.call(backend._engine.reset_prefix_cache)  # on the engine's own thread
+    return backend
 
 
 def idle_metrics(backend: LocalBackend, timeout_s: float = 10.0) -> BackendMetrics:

@@ -146,13 +146,28 @@ def serve(
 def uvicorn_config(app: object, *, host: str, port: int) -> uvicorn.Config:
     """How ``kvgov serve`` runs uvicorn; ``kvgov bench serve`` serves its engine the same
     way, so its figures are this server's."""
-    import uvicorn
+    import copy
 
+    import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
+
+    from kvgov.serve.gateway import ACCESS_LOGGER
+
+    # The access lines are the gateway's, written once the answer is sent, through
+    # uvicorn's own handler and format (kvgov.serve.gateway says why).
+    log_config = copy.deepcopy(LOGGING_CONFIG)
+    log_config["loggers"][ACCESS_LOGGER] = {
+        "handlers": ["access"],
+        "level": "INFO",
+        "propagate": False,
+    }
     return uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
         port=port,
         log_level="info",
+        log_config=log_config,
+        access_log=False,
         timeout_graceful_shutdown=5,
     )
 

@@ -19,7 +19,16 @@ In order, for every request:
   router would run, its errors answered by the handlers the router uses
   (``errors.handler_for``) and a bug by the 500 Starlette's outermost layer would send;
   every other request goes on to FastAPI (``app.ServeApp``), whose own layers (its
-  error middleware, its telemetry, routing) see only what this layer hands on.
+  error middleware, its telemetry, routing) see only what this layer hands on;
+- once the answer is sent, its access line goes to the ``kvgov.access`` logger, in
+  uvicorn's words (``127.0.0.1:52358 - "POST /v1/chat/completions HTTP/1.1" 200``).
+  ``kvgov serve`` writes it as uvicorn writes its own (``serve_command.uvicorn_config``,
+  uvicorn's access log off). uvicorn writes its line as the response starts, between
+  the request and its answer's head: 0.23 ms of the event loop's time per call in
+  place, measured between the two on the 2-core development host (2026-12-02). Written
+  after the answer, it costs the same CPU and no caller waits for it; a streamed answer
+  is logged as it ends, and a request whose route raised before answering as the 500
+  uvicorn then sends.
 
 Why one layer in front and a direct path: a served call costs the event loop's thread
 about 1.2-1.4 ms of CPU on the 2-core development host, where that thread, the engine's
@@ -39,7 +48,9 @@ own (``tests/kvgov/serve/test_gateway.py`` compares the two).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -52,9 +63,11 @@ from kvgov.serve.errors import handler_for, on_bug
 from kvgov.serve.limits import BodyTooLarge, declared_length
 from kvgov.serve.security import OPEN_PATHS, ApiKeys
 
-__all__ = ["Endpoint", "Gateway"]
+__all__ = ["ACCESS_LOGGER", "Endpoint", "Gateway"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+ACCESS_LOGGER = "kvgov.access"
+_access = logging.getLogger(ACCESS_LOGGER)
 
 
 class Gateway:
@@ -90,6 +103,20 @@ class Gateway:
             elif name == b"content-length" and length is None:
                 length = value
         exchange = _Exchange(receive, send, self.max_body_bytes, self.instance_header)
+        try:
+            await self._answer(scope, receive, exchange, authorization, length)
+        finally:
+            if _access.isEnabledFor(logging.INFO):
+                _log_access(scope, exchange.status)
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        exchange: _Exchange,
+        authorization: bytes | None,
+        length: bytes | None,
+    ) -> None:
         tenant = ""
         if self.keys.required and scope["path"] not in OPEN_PATHS:
             found = self.keys.tenant(authorization)
@@ -139,7 +166,16 @@ class _Exchange:
     whatever the route made of the cut body), and the instance named on the answer
     (``answer``, which the gateway's own refusals go through too)."""
 
-    __slots__ = ("_header", "_limit", "_receive", "_send", "over", "received", "started")
+    __slots__ = (
+        "_header",
+        "_limit",
+        "_receive",
+        "_send",
+        "over",
+        "received",
+        "started",
+        "status",
+    )
 
     def __init__(self, receive: Receive, send: Send, limit: int, header: tuple[bytes, bytes]):
         self._receive = receive
@@ -149,6 +185,7 @@ class _Exchange:
         self.received = 0
         self.over = False
         self.started = False
+        self.status = 500  # until an answer starts: what the server sends for a raise
 
     async def receive(self) -> Message:
         message = await self._receive()
@@ -167,8 +204,22 @@ class _Exchange:
 
     async def answer(self, message: Message) -> None:
         if message["type"] == "http.response.start":
+            self.status = message["status"]
             name = self._header[0]
             headers = [item for item in message.get("headers", ()) if item[0] != name]
             headers.append(self._header)
             message["headers"] = headers
         await self._send(message)
+
+
+def _log_access(scope: Scope, status: int) -> None:
+    """The access line uvicorn writes (its format: ``uvicorn.logging.AccessFormatter``
+    reads these five arguments), the path quoted as uvicorn quotes it."""
+    client = scope.get("client")
+    address = "%s:%d" % tuple(client) if client else ""  # noqa: UP031
+    path = quote(scope["path"])
+    if scope["query_string"]:
+        path = f"{path}?{scope['query_string'].decode('ascii')}"
+    _access.info(
+        '%s - "%s %s HTTP/%s" %d', address, scope["method"], path, scope["http_version"], status
+    )

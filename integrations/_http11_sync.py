@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from integrations._http11 import Answer, Hold, PoolLimits, head, key_of
+from integrations._http11 import Answer, Hold, PoolLimits, Reply, head, key_of
 
 __all__ = ["Http11Transport"]
 
@@ -44,13 +44,13 @@ class Http11Transport(httpx.BaseTransport):
 
     def exchange(
         self, method: str, url: httpx.URL, written: bytes, timeouts: dict[str, float | None]
-    ) -> httpx.Response:
+    ) -> httpx.Response | Reply:
         """A ``method`` request written whole (head and body, as ``head`` writes them) sent to
-        ``url``'s server, and its answer read whole, as one ``httpx.Response`` with its
-        content: what ``handle_request`` and reading the response do for a call that is
-        not streamed, less the request, stream and hold objects they go through (about a
-        tenth of a served call's client CPU). Errors are ``handle_request``'s, less the
-        request they would name."""
+        ``url``'s server, and its answer read whole, as one ``Reply`` (an ``httpx.Response``
+        where the body is encoded) with its content: what ``handle_request`` and reading
+        the response do for a call that is not streamed, less the request, stream and hold
+        objects they go through (about a tenth of a served call's client CPU). Errors are
+        ``handle_request``'s, less the request they would name."""
         key = key_of(url, self._closed, None)
         connection = self._answered(key, method, written, timeouts, None)
         try:

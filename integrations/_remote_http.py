@@ -38,17 +38,19 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from json import dumps
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from typing_extensions import Self
 
 from governor import BackendUnavailable
-from integrations._http11 import sized, unsized_head
+from integrations._http11 import Reply, sized, unsized_head
 from integrations._http11_async import AsyncHttp11Transport
 from integrations._http11_sync import Http11Transport
 from integrations._remote_errors import error_from_response
 from integrations.wire import INSTANCE_HEADER
+
+R = TypeVar("R", httpx.Response, Reply)
 
 __all__ = ["HttpLifecycle", "Retries", "Transport"]
 _RETRY_STATUS = (502, 503, 504)
@@ -114,7 +116,7 @@ class Transport:
     # -- sync -----------------------------------------------------------------------------
     def request(
         self, method: str, path: str, *, json: Any = None, idempotent: bool | None = None
-    ) -> httpx.Response:
+    ) -> httpx.Response | Reply:
         idempotent = method == "GET" if idempotent is None else idempotent
         attempt = 1
         while True:
@@ -132,7 +134,7 @@ class Transport:
                 continue
             return self.checked(response)
 
-    def _send(self, method: str, path: str, json: Any) -> httpx.Response:
+    def _send(self, method: str, path: str, json: Any) -> httpx.Response | Reply:
         if self._direct is None:
             return self._client.request(method, self.url(path), json=json)
         written = self._written(method, path, json)
@@ -168,7 +170,7 @@ class Transport:
     # -- async ----------------------------------------------------------------------------
     async def arequest(
         self, method: str, path: str, *, json: Any = None, idempotent: bool | None = None
-    ) -> httpx.Response:
+    ) -> httpx.Response | Reply:
         idempotent = method == "GET" if idempotent is None else idempotent
         entry = self._aclient()
         attempt = 1
@@ -238,7 +240,7 @@ class Transport:
                 self._urls[path] = url
         return url
 
-    def checked(self, response: httpx.Response) -> httpx.Response:
+    def checked(self, response: R) -> R:
         """The response, or its typed error."""
         self._observe(response)
         if response.status_code < 400:
@@ -263,8 +265,11 @@ class Transport:
         if entry is not None:
             await entry.client.aclose()
 
-    def _observe(self, response: httpx.Response) -> None:
-        instance = response.headers.get(INSTANCE_HEADER)
+    def _observe(self, response: httpx.Response | Reply) -> None:
+        if type(response) is Reply:  # one header read, no ``headers`` built
+            instance = response.header(INSTANCE_HEADER)
+        else:
+            instance = response.headers.get(INSTANCE_HEADER)
         if instance:
             self.on_instance(instance)
 

@@ -33,6 +33,7 @@ import httpx
 from governor import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
+    from integrations._http11 import Reply
     from integrations._remote_http import Transport
     from integrations._remote_session import Pin, Session
 
@@ -68,7 +69,7 @@ class Restarts:
     # -- a call ---------------------------------------------------------------------------
     def _call(
         self, method: str, path: str, json: Any = None, *, idempotent: bool | None = None
-    ) -> httpx.Response:
+    ) -> httpx.Response | Reply:
         self._before()
         try:
             response = self._transport.request(method, path, json=json, idempotent=idempotent)

@@ -419,6 +419,7 @@ def test_sync_the_pool_limit_holds_across_threads() -> None:
 def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> None:
     """``exchange``: a request written whole, its answer read whole (what RemoteBackend's
     calls that are not streamed use), against every kind of answer the client reads."""
+    from integrations._http11 import Reply
     from integrations._remote_http import Retries, Transport
 
     with served() as (server, loop):
@@ -434,7 +435,7 @@ def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> 
         assert exchange is not None
         timeouts = lean._timeouts
 
-        def call(method: str, path: str, json: object = None) -> httpx.Response:
+        def call(method: str, path: str, json: object = None) -> httpx.Response | Reply:
             url = lean.url(path)
             return exchange.exchange(method, url, lean._written(method, path, json), timeouts)
 
@@ -444,6 +445,14 @@ def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> 
         echoed = call("POST", "/echo", payload)
         assert echoed.content == httpx.Request("POST", "http://x", json=payload).read()
         assert echoed.json() == payload and echoed.status_code == 200
+        # a plain answer is a Reply: httpx's headers on demand, one header read without them
+        assert isinstance(echoed, Reply)
+        assert (
+            echoed.header("CONTENT-length")
+            == echoed.headers["content-length"]
+            == str(len(echoed.content))
+        )
+        assert echoed.header("x-absent") is None and echoed.headers.get("x-absent") is None
         assert server.connections == 1  # kept alive and reused
         # the head of the same request built by httpx and written by handle_request
         answer = exchange.handle_request(lean._request("POST", "/echo", payload))
@@ -454,7 +463,8 @@ def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> 
         assert server.heads[-1][-1] == "Content-Length: 0"
         _release(server, loop)
         assert call("GET", "/chunks").content == b"firstsecond"
-        assert call("GET", "/gzip").content == b"unzipped"  # decoded as httpx decodes
+        zipped = call("GET", "/gzip")  # an encoded body: httpx's response, decoded as it does
+        assert isinstance(zipped, httpx.Response) and zipped.content == b"unzipped"
         assert call("GET", "/until-close").content == b"all of it"
         with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
             call("GET", "/malformed")

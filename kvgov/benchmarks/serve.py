@@ -41,21 +41,25 @@ answers, tokens per call, totals per run, the server's state after the runs, its
 id) for the benchmark's test.
 
 Where the time goes, on a shared 2-core CPU host: a 16-token call takes 70-600 ms of
-engine time whose scatter (one pair's difference: about 10 ms on a quiet host) swamps a
-2 ms target unless the host is quiet, hence 301 pairs (a standard error of about 0.7 ms).
-Measured per call (CPU of each thread, 300 calls, 2026-12-02): the in-process caller
-spends 0.7 ms of CPU (tokenizing, the hand-off to the engine thread), the server's event
-loop 1.2-1.4 ms on a busy host (uvicorn, the model call's bookkeeping, JSON; uvicorn's
-access log 0.07-0.15 ms of it; the two generation routes are served by
-``kvgov.serve.gateway`` in front of FastAPI, which took 1.4-1.7 ms before it, and parse
-their body in one pydantic step, ``openai_schemas.read_body``) and the client 0.48 ms
-(``RemoteBackend.generate`` over kvgov's own HTTP/1.1 transport, ``integrations._http11``;
-1.3 ms through httpx's client and httpcore). The served call waits on
-``LocalBackend.agenerate`` (one wake-up of the event loop per call, not one per token) and
-tokenizes its prompt once. Streaming
-costs the client about 0.075 ms of CPU per token (0.18 ms through httpcore and anyio:
-a selector registration, a timeout scope and h11 per read) and the server's event loop
-under 0.1 ms; the engine's threads spend the same CPU either way.
+engine time, which scatters by about 10 ms from one call to the next on a quiet host;
+less each call's engine time, the 301 pairs give a standard error of a few hundredths of a
+millisecond. A served call outside the engine, timestamped at each hop (200 calls,
+2026-12-02, before the two changes below): the client's request to the gateway 0.62 ms
+(building and writing it, the loopback, uvicorn's parsing), the gateway to the model call
+0.43 ms (its body parsed in one pydantic step, ``openai_schemas.read_body``; the two
+generation routes are served by ``kvgov.serve.gateway`` in front of FastAPI), the hand-off
+to the engine thread and the prompt's tokenizing there 0.52 ms (the in-process call pays
+it too), the engine's end back to the event loop 0.22 ms (``LocalBackend.agenerate``: one
+wake-up per call, not one per token), the answer's JSON 0.18 ms, its head 0.32 ms (0.23 of
+it uvicorn's access log, now written by the gateway after the answer: 0.10 ms left), and
+the answer back to the caller 0.42 ms (``RemoteBackend.generate`` over kvgov's own
+HTTP/1.1 transport, ``integrations._http11``, its answer read as a lean ``Reply``: 35%
+less client time than through httpx's ``Response`` against a server that answers at once,
+and 1.3 ms through httpx's client and httpcore before that). The in-process call spends
+0.7-0.9 ms outside the engine (tokenizing, the hand-offs). Streaming costs the client about
+0.075 ms of CPU per token (0.18 ms through httpcore and anyio: a selector registration, a
+timeout scope and h11 per read) and the server's event loop under 0.1 ms; the engine's
+threads spend the same CPU either way.
 """
 
 from __future__ import annotations
@@ -227,7 +231,7 @@ def _http_overhead(
             f"{split.wall_error_s * 1e3:.2f} ms (the engine's time scattering on a shared host; "
             f"less it, {split.overhead_error_s * 1e3:.2f} ms). A bare GET /version round trip "
             f"takes {round_trip * 1e3:.2f} ms (median); kvgov serve's app and uvicorn settings "
-            f"on 127.0.0.1, uvicorn's access log on as kvgov serve runs it; {what}"
+            f"on 127.0.0.1, the access log on as kvgov serve writes it (after each answer); {what}"
         ),
     )
 

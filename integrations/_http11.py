@@ -228,9 +228,9 @@ def sized(unsized: bytes, method: str, length: int) -> bytes:
 
 class Reply:
     """A whole answer, as a call that is not streamed reads it: what it uses of httpx's
-    ``Response`` (``status_code``, ``content``, ``json()``, ``headers``), less what building
-    one costs (its byte stream read back in, its headers parsed up front; about a quarter
-    of such a call's client CPU). ``header(name)`` reads one header without building
+    ``Response`` (``status_code``, ``content``, ``text``, ``json()``, ``headers``), less
+    what building one costs (its byte stream read back in, its headers parsed up front;
+    about a quarter of such a call's client CPU). ``header(name)`` reads one header without building
     ``headers``, which only an error's path needs."""
 
     __slots__ = ("_headers", "_raw", "content", "status_code")
@@ -258,3 +258,17 @@ class Reply:
     def json(self) -> Any:
         """The body as JSON (pydantic-core's parser: the values ``json.loads`` gives)."""
         return from_json(self.content)
+
+    @property
+    def text(self) -> str:
+        """The body as text, as httpx decodes it: in the charset ``Content-Type`` names,
+        else UTF-8, undecodable bytes replaced."""
+        charset = "utf-8"
+        for param in (self.header("content-type") or "").split(";")[1:]:
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "charset" and value.strip(" '\""):
+                charset = value.strip(" '\"")
+        try:
+            return self.content.decode(charset, errors="replace")
+        except LookupError:  # a charset Python does not know
+            return self.content.decode("utf-8", errors="replace")

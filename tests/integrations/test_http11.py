@@ -461,6 +461,12 @@ def test_sync_whole_exchanges_answer_as_a_read_response_and_write_as_httpx() -> 
         assert sorted(server.heads[-2]) == sorted(server.heads[-1])
         assert call("POST", "/echo").content == b""  # a POST without a body: length 0
         assert server.heads[-1][-1] == "Content-Length: 0"
+        assert call("GET", "/hello").text == "hello"
+        for content_type in ("text/plain; charset=latin-1", "text/plain", "x; charset=nope"):
+            body = "é ü".encode("latin-1")
+            headers = [(b"content-type", content_type.encode())]
+            theirs = httpx.Response(200, headers=headers, content=body)
+            assert Reply(200, headers, body).text == theirs.text, content_type
         _release(server, loop)
         assert call("GET", "/chunks").content == b"firstsecond"
         zipped = call("GET", "/gzip")  # an encoded body: httpx's response, decoded as it does

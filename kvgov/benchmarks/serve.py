@@ -300,31 +300,23 @@ def split_overhead(
     engine, which the figure would leave out); or the served calls faster outside the
     engine by over two (HTTP never speeds a call up: the two sides' hosts differed)."""
     pairs = list(zip(local, remote, strict=True))
-    if any(math.isnan(e) for _, e in (*local, *remote)):
-        nan = math.nan
-        return OverheadSplit(
-            calls={"local": local, "remote": remote},
-            overhead_s=nan,
-            overhead_error_s=nan,
-            engine_difference_s=nan,
-            engine_error_s=nan,
-            wall_difference_s=statistics.median(rw - lw for (lw, _), (rw, _) in pairs),
-            wall_error_s=_median_error([rw - lw for (lw, _), (rw, _) in pairs]),
-            invalid="NOT MEASURED: a call came back without the engine's time for it. ",
-        )
-    outside = [(rw - re) - (lw - le) for (lw, le), (rw, re) in pairs]
-    engine = [re - le for (_, le), (_, re) in pairs]
     wall = [rw - lw for (lw, _), (rw, _) in pairs]
+    missing = any(math.isnan(e) for _, e in (*local, *remote))
+    outside = [] if missing else [(rw - re) - (lw - le) for (lw, le), (rw, re) in pairs]
+    engine = [] if missing else [re - le for (_, le), (_, re) in pairs]
     split = OverheadSplit(
         calls={"local": local, "remote": remote},
-        overhead_s=statistics.median(outside),
-        overhead_error_s=_median_error(outside),
-        engine_difference_s=statistics.median(engine),
-        engine_error_s=_median_error(engine),
+        overhead_s=statistics.median(outside) if outside else math.nan,
+        overhead_error_s=_median_error(outside) if outside else math.nan,
+        engine_difference_s=statistics.median(engine) if engine else math.nan,
+        engine_error_s=_median_error(engine) if engine else math.nan,
         wall_difference_s=statistics.median(wall),
         wall_error_s=_median_error(wall),
         invalid="",
     )
+    if missing:
+        invalid = "NOT MEASURED: a call came back without the engine's time for it. "
+        return dataclasses.replace(split, invalid=invalid)
     invalid = ""
     if split.engine_difference_s > 3 * split.engine_error_s:
         invalid = (

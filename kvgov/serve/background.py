@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
@@ -22,21 +22,31 @@ _START_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def serving(app: object, *, host: str = "127.0.0.1") -> Iterator[str]:
-    """Yields the base URL (``http://127.0.0.1:PORT``); stops the server on exit."""
+def serving(
+    app: object,
+    *,
+    host: str = "127.0.0.1",
+    config: Callable[..., uvicorn.Config] | None = None,
+) -> Iterator[str]:
+    """Yields the base URL (``http://127.0.0.1:PORT``); stops the server on exit.
+    ``config(app, host=, port=)`` makes uvicorn's settings (``serve_command.uvicorn_config``
+    to serve as ``kvgov serve`` does); by default quiet, with no access log."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,  # type: ignore[arg-type]
-        log_level="warning",
-        access_log=False,
-        ws="none",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
-    server = uvicorn.Server(config)
+    if config is None:
+        settings = uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            log_level="warning",
+            access_log=False,
+            ws="none",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    else:
+        settings = config(app, host=host, port=port)
+    server = uvicorn.Server(settings)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True
     )

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from uvicorn.logging import AccessFormatter
 
+from kvgov.serve.background import serving
 from kvgov.serve.gateway import ACCESS_LOGGER
 from kvgov.serve_command import uvicorn_config
 from tests.kvgov.serve.api_support import served_app
@@ -57,30 +55,13 @@ def kept_logging() -> Iterator[None]:
             lg.propagate = propagate
 
 
-@contextmanager
-def kvgov_served(app: object) -> Iterator[str]:
-    """``app`` under uvicorn as ``kvgov serve`` configures it, on a free loopback port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-
-
 def test_kvgov_serve_writes_one_line_per_request_in_uvicorns_words() -> None:
     lines = Lines()
-    with kept_logging(), served_app() as (app, _backend), kvgov_served(app) as url:
+    with (
+        kept_logging(),
+        served_app() as (app, _backend),
+        serving(app, config=uvicorn_config) as url,
+    ):
         logging.getLogger(ACCESS_LOGGER).addHandler(lines)
         # uvicorn's own access log is off: its logger has no handler, so no second line
         assert not logging.getLogger("uvicorn.access").hasHandlers()

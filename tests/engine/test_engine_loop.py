@@ -118,8 +118,8 @@ def test_one_loop_drives_an_engine_until_it_closes(
     first.close()
     with EngineLoop(engine) as second:
         assert second.submit(prompts[1], GREEDY).result(timeout=30).token_ids == expected[1]
-    with EngineLoop(_engine(llama_dir)), EngineLoop(engine):  # one loop per engine
-        pass
+    with EngineLoop(_engine(llama_dir)) as other, EngineLoop(engine) as third:
+        assert other.engine is not third.engine  # one loop per engine, each its own
 
 
 def test_close_aborts_what_is_in_flight(llama_dir: Path, prompts: list[list[int]]) -> None:

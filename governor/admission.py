@@ -21,11 +21,15 @@ admission carries on.
   the next lease out, the controller asks for them to be moved (``make_room``: the
   governor offloads them to host memory on its deadline thread); a hold that ends or
   moves makes room, and waiting leases are tried again.
-- overcommit: live use (the blocks active leases' contexts hold now) times
-  ``1 + headroom_ratio`` must fit; under pressure the engine parks, offloads and
-  preempts, it never runs out of memory. A parked lease coming back with its context
-  still held on the device is charged only what it holds beyond that hold: refusing it
-  would free none of the hold's blocks, only keep them idle longer.
+- overcommit: live use times ``1 + headroom_ratio`` must fit; under pressure the engine
+  parks, offloads and preempts, it never runs out of memory. Live use is what each
+  active lease holds or is about to (``Lease.blocks_charged``): the call it is making,
+  prompt and reply, once ``Governor.complete`` has counted it, else its context; its
+  shared prefix's pinned blocks are left out, since the pins are out of
+  ``available_blocks`` already and every lease of the agent reuses them. A parked lease
+  coming back with its context still held on the device is charged only what its call
+  needs beyond that hold: refusing it would free none of the hold's blocks, only keep
+  them idle longer.
 
 Parked leases' reservations count against neither. A backend of several replicas also
 answers where a lease fits (``placement``, ``governor.placement``): guaranteed mode
@@ -399,15 +403,17 @@ class AdmissionController:
                 fits = self.placement.can_place(lease.budget, lease.blocks_reserved)
         else:
             # Its context's blocks held on the device are in use whether it runs or
-            # waits (refusing it frees none of them): it is charged only the rest.
-            live = self._committed() + max(1, lease.blocks_live - self._held.get(lease, 0))
+            # waits (refusing it frees none of them): it is charged only the rest. The
+            # hold starts with its shared prefix, whose pinned blocks are charged nowhere.
+            held = max(0, self._held.get(lease, 0) - lease.prefix_blocks)
+            live = self._committed() + max(1, lease.blocks_charged - held)
             fits = live * (1 + config.headroom_ratio) <= self.limit_blocks
         return "ok" if fits else "memory"
 
     def _committed(self) -> int:
         if self.config.mode is AdmissionMode.GUARANTEED:
             return self._reserved + self._held_idle
-        return sum(lease.blocks_live for lease in self._active)
+        return sum(lease.blocks_charged for lease in self._active)
 
     def _admit(self, lease: Lease) -> None:
         lease.state = LeaseState.ACTIVE

@@ -189,9 +189,11 @@ class Governor(ModelCalls, ToolCalls, Growth):
         shared: bool = False,
     ) -> PrefixHandle:
         """Pin a system prompt or tool schema once; every lease of an agent whose
-        ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks, which are
-        counted once: admission sizes from the blocks left after pins. Per tenant
-        unless ``shared`` (see ``governor.prefixes`` for what sharing costs)."""
+        ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks. Admission
+        sizes from the blocks left after pins; overcommit charges a lease made after this
+        only its own blocks beyond them (``Lease.blocks_charged``), while guaranteed mode
+        reserves every lease's whole ceiling, prefix included. Per tenant unless
+        ``shared`` (see ``governor.prefixes`` for what sharing costs)."""
         handle = self.prefixes.register(name, prefix, tenant=tenant, shared=shared)
         self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
         return handle
@@ -263,6 +265,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
             run_id=current_run_id(),
             governor=self,
             expected_tokens=math.ceil(ceiling * self.config.expected_use),
+            prefix_blocks=self._prefix_blocks(spec, tenant),
         )
         self.admission.check_can_ever_fit(lease)
         self._publish(
@@ -273,6 +276,17 @@ class Governor(ModelCalls, ToolCalls, Growth):
             parent_id=None if parent is None else parent.lease_id,
         )
         return lease
+
+    def _prefix_blocks(self, spec: AgentSpec, tenant: str | None) -> int:
+        """The pinned blocks of the shared prefix the agent's calls start with; 0 when it
+        has none, or it is not registered yet (its calls will say so)."""
+        if spec.prefix is None:
+            return 0
+        try:
+            prefix = self.prefixes.lookup(spec.prefix, tenant=tenant, agent=spec.name)
+        except ConfigError:
+            return 0
+        return prefix.handle.num_blocks
 
     def child(
         self,

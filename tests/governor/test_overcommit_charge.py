@@ -1,0 +1,153 @@
+"""What overcommit admission charges a lease, on the bundled engine (tiny-random): the
+call it is about to make, prompt and reply (``Lease.pending_tokens``, counted before it
+waits), and never its shared prefix's pinned blocks, which are out of the limit already.
+
+Charged its previous context instead, a lease coming back from a tool with a long tool
+output slipped in on its old size; charged its prefix, every lease paid again for
+blocks pinned once, and a team that shares a long system prompt ran one at a time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from governor import (
+    AdmissionMode,
+    AdmissionTimeout,
+    AgentSpec,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    LeaseState,
+    LocalBackend,
+)
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[LocalBackend]:
+    made = LocalBackend(config={"num_blocks": 128})
+    yield made
+    made.close()
+
+
+def _config(**overrides: object) -> GovernorConfig:
+    # No holds between calls: a parked lease comes back charged its whole call.
+    settings: dict[str, object] = {
+        "mode": AdmissionMode.OVERCOMMIT,
+        "park_after_s": 0,
+        "retain_s": 0,
+        "admission_timeout_s": 0.5,
+    }
+    return GovernorConfig(**{**settings, **overrides})  # type: ignore[arg-type]
+
+
+def _task(backend: LocalBackend, blocks: int, tag: str) -> list[dict[str, str]]:
+    """A user turn that alone counts at least ``blocks`` blocks."""
+    words = blocks * BLOCK
+    while True:
+        task = [{"role": "user", "content": f"{tag}: " + "word " * words}]
+        if backend.count_messages(task) >= blocks * BLOCK:
+            return task
+        words += BLOCK
+
+
+def _blocks(tokens: int) -> int:
+    return math.ceil(tokens / BLOCK)
+
+
+def test_a_shared_prefix_is_charged_once_not_by_every_lease(backend: LocalBackend) -> None:
+    governor = Governor(backend, config=_config())
+    system = "You are one of a team. " + "Team rules apply to every task here. " * 40
+    handle = governor.register_prefix("team", system)
+    available = governor.admission.available_blocks  # after the pin
+    try:
+        assert handle.num_blocks >= 15
+        governor.register_agent(AgentSpec(name="agent", ceiling_tokens=70 * BLOCK, prefix="team"))
+        task = _task(backend, 25, "task")
+        with governor.lease("agent") as first, governor.lease("agent") as second:
+            assert first.prefix_blocks == second.prefix_blocks == handle.num_blocks
+            governor.complete(first, task, max_tokens=8)
+            assert first.blocks_live >= handle.num_blocks + 25
+            governor.complete(second, task, max_tokens=8)
+            with governor.tool_call(second, "build"):
+                assert second.state is LeaseState.PARKED
+            # Both contexts in full would not fit live x 1.25; their own blocks do.
+            whole = first.blocks_live + second.blocks_live + 1
+            assert whole * 1.25 > governor.admission.limit_blocks
+            own = whole - 2 * handle.num_blocks
+            assert own * 1.25 <= governor.admission.limit_blocks
+            governor.complete(second, task, max_tokens=8)  # admitted at once
+            assert second.state is LeaseState.ACTIVE
+            assert governor.admission.blocks_committed() == (
+                first.blocks_live - handle.num_blocks + second.blocks_live - handle.num_blocks
+            )
+    finally:
+        governor.unregister_prefix("team")
+    assert governor.admission.available_blocks > available
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert backend.metrics().num_blocks_in_use == 0
+
+
+def test_a_lease_back_from_a_tool_is_charged_the_call_it_makes(backend: LocalBackend) -> None:
+    governor = Governor(backend, config=_config(), agents=[
+        AgentSpec(name="agent", ceiling_tokens=100 * BLOCK),
+    ])  # fmt: skip
+    limit = governor.admission.limit_blocks  # floor(128 x 0.9): live use up to 92 blocks
+    big = _task(backend, 40, "big")
+    small = [{"role": "user", "content": "Look at the build."}]
+    with governor.lease("agent") as first, governor.lease("agent") as second:
+        governor.complete(first, big, max_tokens=8)
+        governor.complete(second, small, max_tokens=8)
+        with governor.tool_call(second, "pytest"):
+            pass
+        assert second.state is LeaseState.PARKED and second.blocks_live <= 3
+        # Its next call carries the tool's long output: with it, the two do not fit.
+        back = [*small, {"role": "assistant", "content": "Running."}, *_task(backend, 60, "log")]
+        needed = _blocks(backend.count_messages(back) + 8)
+        assert (first.blocks_live + needed) * 1.25 > limit
+        assert (first.blocks_live + second.blocks_live) * 1.25 <= limit  # its old size fit
+        with pytest.raises(AdmissionTimeout):
+            governor.complete(second, back, max_tokens=8)
+        assert second.state is LeaseState.PARKED and second.pending_tokens == 0
+        assert governor.admission.blocks_committed() == first.blocks_live
+        # Once the first is parked too, it runs.
+        with governor.tool_call(first, "build"):
+            assert first.state is LeaseState.PARKED
+            result = governor.complete(second, back, max_tokens=8)
+        assert result.prompt_tokens + result.completion_tokens <= needed * BLOCK
+        assert second.pending_tokens == 0  # the call ended: its context is charged now
+        assert second.blocks_charged == second.blocks_live == _blocks(second.tokens_in_context)
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert backend.metrics().num_blocks_in_use == 0
+
+
+def test_a_call_is_charged_while_it_runs_and_not_after(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The charge holds from the count to the call's end (another lease asking while it
+    runs sees it); a call refused before it runs leaves none behind."""
+    governor = Governor(backend, config=_config(), agents=[
+        AgentSpec(name="agent", ceiling_tokens=100 * BLOCK),
+    ])  # fmt: skip
+    big = _task(backend, 40, "big")
+    seen: list[int] = []
+    generate = LocalBackend.generate
+
+    def watched(self: LocalBackend, request: object) -> object:
+        seen.append(governor.admission.blocks_committed())
+        return generate(self, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalBackend, "generate", watched)
+    with governor.lease("agent") as lease:
+        assert governor.admission.blocks_committed() == lease.blocks_live  # expected use
+        governor.complete(lease, big, max_tokens=8)
+        assert seen == [_blocks(backend.count_messages(big) + 8)]
+        assert lease.pending_tokens == 0
+        assert governor.admission.blocks_committed() == lease.blocks_live
+        with pytest.raises(ConfigError):
+            governor.complete(lease, big, max_tokens=0)
+        assert lease.pending_tokens == 0 and seen == seen[:1]

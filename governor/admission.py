@@ -14,28 +14,29 @@ queue is as it was, a lease being queued is taken off again, and a release, park
 cancel has still happened. Fix or swap the policy (``controller.policy = ...``) and
 admission carries on.
 
-- guaranteed: the ceilings of every active lease, plus the KV that leases not active
-  (parked, or queued again) still hold on the device (``set_held``: their context
-  retained between calls), fit at once within ``floor(available_blocks *
-  safety_factor)``; nothing is ever preempted. When those holds are all that keeps
-  the next lease out, the controller asks for them to be moved (``make_room``: the
-  governor offloads them to host memory on its deadline thread); a hold that ends or
-  moves makes room, and waiting leases are tried again.
+- guaranteed: the ceilings of every active lease (``Lease.own_blocks_reserved``), plus
+  the KV that leases not active (parked, or queued again) still hold on the device
+  (``set_held``: their context retained between calls), fit at once within
+  ``floor(available_blocks * safety_factor)``; nothing is ever preempted. When those
+  holds are all that keeps the next lease out, the controller asks for them to be moved
+  (``make_room``: the governor offloads them to host memory on its deadline thread); a
+  hold that ends or moves makes room, and waiting leases are tried again.
 - overcommit: live use times ``1 + headroom_ratio`` must fit; under pressure the engine
   parks, offloads and preempts, it never runs out of memory. Live use is what each
   active lease holds or is about to (``Lease.blocks_charged``): the call it is making,
-  prompt and reply, once ``Governor.complete`` has counted it, else its context; its
-  shared prefix's pinned blocks are left out, since the pins are out of
-  ``available_blocks`` already and every lease of the agent reuses them. A parked lease
-  coming back with its context still held on the device is charged only what its call
-  needs beyond that hold: refusing it would free none of the hold's blocks, only keep
-  them idle longer.
+  prompt and reply, once ``Governor.complete`` has counted it, else its context. A
+  parked lease coming back with its context still held on the device is charged only
+  what its call needs beyond that hold: refusing it would free none of the hold's
+  blocks, only keep them idle longer.
 
-Parked leases' reservations count against neither. A backend of several replicas also
-answers where a lease fits (``placement``, ``governor.placement``): guaranteed mode
-admits a lease only where one replica has room for it, not just the sum. The lock is the last in the
-governor's lock order (``governor.governor``): nothing is called under it but the
-policy and the waiters' wake-ups, which never wait.
+In both, a lease's shared prefix's pinned blocks are counted once, in the pins: they are
+out of ``available_blocks`` already, so ceilings, live use and holds count only the
+lease's own blocks beyond them. Parked leases' reservations count against neither. A
+backend of several replicas also answers where a lease fits (``placement``,
+``governor.placement``): guaranteed mode admits a lease only where one replica has room
+for it, not just the sum. The lock is the last in the governor's lock order
+(``governor.governor``): nothing is called under it but the policy and the waiters'
+wake-ups, which never wait.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class AdmissionController:
         self._queue: list[_Queued] = []
         self._waiting: dict[Lease, _Queued] = {}  # the same, by lease: cancel finds it
         self._active: set[Lease] = set()
-        self._reserved = 0  # the blocks_reserved of self._active, kept as it changes
+        self._reserved = 0  # the own_blocks_reserved of self._active, kept as it changes
         # Device blocks each lease's retained context holds (set_held), and the sum of
         # those of leases not active, which guaranteed mode counts beside _reserved (an
         # active lease's hold is inside its own reservation).
@@ -162,9 +163,9 @@ class AdmissionController:
         return fit if cap is None else min(fit, cap)
 
     def check_can_ever_fit(self, lease: Lease) -> None:
-        if lease.blocks_reserved > self._most_blocks():
+        if lease.own_blocks_reserved > self._most_blocks():
             raise AdmissionRejected(
-                lease.ceiling_tokens, self._most_tokens(), agent=lease.agent.name
+                lease.ceiling_tokens, self._most_tokens(lease), agent=lease.agent.name
             )
 
     def _most_blocks(self) -> int:
@@ -175,11 +176,14 @@ class AdmissionController:
             return self.limit_blocks
         return min(self.limit_blocks, placement.max_blocks())
 
-    def _most_tokens(self) -> int:
+    def _most_tokens(self, lease: Lease) -> int:
+        """The largest ceiling the lease could be admitted with (its shared prefix's
+        pinned blocks on top: they are not in the limit)."""
         possible = max_ceiling_tokens(
             self.available_blocks, self.block_size, self.config.safety_factor
         )
-        return min(possible, self._most_blocks() * self.block_size)
+        return (min(possible, self._most_blocks() * self.block_size)
+                + lease.prefix_blocks * self.block_size)  # fmt: skip
 
     def _placement(self) -> Placement | None:
         return self.placement if self.config.mode is AdmissionMode.GUARANTEED else None
@@ -262,8 +266,11 @@ class AdmissionController:
         of an active lease changes only here, under the lock, out of the ledger and
         back in, so a concurrent park or release never subtracts a reservation that
         was not added."""
-        if blocks_per_seq(ceiling_tokens, self.block_size) > self._most_blocks():
-            raise AdmissionRejected(ceiling_tokens, self._most_tokens(), agent=lease.agent.name)
+        own = blocks_per_seq(ceiling_tokens, self.block_size) - lease.prefix_blocks
+        if own > self._most_blocks():
+            raise AdmissionRejected(
+                ceiling_tokens, self._most_tokens(lease), agent=lease.agent.name
+            )
         with self._lock:
             if lease.state is not LeaseState.ACTIVE:
                 return False
@@ -278,10 +285,12 @@ class AdmissionController:
 
     def set_held(self, lease: Lease, num_blocks: int) -> None:
         """The device blocks the lease's retained context holds now (0: none, or moved
-        to host memory). Guaranteed mode counts them while the lease is not active."""
+        to host memory); its shared prefix's pinned blocks are left out. Guaranteed mode
+        counts them while the lease is not active."""
         with self._lock:
             if lease.state is LeaseState.RELEASED:
                 num_blocks = 0
+            num_blocks = max(0, num_blocks - lease.prefix_blocks)  # the pins are not in it
             old = self._held.pop(lease, 0)
             if num_blocks > 0:
                 self._held[lease] = num_blocks
@@ -302,7 +311,7 @@ class AdmissionController:
         """The reservations of the active leases and the blocks held by leases not
         active, each as kept and as summed over the leases now (the pairs are equal)."""
         with self._lock:
-            reserved = sum(lease.blocks_reserved for lease in self._active)
+            reserved = sum(lease.own_blocks_reserved for lease in self._active)
             held = sum(b for lease, b in self._held.items() if lease not in self._active)
             return self._reserved, reserved, self._held_idle, held
 
@@ -347,7 +356,7 @@ class AdmissionController:
             return
         if self.config.mode is not AdmissionMode.GUARANTEED or held == self._room_not_made:
             return  # not asked twice for the same holds: they could not be moved
-        needed = self._reserved + held + lease.blocks_reserved - self.limit_blocks
+        needed = self._reserved + held + lease.own_blocks_reserved - self.limit_blocks
         if 0 < needed <= held:
             self._room_asked = held
             self.make_room(needed)
@@ -398,15 +407,13 @@ class AdmissionController:
         if cap is not None and self._per_tenant.get(lease.tenant, 0) >= cap:  # None: no cap
             return "cap"
         if config.mode is AdmissionMode.GUARANTEED:
-            fits = self._committed() + lease.blocks_reserved <= self.limit_blocks
+            fits = self._committed() + lease.own_blocks_reserved <= self.limit_blocks
             if fits and self.placement is not None:
-                fits = self.placement.can_place(lease.budget, lease.blocks_reserved)
+                fits = self.placement.can_place(lease.budget, lease.own_blocks_reserved)
         else:
             # Its context's blocks held on the device are in use whether it runs or
-            # waits (refusing it frees none of them): it is charged only the rest. The
-            # hold starts with its shared prefix, whose pinned blocks are charged nowhere.
-            held = max(0, self._held.get(lease, 0) - lease.prefix_blocks)
-            live = self._committed() + max(1, lease.blocks_charged - held)
+            # waits (refusing it frees none of them): it is charged only the rest.
+            live = self._committed() + max(1, lease.blocks_charged - self._held.get(lease, 0))
             fits = live * (1 + config.headroom_ratio) <= self.limit_blocks
         return "ok" if fits else "memory"
 
@@ -422,14 +429,14 @@ class AdmissionController:
         self._add_active(lease)
         self._peak_active = max(self._peak_active, len(self._active))
 
-    # An active lease's ceiling (so its blocks_reserved) changes only in try_grow, which
+    # An active lease's ceiling (so its reservation) changes only in try_grow, which
     # takes it out of the set first and puts it back after.
     def _add_active(self, lease: Lease) -> None:
         self._active.add(lease)
-        self._reserved += lease.blocks_reserved
+        self._reserved += lease.own_blocks_reserved
         placement = self._placement()
         if placement is not None:
-            placement.place(lease.budget, lease.blocks_reserved)
+            placement.place(lease.budget, lease.own_blocks_reserved)
         self._held_idle -= self._held.get(lease, 0)  # its hold is in its reservation now
         if self._by_agent:
             _add(self._per_agent, lease.agent.name, 1)
@@ -439,7 +446,7 @@ class AdmissionController:
     def _discard_active(self, lease: Lease) -> None:
         if lease in self._active:
             self._active.remove(lease)
-            self._reserved -= lease.blocks_reserved
+            self._reserved -= lease.own_blocks_reserved
             placement = self._placement()
             if placement is not None:
                 placement.unplace(lease.budget)

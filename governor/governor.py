@@ -189,11 +189,10 @@ class Governor(ModelCalls, ToolCalls, Growth):
         shared: bool = False,
     ) -> PrefixHandle:
         """Pin a system prompt or tool schema once; every lease of an agent whose
-        ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks. Admission
-        sizes from the blocks left after pins; overcommit charges a lease made after this
-        only its own blocks beyond them (``Lease.blocks_charged``), while guaranteed mode
-        reserves every lease's whole ceiling, prefix included. Per tenant unless
-        ``shared`` (see ``governor.prefixes`` for what sharing costs)."""
+        ``AgentSpec.prefix`` is ``name`` starts with it and reuses its blocks, which are
+        counted once: admission sizes from the blocks left after pins, and charges a
+        lease made after this only its own blocks beyond them (``Lease.prefix_blocks``).
+        Per tenant unless ``shared`` (see ``governor.prefixes`` for what sharing costs)."""
         handle = self.prefixes.register(name, prefix, tenant=tenant, shared=shared)
         self.admission.set_available_blocks(self.backend.capacity().num_available_blocks)
         return handle

@@ -60,7 +60,7 @@ class Lease:
     # ``Governor.complete`` has counted it until it finishes, admission charges that.
     pending_tokens: int = 0
     # Blocks of its agent's shared prefix pinned in the backend when it was made: they
-    # are out of the admission limit already (the pins), so overcommit charges them once.
+    # are out of the admission limit already (the pins), so admission counts them once.
     prefix_blocks: int = 0
     num_compactions: int = 0
     tokens_compacted: int = 0  # tokens removed from its prompts by compaction
@@ -87,6 +87,13 @@ class Lease:
         to hold (at least one block)."""
         tokens = self.tokens_in_context if self.num_calls else self.expected_tokens
         return max(1, math.ceil(tokens / self.block_size))
+
+    @property
+    def own_blocks_reserved(self) -> int:
+        """What guaranteed admission reserves for it (at least one block): its ceiling's
+        blocks less its shared prefix's pinned blocks, which every lease of the agent
+        reuses. Its engine budget is the whole ceiling (``blocks_reserved``)."""
+        return max(1, self.blocks_reserved - self.prefix_blocks)
 
     @property
     def blocks_charged(self) -> int:

@@ -74,7 +74,9 @@ def test_a_restart_fails_calls_in_flight_and_the_governor_carries_on(
             assert again.completion_tokens == 4
             reserved, summed, held_idle, held_summed = governor.admission.ledger()
             assert (reserved, held_idle) == (summed, held_summed)
-            assert reserved == held.blocks_reserved + streaming.blocks_reserved  # no double
+            assert (
+                reserved == held.own_blocks_reserved + streaming.own_blocks_reserved
+            )  # no lease twice
 
     asyncio.run(run())
     dropped = [e for e in events if e.kind == "dropped"]

@@ -1,6 +1,7 @@
-"""What overcommit admission charges a lease, on the bundled engine (tiny-random): the
+"""What admission charges a lease, on the bundled engine (tiny-random). Overcommit: the
 call it is about to make, prompt and reply (``Lease.pending_tokens``, counted before it
-waits), and never its shared prefix's pinned blocks, which are out of the limit already.
+waits). Both modes: never its shared prefix's pinned blocks, which are out of the limit
+already (guaranteed reserves ``Lease.own_blocks_reserved``).
 
 Charged its previous context instead, a lease coming back from a tool with a long tool
 output slipped in on its old size; charged its prefix, every lease paid again for
@@ -15,6 +16,7 @@ import pytest
 
 from governor import (
     AdmissionMode,
+    AdmissionRejected,
     AdmissionTimeout,
     AgentSpec,
     ConfigError,
@@ -32,6 +34,9 @@ def backend() -> Iterator[LocalBackend]:
     made = LocalBackend(config={"num_blocks": 128})
     yield made
     made.close()
+
+
+SYSTEM = "You are one of a team. " + "Team rules apply to every task here. " * 40
 
 
 def _config(**overrides: object) -> GovernorConfig:
@@ -61,8 +66,7 @@ def _blocks(tokens: int) -> int:
 
 def test_a_shared_prefix_is_charged_once_not_by_every_lease(backend: LocalBackend) -> None:
     governor = Governor(backend, config=_config())
-    system = "You are one of a team. " + "Team rules apply to every task here. " * 40
-    handle = governor.register_prefix("team", system)
+    handle = governor.register_prefix("team", SYSTEM)
     available = governor.admission.available_blocks  # after the pin
     try:
         assert handle.num_blocks >= 15
@@ -151,3 +155,33 @@ def test_a_call_is_charged_while_it_runs_and_not_after(
         with pytest.raises(ConfigError):
             governor.complete(lease, big, max_tokens=0)
         assert lease.pending_tokens == 0 and seen == seen[:1]
+
+
+def test_guaranteed_mode_reserves_a_shared_prefix_once(backend: LocalBackend) -> None:
+    config = GovernorConfig(park_after_s=0, retain_s=30, admission_timeout_s=0.5)
+    governor = Governor(backend, config=config)
+    handle = governor.register_prefix("team", SYSTEM)
+    try:
+        pinned, limit = handle.num_blocks, governor.admission.limit_blocks
+        ceiling = (limit // 2 + pinned) * BLOCK  # two fit on their own blocks, not whole
+        assert 2 * ceiling / BLOCK > limit
+        governor.register_agent(AgentSpec(name="agent", ceiling_tokens=ceiling, prefix="team"))
+        task = _task(backend, 10, "task")
+        with governor.lease("agent") as first, governor.lease("agent") as second:
+            assert first.own_blocks_reserved == first.blocks_reserved - pinned
+            assert governor.admission.ledger()[:2] == (2 * (limit // 2),) * 2
+            governor.complete(first, task, max_tokens=8)
+            with governor.tool_call(first, "build"):  # its hold, less the prefix, counts
+                held = governor.admission.ledger()[2]
+                assert held == first.num_retained_blocks - pinned > 0
+            governor.complete(second, task, max_tokens=8)
+        # The largest ceiling is the limit on top of the pins; one block more never fits.
+        largest = (limit + pinned) * BLOCK
+        with governor.lease("agent", ceiling_tokens=largest):
+            pass
+        with pytest.raises(AdmissionRejected, match=f"{largest:,} tokens"):
+            governor.lease("agent", ceiling_tokens=largest + BLOCK)
+    finally:
+        governor.unregister_prefix("team")
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert backend.metrics().num_blocks_in_use == 0

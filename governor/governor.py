@@ -264,7 +264,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
             run_id=current_run_id(),
             governor=self,
             expected_tokens=math.ceil(ceiling * self.config.expected_use),
-            prefix_blocks=self._prefix_blocks(spec, tenant),
+            prefix_blocks=self.prefixes.pinned_blocks(spec.prefix, tenant=tenant),
         )
         self.admission.check_can_ever_fit(lease)
         self._publish(
@@ -275,17 +275,6 @@ class Governor(ModelCalls, ToolCalls, Growth):
             parent_id=None if parent is None else parent.lease_id,
         )
         return lease
-
-    def _prefix_blocks(self, spec: AgentSpec, tenant: str | None) -> int:
-        """The pinned blocks of the shared prefix the agent's calls start with; 0 when it
-        has none, or it is not registered yet (its calls will say so)."""
-        if spec.prefix is None:
-            return 0
-        try:
-            prefix = self.prefixes.lookup(spec.prefix, tenant=tenant, agent=spec.name)
-        except ConfigError:
-            return 0
-        return prefix.handle.num_blocks
 
     def child(
         self,

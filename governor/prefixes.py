@@ -59,14 +59,27 @@ class PrefixRegistry:
             raise ConfigError(f"no prefix {name!r} is registered for this tenant", setting="prefix")
         self._backend.unpin_prefix(entry.handle)
 
+    def pinned_blocks(self, name: str | None, *, tenant: str | None) -> int:
+        """The pinned blocks of the prefix an agent's calls start with; 0 for none, or
+        one not registered yet."""
+        entry = None if name is None else self._find(name, tenant)
+        return 0 if entry is None else entry.handle.num_blocks
+
     def lookup(self, name: str, *, tenant: str | None, agent: str) -> RegisteredPrefix:
         """The tenant's own copy of the prefix, else the shared one."""
-        for salt in (tenant, None):
-            entry = self._prefixes.get((name, salt))
-            if entry is not None:
-                return entry
+        entry = self._find(name, tenant)
+        if entry is not None:
+            return entry
         raise ConfigError(
             f"agent {agent!r} starts with prefix {name!r}, which is not registered for its "
             "tenant; call governor.register_prefix() first",
             setting="prefix",
         )
+
+    def _find(self, name: str, tenant: str | None) -> RegisteredPrefix | None:
+        """The tenant's own copy of the prefix, else the shared one, else None."""
+        for salt in (tenant, None):
+            entry = self._prefixes.get((name, salt))
+            if entry is not None:
+                return entry
+        return None

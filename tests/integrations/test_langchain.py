@@ -1,146 +1,48 @@
-"""``integrations.langchain.GovernorMiddleware`` in LangChain's real ``create_agent`` runtime.
+"""``integrations.langchain.GovernorMiddleware`` in LangChain's real ``create_agent`` runtime:
+tool outputs cut to the agent's share, and the ceiling (compaction, summaries, the agent's
+prefix, ``on_ceiling``). The lease's release however a run ends, and bad configuration, are
+in ``test_langchain_release.py``.
 
-The chat model is a fake (``ToolCallingModel``): no model small enough to run offline
-calls tools, so it answers from the conversation instead. For each user message it asks
-for ``rounds`` rounds of ``width`` parallel ``search`` calls, then answers; it reports
-``usage_metadata`` and records every prompt it was sent. ``search`` returns about
-20,000 characters. The governor runs on ``FakeBackend``; the middleware still counts,
-compacts and enforces against the governor's lease.
+The chat model is a fake (``ToolCallingModel``, in ``langchain_agents.py``): no model small
+enough to run offline calls tools, so it answers from the conversation instead. For each
+user message it asks for ``rounds`` rounds of ``width`` parallel ``search`` calls, then
+answers; it reports ``usage_metadata`` and records every prompt it was sent. ``search``
+returns about 20,000 characters. The governor runs on ``FakeBackend``; the middleware still
+counts, compacts and enforces against the governor's lease.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
-from typing import Any
-
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
-from pydantic import Field
 
 from governor import (
     AgentSpec,
     CeilingExceeded,
-    ConfigError,
     Governor,
     GovernorConfig,
     GovernorEvent,
     LeaseState,
     Policies,
-    TokenCounter,
 )
 from governor.testing import FakeBackend
 from integrations.langchain import GovernorMiddleware
 from policies import DropOldest, SummarizeOldest
-
-CODER = AgentSpec(name="coder", ceiling_tokens=2_000, tool_output_tokens=200)
-COUNTER = TokenCounter()
-
-
-class ToolCallingModel(BaseChatModel):
-    """Per user message: ``rounds`` rounds of ``width`` parallel ``search`` calls, then an
-    answer. ``prompts`` holds every prompt it was sent."""
-
-    rounds: int = 2
-    width: int = 2
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "tool-calling-fake"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingModel:
-        return self
-
-    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
-        self.prompts.append(list(messages))
-        asked = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
-        done = sum(1 for m in messages[asked:] if isinstance(m, AIMessage) and m.tool_calls)
-        task = str(messages[asked].content)
-        usage = {"input_tokens": COUNTER.count_messages(messages), "output_tokens": 5}
-        usage["total_tokens"] = usage["input_tokens"] + 5
-        if done < self.rounds:
-            calls = [
-                {
-                    "name": "search",
-                    "args": {"query": f"{task} {done}.{k}"},
-                    "id": f"{task}-{done}.{k}",
-                }
-                for k in range(self.width)
-            ]
-            return AIMessage(content="", tool_calls=calls, usage_metadata=usage)
-        return AIMessage(content=f"answer to {task}", usage_metadata=usage)
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
-
-    async def _agenerate(
-        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
-    ) -> ChatResult:
-        await asyncio.sleep(0)
-        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
-
-
-def search_output(query: str) -> str:
-    return "".join(f"{query}: line {i} matched build step {i * 7} status ok\n" for i in range(400))
-
-
-@tool
-def search(query: str) -> str:
-    """Search the logs for ``query``: about 20,000 characters of matching lines."""
-    return search_output(query)
-
-
-def make_governor(
-    *, config: GovernorConfig | None = None, **agents: AgentSpec
-) -> tuple[Governor, FakeBackend]:
-    backend = FakeBackend(num_blocks=1_024)
-    specs = agents.values() or [CODER]
-    policies = Policies(ceiling=DropOldest(keep_last_turns=2))
-    return Governor(backend, agents=specs, config=config, policies=policies), backend
-
-
-def assert_no_leaks(governor: Governor, backend: FakeBackend) -> None:
-    assert governor.admission.counts()[:2] == (0, 0)
-    assert backend.metrics().num_blocks_in_use == 0
-
-
-def assert_calls_with_results(messages: list[BaseMessage]) -> None:
-    """Every call is followed by all its results, and every result follows its call."""
-    for i, message in enumerate(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            ids = sorted(call["id"] for call in message.tool_calls)
-            after = messages[i + 1 : i + 1 + len(ids)]
-            assert all(isinstance(m, ToolMessage) for m in after), messages
-            assert sorted(m.tool_call_id for m in after) == ids  # type: ignore[attr-defined]
-        if isinstance(message, ToolMessage):
-            call = next(m for m in reversed(messages[:i]) if isinstance(m, AIMessage))
-            assert message.tool_call_id in {c["id"] for c in call.tool_calls}
-
-
-def invoke(agent: Any, text: str, config: dict[str, Any], mode: str) -> dict[str, Any]:
-    inputs = {"messages": [HumanMessage(text)]}
-    if mode == "ainvoke":
-        return asyncio.run(agent.ainvoke(inputs, config))
-    return agent.invoke(inputs, config)
-
-
-def thread(name: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": name}}
+from tests.integrations.langchain_agents import (
+    CODER,
+    COUNTER,
+    ToolCallingModel,
+    assert_calls_with_results,
+    assert_no_leaks,
+    invoke,
+    make_governor,
+    search,
+    search_output,
+    thread,
+)
 
 
 # -- tool outputs -------------------------------------------------------------------------
@@ -365,164 +267,3 @@ def test_compact_with_the_default_ceiling_policy_raises() -> None:
     with pytest.raises(CeilingExceeded):
         agent.invoke({"messages": [HumanMessage("build")]})
     assert_no_leaks(governor, backend)
-
-
-# -- the lease ----------------------------------------------------------------------------
-def test_one_lease_per_run_with_its_usage_recorded() -> None:
-    governor, backend = make_governor()
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-    model = ToolCallingModel()
-    agent = create_agent(model, [search], middleware=[GovernorMiddleware(governor, agent="coder")])
-    for _ in range(2):
-        agent.invoke({"messages": [HumanMessage("build")]})
-    released = [e for e in events if e.kind == "released"]
-    assert len(released) == len({e.lease_id for e in events if e.kind == "requested"}) == 2
-    assert [e.attributes["num_calls"] for e in released] == [3, 3]
-    last = COUNTER.count_messages(model.prompts[-1]) + 5
-    assert released[-1].attributes["tokens_in_context"] == last
-    # Each call is recorded with the governor (Governor.record_call): its usage as reported.
-    finished = [e for e in events if e.kind == "call.finished"]
-    prompts = [COUNTER.count_messages(prompt) for prompt in model.prompts]
-    assert [e.attributes["prompt_tokens"] for e in finished] == prompts
-    assert all(e.attributes["completion_tokens"] == 5 for e in finished)
-    assert_no_leaks(governor, backend)
-
-
-@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
-def test_a_failing_tool_releases_the_lease(mode: str) -> None:
-    governor, backend = make_governor()
-
-    @tool
-    def search(query: str) -> str:  # the name the fake model calls
-        """Fail."""
-        raise RuntimeError("disk on fire")
-
-    agent = create_agent(
-        ToolCallingModel(), [search], middleware=[GovernorMiddleware(governor, agent="coder")]
-    )
-    with pytest.raises(RuntimeError, match="disk on fire"):
-        invoke(agent, "build", {}, mode)
-    assert_no_leaks(governor, backend)
-
-
-def test_a_failing_model_releases_the_lease() -> None:
-    governor, backend = make_governor()
-
-    class Broken(ToolCallingModel):
-        def _reply(self, messages: list[BaseMessage]) -> AIMessage:
-            if len(self.prompts) == 1:
-                raise ConnectionError("model went away")
-            return super()._reply(messages)
-
-    agent = create_agent(
-        Broken(), [search], middleware=[GovernorMiddleware(governor, agent="coder")]
-    )
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-    with pytest.raises(ConnectionError):
-        agent.invoke({"messages": [HumanMessage("build")]})
-    assert_no_leaks(governor, backend)
-    released = [e.attributes["error"] for e in events if e.kind == "released"]
-    assert released == ["ConnectionError"]  # what ended the agent's run, for its span
-
-
-def test_an_interrupted_run_releases_the_lease_without_failing_and_resumes() -> None:
-    governor, backend = make_governor()
-
-    @tool
-    def search(query: str) -> str:  # the name the fake model calls
-        """Ask a human first."""
-        return f"{query}: {interrupt('run the search?')}"
-
-    agent = create_agent(
-        ToolCallingModel(rounds=1, width=1),
-        [search],
-        middleware=[GovernorMiddleware(governor, agent="coder")],
-        checkpointer=InMemorySaver(),
-    )
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-    config: dict[str, Any] = {"configurable": {"thread_id": "asks"}}
-
-    paused = agent.invoke({"messages": [HumanMessage("build")]}, config)
-    assert paused["__interrupt__"]
-    assert_no_leaks(governor, backend)  # nothing held while the human decides
-    result = agent.invoke(Command(resume="yes"), config)
-
-    assert result["messages"][-1].content == "answer to build"
-    assert result["messages"][-2].content == "build 0.0: yes"  # the tool's, after the human
-    assert_no_leaks(governor, backend)
-    assert {e.attributes["error"] for e in events if e.kind == "released"} == {None}
-
-
-def test_a_cancelled_run_releases_the_lease() -> None:
-    governor, backend = make_governor()
-    started = asyncio.Event()
-
-    @tool
-    async def search(query: str) -> str:  # the name the fake model calls
-        """Never return."""
-        started.set()
-        await asyncio.Event().wait()
-        return ""
-
-    agent = create_agent(
-        ToolCallingModel(), [search], middleware=[GovernorMiddleware(governor, agent="coder")]
-    )
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-
-    async def main() -> None:
-        task = asyncio.create_task(agent.ainvoke({"messages": [HumanMessage("build")]}))
-        await started.wait()
-        assert [e.kind for e in events if e.kind in ("admitted", "released")] == ["admitted"]
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
-    assert_no_leaks(governor, backend)
-
-
-@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
-def test_an_error_elsewhere_releases_the_lease_before_invoke_raises(mode: str) -> None:
-    """An error raised outside the middleware's hooks (another middleware's): the lease is
-    returned by the time ``invoke`` raises, with the garbage collector off."""
-    governor, backend = make_governor()
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-
-    class Failing(AgentMiddleware[AgentState[Any], Any, Any]):
-        def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> None:
-            raise LookupError("another middleware failed")
-
-    middleware = [GovernorMiddleware(governor, agent="coder"), Failing()]
-    agent = create_agent(ToolCallingModel(), [search], middleware=middleware)
-    gc.collect()
-    gc.disable()  # the run's state sits in reference cycles: only the collector frees it
-    try:
-        with pytest.raises(LookupError, match="another middleware failed"):
-            invoke(agent, "build", {}, mode)
-        assert_no_leaks(governor, backend)
-        released = [e for e in events if e.kind == "released"]
-        assert [e.attributes["error"] for e in released] == ["LookupError"]
-    finally:
-        gc.enable()
-
-
-# -- configuration ------------------------------------------------------------------------
-def test_bad_configuration_is_refused() -> None:
-    governor, _ = make_governor()
-    with pytest.raises(ConfigError, match="on_ceiling"):
-        GovernorMiddleware(governor, agent="coder", on_ceiling="drop")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="planner"):
-        GovernorMiddleware(governor, agent="planner")
-    with pytest.raises(ConfigError, match="tool_output_tokens"):
-        GovernorMiddleware(governor, agent="coder", tool_output_tokens=5_000)
-    with pytest.raises(ConfigError, match="max_tokens"):
-        GovernorMiddleware(governor, agent="coder", max_tokens=0)
-    with pytest.raises(ConfigError, match="Governor"):
-        GovernorMiddleware(object())  # type: ignore[arg-type]
-    spec = GovernorMiddleware(governor).spec
-    assert spec.name == "agent" and spec.ceiling_tokens == governor.config.default_ceiling_tokens

@@ -1,46 +1,45 @@
-"""LLMSummarizer with real parts: FakeBackend's block accounting, the bundled engine on the
-tiny-random preset, and LangChain's own chat-model machinery.
+"""LLMSummarizer with FakeBackend's block accounting: construction and the protocol, the
+model's summary and the request that asks for it, fallbacks to the extractive summary on
+empty, oversized or failed answers and on timeouts, sync and async calls from loops and
+threads, keeping the prompt to what the model can take, and a custom fallback.
 
-No real chat model runs offline, so the LangChain tests use ``GenericFakeChatModel``
-(LangChain's scripted fake: the real ``BaseChatModel`` invoke/ainvoke path with canned
-replies) and two small duck-typed fakes for models that hang.
+Its engine budgets and how fallbacks are counted and bugs propagate are in
+``test_llm_summarizer_budgets.py``; the bundled engine and LangChain chat models in
+``test_llm_summarizer_models.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import math
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
 
 from governor import (
-    AgentSpec,
     ConfigError,
     GenerationRequest,
-    Governor,
-    GovernorEvent,
-    LocalBackend,
-    Policies,
     TokenCounter,
     ToolOutputPolicy,
     ToolOutputReduction,
 )
 from governor.testing import FakeBackend
 from policies.extractive_summarizer import ExtractiveSummarizer
-from policies.llm_summarizer import DEFAULT_PROMPT, LLMSummarizer, SummarizerStats
-from tests.loop_ticker import loop_ticker
-
-COUNTER = TokenCounter()
-ARGUMENTS = {"path": "src/config.py", "verbose": True}
-SUMMARY = "pytest: 1 failed, 399 passed. ValueError: missing key: port in src/config.py line 12."
+from policies.llm_summarizer import DEFAULT_PROMPT, LLMSummarizer
+from tests.policies.llm_summarizer_helpers import (
+    ARGUMENTS,
+    COUNTER,
+    LOG,
+    SUMMARY,
+    _assert_nothing_held,
+    _fallback_text,
+    _reduce,
+    pytest_log,
+)
 
 
 class _Characters:
@@ -59,38 +58,6 @@ CHARACTERS = TokenCounter(tokenizer=_Characters())
 def fake(**kwargs: Any) -> FakeBackend:
     """A FakeBackend whose pool (16,384 tokens) holds the whole log in one prompt."""
     return FakeBackend(**{"num_blocks": 1_024, **kwargs})
-
-
-def pytest_log(passing: int = 400) -> str:
-    lines = [f"tests/test_mod.py::test_case_{i} PASSED" for i in range(passing)]
-    lines[passing // 2 : passing // 2] = [
-        "tests/test_config.py::test_parse_config FAILED",
-        "Traceback (most recent call last):",
-        '  File "src/config.py", line 12, in parse_config',
-        '    raise ValueError("missing key: port")',
-        "ValueError: missing key: port",
-    ]
-    return "\n".join([*lines, f"=== 1 failed, {passing - 1} passed in 3.20s ==="])
-
-
-LOG = pytest_log()
-
-
-def _fallback_text(budget: int) -> str:
-    return (
-        ExtractiveSummarizer(COUNTER)
-        .reduce(LOG, budget_tokens=budget, tool_name="pytest", arguments=ARGUMENTS)
-        .text
-    )
-
-
-def _reduce(summarizer: LLMSummarizer, budget: int = 60) -> ToolOutputReduction:
-    return summarizer.reduce(LOG, budget_tokens=budget, tool_name="pytest", arguments=ARGUMENTS)
-
-
-def _assert_nothing_held(backend: FakeBackend | LocalBackend) -> None:
-    metrics = backend.metrics()
-    assert (metrics.num_blocks_in_use, metrics.num_requests_running) == (0, 0)
 
 
 # -- construction and the protocol -----------------------------------------------------
@@ -308,157 +275,6 @@ def test_reduce_works_from_plain_threads_at_once() -> None:
     }
 
 
-# -- inside an engine budget; fallbacks counted, logged and carried; bugs propagate ------
-class _Budgets(FakeBackend):
-    """A FakeBackend that records the budgets opened and closed, and can be slow at
-    bookkeeping (``slow_s``), as an engine is while it runs a step."""
-
-    def __init__(self, *, slow_s: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.slow_s = slow_s
-        self.opened: list[tuple[str, int]] = []
-        self.closed: list[str] = []
-
-    def capacity(self) -> Any:
-        time.sleep(self.slow_s)
-        return super().capacity()
-
-    def open_budget(self, name: str, *, max_blocks: int) -> None:
-        time.sleep(self.slow_s)
-        super().open_budget(name, max_blocks=max_blocks)
-        self.opened.append((name, max_blocks))
-
-    def close_budget(self, name: str) -> None:
-        time.sleep(self.slow_s)
-        super().close_budget(name)
-        self.closed.append(name)
-
-
-def test_a_summary_runs_in_an_engine_budget_sized_to_it_and_closed_after() -> None:
-    backend = _Budgets(num_blocks=1_024, responder=lambda request: SUMMARY)
-    result = _reduce(LLMSummarizer(backend, max_input_tokens=20_000), budget=60)
-    assert result.method == "llm"
-    (request,) = backend.calls
-    assert request.messages is not None
-    blocks = math.ceil((backend.count_messages(request.messages) + 60) / 16)
-    assert backend.opened == [(request.budget, blocks)]
-    assert backend.closed == [request.budget]
-    # The budget is what the engine holds the call to: one too small refuses it.
-    assert backend.peak_blocks_in_use <= blocks
-
-
-def test_a_summary_over_its_budget_is_refused_by_the_engine_and_falls_back() -> None:
-    class Undersized(_Budgets):
-        def open_budget(self, name: str, *, max_blocks: int) -> None:
-            super().open_budget(name, max_blocks=1)  # the engine enforces what it is given
-
-    backend = Undersized(num_blocks=1_024, responder=lambda request: SUMMARY)
-    result = _reduce(LLMSummarizer(backend, max_input_tokens=20_000))
-    assert result.method == "extractive" and result.detail.startswith("llm error: ")
-    assert [name for name, _ in backend.opened] == backend.closed
-    _assert_nothing_held(backend)
-
-
-def test_fallbacks_are_counted_logged_and_carried_on_the_event(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    def broken(request: GenerationRequest) -> str:
-        raise ConnectionError("model server down")
-
-    summarizer = LLMSummarizer(FakeBackend(responder=broken))
-    governor = Governor(
-        FakeBackend(),
-        agents=[AgentSpec(name="coder", ceiling_tokens=2_000, tool_output_tokens=60)],
-        policies=Policies(tool_output=summarizer),
-    )
-    events: list[GovernorEvent] = []
-    governor.subscribe(events.append)
-    with (
-        caplog.at_level(logging.WARNING, logger="policies.llm_summarizer"),
-        governor.lease("coder") as lease,
-    ):
-        result = governor.reduce_tool_output(lease, LOG, tool="pytest")
-    detail = "llm error: ConnectionError: model server down"
-    assert (result.method, result.detail) == ("extractive", detail)
-    (event,) = [e for e in events if e.kind == "summarized"]
-    assert event.record == result  # the reason travels with the governor's event
-    assert [r.getMessage() for r in caplog.records] == [
-        f"LLMSummarizer: the fallback reduces pytest's output: {detail}"
-    ]
-    assert summarizer.stats() == SummarizerStats(1, 0, 1, {"error": 1})
-    _reduce(LLMSummarizer(FakeBackend(responder=lambda request: SUMMARY)))  # another's count
-    blank = FakeBackend(responder=lambda request: " ")
-    counted = LLMSummarizer(blank, max_input_tokens=20_000)
-    for _ in range(2):
-        _reduce(counted)
-    assert counted.stats() == SummarizerStats(2, 0, 2, {"empty": 2})
-
-
-class AuthenticationError(Exception):
-    """Named as the OpenAI and Anthropic clients name theirs."""
-
-
-class _Status(Exception):
-    def __init__(self, status_code: int) -> None:
-        super().__init__(f"HTTP {status_code}")
-        self.status_code = status_code
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        TypeError("unsupported operand"),
-        AttributeError("'NoneType' object has no attribute 'text'"),
-        KeyError("choices"),
-        AuthenticationError("invalid api key"),
-        _Status(401),
-        _Status(403),
-    ],
-    ids=repr,
-)
-def test_bugs_and_refused_credentials_propagate(error: Exception) -> None:
-    def failing(request: GenerationRequest) -> str:
-        raise error
-
-    backend = _Budgets(responder=failing)
-    with pytest.raises(type(error)) as caught:
-        _reduce(LLMSummarizer(backend))
-    assert caught.value is error
-    assert backend.closed == [name for name, _ in backend.opened]  # the budget still closed
-    _assert_nothing_held(backend)
-
-    class Model:
-        async def ainvoke(self, messages: list[dict[str, str]]) -> AIMessage:
-            raise error
-
-    with pytest.raises(type(error)):
-        _reduce(LLMSummarizer(Model()))
-
-
-def test_a_server_error_status_falls_back() -> None:
-    def failing(request: GenerationRequest) -> str:
-        raise _Status(503)
-
-    result = _reduce(LLMSummarizer(FakeBackend(responder=failing)))
-    assert (result.method, result.detail) == ("extractive", "llm error: _Status: HTTP 503")
-
-
-def test_areduce_leaves_the_event_loop_free_while_the_engine_is_busy() -> None:
-    """Sizing the prompt, opening and closing the budget each wait 0.2 s here, as a
-    bookkeeping call waits for an engine step: none of it may stall the caller's loop."""
-    backend = _Budgets(slow_s=0.2, num_blocks=1_024, responder=lambda request: SUMMARY)
-    summarizer = LLMSummarizer(backend, max_input_tokens=20_000)
-
-    async def main() -> tuple[ToolOutputReduction, float]:
-        async with loop_ticker() as gaps:  # another coroutine on the same loop
-            result = await summarizer.areduce(LOG, budget_tokens=60)
-        return result, max(gaps)
-
-    result, longest = asyncio.run(main())
-    assert result.method == "llm" and len(backend.opened) == len(backend.closed) == 1
-    assert longest < 0.15  # each bookkeeping call alone takes 0.2 s
-
-
 # -- keeping the prompt to what the model can take -------------------------------------
 def test_long_input_is_cut_extractively_before_the_model_sees_it() -> None:
     backend = FakeBackend(responder=lambda request: SUMMARY)
@@ -549,109 +365,3 @@ def test_a_fallback_over_budget_is_truncated() -> None:
     assert result.tokens_after == COUNTER.count(result.text) <= 60
     assert LOG.startswith(result.text)
     assert result.detail == "llm answer empty; fallback answer over budget, truncated (custom)"
-
-
-# -- the bundled engine (tiny-random: random weights, meaningless but deterministic text) --
-@pytest.fixture(scope="module")
-def engine() -> Iterator[LocalBackend]:
-    with LocalBackend(config={"num_blocks": 256}) as backend:
-        yield backend
-
-
-def test_the_bundled_engine_summarizes_within_budget(engine: LocalBackend) -> None:
-    # tiny-random's tokenizer is cl100k, the counter's: its greedy 40-token answer (cut at
-    # max_tokens, meaningless text) counts 40 tokens here too, so the model's answer is used.
-    summarizer = LLMSummarizer(engine, counter=COUNTER, timeout_s=30)
-    result = summarizer.reduce(LOG, budget_tokens=40, tool_name="pytest", arguments=ARGUMENTS)
-    assert result.method == "llm"
-    assert result.text and result.tokens_after == COUNTER.count(result.text) <= 40
-    assert result.tokens_before == COUNTER.count(LOG)
-    assert result.detail.startswith("input cut extractively to ")  # 8x the budget at most
-    again = summarizer.reduce(LOG, budget_tokens=40, tool_name="pytest", arguments=ARGUMENTS)
-    assert again.text == result.text  # deterministic: greedy decoding, seeded weights
-    _assert_nothing_held(engine)
-
-
-def test_the_bundled_engine_is_aborted_on_timeout(engine: LocalBackend) -> None:
-    summarizer = LLMSummarizer(engine, counter=COUNTER, timeout_s=0.01)
-    result = summarizer.reduce(LOG, budget_tokens=200)
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.01 s")
-    assert result.tokens_after <= 200
-    _assert_nothing_held(engine)  # the abort was queued before this call
-
-
-# -- a LangChain chat model -------------------------------------------------------------
-def test_a_langchain_chat_model_summarizes() -> None:
-    model = GenericFakeChatModel(messages=iter([SUMMARY, AIMessage(content=[SUMMARY])]))
-    summarizer = LLMSummarizer(model, max_input_tokens=20_000)
-    result = _reduce(summarizer)
-    assert (result.text, result.method, result.detail) == (SUMMARY, "llm", "")
-    assert _reduce(summarizer).text == SUMMARY  # content as a list of parts
-
-
-def test_a_langchain_chat_model_falls_back() -> None:
-    model = GenericFakeChatModel(messages=iter(["word " * 100, ""]))
-    summarizer = LLMSummarizer(model)
-    result = _reduce(summarizer)
-    assert (result.method, result.detail) == (
-        "extractive",
-        "llm answer over budget (100 > 60 tokens)",
-    )
-    assert result.text == _fallback_text(60)
-    assert _reduce(summarizer).detail == "llm answer empty"
-    exhausted = _reduce(summarizer)  # the fake's script has run out: it raises
-    assert exhausted.method == "extractive"
-    assert exhausted.detail.startswith("llm error: ")
-
-
-def test_a_langchain_chat_model_in_areduce() -> None:
-    model = GenericFakeChatModel(messages=iter([SUMMARY]))
-
-    async def main() -> ToolOutputReduction:
-        return await LLMSummarizer(model).areduce(LOG, budget_tokens=60)
-
-    assert asyncio.run(main()).text == SUMMARY
-
-
-class _HangingAsyncModel:
-    """A chat model whose ``ainvoke`` never answers; records that it was cancelled."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    async def ainvoke(self, messages: list[dict[str, str]]) -> AIMessage:
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            self.cancelled = True
-            raise
-        raise AssertionError("unreachable")
-
-
-class _BlockingSyncModel:
-    """A sync-only chat model whose ``invoke`` blocks until released."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def invoke(self, messages: list[dict[str, str]]) -> AIMessage:
-        self.release.wait(10)
-        return AIMessage(content=SUMMARY)
-
-
-def test_a_hanging_chat_model_is_cancelled_on_timeout() -> None:
-    model = _HangingAsyncModel()
-    result = _reduce(LLMSummarizer(model, timeout_s=0.1))
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.1 s")
-    assert model.cancelled
-
-
-def test_a_blocking_sync_chat_model_does_not_hold_up_reduce() -> None:
-    model = _BlockingSyncModel()
-    started = time.perf_counter()
-    try:
-        result = _reduce(LLMSummarizer(model, timeout_s=0.1))
-    finally:
-        model.release.set()
-    assert time.perf_counter() - started < 2
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.1 s")

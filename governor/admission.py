@@ -21,13 +21,12 @@ admission carries on.
   holds are all that keeps the next lease out, the controller asks for them to be moved
   (``make_room``: the governor offloads them to host memory on its deadline thread); a
   hold that ends or moves makes room, and waiting leases are tried again.
-- overcommit: live use times ``1 + headroom_ratio`` must fit; under pressure the engine
-  parks, offloads and preempts, it never runs out of memory. Live use is what each
-  active lease holds or is about to (``Lease.blocks_charged``): the call it is making,
-  prompt and reply, once ``Governor.complete`` has counted it, else its context. A
-  parked lease coming back with its context still held on the device is charged only
-  what its call needs beyond that hold: refusing it would free none of the hold's
-  blocks, only keep them idle longer.
+- overcommit: live use (the blocks active leases' contexts hold now,
+  ``Lease.blocks_charged``) times ``1 + headroom_ratio`` must fit; under pressure the
+  engine parks, offloads and preempts, it never runs out of memory. A parked lease
+  coming back with its context still held on the device is charged only what it holds
+  beyond that hold: refusing it would free none of the hold's blocks, only keep them
+  idle longer.
 
 In both, a lease's shared prefix's pinned blocks are counted once, in the pins: they are
 out of ``available_blocks`` already, so ceilings, live use and holds count only the

@@ -1,10 +1,9 @@
 """Model calls within a lease: the part of ``Governor`` between a lease and the backend.
 
-``complete`` / ``acomplete`` / ``astream`` put the agent's shared prefix first, compact
-the conversation by the ceiling policy when the call and its reply's reserve would not
-fit, then resume a parked lease (charged at admission for this call, prompt and reply:
-``Lease.pending_tokens``, until it ends), open the lease's engine budget at its first
-call, bring its held KV back, and record usage and events. ``Governor`` inherits these; they use its
+``complete`` / ``acomplete`` / ``astream`` resume a parked lease, put the agent's shared
+prefix first, compact the conversation by the ceiling policy when the call and its
+reply's reserve would not fit, open the lease's engine budget at its first call, bring
+its held KV back, and record usage and events. ``Governor`` inherits these; they use its
 backend, counter, config, policies, idle keeper and event publisher.
 
 ``acomplete`` and ``astream`` compact on a worker thread (counting and summarizing may
@@ -57,71 +56,61 @@ class ModelCalls:
     def complete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
-        """One model call within the lease (counted, and compacted by the ceiling policy
-        when it would not fit, then resumed if it was parked, its held KV restored)."""
-        request = self._request(lease, messages, options)
+        """One model call within the lease (resumed first if it was parked; compacted by
+        the ceiling policy when it would not fit; its held KV restored)."""
+        self.resume(lease)
+        request = self._prepare_call(lease, messages, options)
+        started = self._call_started(lease, request)
         try:
-            self.resume(lease)
-            self._open_and_restore(lease)
-            started = self._call_started(lease, request)
-            try:
-                result = self.backend.generate(request)
-            except BaseException as exc:
-                self._call_failed(lease, started, exc)
-                raise
-            return self._record(lease, result, started)
-        finally:
-            lease.pending_tokens = 0
+            result = self.backend.generate(request)
+        except BaseException as exc:
+            self._call_failed(lease, started, exc)
+            raise
+        return self._record(lease, result, started)
 
     async def acomplete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
-        request = await asyncio.to_thread(self._request, lease, messages, options)
+        await self.aresume(lease)
+        request = await self._aprepare_call(lease, messages, options)
+        started = self._call_started(lease, request)
         try:
-            await self.aresume(lease)
-            await self._aopen_and_restore(lease)
-            started = self._call_started(lease, request)
-            try:
-                result = await self.backend.agenerate(request)
-            except BaseException as exc:
-                self._call_failed(lease, started, exc)
-                raise
-            return self._record(lease, result, started)
-        finally:
-            lease.pending_tokens = 0
+            result = await self.backend.agenerate(request)
+        except BaseException as exc:
+            self._call_failed(lease, started, exc)
+            raise
+        return self._record(lease, result, started)
 
     async def astream(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> AsyncIterator[GenerationChunk]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
-        request = await asyncio.to_thread(self._request, lease, messages, options)
+        await self.aresume(lease)
+        request = await self._aprepare_call(lease, messages, options)
+        started = self._call_started(lease, request)
+        finished = False
         try:
-            await self.aresume(lease)
-            await self._aopen_and_restore(lease)
-            started = self._call_started(lease, request)
-            finished = False
-            try:
-                # Closed here, not left to the garbage collector: a consumer that stops
-                # early must have its call aborted (and its blocks back) before the lease
-                # ends.
-                async with aclosing(self.backend.astream(request)) as chunks:
-                    async for chunk in chunks:
-                        if chunk.result is not None:
-                            finished = True
-                            self._record(lease, chunk.result, started)
-                        yield chunk
-            except BaseException as exc:
-                if not finished:
-                    self._call_failed(lease, started, exc)
-                raise
-            if not finished:  # pragma: no cover - a backend whose stream ends without a result
-                self._call_failed(lease, started, None)
-        finally:
-            lease.pending_tokens = 0
+            # Closed here, not left to the garbage collector: a consumer that stops early
+            # must have its call aborted (and its blocks back) before the lease ends.
+            async with aclosing(self.backend.astream(request)) as chunks:
+                async for chunk in chunks:
+                    if chunk.result is not None:
+                        finished = True
+                        self._record(lease, chunk.result, started)
+                    yield chunk
+        except BaseException as exc:
+            if not finished:
+                self._call_failed(lease, started, exc)
+            raise
+        if not finished:  # pragma: no cover - a backend whose stream ends without a result
+            self._call_failed(lease, started, None)
 
-    def _open_and_restore(self, lease: Lease) -> None:
-        """The lease's budget open and its held KV back (it may wait on the engine: a
-        worker thread's work on an event loop)."""
+    def _prepare_call(
+        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
+    ) -> GenerationRequest:
+        """The request, the lease's budget open and its held KV back (it may wait on the
+        engine: a worker thread's work on an event loop)."""
+        request = self._request(lease, messages, options)
         if not self._budget_is_open(lease):
             self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
             if not self._budget_opened(lease):
@@ -129,9 +118,13 @@ class ModelCalls:
                 raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if self.idle.has_work_before_call(lease):
             self.idle.before_call(lease)
+        return request
 
-    async def _aopen_and_restore(self, lease: Lease) -> None:
-        """``_open_and_restore`` for an event loop: the budget opens with ``aopen_budget``."""
+    async def _aprepare_call(
+        self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
+    ) -> GenerationRequest:
+        """``_prepare_call`` for an event loop: the budget opens with ``aopen_budget``."""
+        request = await asyncio.to_thread(self._request, lease, messages, options)
         if not self._budget_is_open(lease):
             # Shielded: a caller cancelled while the budget opens must still have it
             # marked open (and closed at release), or closed here when released meanwhile.
@@ -140,6 +133,7 @@ class ModelCalls:
             await asyncio.shield(opening)
         if self.idle.has_work_before_call(lease):
             await asyncio.to_thread(self.idle.before_call, lease)
+        return request
 
     async def _aopen_budget(self, lease: Lease) -> None:
         await self.backend.aopen_budget(lease.budget, max_blocks=lease.blocks_reserved)
@@ -174,16 +168,14 @@ class ModelCalls:
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         messages, salt = self.with_prefix(lease, messages)
-        reserve = self.reply_reserve(lease, options.get("max_tokens"))
-        messages, event = self._compact(lease, messages, reserve)
+        messages, event = self._compact(
+            lease, messages, self.reply_reserve(lease, options.get("max_tokens"))
+        )
         prompt_tokens = event.tokens_after
         if prompt_tokens >= lease.ceiling_tokens:  # a policy that broke its contract
             raise CeilingExceeded(lease.agent.name, prompt_tokens, lease.ceiling_tokens)
         room = lease.ceiling_tokens - prompt_tokens
         options["max_tokens"] = min(options.get("max_tokens", room), room)
-        # What admission charges the call: its prompt and the reply's reserve (the call's
-        # max_tokens where it names one), within the ceiling.
-        lease.pending_tokens = min(prompt_tokens + reserve, lease.ceiling_tokens)
         return GenerationRequest(
             messages=list(messages),
             ceiling_tokens=lease.ceiling_tokens,

@@ -56,9 +56,6 @@ class Lease:
     # until an idle period keeps it or the next call starts.
     retained_at_finish: int = 0
     kv_offloaded: bool = False  # that KV sits in host memory until its next call
-    # The call it is about to make, prompt and reply (0 when unknown): from the moment
-    # ``Governor.complete`` has counted it until it finishes, admission charges that.
-    pending_tokens: int = 0
     # Blocks of its agent's shared prefix pinned in the backend when it was made: they
     # are out of the admission limit already (the pins), so admission counts them once.
     prefix_blocks: int = 0
@@ -97,14 +94,10 @@ class Lease:
 
     @property
     def blocks_charged(self) -> int:
-        """What overcommit admission charges it (at least one block): the blocks of the
-        call it is about to make, else of its context (``blocks_live``), less its shared
-        prefix's pinned blocks, which every lease of the agent reuses."""
-        if self.pending_tokens:
-            blocks = math.ceil(self.pending_tokens / self.block_size)
-        else:
-            blocks = self.blocks_live
-        return max(1, blocks - self.prefix_blocks)
+        """What overcommit admission charges it (at least one block): its context's blocks
+        (``blocks_live``) less its shared prefix's pinned blocks, which every lease of the
+        agent reuses."""
+        return max(1, self.blocks_live - self.prefix_blocks)
 
     @property
     def num_retained_blocks(self) -> int:

@@ -1,11 +1,9 @@
-"""What admission charges a lease, on the bundled engine (tiny-random). Overcommit: the
-call it is about to make, prompt and reply (``Lease.pending_tokens``, counted before it
-waits). Both modes: never its shared prefix's pinned blocks, which are out of the limit
-already (guaranteed reserves ``Lease.own_blocks_reserved``).
-
-Charged its previous context instead, a lease coming back from a tool with a long tool
-output slipped in on its old size; charged its prefix, every lease paid again for
-blocks pinned once, and a team that shares a long system prompt ran one at a time."""
+"""A shared prefix's pinned blocks are counted once by admission, on the bundled engine
+(tiny-random): they are out of the limit already (the pins), so overcommit charges a
+lease only its context beyond them (``Lease.blocks_charged``) and guaranteed mode
+reserves only its ceiling beyond them (``Lease.own_blocks_reserved``). Charged its
+prefix, every lease paid again for blocks pinned once, and a team that shares a long
+system prompt ran one at a time."""
 
 from __future__ import annotations
 
@@ -17,9 +15,7 @@ import pytest
 from governor import (
     AdmissionMode,
     AdmissionRejected,
-    AdmissionTimeout,
     AgentSpec,
-    ConfigError,
     Governor,
     GovernorConfig,
     LeaseState,
@@ -94,67 +90,6 @@ def test_a_shared_prefix_is_charged_once_not_by_every_lease(backend: LocalBacken
     assert governor.admission.available_blocks > available
     assert governor.admission.ledger() == (0, 0, 0, 0)
     assert backend.metrics().num_blocks_in_use == 0
-
-
-def test_a_lease_back_from_a_tool_is_charged_the_call_it_makes(backend: LocalBackend) -> None:
-    governor = Governor(backend, config=_config(), agents=[
-        AgentSpec(name="agent", ceiling_tokens=100 * BLOCK),
-    ])  # fmt: skip
-    limit = governor.admission.limit_blocks  # floor(128 x 0.9): live use up to 92 blocks
-    big = _task(backend, 40, "big")
-    small = [{"role": "user", "content": "Look at the build."}]
-    with governor.lease("agent") as first, governor.lease("agent") as second:
-        governor.complete(first, big, max_tokens=8)
-        governor.complete(second, small, max_tokens=8)
-        with governor.tool_call(second, "pytest"):
-            pass
-        assert second.state is LeaseState.PARKED and second.blocks_live <= 3
-        # Its next call carries the tool's long output: with it, the two do not fit.
-        back = [*small, {"role": "assistant", "content": "Running."}, *_task(backend, 60, "log")]
-        needed = _blocks(backend.count_messages(back) + 8)
-        assert (first.blocks_live + needed) * 1.25 > limit
-        assert (first.blocks_live + second.blocks_live) * 1.25 <= limit  # its old size fit
-        with pytest.raises(AdmissionTimeout):
-            governor.complete(second, back, max_tokens=8)
-        assert second.state is LeaseState.PARKED and second.pending_tokens == 0
-        assert governor.admission.blocks_committed() == first.blocks_live
-        # Once the first is parked too, it runs.
-        with governor.tool_call(first, "build"):
-            assert first.state is LeaseState.PARKED
-            result = governor.complete(second, back, max_tokens=8)
-        assert result.prompt_tokens + result.completion_tokens <= needed * BLOCK
-        assert second.pending_tokens == 0  # the call ended: its context is charged now
-        assert second.blocks_charged == second.blocks_live == _blocks(second.tokens_in_context)
-    assert governor.admission.ledger() == (0, 0, 0, 0)
-    assert backend.metrics().num_blocks_in_use == 0
-
-
-def test_a_call_is_charged_while_it_runs_and_not_after(
-    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The charge holds from the count to the call's end (another lease asking while it
-    runs sees it); a call refused before it runs leaves none behind."""
-    governor = Governor(backend, config=_config(), agents=[
-        AgentSpec(name="agent", ceiling_tokens=100 * BLOCK),
-    ])  # fmt: skip
-    big = _task(backend, 40, "big")
-    seen: list[int] = []
-    generate = LocalBackend.generate
-
-    def watched(self: LocalBackend, request: object) -> object:
-        seen.append(governor.admission.blocks_committed())
-        return generate(self, request)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LocalBackend, "generate", watched)
-    with governor.lease("agent") as lease:
-        assert governor.admission.blocks_committed() == lease.blocks_live  # expected use
-        governor.complete(lease, big, max_tokens=8)
-        assert seen == [_blocks(backend.count_messages(big) + 8)]
-        assert lease.pending_tokens == 0
-        assert governor.admission.blocks_committed() == lease.blocks_live
-        with pytest.raises(ConfigError):
-            governor.complete(lease, big, max_tokens=0)
-        assert lease.pending_tokens == 0 and seen == seen[:1]
 
 
 def test_guaranteed_mode_reserves_a_shared_prefix_once(backend: LocalBackend) -> None:

@@ -1,9 +1,8 @@
 """Guaranteed mode never preempts, and the promise can fail: calls that grow to their
 ceiling, agents parked on tool calls with their KV held, on the bundled engine
 (tiny-random) with a pool that guaranteed mode fills exactly. Overcommit, on the same
-workload with the calls' size unnamed, does preempt; guaranteed counts the KV that
-parked leases hold (and moves it to host memory when it is all that keeps a waiting
-lease out), so it never does."""
+workload, does preempt; guaranteed counts the KV that parked leases hold (and moves it
+to host memory when it is all that keeps a waiting lease out), so it never does."""
 
 from __future__ import annotations
 
@@ -34,22 +33,12 @@ def backend() -> Iterator[LocalBackend]:
     made.close()
 
 
-def _swarm(
-    backend: LocalBackend, mode: AdmissionMode, *, named: bool = True
-) -> tuple[int, int, list[GovernorEvent]]:
+def _swarm(backend: LocalBackend, mode: AdmissionMode) -> tuple[int, int, list[GovernorEvent]]:
     """Ten agents: a call that fills the ceiling, a tool (parked at once, KV held), a
-    second call that fills it again. ``named``: each call names its max_tokens, which
-    overcommit then charges it; else it is charged its prompt and the reply's reserve (a
-    token here) and grows past that. Returns (preemptions, peak active, events)."""
+    second call that fills it again. Returns (preemptions, peak active, events)."""
     # Holds stay on the device: no offload at a watermark (only what admission moves).
     config = GovernorConfig(
-        mode=mode,
-        safety_factor=1.0,
-        headroom_ratio=0,
-        park_after_s=0,
-        retain_s=30,
-        pressure_watermark=1.0,
-        reply_reserve_tokens=256 if named else 1,
+        mode=mode, safety_factor=1.0, park_after_s=0, retain_s=30, pressure_watermark=1.0
     )
     governor = Governor(backend, config=config, agents=[WORKER])
     events: list[GovernorEvent] = []
@@ -61,10 +50,8 @@ def _swarm(
             messages = [{"role": "user", "content": TASK.format(i=i)}]
             for turn in range(2):
                 room = WORKER.ceiling_tokens - backend.count_messages(messages) - 1
-                options = {"max_tokens": room} if named else {}
-                result = await governor.acomplete(lease, messages, **options)
-                grown = result.prompt_tokens + result.completion_tokens
-                assert grown == (63 if named else WORKER.ceiling_tokens)  # grown to it
+                result = await governor.acomplete(lease, messages, max_tokens=room)
+                assert result.prompt_tokens + result.completion_tokens == 63  # grown to it
                 if turn == 0:
                     async with governor.tool_call(lease, "pytest"):
                         await asyncio.sleep(0.1)
@@ -83,8 +70,7 @@ def _swarm(
 
 
 def test_guaranteed_mode_never_preempts_where_overcommit_does(backend: LocalBackend) -> None:
-    # Charged 2 blocks each (prompt and a token), all ten run and grow to 4 blocks each.
-    preempted, peak, _ = _swarm(backend, AdmissionMode.OVERCOMMIT, named=False)
+    preempted, peak, _ = _swarm(backend, AdmissionMode.OVERCOMMIT)
     assert preempted > 0 and peak == 10  # the workload does run the pool short
     preempted, peak, events = _swarm(backend, AdmissionMode.GUARANTEED)
     assert preempted == 0

@@ -112,8 +112,9 @@ def test_guaranteed_mode_reserves_a_shared_prefix_once(backend: LocalBackend) ->
             governor.complete(second, task, max_tokens=8)
         # The largest ceiling is the limit on top of the pins; one block more never fits.
         largest = (limit + pinned) * BLOCK
-        with governor.lease("agent", ceiling_tokens=largest):
-            pass
+        with governor.lease("agent", ceiling_tokens=largest) as lease:
+            assert lease.state is LeaseState.ACTIVE
+            assert lease.own_blocks_reserved == limit
         with pytest.raises(AdmissionRejected, match=f"{largest:,} tokens"):
             governor.lease("agent", ceiling_tokens=largest + BLOCK)
     finally:

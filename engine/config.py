@@ -93,3 +93,10 @@ class EngineConfig:
             raise InvalidRequestError(
                 f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}"
             )
+
+    def host_blocks(self, bytes_per_block: int) -> int:
+        """Blocks of host swap space: ``swap_space_blocks``, else what
+        ``swap_space_bytes`` holds."""
+        if self.swap_space_blocks is not None:
+            return self.swap_space_blocks
+        return self.swap_space_bytes // bytes_per_block

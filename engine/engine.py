@@ -51,6 +51,7 @@ from engine.sampling import SamplingParams, request_generator
 from engine.scheduler import ScheduledChunk, Scheduler
 from engine.step_threads import StepThreads
 from engine.stop import TokenStopChecker
+from engine.validation import monotonic_or_now
 
 __all__ = ["Engine"]
 
@@ -84,11 +85,7 @@ class Engine:
             block_size=config.block_size,
             num_kv_heads=mc.num_kv_heads,
             head_dim=mc.head_dim,
-            num_host_blocks=(
-                config.swap_space_bytes // bytes_per_block
-                if config.swap_space_blocks is None
-                else config.swap_space_blocks
-            ),
+            num_host_blocks=config.host_blocks(bytes_per_block),
             dtype=self.dtype,
             device=self.device,
         )
@@ -144,10 +141,14 @@ class Engine:
         priority: int = 0,
         cache_salt: str | None = None,
         retain: bool = False,
+        order_time: float | None = None,
     ) -> str:
         """Queue a request; refuse it at once (typed error) if it can never fit. ``retain``
-        (a budget's request): ``retain`` its context in the step that finishes it."""
+        (with a budget): hold its context in the step that ends it. ``order_time``
+        (``time.monotonic()``, default now) orders it within its priority: a runtime
+        passes its program's start, so older programs go first (Continuum's order)."""
         sampling = sampling or SamplingParams()
+        order_time = monotonic_or_now("order_time", order_time)
         if retain and budget is None:
             raise InvalidRequestError("retain holds a budget's context: set budget too")
         token_ids = self._token_ids(prompt)
@@ -173,6 +174,7 @@ class Engine:
             sampling=sampling,
             arrival=next(self._arrivals),
             priority=priority,
+            order_time=order_time,
             ceiling_tokens=ceiling,
             budget=budget,
             cache_salt=cache_salt,

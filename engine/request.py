@@ -38,6 +38,9 @@ class Request:
     sampling: SamplingParams
     arrival: int  # engine-wide counter: newer requests have larger values
     priority: int = 0  # larger runs first and is preempted last
+    # What first come, first served orders it by within a priority (time.monotonic()):
+    # its arrival, or its program's start (``Engine.add_request``'s ``order_time``).
+    order_time: float = 0.0
     ceiling_tokens: int | None = None
     budget: str | None = None
     cache_salt: str | None = None
@@ -72,6 +75,7 @@ class Request:
     def is_finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
-    def sort_key(self) -> tuple[int, int]:
-        """Scheduling order: highest priority first, then oldest first."""
-        return (-self.priority, self.arrival)
+    def sort_key(self) -> tuple[int, float, int]:
+        """Scheduling order: highest priority first, then earliest ``order_time`` (oldest
+        program first, where one is given), then oldest first."""
+        return (-self.priority, self.order_time, self.arrival)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import time
 from array import array
 from collections.abc import Sequence
 
 from engine.errors import InvalidRequestError
 
-__all__ = ["require_int", "require_token_ids"]
+__all__ = ["monotonic_or_now", "require_int", "require_token_ids"]
 
 
 def require_int(name: str, value: object, *, minimum: int) -> int:
@@ -15,6 +17,19 @@ def require_int(name: str, value: object, *, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidRequestError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
+
+
+def monotonic_or_now(name: str, value: object) -> float:
+    """``value`` as a ``time.monotonic()`` reading (``time.monotonic()`` itself if None),
+    else an error naming the argument."""
+    if value is None:
+        return time.monotonic()
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value):  # type: ignore[arg-type]
+        raise InvalidRequestError(
+            f"{name} must be a finite time.monotonic() reading, got {value!r}; leave it out for now"
+        )
+    return float(value)  # type: ignore[arg-type]
 
 
 def require_token_ids(token_ids: Sequence[int], *, allow_empty: bool) -> None:

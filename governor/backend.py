@@ -70,6 +70,10 @@ class GenerationRequest:
     budget: str | None = None  # the engine budget (one per lease) that caps its blocks
     cache_salt: str | None = None  # per tenant: no prefix-cache hits across tenants
     priority: int = 0
+    # When the call counts as arrived, for first come, first served within its priority
+    # (time.monotonic()); None: as it arrives. The governor sends its lease tree's start,
+    # so an older program's calls go first (LocalBackend, kvgov serve; others ignore it).
+    order_time: float | None = None
     # Hold the budget's context once the call finishes, as ``retain`` would, in the
     # engine step that finishes it (LocalBackend; elsewhere ``retain`` after the call).
     retain: bool = False

@@ -182,6 +182,7 @@ class ModelCalls:
             budget=lease.budget,
             cache_salt=salt,
             priority=lease.priority,
+            order_time=lease.root_requested_at,
             retain=self.idle.holds_at_finish,
             **options,
         )

@@ -51,6 +51,10 @@ class Lease:
     num_calls: int = 0
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
     tool: str | None = None  # the tool it waits on, if any
+    # When that tool is expected back (time.monotonic(): its start plus its expected_s);
+    # None without a tool or an expectation. Written by the lease's thread as the tool
+    # starts and ends; the pressure policy reads it (a stale read reorders one choice).
+    tool_due_at: float | None = None
     num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)
     # What the backend held as the latest call finished (GenerationResult.retained_tokens),
     # until an idle period keeps it or the next call starts.
@@ -98,6 +102,16 @@ class Lease:
         (``blocks_live``) less its shared prefix's pinned blocks, which every lease of the
         agent reuses."""
         return max(1, self.blocks_live - self.prefix_blocks)
+
+    @property
+    def root_requested_at(self) -> float:
+        """When the top of its parent chain (itself, without a parent) was requested: its
+        calls are served first come, first served by it, so an older program goes first
+        (Continuum's program-level order)."""
+        lease = self
+        while lease.parent is not None:
+            lease = lease.parent
+        return lease.requested_at
 
     @property
     def num_retained_blocks(self) -> int:

@@ -449,6 +449,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
             "budget": request.budget,
             "cache_salt": request.cache_salt,
             "priority": request.priority,
+            "order_time": request.order_time,
             "retain": request.retain and request.budget is not None,
         }
         return sampling, options

@@ -9,11 +9,17 @@ as an event with its reason. Leases in the middle of a model call are left to th
 which preempts by priority, newest first.
 
 The default, ``PressureOrder``, takes the lowest priority first, then parked leases
-before active ones, then the one holding the most blocks, then the newest.
+before active ones, then the one expected back last (Belady's rule: move what is needed
+again furthest in the future; a tool's expected duration, as InferCept and Continuum
+price their choices, says when: ``Lease.tool_due_at``; a lease waiting on its children
+or on a tool of unknown length counts as furthest), then the one holding the most
+blocks, then the newest.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -46,7 +52,8 @@ class PressurePolicy(Protocol):
 
 
 class PressureOrder:
-    """Lowest priority first, then parked before active, most blocks, newest."""
+    """Lowest priority first, then parked before active, expected back last, most
+    blocks, newest."""
 
     def __repr__(self) -> str:
         return "PressureOrder()"
@@ -59,23 +66,34 @@ class PressureOrder:
             key=lambda lease: (
                 lease.priority,
                 lease.state is not LeaseState.PARKED,
+                -_due(lease),
                 -lease.num_retained_blocks,
                 -lease.arrival,
             ),
         )
         chosen: list[PressureChoice] = []
         freed = 0
+        now = time.monotonic()
         for lease in ranked:
             if freed >= num_blocks_needed:
                 break
             state = "parked" if lease.state is LeaseState.PARKED else "idle"
+            due = _due(lease)
+            back = "" if math.isinf(due) else f", due back in {max(0.0, due - now):.2f} s"
             chosen.append(
                 PressureChoice(
                     lease,
                     lease.num_retained_blocks,
-                    f"priority {lease.priority}, {state}, {lease.num_retained_blocks} blocks, "
-                    f"request #{lease.arrival}",
+                    f"priority {lease.priority}, {state}{back}, "
+                    f"{lease.num_retained_blocks} blocks, request #{lease.arrival}",
                 )
             )
             freed += lease.num_retained_blocks
         return chosen
+
+
+def _due(lease: Lease) -> float:
+    """When a parked lease is expected back (``time.monotonic()``); infinity when that is
+    not known (waiting on its children, or a tool of unknown length)."""
+    due = lease.tool_due_at
+    return math.inf if due is None or lease.state is not LeaseState.PARKED else due

@@ -13,12 +13,13 @@ works with ``async with``. ``reduce`` may be called inside or after the block.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from governor.errors import LeaseReleased
+from governor.errors import ConfigError, LeaseReleased
 from governor.events import error_name
 from governor.lease import Lease, LeaseState
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
@@ -53,6 +54,14 @@ class ToolCalls:
         agent's ``tool_output_tokens``."""
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+        number = isinstance(expected_s, (int, float)) and not isinstance(expected_s, bool)
+        valid = number and math.isfinite(expected_s) and expected_s >= 0  # type: ignore[arg-type,operator]
+        if expected_s is not None and not valid:
+            raise ConfigError(
+                f"expected_s must be the seconds the tool is expected to run (>= 0) or None "
+                f"when unknown, got {expected_s!r}",
+                setting="expected_s",
+            )
         return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
 
     def _tool_needs_backend(self, lease: Lease) -> bool:
@@ -60,12 +69,13 @@ class ToolCalls:
 
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
+        lease.tool_due_at = None if expected_s is None else time.monotonic() + expected_s
         self._publish("tool.started", lease, tool=tool)
         budget_open = self._budget_open(lease)
         self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
 
     def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
-        tool, lease.tool = lease.tool, None
+        tool, lease.tool, lease.tool_due_at = lease.tool, None, None
         self.idle.end(lease)
         self._publish(
             "tool.finished",

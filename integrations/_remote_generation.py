@@ -5,7 +5,9 @@ Chat messages go to ``/v1/chat/completions``, a prompt (text or token ids) to
 ``/v1/completions``. ``openai_body`` is the plain OpenAI part, all an external engine
 gets (``integrations.openai_backend``); ``body_of`` adds kvgov serve's: it asks for
 ``return_token_ids`` (the ids, not a re-tokenization of the text) and carries the
-extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``, ``retain``). The finish
+extras (``priority``, ``cache_salt``, ``budget``, ``ceiling_tokens``, ``retain``, and
+``order_age_s``: how long ago the call's ``order_time`` was, since the two machines'
+clocks do not compare). The finish
 reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
 budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``; the tokens a
 ``retain`` call's context held from ``usage.kvgov_retained_tokens``; the engine's own time
@@ -15,6 +17,7 @@ for the call from ``usage.kvgov_engine_ms``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +77,8 @@ def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
     body["priority"] = request.priority
+    if request.order_time is not None:
+        body["order_age_s"] = max(0.0, time.monotonic() - request.order_time)
     body["return_token_ids"] = True
     return body
 

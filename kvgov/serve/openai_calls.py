@@ -98,6 +98,7 @@ class ModelCall:
             "budget": budget,
             "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
             "priority": body.priority,
+            "order_time": None if body.order_age_s is None else time.monotonic() - body.order_age_s,
             "retain": body.retain,
         }
         if self.prompt_ids is not None:  # tokenized already: the engine takes the ids

@@ -2,7 +2,9 @@
 
 Field names are OpenAI's (``openai-python``'s ``CompletionCreateParams``) and, where
 vLLM has the field, vLLM's (``priority``, ``cache_salt``, ``return_token_ids``); kvgov's
-own extras are ``budget``, ``ceiling_tokens`` and ``retain``. Clients send the extras
+own extras are ``budget``, ``ceiling_tokens``, ``retain`` and ``order_age_s`` (first come,
+first served orders the call as if it arrived that many seconds ago: the governor sends
+its program's age). Clients send the extras
 at the top level of the body (the openai client's ``extra_body``).
 
 Unknown fields are refused (400 "Unrecognized request argument supplied"), as OpenAI
@@ -109,6 +111,7 @@ class _Sampling(_Body):
     budget: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     ceiling_tokens: PositiveInt | None = None
     retain: StrictBool = False
+    order_age_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> _Sampling:

@@ -212,3 +212,19 @@ def test_each_answer_carries_the_engines_own_time_for_the_call(remote: RemoteBac
 
     engine_s = asyncio.run(streamed())
     assert engine_s is not None and engine_s > 0
+
+
+def test_a_calls_order_time_travels_as_its_age(remote: RemoteBackend) -> None:
+    """Two machines' monotonic clocks do not compare: ``order_time`` goes out as
+    ``order_age_s`` (how long ago it was), which kvgov serve takes back to its own clock.
+    The call is answered as one without it."""
+    import time
+
+    from integrations._remote_generation import body_of
+
+    plain = GenerationRequest(prompt=list(range(7_100, 7_110)), max_tokens=3)
+    ordered = GenerationRequest(prompt=plain.prompt, max_tokens=3, order_time=time.monotonic() - 5)
+    assert "order_age_s" not in body_of(plain, model="m", stream=False)
+    age = body_of(ordered, model="m", stream=False)["order_age_s"]
+    assert 5.0 <= age < 6.0
+    assert remote.generate(ordered).token_ids == remote.generate(plain).token_ids

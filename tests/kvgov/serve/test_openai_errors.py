@@ -62,6 +62,8 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
         ({"messages": HELLO, "stop": ["ok", ""]}, "stop"),
         ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options"),
         ({"messages": HELLO, "retain": True}, "retain"),
+        ({"messages": HELLO, "order_age_s": -1.0}, "order_age_s"),
+        ({"messages": HELLO, "order_age_s": "soon"}, "order_age_s"),
         ({"messages": HELLO, "logprobs": True}, "logprobs"),
         ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
         ({"messages": []}, "messages"),

@@ -51,10 +51,11 @@ class Lease:
     num_calls: int = 0
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
     tool: str | None = None  # the tool it waits on, if any
-    # When that tool is expected back (time.monotonic(): its start plus its expected_s);
-    # None without a tool or an expectation. Written by the lease's thread as the tool
-    # starts and ends; the pressure policy reads it (a stale read reorders one choice).
-    tool_due_at: float | None = None
+    # When that tool started (time.monotonic()) and how long it is expected to run (its
+    # expected_s; None: unknown). Written by the lease's thread as the tool starts and
+    # ends; the pressure policy reads them (a stale read reorders one choice).
+    tool_started_at: float | None = None
+    tool_expected_s: float | None = None
     num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)
     # What the backend held as the latest call finished (GenerationResult.retained_tokens),
     # until an idle period keeps it or the next call starts.

@@ -10,10 +10,12 @@ which preempts by priority, newest first.
 
 The default, ``PressureOrder``, takes the lowest priority first, then parked leases
 before active ones, then the one expected back last (Belady's rule: move what is needed
-again furthest in the future; a tool's expected duration, as InferCept and Continuum
-price their choices, says when: ``Lease.tool_due_at``; a lease waiting on its children
-or on a tool of unknown length counts as furthest), then the one holding the most
-blocks, then the newest.
+again furthest in the future), then the one holding the most blocks, then the newest.
+A tool is expected back after its expected duration (``tool_call``'s ``expected_s``, as
+InferCept and Continuum price their choices), or, once it has run past half of that,
+after twice the time it has run so far: tool latencies are heavy-tailed, and one that
+overruns is likely to run on. A lease waiting on its children, or on a tool of unknown
+length, counts as furthest.
 """
 
 from __future__ import annotations
@@ -61,24 +63,24 @@ class PressureOrder:
     def choose(
         self, candidates: Sequence[Lease], *, num_blocks_needed: int
     ) -> list[PressureChoice]:
+        now = time.monotonic()
         ranked = sorted(
             candidates,
             key=lambda lease: (
                 lease.priority,
                 lease.state is not LeaseState.PARKED,
-                -_due(lease),
+                -_due(lease, now),
                 -lease.num_retained_blocks,
                 -lease.arrival,
             ),
         )
         chosen: list[PressureChoice] = []
         freed = 0
-        now = time.monotonic()
         for lease in ranked:
             if freed >= num_blocks_needed:
                 break
             state = "parked" if lease.state is LeaseState.PARKED else "idle"
-            due = _due(lease)
+            due = _due(lease, now)
             back = "" if math.isinf(due) else f", due back in {max(0.0, due - now):.2f} s"
             chosen.append(
                 PressureChoice(
@@ -92,8 +94,11 @@ class PressureOrder:
         return chosen
 
 
-def _due(lease: Lease) -> float:
-    """When a parked lease is expected back (``time.monotonic()``); infinity when that is
-    not known (waiting on its children, or a tool of unknown length)."""
-    due = lease.tool_due_at
-    return math.inf if due is None or lease.state is not LeaseState.PARKED else due
+def _due(lease: Lease, now: float) -> float:
+    """When a parked lease is expected back (``time.monotonic()``): its tool's start plus
+    the larger of its expected duration and twice its time so far; infinity when that
+    is not known (waiting on its children, or a tool of unknown length)."""
+    started, expected = lease.tool_started_at, lease.tool_expected_s
+    if started is None or expected is None or lease.state is not LeaseState.PARKED:
+        return math.inf
+    return started + max(expected, 2 * (now - started))

@@ -69,13 +69,14 @@ class ToolCalls:
 
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
-        lease.tool_due_at = None if expected_s is None else time.monotonic() + expected_s
+        lease.tool_started_at, lease.tool_expected_s = time.monotonic(), expected_s
         self._publish("tool.started", lease, tool=tool)
         budget_open = self._budget_open(lease)
         self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
 
     def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
-        tool, lease.tool, lease.tool_due_at = lease.tool, None, None
+        tool, lease.tool = lease.tool, None
+        lease.tool_started_at = lease.tool_expected_s = None
         self.idle.end(lease)
         self._publish(
             "tool.finished",

@@ -6,6 +6,7 @@ passes) where a backend is needed."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -67,28 +68,40 @@ def test_a_childs_calls_are_ordered_by_its_programs_start(backend: RecordingBack
     assert [r.order_time for r in backend.sent] == [planner.requested_at] * 2 + [alone.requested_at]
 
 
-def _lease(number: int, *, due: float | None, tokens: int) -> Lease:
+def _lease(number: int, *, ran_s: float | None, expected_s: float | None, tokens: int) -> Lease:
     lease = Lease(lease_id=str(number), agent=AGENT, ceiling_tokens=800, priority=0,
                   block_size=16, arrival=number, requested_at=0.0)  # fmt: skip
     lease.state = LeaseState.PARKED
     lease.num_retained_tokens = tokens
-    lease.tool_due_at = due
+    if ran_s is not None:  # in a tool that started ran_s ago
+        lease.tool_started_at, lease.tool_expected_s = time.monotonic() - ran_s, expected_s
     return lease
 
 
 def test_pressure_moves_what_is_expected_back_last_first() -> None:
     leases = [
-        _lease(0, due=100.0, tokens=320),
-        _lease(1, due=None, tokens=160),  # on its children, or a tool of unknown length
-        _lease(2, due=200.0, tokens=160),
-        _lease(3, due=100.0, tokens=480),  # as due as 0, more blocks
+        _lease(0, ran_s=1.0, expected_s=100.0, tokens=320),
+        _lease(1, ran_s=None, expected_s=None, tokens=160),  # on its children
+        _lease(2, ran_s=1.0, expected_s=200.0, tokens=160),
+        _lease(3, ran_s=1.0, expected_s=100.0, tokens=480),  # as due as 0, more blocks
+        _lease(4, ran_s=1.0, expected_s=None, tokens=160),  # a tool of unknown length
+        # Past its expected 10 s by far: a heavy tail, expected back after 2 x 150 s.
+        _lease(5, ran_s=150.0, expected_s=10.0, tokens=160),
     ]
     chosen = PressureOrder().choose(leases, num_blocks_needed=10_000)
-    assert [c.lease.lease_id for c in chosen] == ["1", "2", "3", "0"]
-    assert "due back" not in chosen[0].reason and "due back in" in chosen[1].reason
-    leases[2].state = LeaseState.ACTIVE  # between calls: its due time no longer counts
+    assert [c.lease.lease_id for c in chosen] == [
+        "4",
+        "1",
+        "2",
+        "5",
+        "3",
+        "0",
+    ]  # 4 and 1: newest first
+    assert "due back" not in chosen[0].reason
+    assert "due back in 199" in chosen[2].reason and "due back in 150" in chosen[3].reason
+    leases[2].state = LeaseState.ACTIVE  # between calls: its tool no longer counts
     chosen = PressureOrder().choose(leases, num_blocks_needed=10_000)
-    assert [c.lease.lease_id for c in chosen] == ["1", "3", "0", "2"]
+    assert [c.lease.lease_id for c in chosen] == ["4", "1", "5", "3", "0", "2"]
 
 
 def test_under_pressure_the_tool_expected_back_later_is_offloaded(
@@ -106,13 +119,13 @@ def test_under_pressure_the_tool_expected_back_later_is_offloaded(
     with governor.lease("agent") as soon, governor.lease("agent") as later:
         governor.complete(soon, _ask(100), max_tokens=2)
         with governor.tool_call(soon, "grep", expected_s=0.5):
-            assert soon.tool_due_at is not None
+            assert soon.tool_expected_s == 0.5 and soon.tool_started_at is not None
             governor.complete(later, _ask(40, "v"), max_tokens=2)
             with governor.tool_call(later, "pytest", expected_s=4.0):
                 offloaded = [e.lease_id for e in events if e.kind == "offloaded"]
                 assert offloaded == [later.lease_id]
                 assert later.kv_offloaded and not soon.kv_offloaded
-        assert soon.tool_due_at is None and later.tool_due_at is None
+        assert soon.tool_started_at is None and later.tool_started_at is None
         governor.complete(later, _ask(40, "v"), max_tokens=2)  # restored, then reused
     m = backend.metrics()
     assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)

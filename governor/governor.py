@@ -36,8 +36,8 @@ Threads and event loops share a governor. Its locks, in the only order they are 
    wake-ups run under it and never call back.
 
 Backend locks (``LocalBackend``'s, ``FakeBackend``'s, the engine loop's), the deadline
-thread's and the event bus's come after all of these and call nothing back (arming a
-deadline under 5 is allowed); subscribers run under none of 3-5.
+thread's, the event bus's and ``ToolDurations``' come after all of these and call nothing
+back (arming a deadline under 5 is allowed); subscribers run under none of 3-5.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
 from governor.runs import Run, current_run_id
-from governor.tool_calls import ToolCalls
+from governor.tool_calls import ToolCalls, ToolDurations
 from governor.topology import TopologyReport, check_topology
 from governor.truncate import HeadTailTruncation
 from governor.unwaited import UnwaitedErrors, close_budget_unwaited
@@ -114,6 +114,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
         self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(self.counter)
         self.events = EventBus()
         self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
+        self.tool_durations = ToolDurations()  # each tool's mean, where expected_s is unset
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,

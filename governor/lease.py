@@ -52,8 +52,9 @@ class Lease:
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
     tool: str | None = None  # the tool it waits on, if any
     # When that tool started (time.monotonic()) and how long it is expected to run (its
-    # expected_s; None: unknown). Written by the lease's thread as the tool starts and
-    # ends; the pressure policy reads them (a stale read reorders one choice).
+    # expected_s, else the tool's mean so far: ToolDurations; None: unknown). Written by
+    # the lease's thread as the tool starts and ends; the pressure policy reads them (a
+    # stale read reorders one choice).
     tool_started_at: float | None = None
     tool_expected_s: float | None = None
     num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)

@@ -12,10 +12,10 @@ The default, ``PressureOrder``, takes the lowest priority first, then parked lea
 before active ones, then the one expected back last (Belady's rule: move what is needed
 again furthest in the future), then the one holding the most blocks, then the newest.
 A tool is expected back after its expected duration (``tool_call``'s ``expected_s``, as
-InferCept and Continuum price their choices), or, once it has run past half of that,
-after twice the time it has run so far: tool latencies are heavy-tailed, and one that
-overruns is likely to run on. A lease waiting on its children, or on a tool of unknown
-length, counts as furthest.
+InferCept and Continuum price their choices, else the mean of that tool's calls so far:
+``ToolDurations``), or, once it has run past half of that, after twice the time it has
+run so far: tool latencies are heavy-tailed, and one that overruns is likely to run on.
+A lease waiting on its children, or on a tool never seen to end, counts as furthest.
 """
 
 from __future__ import annotations

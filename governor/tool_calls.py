@@ -7,13 +7,16 @@
 While the block runs the lease is idle: parked after ``park_after_s``, its KV held for
 up to ``retain_s`` and offloaded under pressure (``governor.idle``). The same object
 works with ``async with``. ``reduce`` may be called inside or after the block.
-``ToolCalls`` is the part of ``Governor`` that makes and serves them.
+``ToolCalls`` is the part of ``Governor`` that makes and serves them. ``ToolDurations``
+keeps each tool's mean duration, what a tool call without ``expected_s`` is expected
+to take (Continuum's per-tool history), for the pressure policy's choices.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -29,7 +32,30 @@ if TYPE_CHECKING:
     from governor.idle import IdleKeeper
     from governor.tokens import TokenCounter
 
-__all__ = ["ToolCall", "ToolCalls"]
+__all__ = ["ToolCall", "ToolCalls", "ToolDurations"]
+
+
+class ToolDurations:
+    """The mean duration of each tool's calls that ended without an error, by tool name.
+    Its lock is a leaf: nothing is called under it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[int, float]] = {}  # tool -> (calls, mean seconds)
+
+    def __repr__(self) -> str:
+        return f"<ToolDurations of {len(self._seen)} tools>"
+
+    def record(self, tool: str, elapsed_s: float) -> None:
+        with self._lock:
+            count, mean = self._seen.get(tool, (0, 0.0))
+            self._seen[tool] = (count + 1, mean + (elapsed_s - mean) / (count + 1))
+
+    def mean(self, tool: str) -> float | None:
+        """Seconds a call of ``tool`` took on average; None before one has ended."""
+        with self._lock:
+            seen = self._seen.get(tool)
+        return None if seen is None else seen[1]
 
 
 class ToolCalls:
@@ -37,6 +63,7 @@ class ToolCalls:
     ``_publish``, are the governor's."""
 
     idle: IdleKeeper
+    tool_durations: ToolDurations
     counter: TokenCounter
     tool_output_policy: ToolOutputPolicy
 
@@ -69,7 +96,8 @@ class ToolCalls:
 
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
-        lease.tool_started_at, lease.tool_expected_s = time.monotonic(), expected_s
+        expected = self.tool_durations.mean(tool) if expected_s is None else expected_s
+        lease.tool_started_at, lease.tool_expected_s = time.monotonic(), expected
         self._publish("tool.started", lease, tool=tool)
         budget_open = self._budget_open(lease)
         self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
@@ -78,12 +106,11 @@ class ToolCalls:
         tool, lease.tool = lease.tool, None
         lease.tool_started_at = lease.tool_expected_s = None
         self.idle.end(lease)
+        elapsed_s = time.perf_counter() - started
+        if error is None and tool is not None:
+            self.tool_durations.record(tool, elapsed_s)
         self._publish(
-            "tool.finished",
-            lease,
-            tool=tool,
-            elapsed_s=time.perf_counter() - started,
-            error=error_name(error),
+            "tool.finished", lease, tool=tool, elapsed_s=elapsed_s, error=error_name(error)
         )
 
     def reduce_tool_output(

@@ -140,3 +140,28 @@ def test_a_bad_expected_s_is_refused_before_the_tool_starts(bad: object) -> None
         with pytest.raises(ConfigError, match="expected_s must be the seconds"):
             governor.tool_call(lease, "pytest", expected_s=bad)  # type: ignore[arg-type]
         assert lease.tool is None and lease.state is LeaseState.ACTIVE
+
+
+def test_a_tool_without_expected_s_is_expected_to_take_its_mean_so_far() -> None:
+    """Continuum's per-tool history: what the pressure policy expects of a tool call the
+    runtime gave no duration for. Calls that raised are not counted."""
+    from governor.testing import FakeBackend
+
+    governor = Governor(FakeBackend(), agents=[AGENT])
+    with governor.lease("agent") as lease:
+        with governor.tool_call(lease, "grep"):
+            assert lease.tool_expected_s is None  # never seen to end
+            time.sleep(0.05)
+        first = governor.tool_durations.mean("grep")
+        assert first is not None and 0.05 <= first < 1.0
+        with governor.tool_call(lease, "grep", expected_s=3.0):
+            assert lease.tool_expected_s == 3.0  # the runtime's word comes first
+        both = governor.tool_durations.mean("grep")
+        assert both is not None and first / 2 <= both < first  # the second took ~0 s
+        with pytest.raises(TimeoutError), governor.tool_call(lease, "grep"):
+            assert lease.tool_expected_s == both
+            time.sleep(0.3)
+            raise TimeoutError
+        assert governor.tool_durations.mean("grep") == both
+        assert governor.tool_durations.mean("pytest") is None
+        assert lease.tool_started_at is None and lease.tool_expected_s is None

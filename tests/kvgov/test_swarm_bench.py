@@ -132,3 +132,21 @@ def test_the_plots_are_written_with_their_note_inside_the_figure(tmp_path) -> No
     names = sorted(path.name for path in written)
     assert names == ["swarm-blocks.png", "swarm-blocks.svg", "swarm-jct.png", "swarm-jct.svg"]
     assert all(path.stat().st_size > 1_000 for path in written)
+
+
+def test_the_headline_notes_give_each_rounds_ratio_behind_the_median() -> None:
+    def run(policy: str, jct: float, round_: int) -> RunResult:
+        result = RunResult(policy, 0.33, 100, 32_768, jct_s={"a": jct})
+        result.counters = EngineCounters(10_000, 100, 0, 0, 0)
+        result.round = round_
+        return result
+
+    runs = [run(p, jct, r) for r, (paged, kvgov) in enumerate([(6.0, 3.0), (4.0, 4.0),
+                                                                (5.0, 4.0)])
+            for p, jct in (("paged", paged), ("ttl-pin", 5.0), ("intercept", 6.0),
+                           ("kvgov", kvgov))]  # fmt: skip
+    figures = {m.metric: m for m in measurements(runs, TINY)}
+    paged = figures["jct_mean_paged_over_kvgov"]
+    assert paged.value == 1.25 and "3 rounds (each: 2.00, 1.00, 1.25)" in paged.note
+    research = figures["jct_mean_best_research_over_kvgov"]
+    assert research.value == 1.25 and "(each: 1.67, 1.25, 1.25)" in research.note

@@ -55,15 +55,15 @@ class GovernorConfig:
             raise ConfigError(
                 f"mode must be an AdmissionMode ({modes}), got {self.mode!r}", setting="mode"
             )
-        if not _number(self.safety_factor) or not 0 < self.safety_factor <= 1:
+        if not finite_number(self.safety_factor) or not 0 < self.safety_factor <= 1:
             raise ConfigError.safety_factor_out_of_range(self.safety_factor)
-        if not _number(self.headroom_ratio) or self.headroom_ratio < 0:
+        if not finite_number(self.headroom_ratio) or self.headroom_ratio < 0:
             raise ConfigError(
                 f"headroom_ratio must be a number >= 0, got {self.headroom_ratio!r}; 0.25 "
                 "keeps a quarter of the live use in reserve for growth",
                 setting="headroom_ratio",
             )
-        if not _number(self.expected_use) or not 0 < self.expected_use <= 1:
+        if not finite_number(self.expected_use) or not 0 < self.expected_use <= 1:
             raise ConfigError(
                 f"expected_use must be a fraction in (0, 1], got {self.expected_use!r}; it is "
                 "how much of its ceiling a new lease is expected to use (0.2: 3k of 16k)",
@@ -73,11 +73,11 @@ class GovernorConfig:
         _at_least("reply_reserve_tokens", self.reply_reserve_tokens, 1)
         for setting in ("park_after_s", "retain_s"):
             value = getattr(self, setting)
-            if not _number(value) or value < 0:
+            if not finite_number(value) or value < 0:
                 raise ConfigError(
                     f"{setting} must be a number of seconds >= 0, got {value!r}", setting=setting
                 )
-        if not _number(self.pressure_watermark) or not 0 < self.pressure_watermark <= 1:
+        if not finite_number(self.pressure_watermark) or not 0 < self.pressure_watermark <= 1:
             raise ConfigError(
                 f"pressure_watermark must be a fraction in (0, 1], got "
                 f"{self.pressure_watermark!r}; 0.9 offloads idle agents' KV once 90% of the "
@@ -90,13 +90,14 @@ class GovernorConfig:
                 _at_least(setting, value, 1)
         for setting in ("aging_s", "admission_timeout_s"):
             value = getattr(self, setting)
-            if value is not None and (not _number(value) or value <= 0):
+            if value is not None and (not finite_number(value) or value <= 0):
                 raise ConfigError(
                     f"{setting} must be a number of seconds > 0, got {value!r}", setting=setting
                 )
 
 
-def _number(value: object) -> bool:
+def finite_number(value: object) -> bool:
+    """A finite int or float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -15,13 +15,13 @@ to take (Continuum's per-tool history), for the pressure policy's choices.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from governor.config import finite_number
 from governor.errors import ConfigError, LeaseReleased
 from governor.events import error_name
 from governor.lease import Lease, LeaseState
@@ -81,9 +81,7 @@ class ToolCalls:
         agent's ``tool_output_tokens``."""
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        number = isinstance(expected_s, (int, float)) and not isinstance(expected_s, bool)
-        valid = number and math.isfinite(expected_s) and expected_s >= 0  # type: ignore[arg-type,operator]
-        if expected_s is not None and not valid:
+        if expected_s is not None and not (finite_number(expected_s) and expected_s >= 0):
             raise ConfigError(
                 f"expected_s must be the seconds the tool is expected to run (>= 0) or None "
                 f"when unknown, got {expected_s!r}",

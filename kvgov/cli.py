@@ -89,9 +89,9 @@ def demo(
     agents: Annotated[int, typer.Option(help="Worker agents the planner fans out to.")] = 8,
     ceiling: Annotated[int, typer.Option(help="Each worker's ceiling, tokens.")] = 4_096,
     kv_budget: Annotated[
-        str, typer.Option(help="KV cache for both runs: 48MiB, 50MB, 1.5GiB.")
+        str, typer.Option(help="KV cache for each of the three runs: 48MiB, 50MB, 1.5GiB.")
     ] = "48MiB",
-    turns: Annotated[int, typer.Option(help="Tool-calling turns per worker.")] = 5,
+    turns: Annotated[int, typer.Option(help="Tool-calling turns per worker.")] = 4,
     model: Annotated[
         str, typer.Option(help="tiny-random, or a local Hugging Face checkpoint folder.")
     ] = "tiny-random",

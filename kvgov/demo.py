@@ -80,7 +80,7 @@ class DemoOptions:
     agents: int = 8
     ceiling: int = 4_096
     kv_budget_bytes: int = 48 * MIB
-    turns: int = 5  # the whole demo (three runs) under a minute on 2 quiet cores
+    turns: int = 4  # the whole demo (three runs) well under a minute on 2 quiet cores
     model: str = "tiny-random"
     device: str = "auto"
     out: Path = Path("kvgov-demo")
@@ -205,7 +205,7 @@ def _run(
             tool_output_tokens=options.tool_output_tokens,
             prefix="worker-system" if kvgov else None,
         )
-        # The same content policies in both runs: they differ in memory governance alone.
+        # The same content policies in every run: they differ in memory governance alone.
         policies = Policies(
             tool_output=ExtractiveSummarizer(backend.counter),
             ceiling=SummarizeOldest(summary_tokens=192),
@@ -309,7 +309,7 @@ def result_table(result: DemoResult) -> Table:
     table = Table(
         title=f"{options.agents} workers + a planner on {result.num_blocks:,} KV blocks "
         f"({result.num_blocks * result.bytes_per_block / MIB:.0f} MiB), the same content "
-        "policies in both runs",
+        "policies in every run",
         caption="reserved: reserve-for-max, each admitted agent's ceiling; paged, the blocks "
         "in use. live: tokens on the device (reserve-for-max, the context resident in each "
         "agent's slot). job completion time: each worker's, from its lease's request to its "

@@ -155,9 +155,11 @@ class AdmissionController:
     def limit_blocks(self) -> int:
         return math.floor(self.available_blocks * self.config.safety_factor)
 
-    def max_concurrent(self, ceiling_tokens: int) -> int:
-        """How many leases of this ceiling guaranteed mode runs at once."""
-        fit = self.limit_blocks // blocks_per_seq(ceiling_tokens, self.block_size)
+    def max_concurrent(self, ceiling_tokens: int, prefix_blocks: int = 0) -> int:
+        """How many leases of this ceiling guaranteed mode runs at once, each starting
+        with a shared prefix of ``prefix_blocks`` pinned blocks (counted once, in the pins)."""
+        own = max(1, blocks_per_seq(ceiling_tokens, self.block_size) - prefix_blocks)
+        fit = self.limit_blocks // own
         cap = self.config.max_concurrent
         return fit if cap is None else min(fit, cap)
 

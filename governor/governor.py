@@ -53,11 +53,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 from governor.admission import AdmissionController, Waiter
 from governor.agent import AgentSpec
-from governor.backend import (
-    Backend,
-    Message,
-    PrefixHandle,
-)
+from governor.backend import Backend, Message, PrefixHandle
 from governor.calls import ModelCalls
 from governor.children import ChildContext
 from governor.config import GovernorConfig
@@ -318,21 +314,24 @@ class Governor(ModelCalls, ToolCalls, Growth):
         worker: str | AgentSpec,
         num_workers: int,
         planners: int = 1,
+        tenant: str | None = None,
     ) -> TopologyReport:
         """Before a run: whether planner(s) fanning out to ``num_workers`` workers fit
-        this backend in each admission mode, and if not, why and what would."""
+        this backend in each admission mode, and if not, why and what would; at this
+        governor's settings, the agents' shared prefixes (``tenant``'s, else the shared
+        ones) counted once, as admission counts them."""
         p = planner if isinstance(planner, AgentSpec) else self.agent(planner)
         w = worker if isinstance(worker, AgentSpec) else self.agent(worker)
+        pinned = self.prefixes.pinned_blocks
         return check_topology(
-            planner_ceiling=p.ceiling_tokens,
-            worker_ceiling=w.ceiling_tokens,
-            num_workers=num_workers,
-            max_fanout=p.max_fanout,
+            planner_ceiling=p.ceiling_tokens, worker_ceiling=w.ceiling_tokens,
+            num_workers=num_workers, max_fanout=p.max_fanout, planners=planners,
             available_blocks=self.admission.available_blocks,
             block_size=self.admission.block_size,
-            safety_factor=self.config.safety_factor,
-            planners=planners,
-        )
+            safety_factor=self.config.safety_factor, expected_use=self.config.expected_use,
+            planner_prefix_blocks=pinned(p.prefix, tenant=tenant),
+            worker_prefix_blocks=pinned(w.prefix, tenant=tenant),
+        )  # fmt: skip
 
     def _park_parent(self, parent_id: object) -> None:
         # Under the fan-out lock, maybe on an event loop: parked at once (its children

@@ -14,6 +14,11 @@ admission formulas (``blocks_per_seq``; usable = floor(available_blocks * safety
   no worker: they wait on children that wait on them. Fewer free blocks than the full
   fan-out only throttles it (fewer workers at once), which ``fits`` reports as False.
 
+A shared prefix (a system prompt registered once, ``Governor.register_prefix``) is
+counted as admission counts it: its pinned blocks are out of the available blocks
+already, so each planner and worker counts only its own blocks beyond them (at least
+one), and a team sharing a long system prompt is not refused for blocks pinned once.
+
 A row that does not fit says why, the largest ``max_fanout`` that fits at the given
 worker ceiling, and the largest worker ceiling that fits at the given fan-out.
 """
@@ -75,6 +80,8 @@ class TopologyReport:
     available_blocks: int
     safety_factor: float
     expected_use: float
+    planner_prefix_blocks: int = 0  # a shared prefix's pinned blocks, counted once
+    worker_prefix_blocks: int = 0
     guaranteed: TopologyFit
     guaranteed_unparked: TopologyFit
     overcommit: TopologyFit
@@ -110,6 +117,7 @@ class TopologyReport:
             f"{self.num_workers} workers at {self.worker_ceiling:,} tokens, max_fanout "
             f"{self.max_fanout}",
             f"{self._budget_line()}; overcommit counts {self.expected_use:.0%} of each ceiling",
+            *self._prefix_lines(),
             "",
             f"{'mode':<11} {'parking':<8} {'fits':<5} {'workers at once':<16} "
             f"{'blocks needed':<20} deadlock",
@@ -125,6 +133,19 @@ class TopologyReport:
                 parked = "parked" if r.parking else "unparked"
                 lines += ["", f"{r.mode}, {parked}: {r.reason}", f"  fits with: {r.suggestion}"]
         return "\n".join(lines)
+
+    def _prefix_lines(self) -> list[str]:
+        shared = [
+            f"{role} {blocks:,}"
+            for role, blocks in (
+                ("planner", self.planner_prefix_blocks),
+                ("worker", self.worker_prefix_blocks),
+            )
+            if blocks
+        ]
+        if not shared:
+            return []
+        return [f"shared prefixes pinned once, not counted per agent: {', '.join(shared)} blocks"]
 
     def _budget_line(self) -> str:
         usable = self.guaranteed.blocks_available
@@ -146,11 +167,15 @@ def check_topology(
     safety_factor: float = DEFAULT_SAFETY_FACTOR,
     planners: int = 1,
     expected_use: float = DEFAULT_EXPECTED_USE,
+    planner_prefix_blocks: int = 0,
+    worker_prefix_blocks: int = 0,
 ) -> TopologyReport:
     """Whether ``planners`` planners, each fanning out to ``num_workers`` workers at most
     ``max_fanout`` at a time, fit the budget: pass the backend's ``capacity`` (sized
     from its available blocks, pinned prefixes excluded), or ``available_blocks`` and
-    ``block_size``."""
+    ``block_size``. ``planner_prefix_blocks`` and ``worker_prefix_blocks`` are the pinned
+    blocks of the shared prefix each starts with (``Governor.check_topology`` passes
+    those of the agents' registered prefixes)."""
     if capacity is not None and (available_blocks is not None or block_size is not None):
         raise ConfigError(
             "pass either capacity or available_blocks and block_size, not both",
@@ -172,6 +197,12 @@ def check_topology(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError.below_minimum(name, value, 1)
+    for name, value in (
+        ("planner_prefix_blocks", planner_prefix_blocks),
+        ("worker_prefix_blocks", worker_prefix_blocks),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError.below_minimum(name, value, 0)
     if isinstance(expected_use, bool) or not isinstance(expected_use, (int, float)):
         raise _expected_use_error(expected_use)
     if not 0 < expected_use <= 1:  # also refuses NaN
@@ -193,6 +224,7 @@ def check_topology(
             num_workers=num_workers,
             max_fanout=max_fanout,
             planners=planners,
+            prefixes=(planner_prefix_blocks, worker_prefix_blocks),
         )
 
     return TopologyReport(
@@ -205,6 +237,8 @@ def check_topology(
         available_blocks=available_blocks,
         safety_factor=float(safety_factor),
         expected_use=float(expected_use),
+        planner_prefix_blocks=planner_prefix_blocks,
+        worker_prefix_blocks=worker_prefix_blocks,
         guaranteed=row("guaranteed", True),
         guaranteed_unparked=row("guaranteed", False),
         overcommit=row("overcommit", True),
@@ -224,15 +258,21 @@ def _fit(
     num_workers: int,
     max_fanout: int,
     planners: int,
+    prefixes: tuple[int, int],
 ) -> TopologyFit:
-    def counted(ceiling: int) -> int:
-        return blocks_per_seq(math.ceil(ceiling * use), block_size)
+    planner_prefix, worker_prefix = prefixes
 
-    def ceiling_within(blocks: int) -> int:
-        # The largest ceiling c with counted(c) <= blocks: ceil(c * use) <= blocks * size.
-        return math.floor(blocks * block_size / use)
+    def counted(ceiling: int, prefix: int) -> int:
+        # As ``Lease.own_blocks_reserved``: the blocks beyond the pinned prefix, at least 1.
+        return max(1, blocks_per_seq(math.ceil(ceiling * use), block_size) - prefix)
 
-    planner, worker = counted(planner_ceiling), counted(worker_ceiling)
+    def ceiling_within(blocks: int, prefix: int) -> int:
+        # The largest ceiling c with counted(c, prefix) <= blocks: none when blocks < 1,
+        # else ceil(c * use) <= (blocks + prefix) * size.
+        return math.floor((blocks + prefix) * block_size / use) if blocks >= 1 else 0
+
+    planner = counted(planner_ceiling, planner_prefix)
+    worker = counted(worker_ceiling, worker_prefix)
     fanout = min(max_fanout, num_workers)
     wanted = planners * fanout
     planners_total = planners * planner
@@ -249,15 +289,15 @@ def _fit(
         not parking and admitted >= 1 and worker <= usable and usable - admitted * planner < worker
     )
     largest_fanout = min(num_workers, room // (planners * worker))
-    largest_worker_ceiling = ceiling_within(room // wanted) if room // wanted else 0
+    largest_worker_ceiling = ceiling_within(room // wanted, worker_prefix)
 
     reason = suggestion = None
     if needed > usable:
         reason, suggestion = _explain(
             parking=parking,
             usable=usable,
-            block_size=block_size,
-            ceiling_within=ceiling_within,
+            planner_within=lambda blocks: ceiling_within(blocks, planner_prefix),
+            worker_within=lambda blocks: ceiling_within(blocks, worker_prefix),
             planner_ceiling=planner_ceiling,
             worker_ceiling=worker_ceiling,
             planners=planners,
@@ -295,8 +335,8 @@ def _explain(
     *,
     parking: bool,
     usable: int,
-    block_size: int,
-    ceiling_within: Callable[[int], int],
+    planner_within: Callable[[int], int],
+    worker_within: Callable[[int], int],
     planner_ceiling: int,
     worker_ceiling: int,
     planners: int,
@@ -314,7 +354,7 @@ def _explain(
     more = "give the engine more KV blocks"
     if planners_total > usable:
         who = "a planner" if planners == 1 else f"{planners} planners"
-        largest = ceiling_within(usable // planners)
+        largest = planner_within(usable // planners)
         stuck = ", and it deadlocks: admitted planners hold the blocks their workers wait for"
         return (
             f"{who} at {planner_ceiling:,} tokens {'needs' if planners == 1 else 'need'} "
@@ -326,7 +366,7 @@ def _explain(
         return (
             f"one worker at {worker_ceiling:,} tokens needs {worker:,} blocks, more than the "
             f"{usable:,} usable",
-            f"worker ceilings of at most {ceiling_within(usable):,} tokens, {more}",
+            f"worker ceilings of at most {worker_within(usable):,} tokens, {more}",
         )
     beside = "" if parking else f" beside the planners' {planners_total:,} ({needed:,} in all)"
     reason = (

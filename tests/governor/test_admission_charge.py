@@ -102,6 +102,8 @@ def test_guaranteed_mode_reserves_a_shared_prefix_once(backend: LocalBackend) ->
         assert 2 * ceiling / BLOCK > limit
         governor.register_agent(AgentSpec(name="agent", ceiling_tokens=ceiling, prefix="team"))
         task = _task(backend, 10, "task")
+        assert governor.admission.max_concurrent(ceiling) == 1
+        assert governor.admission.max_concurrent(ceiling, pinned) == 2
         with governor.lease("agent") as first, governor.lease("agent") as second:
             assert first.own_blocks_reserved == first.blocks_reserved - pinned
             assert governor.admission.ledger()[:2] == (2 * (limit // 2),) * 2
@@ -117,6 +119,42 @@ def test_guaranteed_mode_reserves_a_shared_prefix_once(backend: LocalBackend) ->
             assert lease.own_blocks_reserved == limit
         with pytest.raises(AdmissionRejected, match=f"{largest:,} tokens"):
             governor.lease("agent", ceiling_tokens=largest + BLOCK)
+    finally:
+        governor.unregister_prefix("team")
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert backend.metrics().num_blocks_in_use == 0
+
+
+def test_check_topology_counts_a_shared_prefix_once_and_what_it_calls_fit_runs(
+    backend: LocalBackend,
+) -> None:
+    """Counted whole by every worker, the team prompt made check_topology (and so
+    ``govern(topology=...)``) refuse a fan-out that admission runs at once."""
+    config = GovernorConfig(park_after_s=0, retain_s=0, admission_timeout_s=0.5)
+    governor = Governor(backend, config=config)
+    handle = governor.register_prefix("team", SYSTEM)
+    try:
+        pinned, limit = handle.num_blocks, governor.admission.limit_blocks
+        own = limit // 3  # three workers fit on their own blocks, not whole
+        assert 3 * (own + pinned) > limit
+        worker = AgentSpec(name="worker", ceiling_tokens=(own + pinned) * BLOCK, prefix="team")
+        planner = AgentSpec(name="planner", ceiling_tokens=own * BLOCK, max_fanout=3)
+        governor.register_agent(worker)
+        governor.register_agent(planner)
+        report = governor.check_topology(planner="planner", worker="worker", num_workers=3)
+        assert (report.worker_prefix_blocks, report.planner_prefix_blocks) == (pinned, 0)
+        row = report.fit("guaranteed")
+        assert row.fits and row.worker_blocks == own and row.workers_at_once == 3
+        assert f"worker {pinned:,} blocks" in str(report)
+        report.raise_if_unfit("guaranteed")
+        # The largest worker ceiling it names at fan-out 3 is admitted three at once.
+        largest = report.guaranteed.largest_worker_ceiling
+        assert largest >= worker.ceiling_tokens
+        with governor.lease("planner") as parent:
+            children = governor.fanout(parent, "worker", 3, ceiling_tokens=largest)
+            with children[0] as a, children[1] as b, children[2] as c:
+                assert {a.state, b.state, c.state} == {LeaseState.ACTIVE}
+                governor.complete(a, _task(backend, 4, "task"), max_tokens=8)
     finally:
         governor.unregister_prefix("team")
     assert governor.admission.ledger() == (0, 0, 0, 0)

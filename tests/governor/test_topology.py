@@ -138,6 +138,26 @@ def test_the_design_reference_swarm() -> None:
         swarm.raise_if_unfit(parking=False)
 
 
+def test_a_shared_prefix_is_counted_once_as_admission_counts_it() -> None:
+    # worker 100 tokens = 10 blocks, 3 of them a pinned prefix: 7 of its own
+    args = {"planner_ceiling": 200, "worker_ceiling": 100, "num_workers": 10, **SMALL}
+    whole = check_topology(max_fanout=10, **args).guaranteed_unparked
+    shared = check_topology(max_fanout=10, worker_prefix_blocks=3, **args).guaranteed_unparked
+    assert summary(whole) == (False, 8, 120, 100, False)  # 20 + 10 x 10
+    assert summary(shared) == (True, 11, 90, 100, False)  # 20 + 10 x 7
+    assert shared.worker_blocks == 7 and shared.reason is None
+    # The largest worker ceiling at fan-out 10: 8 own blocks + 3 pinned = 110 tokens.
+    assert shared.largest_worker_ceiling == 110
+    # A prefix longer than the ceiling's blocks leaves the one block a lease is charged.
+    tiny = check_topology(max_fanout=10, planner_prefix_blocks=50, **args).guaranteed_unparked
+    assert tiny.planner_blocks == 1
+    text = str(check_topology(max_fanout=10, worker_prefix_blocks=3, **args))
+    assert "shared prefixes pinned once, not counted per agent: worker 3 blocks" in text
+    with pytest.raises(ConfigError) as caught:
+        check_topology(max_fanout=10, worker_prefix_blocks=-1, **args)
+    assert caught.value.setting == "worker_prefix_blocks"
+
+
 def test_capacity_excludes_pinned_prefixes_and_the_table_reads() -> None:
     capacity = BackendCapacity(
         block_size=16,
@@ -199,6 +219,7 @@ def test_mode_names_are_checked() -> None:
     max_fanout=st.integers(1, 12),
     planners=st.integers(1, 3),
     use=st.sampled_from([0.1, 0.25, 1.0]),
+    prefixes=st.tuples(st.integers(0, 30), st.integers(0, 30)),
 )
 def test_suggestions_are_the_largest_values_that_fit(
     available: int,
@@ -209,6 +230,7 @@ def test_suggestions_are_the_largest_values_that_fit(
     max_fanout: int,
     planners: int,
     use: float,
+    prefixes: tuple[int, int],
 ) -> None:
     args = {
         "available_blocks": available,
@@ -218,6 +240,8 @@ def test_suggestions_are_the_largest_values_that_fit(
         "num_workers": num_workers,
         "planners": planners,
         "expected_use": use,
+        "planner_prefix_blocks": prefixes[0],
+        "worker_prefix_blocks": prefixes[1],
     }
     report = check_topology(max_fanout=max_fanout, **args)  # type: ignore[arg-type]
     for row in report.rows:

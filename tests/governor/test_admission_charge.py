@@ -130,7 +130,7 @@ def test_check_topology_counts_a_shared_prefix_once_and_what_it_calls_fit_runs(
 ) -> None:
     """Counted whole by every worker, the team prompt made check_topology (and so
     ``govern(topology=...)``) refuse a fan-out that admission runs at once."""
-    config = GovernorConfig(park_after_s=0, retain_s=0, admission_timeout_s=0.5)
+    config = GovernorConfig(park_after_s=0, retain_s=0, admission_timeout_s=0.5, expected_use=0.5)
     governor = Governor(backend, config=config)
     handle = governor.register_prefix("team", SYSTEM)
     try:
@@ -143,6 +143,7 @@ def test_check_topology_counts_a_shared_prefix_once_and_what_it_calls_fit_runs(
         governor.register_agent(planner)
         report = governor.check_topology(planner="planner", worker="worker", num_workers=3)
         assert (report.worker_prefix_blocks, report.planner_prefix_blocks) == (pinned, 0)
+        assert report.expected_use == 0.5  # the governor's, for the overcommit rows
         row = report.fit("guaranteed")
         assert row.fits and row.worker_blocks == own and row.workers_at_once == 3
         assert f"worker {pinned:,} blocks" in str(report)

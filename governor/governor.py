@@ -110,7 +110,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
         self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(self.counter)
         self.events = EventBus()
         self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
-        self.tool_durations = ToolDurations()  # each tool's mean, where expected_s is unset
+        self.tool_durations = ToolDurations()  # each tool's history, where expected_s is unset
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,

@@ -6,7 +6,8 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
    other agents (its own children among them) can run;
 2. its context's KV is held (``Backend.retain``) for up to ``retain_s``, so its next call
    reuses it instead of recomputing it; a tool expected to run longer than ``retain_s``
-   (``expected_s``) is not worth holding for, and its KV is left to the prefix cache;
+   (``expected_s``, else the median of that tool's last calls: ``ToolDurations``) is not
+   worth holding for, and its KV is left to the prefix cache;
 3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
    starts and before every model call), the pressure policy picks whose held KV to
    offload to host memory; with no host room it is dropped to the prefix cache;

@@ -7,16 +7,25 @@
 While the block runs the lease is idle: parked after ``park_after_s``, its KV held for
 up to ``retain_s`` and offloaded under pressure (``governor.idle``). The same object
 works with ``async with``. ``reduce`` may be called inside or after the block.
-``ToolCalls`` is the part of ``Governor`` that makes and serves them. ``ToolDurations``
-keeps each tool's mean duration, what a tool call without ``expected_s`` is expected
-to take (Continuum's per-tool history), for the pressure policy's choices.
+``ToolCalls`` is the part of ``Governor`` that makes and serves them.
+
+``ToolDurations`` keeps each tool's history (Continuum's per-tool durations), for a tool
+call made without ``expected_s``:
+
+- its mean is when the call is expected back, for the pressure policy's choices;
+- its median over the last calls decides whether its KV is worth holding: a tool whose
+  calls more often than not outlast ``retain_s`` is not held for (the hold would only
+  keep device blocks from other agents, then end), while one slow call among quick ones
+  (heavy-tailed latencies) does not stop the holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -36,12 +45,15 @@ __all__ = ["ToolCall", "ToolCalls", "ToolDurations"]
 
 
 class ToolDurations:
-    """The mean duration of each tool's calls that ended without an error, by tool name.
-    Its lock is a leaf: nothing is called under it."""
+    """The durations of each tool's calls that ended without an error, by tool name: the
+    mean of all of them, and the median of the last ``window``. Its lock is a leaf:
+    nothing is called under it."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = 64) -> None:
         self._lock = threading.Lock()
+        self._window = window
         self._seen: dict[str, tuple[int, float]] = {}  # tool -> (calls, mean seconds)
+        self._recent: dict[str, deque[float]] = {}  # tool -> the last calls' seconds
 
     def __repr__(self) -> str:
         return f"<ToolDurations of {len(self._seen)} tools>"
@@ -50,12 +62,19 @@ class ToolDurations:
         with self._lock:
             count, mean = self._seen.get(tool, (0, 0.0))
             self._seen[tool] = (count + 1, mean + (elapsed_s - mean) / (count + 1))
+            self._recent.setdefault(tool, deque(maxlen=self._window)).append(elapsed_s)
 
     def mean(self, tool: str) -> float | None:
         """Seconds a call of ``tool`` took on average; None before one has ended."""
         with self._lock:
             seen = self._seen.get(tool)
         return None if seen is None else seen[1]
+
+    def median(self, tool: str) -> float | None:
+        """The median seconds of ``tool``'s last calls; None before one has ended."""
+        with self._lock:
+            recent = tuple(self._recent.get(tool, ()))
+        return statistics.median(recent) if recent else None
 
 
 class ToolCalls:
@@ -77,8 +96,9 @@ class ToolCalls:
     ) -> ToolCall:
         """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
         (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
-        ``expected_s`` to take longer). ``call.reduce(output)`` fits its result to the
-        agent's ``tool_output_tokens``."""
+        ``expected_s`` to take longer, or, without ``expected_s``, its calls so far mostly
+        took longer). ``call.reduce(output)`` fits its result to the agent's
+        ``tool_output_tokens``."""
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if expected_s is not None and not (finite_number(expected_s) and expected_s >= 0):
@@ -98,7 +118,8 @@ class ToolCalls:
         lease.tool_started_at, lease.tool_expected_s = time.monotonic(), expected
         self._publish("tool.started", lease, tool=tool)
         budget_open = self._budget_open(lease)
-        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=expected_s)
+        typical = self.tool_durations.median(tool) if expected_s is None else expected_s
+        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=typical)
 
     def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
         tool, lease.tool = lease.tool, None

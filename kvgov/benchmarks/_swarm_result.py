@@ -74,6 +74,14 @@ class RunResult:
         return p95(list(self.jct_s.values()))
 
     @property
+    def recomputed_share(self) -> float:
+        """Percent of the prefill tokens the engine computed that it had computed before."""
+        counters = self.counters
+        if not counters.prefill_tokens:
+            return float("nan")
+        return 100 * counters.recomputed_tokens / counters.prefill_tokens
+
+    @property
     def bytes_swapped_out(self) -> int:
         return self.counters.blocks_swapped_out * self.bytes_per_block
 

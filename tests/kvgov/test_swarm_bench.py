@@ -78,6 +78,10 @@ def test_paged_recomputes_only_the_tails_of_blocks_when_nothing_is_evicted(
         expected += shared - shared // 16 * 16
     paged = results[0]
     assert paged.counters.recomputed_tokens == expected
+    # The prompt tokens the engine computed, the recomputed tails among them: never more
+    # than the prompts hold (nothing was preempted), and the share is of those.
+    assert expected < paged.counters.prefill_tokens <= sum(len(p) for p in prompts.values())
+    assert paged.recomputed_share == 100 * expected / paged.counters.prefill_tokens
     assert paged.counters.preemptions == 0
     assert paged.counters.blocks_swapped_out == paged.counters.blocks_swapped_in == 0
 
@@ -94,6 +98,9 @@ def test_the_headline_ratios_compare_the_runs_they_name() -> None:
     assert figures["jct_mean_paged_over_kvgov"].value == 3.0
     assert figures["jct_mean_best_research_over_kvgov"].value == 1.5  # intercept's 4.5 s
     assert figures["recomputed_tokens_kvgov_over_paged"].value == 0.125
+    assert figures["prefill_tokens[paged@0.33]"].value == 10_000
+    assert figures["recomputed_share[paged@0.33]"].value == 40.0  # 4,000 of 10,000
+    assert figures["recomputed_share[kvgov@0.33]"].value == 5.0
     assert figures["jobs_failed[kvgov@0.33]"].target == 0.0
     assert math.isnan(figures["jct_mean[paged@0.33]"].value) is False
 

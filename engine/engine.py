@@ -419,6 +419,7 @@ class Engine:
             self.runner.forward(
                 [(token_ids, start, len(token_ids) - start, list(allocation.block_ids))]
             )
+            self.prefill.pinned(len(token_ids) - start)
             self.block_manager.mark_computed(seq_id, len(token_ids))
             return self.block_manager.pin(seq_id, shared=shared)
         finally:

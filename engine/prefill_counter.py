@@ -1,7 +1,8 @@
 """``PrefillCounter``: the engine's own count of prompt tokens computed, and recomputed.
 
-A token is *prefilled* when its K/V is computed from a known token: a prompt token, or an
-output token computed again after a preemption. The decode of a freshly sampled token is
+A token is *prefilled* when its K/V is computed from a known token: a prompt token (a
+pinned prefix's among them, computed once by ``Engine.pin_prefix``), or an output token
+computed again after a preemption. The decode of a freshly sampled token is
 not prefill. A prefilled token is *recomputed* when its K/V had been computed before for
 the same context and was thrown away: a position the request itself computed before it
 was preempted (recompute on preemption), or a position of the budget's previous request
@@ -49,7 +50,7 @@ class PrefillCounter:
     def computed(self, request_id: str, start: int, num_tokens: int, num_prompt: int) -> None:
         """Positions ``[start, start + num_tokens)`` of the request were computed."""
         known = self._known.get(request_id)
-        if known is None:  # a pinned prefix's forward pass: not a request's prefill
+        if known is None:  # not a request the counter saw arrive
             return
         end = start + num_tokens
         # Prefill: prompt positions, and output positions computed before (preemption).
@@ -58,6 +59,11 @@ class PrefillCounter:
         self.num_prefill_tokens += prefilled
         self.num_recomputed_tokens += max(0, min(end, seen) - start)
         known.num_high = max(known.num_high, end)
+
+    def pinned(self, num_tokens: int) -> None:
+        """A prefix was pinned: ``num_tokens`` of its tokens were computed (none of them
+        recomputed: a pin belongs to no budget, whose earlier context it could repeat)."""
+        self.num_prefill_tokens += num_tokens
 
     def forget(self, request_id: str) -> None:
         self._known.pop(request_id, None)

@@ -86,3 +86,18 @@ def test_recompute_on_preemption_counts_every_position_computed_before(
     recomputed = metrics.num_recomputed_tokens
     assert metrics.num_prefill_tokens == 140 + recomputed
     assert 70 <= recomputed < 70 + 24
+
+
+def test_a_pinned_prefix_is_prefilled_once_and_its_requests_prefill_the_rest(
+    llama_dir: Path,
+) -> None:
+    # The pin's forward pass computes its tokens: counted as prefill (a figure that left
+    # them out would show a governor that pins prompts computing less than it does).
+    engine = make_engine(llama_dir)
+    pinned = engine.pin_prefix(PROMPT[:64])  # 4 full blocks
+    metrics = engine.metrics()
+    assert (metrics.num_prefill_tokens, metrics.num_recomputed_tokens) == (64, 0)
+    engine.generate(PROMPT, GREEDY)  # starts with the pinned blocks
+    metrics = engine.metrics()
+    assert (metrics.num_prefill_tokens, metrics.num_recomputed_tokens) == (100, 0)
+    engine.unpin(pinned)

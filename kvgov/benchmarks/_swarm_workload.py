@@ -52,10 +52,10 @@ _DEFAULT_MEDIAN_S = 0.3
 class SwarmWorkload:
     num_teams: int = 3
     workers_per_team: int = 2
-    turns: int = 4
+    turns: int = 6
     reply_tokens: int = 8
-    tool_output_tokens: int = 512
-    ceiling_tokens: int = 4_096
+    tool_output_tokens: int = 1_024
+    ceiling_tokens: int = 8_192
     system_repeats: int = 3  # the system prompt's length, in copies of its paragraph
     tool_sigma: float = 1.2  # of the lognormal: P(latency > 6 x median) is about 7%
     tool_scale: float = 1.0  # multiplies every latency (``--quick`` shortens them)

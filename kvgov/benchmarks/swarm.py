@@ -182,7 +182,7 @@ def _what(workload: SwarmWorkload) -> str:
         f"{_MODEL} on CPU, {workload.num_teams} teams x (planner + "
         f"{workload.workers_per_team} workers), {workload.turns} tool turns each, "
         f"{workload.reply_tokens} output tokens a call, tool outputs reduced to "
-        f"{workload.tool_output_tokens} tokens, ceiling {workload.ceiling_tokens:,}; "
+        f"{workload.tool_output_tokens:,} tokens, ceiling {workload.ceiling_tokens:,}; "
         "recompute on preemption, prefix caching, cold cache at each run's start"
     )
 

@@ -39,8 +39,11 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         ax.set_xlabel("KV budget (fraction of every agent's peak context at once)")
         ax.set_ylabel("mean job completion time (s, median of rounds)")
         ax.set_xscale("log")
-        fractions = sorted({r.fraction for r in results})
-        ax.set_xticks(fractions, [f"{f:g}" for f in fractions])
+        # Each budget's blocks under its fraction: a floor (twice the largest agent's
+        # peak) can make two fractions nearly the same budget.
+        blocks = {r.fraction: r.num_blocks for r in results}
+        fractions = sorted(blocks)
+        ax.set_xticks(fractions, [f"{f:g}\n{blocks[f]:,} blocks" for f in fractions])
         ax.minorticks_off()
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

@@ -129,16 +129,21 @@ def test_the_plots_are_written_with_their_note_inside_the_figure(tmp_path) -> No
         plt.close(fig)
 
     def run(policy: str, fraction: float, jct: float) -> RunResult:
-        result = RunResult(policy, fraction, 100, 32_768, jct_s={"a": jct}, makespan_s=2.0)
+        num_blocks = round(300 * fraction)
+        result = RunResult(policy, fraction, num_blocks, 32_768, jct_s={"a": jct}, makespan_s=2.0)
         for t, blocks in ((0.0, 0), (0.5, 60), (1.0, 90), (2.0, 0)):
             result.sample(t, blocks)
         return result
 
     runs = [run(p, f, 3.0 + f) for p in POLICIES for f in (1.0, 0.33)]
-    written = plot(runs, tmp_path, fraction=0.33, note=note)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text kept as text, to read
+        written = plot(runs, tmp_path, fraction=0.33, note=note)
     names = sorted(path.name for path in written)
     assert names == ["swarm-blocks.png", "swarm-blocks.svg", "swarm-jct.png", "swarm-jct.svg"]
     assert all(path.stat().st_size > 1_000 for path in written)
+    # Each budget's ticks give its blocks, since a floor can make two fractions one budget.
+    svg = (tmp_path / "swarm-jct.svg").read_text()
+    assert "300 blocks" in svg and "99 blocks" in svg
 
 
 def test_the_headline_notes_give_each_rounds_ratio_behind_the_median() -> None:

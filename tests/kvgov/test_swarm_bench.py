@@ -103,6 +103,29 @@ def test_the_headline_ratios_compare_the_runs_they_name() -> None:
     assert figures["recomputed_share[kvgov@0.33]"].value == 5.0
     assert figures["jobs_failed[kvgov@0.33]"].target == 0.0
     assert math.isnan(figures["jct_mean[paged@0.33]"].value) is False
+    assert "jct_mean_kvgov_over_unconstrained" not in figures  # no run at 1.0 to compare
+
+
+def test_the_headline_budget_is_compared_with_the_engine_that_had_room_for_every_peak() -> None:
+    """Both policies' distance from paged at 1.0 (the unconstrained engine) bounds the
+    headline ratio between them: it is the one over the other."""
+
+    def run(policy: str, fraction: float, jct: float) -> RunResult:
+        result = RunResult(policy, fraction, 100, 32_768, jct_s={"a": jct})
+        result.counters = EngineCounters(10_000, 100, 0, 0, 0)
+        return result
+
+    runs = [run("paged", 1.0, 2.0), run("kvgov", 1.0, 2.2), run("intercept", 1.0, 1.9),
+            run("paged", 0.33, 9.0), run("ttl-pin", 0.33, 6.0), run("intercept", 0.33, 4.5),
+            run("kvgov", 0.33, 3.0)]  # fmt: skip
+    figures = {m.metric: m for m in measurements(runs, TINY)}
+    kvgov = figures["jct_mean_kvgov_over_unconstrained"]
+    research = figures["jct_mean_best_research_over_unconstrained"]
+    assert kvgov.value == 1.5 and research.value == 2.25  # over paged's 2.0 s, not 1.9 s
+    assert "intercept at 0.33 4.50 s over paged at 1.0 2.00 s" in research.note
+    lead = figures["jct_mean_best_research_over_kvgov"].value
+    assert lead == research.value / kvgov.value
+    assert kvgov.target is None and research.target is None
 
 
 def test_the_plots_are_written_with_their_note_inside_the_figure(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -134,6 +134,10 @@ class RetainedContexts:
     def held_budgets(self) -> frozenset[str]:
         return frozenset(self._held)
 
+    def states(self) -> dict[str, bool]:
+        """Each hold, budget -> whether it is on the host (offloaded) now."""
+        return {budget: self.is_offloaded(budget) for budget in self._held}
+
     def held_seq_id(self, budget: str) -> Hashable | None:
         """The block manager's id for the budget's held context; None when none is held."""
         return _seq_id(budget) if budget in self._held else None

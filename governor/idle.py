@@ -10,7 +10,10 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
    worth holding for, and its KV is left to the prefix cache;
 3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
    starts and before every model call), the pressure policy picks whose held KV to
-   offload to host memory; with no host room it is dropped to the prefix cache;
+   offload to host memory; with no host room it is dropped to the prefix cache. The
+   engine may move or end a hold itself, when a running request needs its blocks: a
+   backend that says so (``held_contexts``: LocalBackend) is read at each of those
+   checks, and the hold is counted and reported as offloaded or dropped;
 4. in guaranteed mode a resident hold counts against admission (``set_held``), and is
    offloaded the same way when it alone keeps a waiting lease out (``make_room``);
 5. before its next call an offloaded context is restored; the engine hands the blocks
@@ -54,6 +57,8 @@ from governor.unwaited import UnwaitedErrors
 
 __all__ = ["IdleKeeper"]
 
+_BY_ENGINE = "by the engine: a running request needed its blocks"
+
 
 @dataclass(slots=True, eq=False)
 class _Idle:
@@ -90,6 +95,8 @@ class IdleKeeper:
         self._expiry: dict[Lease, Deadline] = {}  # when each hold ends, tool over or not
         self._holds = 0  # numbers each hold, so a deadline fires only for its own
         self._deadlines = Deadlines()
+        held_contexts = getattr(backend, "held_contexts", None)  # the engine's own moves
+        self._engine_holds = held_contexts if callable(held_contexts) else None
 
     @property
     def backend_lock(self) -> threading.RLock:
@@ -207,6 +214,7 @@ class IdleKeeper:
         """Offload held KV while blocks in use exceed the watermark; blocks freed. On a
         thread (it calls the backend)."""
         with self._backend:
+            self._reconcile()
             with self._lock:
                 candidates = [
                     lease
@@ -238,6 +246,7 @@ class IdleKeeper:
     def _make_room(self, needed: int) -> None:
         try:
             with self._backend:
+                self._reconcile()
                 with self._lock:
                     candidates = [
                         lease
@@ -248,6 +257,31 @@ class IdleKeeper:
                     self._move(candidates, needed)
         finally:
             self._room_made()
+
+    def _reconcile(self) -> None:
+        """Holds the engine gave up itself since the last look (under ``_backend``): a
+        running request needed their blocks, so it moved them to host memory, or ended
+        them (no host room). Counted and reported as the governor's own offloads and
+        drops are. A hold is recorded here only once the backend made it, and every
+        state read after that is as late, so a hold is never taken for gone too early."""
+        read = self._engine_holds
+        with self._lock:
+            if read is None or all(lease.kv_offloaded for lease in self._holding):
+                return
+        states = read()
+        moved: list[tuple[str, Lease, int]] = []
+        with self._lock:
+            for lease in [h for h in self._holding if not h.kv_offloaded]:
+                offloaded, blocks = states.get(lease.budget), lease.num_retained_blocks
+                if offloaded is None:
+                    self._clear_hold(lease)
+                    moved.append(("dropped", lease, blocks))
+                elif offloaded:
+                    lease.kv_offloaded = True
+                    self._held(lease, 0)
+                    moved.append(("offloaded", lease, blocks))
+        for kind, lease, blocks in moved:
+            self._publish(kind, lease, blocks=blocks, reason=_BY_ENGINE)
 
     def _move(self, candidates: list[Lease], needed: int) -> int:
         """Offload the holds the pressure policy picks until ``needed`` blocks are freed

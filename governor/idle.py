@@ -16,8 +16,9 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
    checks, and the hold is counted and reported as offloaded or dropped;
 4. in guaranteed mode a resident hold counts against admission (``set_held``), and is
    offloaded the same way when it alone keeps a waiting lease out (``make_room``);
-5. before its next call an offloaded context is restored; the engine hands the blocks
-   to that call, and the hold ends.
+5. before its next call an offloaded context is restored (by the call itself where the
+   backend ``restores_at_call``: no round trip first); the engine hands the blocks to
+   that call, and the hold ends.
 
 Deadlines run on one thread (``governor.deadlines``) and are cancelled when the wait
 ends; each idle period is its own object, so a deadline that fires as its wait ends
@@ -181,7 +182,7 @@ class IdleKeeper:
             with self._lock:
                 restore = lease in self._holding and lease.kv_offloaded
                 blocks = lease.num_retained_tokens // lease.block_size
-            if restore:
+            if restore and not getattr(self.backend, "restores_at_call", False):
                 self.backend.restore(budget=lease.budget)
             with self._lock:
                 self._clear_hold(lease)

@@ -98,12 +98,12 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     hand over an ``Engine`` or an ``EngineLoop``. The backend owns what it is given, as
     ``httpx.Client`` owns its transport: ``close()`` aborts every request in flight and
     stops the loop. The engine's budgets and pins are left as they are, so an ``Engine``
-    passed in can be wrapped again once that backend is closed: one loop drives an engine
-    at a time, and a second backend on an engine still driven is refused (``ConfigError``;
-    share the backend, or its loop, instead).
+    can be wrapped again once that backend is closed: one loop drives an engine at a time
+    (a second backend on one still driven: ``ConfigError``; share the backend or loop).
     """
 
     retains_at_finish = True  # GenerationRequest.retain: held in the step ending the call
+    restores_at_call = True  # an offloaded hold comes back as its budget's call is added
 
     def __init__(
         self,

@@ -66,6 +66,9 @@ class RemoteBackend(Restarts, HttpLifecycle):
     # ``GenerationRequest.retain`` goes to the server, whose engine holds the context in
     # the step that finishes the call (``LocalBackend.retains_at_finish``).
     retains_at_finish = True
+    # Its offloaded hold comes back as the server's engine adds the budget's next call
+    # (``Engine.add_request``): the governor sends no restore first.
+    restores_at_call = True
 
     def __init__(
         self,

@@ -59,9 +59,16 @@ def test_a_hold_the_engine_moves_or_ends_is_reported_and_leaves_the_ledger(
                 assert governor.admission.ledger()[2] == 0  # nothing of a's on the device
                 assert a.kv_offloaded is host_room
                 assert (a.num_retained_tokens > 0) is host_room  # on the host, or gone
+            restores: list[str] = []
+            backend.restore = lambda *, budget: restores.append(budget)  # type: ignore[method-assign]
             governor.complete(a, _task("a", 180), max_tokens=4)
         restored = [e.kind for e in events if e.kind == "restored" and e.agent == "a"]
         assert restored == (["restored"] if host_room else [])  # before a's next call
+        # ... by the call itself (restores_at_call), with no round trip to the engine
+        # first: the context came back whole from the host.
+        assert restores == []
+        last = [e for e in events if e.kind == "call.finished" and e.agent == "a"][-1]
+        assert not host_room or last.attributes["cached_tokens"] >= held * 16
         m = backend.metrics()
         assert (m.num_blocks_in_use, m.num_blocks_swapped) == (m.num_blocks_pinned, 0)
     finally:

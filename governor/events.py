@@ -25,8 +25,9 @@ OpenTelemetry instrumentation turns them into span events and metrics, tests and
 - ``compacted``: ``record`` is the ``CompactionEvent``
 - ``summarized``: ``tool``, ``record`` is the ``ToolOutputReduction``
 - ``retained``: ``tokens`` held between calls
-- ``offloaded``: ``blocks``, ``reason`` (the pressure policy's)
-- ``dropped``: ``blocks``, ``reason`` (retained KV let go: no host room, or its time ran out)
+- ``offloaded``: ``blocks``, ``reason`` (the pressure policy's, or "by the engine: ...")
+- ``dropped``: ``blocks``, ``reason`` (retained KV let go: no host room, its time ran out,
+  or the engine ended it for a running request)
 - ``restored``: ``blocks``
 - ``pressure``: ``blocks_in_use``, ``num_blocks``, ``blocks_needed``
 

@@ -8,6 +8,7 @@ server's instance. (Disconnects on both paths: ``test_disconnect``.)
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterator
@@ -92,10 +93,48 @@ def send(served: dict[str, Served], method: str, path: str, **kwargs: Any) -> di
 
 def comparable(response: httpx.Response) -> object:
     """The body less what differs by call (ids, timestamps, the engine's time); a stream
-    event by event."""
+    event by event, less how its tokens were split among the chunks."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [comparable_json(line[5:].strip()) for line in response.text.splitlines() if line]
+        return comparable_stream(
+            [comparable_json(line[5:].strip()) for line in response.text.splitlines() if line]
+        )
     return comparable_json(response.text)
+
+
+_PIECES = ("content", "text", "token_ids")  # what a chunk's tokens bring
+_CHOICE = {"index", "logprobs", "finish_reason", "delta"}
+
+
+def comparable_stream(events: list[object]) -> dict[str, object]:
+    """A stream's events with their token pieces taken out and joined per choice, and the
+    chunks that carried nothing else dropped: how many tokens share a chunk is the
+    engine's timing (a server sends what was produced by the time it writes), not the
+    path's. Every other event and field must still match, in order."""
+    events = copy.deepcopy(events)
+    joined: dict[str, Any] = {}
+    kept = []
+    for event in events:
+        choices = event.get("choices", []) if isinstance(event, dict) else []
+        carried = False
+        for choice in choices:
+            fields = choice.get("delta") or choice
+            for key in _PIECES:
+                piece = fields.get(key)
+                if isinstance(piece, str | list):
+                    name = f"{choice.get('index')}.{key}"
+                    joined[name] = joined.get(name, piece[:0]) + fields.pop(key)
+                    carried = True
+        bare = (
+            isinstance(event, dict)
+            and event.get("usage") is None
+            and all(
+                set(c) <= _CHOICE and all(c.get(k) in (None, {}) for k in _CHOICE - {"index"})
+                for c in choices
+            )
+        )
+        if not (carried and bare):
+            kept.append(event)
+    return {"events": kept, "tokens": joined}
 
 
 def comparable_json(text: str) -> object:
@@ -149,6 +188,25 @@ def test_a_call_is_answered_alike(
     kinds = {name: events_since(each.state, seen[name]) for name, each in served.items()}
     assert kinds["direct"] == kinds["routed"]
     assert [k for k, *_ in kinds["direct"]] == ["request.started", "request.finished"]
+
+
+def test_streams_compare_whatever_chunks_their_tokens_came_in() -> None:
+    def chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, Any]:
+        return {"object": "chat.completion.chunk", "usage": None,
+                "choices": [{"index": 0, "logprobs": None, "finish_reason": finish,
+                             "delta": delta}]}  # fmt: skip
+
+    first = {"role": "assistant", "content": "ab"}
+    together = [chunk(first), chunk({}, "length"), "[DONE]"]
+    apart = [chunk({"role": "assistant", "content": "a"}), chunk({"content": "b"}),
+             chunk({}, "length"), "[DONE]"]  # fmt: skip
+    assert comparable_stream(together) == comparable_stream(apart)
+    other = [chunk({"role": "assistant", "content": "a"}), chunk({"content": "c"}),
+             chunk({}, "length"), "[DONE]"]  # fmt: skip
+    assert comparable_stream(together) != comparable_stream(other)  # another text
+    stopped = [chunk(first), chunk({}, "stop"), "[DONE]"]
+    assert comparable_stream(together) != comparable_stream(stopped)  # another event
+    assert together[0]["choices"][0]["delta"] == first  # the events are left as they were
 
 
 JSON, PLAIN = {"content-type": "application/json"}, {"content-type": "text/plain"}

@@ -60,7 +60,7 @@ from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected
 from governor.lease import Lease, LeaseState
 from governor.placement import Placement
-from governor.sizing import blocks_per_seq, max_ceiling_tokens
+from governor.sizing import blocks_per_seq, max_ceiling_tokens, max_concurrent
 from governor.wakeup import Waiter
 
 __all__ = ["AdmissionController", "Waiter"]
@@ -158,8 +158,8 @@ class AdmissionController:
     def max_concurrent(self, ceiling_tokens: int, prefix_blocks: int = 0) -> int:
         """How many leases of this ceiling guaranteed mode runs at once, each starting
         with a shared prefix of ``prefix_blocks`` pinned blocks (counted once, in the pins)."""
-        own = max(1, blocks_per_seq(ceiling_tokens, self.block_size) - prefix_blocks)
-        fit = self.limit_blocks // own
+        fit = max_concurrent(self.available_blocks, ceiling_tokens, self.block_size,
+                             self.config.safety_factor, prefix_blocks)  # fmt: skip
         cap = self.config.max_concurrent
         return fit if cap is None else min(fit, cap)
 

@@ -7,7 +7,8 @@ OpenTelemetry instrumentation turns them into span events and metrics, tests and
 
 - ``run.started``: ``name``, ``parent_run_id``; ``run.finished``: ``name``, ``elapsed_s``,
   ``error`` (no lease: ``lease_id`` and ``agent`` are None)
-- ``requested``: ``ceiling_tokens``, ``priority``, ``parent_id`` (the parent lease's id)
+- ``requested``: ``ceiling_tokens``, ``priority``, ``parent_id`` (the parent lease's id),
+  ``prefix_blocks`` (its shared prefix's pinned blocks, counted once by admission)
 - ``admitted``: ``wait_s`` (seconds waited for admission), ``ceiling_tokens``
 - ``parked``: ``reason`` (``"tool"``, ``"children"``, ``"turn"`` (idle between model
   calls), ``"grow"`` or ``"manual"``)

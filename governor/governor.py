@@ -270,6 +270,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
             ceiling_tokens=ceiling,
             priority=lease.priority,
             parent_id=None if parent is None else parent.lease_id,
+            prefix_blocks=lease.prefix_blocks,
         )
         return lease
 

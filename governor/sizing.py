@@ -143,12 +143,19 @@ def blocks_per_seq(ceiling_tokens: int, block_size: int) -> int:
 
 
 def max_concurrent(
-    available_blocks: int, ceiling_tokens: int, block_size: int, safety_factor: float
+    available_blocks: int,
+    ceiling_tokens: int,
+    block_size: int,
+    safety_factor: float,
+    prefix_blocks: int = 0,
 ) -> int:
-    """Sequences that can all reach ``ceiling_tokens`` at once:
-    floor(available_blocks * safety_factor / blocks_per_seq)."""
+    """Sequences that can all reach ``ceiling_tokens`` at once, each starting with a shared
+    prefix of ``prefix_blocks`` pinned blocks (out of ``available_blocks`` already, so
+    counted once): floor(available_blocks * safety_factor / max(1, blocks_per_seq less
+    the prefix))."""
     available_blocks = _require_int("available_blocks", available_blocks, minimum=0)
-    per_seq = blocks_per_seq(ceiling_tokens, block_size)
+    prefix_blocks = _require_int("prefix_blocks", prefix_blocks, minimum=0)
+    per_seq = max(1, blocks_per_seq(ceiling_tokens, block_size) - prefix_blocks)
     return math.floor(available_blocks * _safety(safety_factor) / per_seq)
 
 

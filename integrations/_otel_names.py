@@ -58,6 +58,7 @@ __all__ = [
     "PARENT_LEASE_ID",
     "PARKED",
     "PREEMPTIONS",
+    "PREFIX_BLOCKS",
     "PRESSURE_IN_USE",
     "PRESSURE_NEEDED",
     "PRESSURE_NUM_BLOCKS",
@@ -115,6 +116,7 @@ PARENT_LEASE_ID = "kvgov.lease.parent_id"
 PRIORITY = "kvgov.lease.priority"
 TENANT = "kvgov.tenant"
 CEILING = "kvgov.lease.ceiling_tokens"
+PREFIX_BLOCKS = "kvgov.lease.prefix_blocks"  # its shared prefix's pinned blocks, if any
 TOOL_OUTPUT_TOKENS = "kvgov.agent.tool_output_tokens"
 WAIT_S = "kvgov.admission.wait_s"  # summed over the admissions of the lease
 NUM_ADMISSIONS = "kvgov.admission.count"

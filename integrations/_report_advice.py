@@ -4,7 +4,8 @@ pull first.
 A recommended ceiling holds the p95 of an agent's deepest contexts with a quarter more
 as headroom, rounded up to whole KV blocks, and never less than the deepest context
 the run saw. ``max_concurrent`` is the governor's own formula (``governor.
-max_concurrent``) over the budget the run span recorded.
+max_concurrent``) over the budget the run span recorded, each agent's shared prefix
+counted once (``kvgov.lease.prefix_blocks``), as admission counts it.
 
 Levers come in CONTRIBUTING.md's order, matched to the diagnosis, and the first is the one
 to pull first:
@@ -30,7 +31,7 @@ from integrations import _otel_names as n
 from integrations.jsonl import SpanRecord
 
 if TYPE_CHECKING:
-    from integrations.report import RunReport, Spread
+    from integrations.report import AgentFigures, RunReport, Spread
 
 __all__ = ["Budget", "Lever", "advise", "recommended_ceiling", "suggested_tool_budget"]
 
@@ -68,13 +69,13 @@ class Budget:
         sane = budget.block_size >= 1 and budget.num_available_blocks >= 0
         return budget if sane and 0 < budget.safety_factor <= 1 else None
 
-    def max_concurrent(self, ceiling_tokens: int) -> int:
-        """Leases that can all reach ``ceiling_tokens`` at once in this budget."""
+    def max_concurrent(self, ceiling_tokens: int, prefix_blocks: int = 0) -> int:
+        """Leases that can all reach ``ceiling_tokens`` at once in this budget, each
+        starting with a shared prefix of ``prefix_blocks`` pinned blocks (counted once)."""
         if ceiling_tokens < 1:
             return 0
-        return max_concurrent(
-            self.num_available_blocks, ceiling_tokens, self.block_size, self.safety_factor
-        )
+        return max_concurrent(self.num_available_blocks, ceiling_tokens, self.block_size,
+                              self.safety_factor, prefix_blocks)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def advise(report: RunReport) -> tuple[Lever, ...]:
     lower = [a for a in report.agents if 0 < a.recommended_ceiling <= a.ceiling_tokens * LOWER_WHEN]
     for a in sorted(lower, key=lambda a: (a.recommended_ceiling - a.ceiling_tokens) * a.num_leases):
         overcommit = " (or admit in overcommit mode)" if _guaranteed(report) else ""
-        concurrency = _concurrency(budget, a.ceiling_tokens, a.recommended_ceiling)
+        concurrency = _concurrency(budget, a)
         levers.append(
             Lever(
                 "ceiling_tokens",
@@ -140,7 +141,7 @@ def advise(report: RunReport) -> tuple[Lever, ...]:
                     a.agent,
                     f"raise {a.agent}'s ceiling_tokens from {a.ceiling_tokens:,} to "
                     f"{a.recommended_ceiling:,}"
-                    f"{_concurrency(budget, a.ceiling_tokens, a.recommended_ceiling)} if that "
+                    f"{_concurrency(budget, a)} if that "
                     "many at once is enough, or keep compacting",
                     f"compacted {_times(a.compactions)}, dropping "
                     f"{a.compaction_tokens_saved:,} tokens",
@@ -194,10 +195,13 @@ def _guaranteed(report: RunReport) -> bool:
     return report.budget is None or report.budget.mode == "guaranteed"
 
 
-def _concurrency(budget: Budget | None, now: int, then: int) -> str:
+def _concurrency(budget: Budget | None, a: AgentFigures) -> str:
+    """``max_concurrent`` at the agent's ceiling now and at the recommended one."""
     if budget is None:
         return ""
-    return f" (max_concurrent {budget.max_concurrent(now)} -> {budget.max_concurrent(then)})"
+    now = budget.max_concurrent(a.ceiling_tokens, a.prefix_blocks)
+    then = budget.max_concurrent(a.recommended_ceiling, a.prefix_blocks)
+    return f" (max_concurrent {now} -> {then})"
 
 
 def _pressure_cap(report: RunReport) -> int:

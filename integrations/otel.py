@@ -296,6 +296,7 @@ class Instrumentation(CallEvents):
         }
         optional = {
             n.PARENT_LEASE_ID: parent_id,
+            n.PREFIX_BLOCKS: event.attributes.get("prefix_blocks") or None,
             n.TENANT: event.tenant,
             n.RUN_ID: event.run_id,
             n.TOOL_OUTPUT_TOKENS: getattr(

@@ -77,6 +77,7 @@ class AgentFigures:
     num_calls: int
     context_tokens: Spread  # over its leases, each lease's deepest context
     ceiling_tokens: int  # the largest ceiling its leases had
+    prefix_blocks: int  # its shared prefix's pinned blocks (the fewest a lease had; 0: none)
     admission_wait_s: Spread
     compactions: int
     compaction_tokens_saved: int
@@ -164,8 +165,10 @@ class RunReport:
             preemptions=_total(events, n.EVENT_PREEMPTED, n.PREEMPTIONS),
             budget=budget,
             run_failures=_failures(runs),
-            max_concurrent_now=_at(budget, max(a.ceiling_tokens for a in agents)),
-            max_concurrent_recommended=_at(budget, max(a.recommended_ceiling for a in agents)),
+            max_concurrent_now=_at(budget, max(agents, key=lambda a: a.ceiling_tokens)),
+            max_concurrent_recommended=_at(
+                budget, max(agents, key=lambda a: a.recommended_ceiling), recommended=True
+            ),
             levers=(),
         )
         return replace(report, levers=advise(report))
@@ -217,6 +220,7 @@ def _agent(
         num_calls=num_calls,
         context_tokens=context,
         ceiling_tokens=max(int(lease.attributes.get(n.CEILING, 0)) for lease in leases),
+        prefix_blocks=min(int(lease.attributes.get(n.PREFIX_BLOCKS, 0)) for lease in leases),
         admission_wait_s=Spread.of(_waits(leases)),
         compactions=_count(events, n.EVENT_COMPACTED),
         compaction_tokens_saved=_total(events, n.EVENT_COMPACTED, n.TOKENS_SAVED),
@@ -322,8 +326,12 @@ def _total(events: Iterable[Any], name: str, attribute: str) -> int:
     return sum(int(e.attributes.get(attribute, 0)) for e in events if e.name == name)
 
 
-def _at(budget: Budget | None, ceiling_tokens: int) -> int | None:
-    return None if budget is None else budget.max_concurrent(ceiling_tokens)
+def _at(budget: Budget | None, agent: AgentFigures, *, recommended: bool = False) -> int | None:
+    """``max_concurrent`` at the agent's ceiling (or recommended one), its prefix once."""
+    if budget is None:
+        return None
+    ceiling = agent.recommended_ceiling if recommended else agent.ceiling_tokens
+    return budget.max_concurrent(ceiling, agent.prefix_blocks)
 
 
 def _op(span: SpanRecord) -> object:

@@ -48,7 +48,8 @@ def test_a_lease_with_two_calls_and_a_tool_in_order() -> None:
     ]
     assert {(e.lease_id, e.agent, e.tenant) for e in events} == {(lease.lease_id, "coder", "acme")}
     requested = events[0].attributes
-    assert requested == {"ceiling_tokens": 400, "priority": 0, "parent_id": None}
+    assert requested == {"ceiling_tokens": 400, "priority": 0, "parent_id": None,
+                         "prefix_blocks": 0}  # fmt: skip
     finished = events[3].attributes
     assert finished["completion_tokens"] == 5 and finished["finish_reason"] == "length"
     assert finished["tokens_in_context"] == finished["prompt_tokens"] + 5

@@ -347,3 +347,37 @@ def test_the_report_counts_the_leases_that_failed(
     out = capsys.readouterr().out
     assert "4 (RuntimeError 2, KeyError 1, cancelled 1)" in out
     assert "1 (ValueError 1)" in out
+
+
+def test_max_concurrent_counts_an_agents_shared_prefix_once(tmp_path: Path) -> None:
+    """Agents that start with a registered prefix: admission charges each lease only its
+    blocks beyond the prefix's pinned ones (counted once, in the pins), and so does the
+    report's max_concurrent. It used to charge whole ceilings, and advised fewer agents
+    than admission runs."""
+    backend = FakeBackend()
+    coder = AgentSpec(name="coder", ceiling_tokens=1_200, prefix="team")
+    governor = Governor(backend, config=GovernorConfig(park_after_s=0), agents=[coder])
+    governor.register_prefix("team", "You are a careful build engineer; be terse. " * 40)
+    path = tmp_path / "run.jsonl"
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+    task = [{"role": "user", "content": "Fix test 1."}]
+    with (
+        instrument(governor, tracer_provider=provider),
+        governor.run("triage"),
+        governor.lease("coder") as lease,
+    ):
+        governor.complete(lease, task, max_tokens=4)
+    provider.shutdown()
+    report = RunReport.from_jsonl(path)
+    (figures,) = report.agents
+    prefix = lease.prefix_blocks
+    assert prefix > 0 and figures.prefix_blocks == prefix
+    now = report.max_concurrent_now
+    assert now == governor.admission.max_concurrent(1_200, prefix)
+    available = backend.capacity().num_available_blocks
+    assert now is not None and now > max_concurrent(available, 1_200, 16, 0.9)
+    recommended = figures.recommended_ceiling
+    assert report.max_concurrent_recommended == max_concurrent(
+        available, recommended, 16, 0.9, prefix
+    )

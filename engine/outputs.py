@@ -85,6 +85,7 @@ class EngineMetrics:
     num_recomputed_tokens: int = 0  # prefilled again after their K/V was dropped
     num_blocks_swapped_out: int = 0  # device -> host copies since the start
     num_blocks_swapped_in: int = 0  # host -> device copies since the start
+    num_holds_reclaimed: int = 0  # holds moved or ended for a running request, since the start
 
     @property
     def kv_cache_usage(self) -> float:

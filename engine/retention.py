@@ -45,13 +45,14 @@ class _Context:
 class RetainedContexts:
     """The engine's record of each budget's latest context and the ones held."""
 
-    __slots__ = ("_held", "_latest", "kv_cache", "manager")
+    __slots__ = ("_held", "_latest", "kv_cache", "manager", "num_reclaimed")
 
     def __init__(self, manager: BlockManager, kv_cache: KVCache) -> None:
         self.manager = manager
         self.kv_cache = kv_cache
         self._latest: dict[str, _Context] = {}
         self._held: dict[str, None] = {}  # in the order held: the oldest first
+        self.num_reclaimed = 0  # holds ``reclaim`` moved or ended, since the start
 
     def record(
         self,
@@ -157,6 +158,7 @@ class RetainedContexts:
             self.kv_cache.swap_out(self.manager.swap_out(seq_id))
         else:
             self.release(budget)
+        self.num_reclaimed += 1
         return budget
 
 

@@ -139,6 +139,9 @@ class BackendMetrics:
     prefix_cache_queries: int  # tokens
     prefix_cache_hits: int  # tokens
     num_tokens_in_use: int = 0  # tokens the in-use blocks hold; 0 when unknown
+    # Held contexts the engine moved or ended itself for a running request, since the
+    # start (``held_contexts`` then says which); 0 when unknown
+    num_holds_reclaimed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

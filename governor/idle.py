@@ -11,9 +11,10 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
 3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
    starts and before every model call), the pressure policy picks whose held KV to
    offload to host memory; with no host room it is dropped to the prefix cache. The
-   engine may move or end a hold itself, when a running request needs its blocks: a
-   backend that says so (``held_contexts``: LocalBackend) is read at each of those
-   checks, and the hold is counted and reported as offloaded or dropped;
+   engine may move or end a hold itself, when a running request needs its blocks: where
+   the backend says which (``held_contexts``: LocalBackend, RemoteBackend), it is read at
+   those checks once its count of such moves (``num_holds_reclaimed``) has changed, and
+   the hold is counted and reported as offloaded or dropped;
 4. in guaranteed mode a resident hold counts against admission (``set_held``), and is
    offloaded the same way when it alone keeps a waiting lease out (``make_room``);
 5. before its next call an offloaded context is restored (by the call itself where the
@@ -47,7 +48,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from governor.backend import Backend
+from governor.backend import Backend, BackendMetrics
 from governor.config import GovernorConfig
 from governor.deadlines import Deadline, Deadlines
 from governor.errors import BackendError
@@ -98,6 +99,7 @@ class IdleKeeper:
         self._deadlines = Deadlines()
         held_contexts = getattr(backend, "held_contexts", None)  # the engine's own moves
         self._engine_holds = held_contexts if callable(held_contexts) else None
+        self._reclaims_seen = 0  # the backend's num_holds_reclaimed when last read
 
     @property
     def backend_lock(self) -> threading.RLock:
@@ -215,7 +217,6 @@ class IdleKeeper:
         """Offload held KV while blocks in use exceed the watermark; blocks freed. On a
         thread (it calls the backend)."""
         with self._backend:
-            self._reconcile()
             with self._lock:
                 candidates = [
                     lease
@@ -225,6 +226,9 @@ class IdleKeeper:
             if not candidates:
                 return 0
             m = self.backend.metrics()
+            if self._reconcile(m):
+                with self._lock:
+                    candidates = [lease for lease in candidates if lease.num_retained_blocks]
             num_blocks = m.num_blocks_in_use + m.num_blocks_free
             needed = m.num_blocks_in_use - math.floor(num_blocks * self.config.pressure_watermark)
             if needed <= 0:
@@ -247,7 +251,7 @@ class IdleKeeper:
     def _make_room(self, needed: int) -> None:
         try:
             with self._backend:
-                self._reconcile()
+                self._reconcile(self.backend.metrics())
                 with self._lock:
                     candidates = [
                         lease
@@ -259,17 +263,21 @@ class IdleKeeper:
         finally:
             self._room_made()
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, m: BackendMetrics) -> bool:
         """Holds the engine gave up itself since the last look (under ``_backend``): a
         running request needed their blocks, so it moved them to host memory, or ended
         them (no host room). Counted and reported as the governor's own offloads and
-        drops are. A hold is recorded here only once the backend made it, and every
-        state read after that is as late, so a hold is never taken for gone too early."""
+        drops are; True if any was. Read only when the engine's count of them moved. A
+        hold is recorded here only once the backend made it, and every state read after
+        that is as late, so a hold is never taken for gone too early."""
         read = self._engine_holds
+        if read is None or m.num_holds_reclaimed == self._reclaims_seen:
+            return False
         with self._lock:
-            if read is None or all(lease.kv_offloaded for lease in self._holding):
-                return
+            if all(lease.kv_offloaded for lease in self._holding):
+                return False
         states = read()
+        self._reclaims_seen = m.num_holds_reclaimed
         moved: list[tuple[str, Lease, int]] = []
         with self._lock:
             for lease in [h for h in self._holding if not h.kv_offloaded]:
@@ -283,6 +291,7 @@ class IdleKeeper:
                     moved.append(("offloaded", lease, blocks))
         for kind, lease, blocks in moved:
             self._publish(kind, lease, blocks=blocks, reason=_BY_ENGINE)
+        return bool(moved)
 
     def _move(self, candidates: list[Lease], needed: int) -> int:
         """Offload the holds the pressure policy picks until ``needed`` blocks are freed

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -127,6 +127,11 @@ class RemoteBackend(Restarts, HttpLifecycle):
 
     async def ametrics(self) -> BackendMetrics:
         return BackendMetrics(**wire.Metrics(**await self._aget(f"{_API}/metrics")).model_dump())
+
+    def held_contexts(self) -> Mapping[str, bool]:
+        """The server's ``/kvgov/v1/holds``: this client's holds, budget -> offloaded (the
+        governor reads it when ``num_holds_reclaimed`` moved: ``governor.idle``)."""
+        return wire.Holds(**self._get(f"{_API}/holds")).holds
 
     def kv_map(self) -> wire.KVMap:
         """The server's ``/kvgov/v1/kv``: this client's budgets' blocks at one instant."""

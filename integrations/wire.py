@@ -48,6 +48,7 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "ErrorInfo",
+    "Holds",
     "KVBudget",
     "KVMap",
     "Metrics",
@@ -134,6 +135,7 @@ class Metrics(_Body):
     prefix_cache_queries: int
     prefix_cache_hits: int
     num_tokens_in_use: int = 0
+    num_holds_reclaimed: int = 0
 
 
 class KVBudget(_Body):
@@ -141,6 +143,12 @@ class KVBudget(_Body):
     num_device_tokens: int
     num_host_blocks: int
     max_blocks: int
+
+
+class Holds(_Body):
+    """The caller's held contexts: budget -> on the host (offloaded)."""
+
+    holds: dict[str, bool]
 
 
 class KVMap(_Body):

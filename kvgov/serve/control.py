@@ -84,6 +84,16 @@ def metrics(request: Request) -> wire.Metrics:
     return wire.Metrics(**asdict(_state(request).backend.metrics()))
 
 
+@router.get("/holds")
+def holds(request: Request) -> wire.Holds:
+    """The caller's held contexts, budget -> offloaded: which the engine moved to host
+    memory or ended itself for a running request (``governor.idle`` reads it)."""
+    tenant = tenant_of(request)
+    held = _state(request).backend.held_contexts().items()
+    names = ((unscoped_budget(tenant, budget), offloaded) for budget, offloaded in held)
+    return wire.Holds(holds={name: offloaded for name, offloaded in names if name is not None})
+
+
 @router.get("/kv")
 def kv(request: Request) -> wire.KVMap:
     """The pool at one instant; only the caller's own budgets are listed."""

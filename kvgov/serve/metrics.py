@@ -83,6 +83,11 @@ def families(
         family.add_metric([model_name], value)
         return family
 
+    def counter(name: str, doc: str, value: float) -> Metric:
+        family = CounterMetricFamily(name, doc, labels=["model_name"])
+        family.add_metric([model_name], value)
+        return family
+
     cache_info = GaugeMetricFamily(
         "vllm:cache_config_info",
         "Information of the LLMEngine CacheConfig",
@@ -176,6 +181,11 @@ def families(
         ),
         gauge(
             "kvgov:blocks_offloaded", "KV blocks offloaded to host memory.", m.num_blocks_swapped
+        ),
+        counter(
+            "kvgov:holds_reclaimed",
+            "Held contexts the engine moved to host memory or ended for a running request.",
+            m.num_holds_reclaimed,
         ),
         gauge("kvgov:host_blocks_capacity", "KV blocks host memory can take.", cap.num_host_blocks),
         gauge("kvgov:kv_bytes_per_block", "Bytes of one KV block.", cap.bytes_per_block),

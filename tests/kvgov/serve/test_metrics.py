@@ -71,6 +71,7 @@ def test_figures_equal_the_engine_after_a_prefix_hit(
     assert got[("kvgov:kv_blocks_cached", KVGOV)] == m.num_blocks_cached
     assert got[("kvgov:kv_blocks_pinned", KVGOV)] == m.num_blocks_pinned
     assert got[("kvgov:blocks_offloaded", KVGOV)] == m.num_blocks_swapped
+    assert got[("kvgov:holds_reclaimed_total", KVGOV)] == m.num_holds_reclaimed
     assert got[("kvgov:kv_tokens_in_use", KVGOV)] == m.num_tokens_in_use
     assert got[("kvgov:kv_blocks_capacity", KVGOV)] == cap.num_blocks
     assert got[("kvgov:weights_bytes", KVGOV)] == cap.weights_bytes
@@ -206,6 +207,7 @@ def test_swapped_requests_count_as_waiting_as_vllm_counts_preempted_ones() -> No
         prefix_cache_queries=0,
         prefix_cache_hits=0,
         tokens_per_sequence={},
+        num_holds_reclaimed=4,
     )
     capacity = Capacity(
         block_size=16,
@@ -227,5 +229,6 @@ def test_swapped_requests_count_as_waiting_as_vllm_counts_preempted_ones() -> No
     got = {s.name: s.value for s in samples(families(snapshot, model_name="m", weights_bytes=0))}
     assert got["vllm:num_requests_waiting"] == 5
     assert got["kvgov:num_requests_swapped"] == 3
+    assert got["kvgov:holds_reclaimed_total"] == 4  # a counter: the _total sample
     assert got["vllm:num_requests_running"] == 1
     assert got["vllm:kv_cache_usage_perc"] == 6 / 8

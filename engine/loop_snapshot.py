@@ -7,17 +7,15 @@ for the step in progress to end. What a caller changed through the loop (a budge
 opened, a hold made) is in every snapshot read after its call returned; what the step
 now running changes is not, until it ends.
 
-Only figures that are cheap to read between two steps belong here: metrics, capacity
-and the retained contexts' states (a few budgets at most). The KV map
-(``Engine.kv_snapshot``) walks every budget's blocks and stays a command.
+Only figures that are cheap to read between two steps belong here: metrics and
+capacity. The KV map (``Engine.kv_snapshot``) walks every budget's blocks and stays a
+command.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 
 from engine.engine import Engine
 from engine.outputs import Capacity, EngineMetrics
@@ -27,23 +25,14 @@ __all__ = ["LoopSnapshot", "take"]
 
 @dataclass(frozen=True, slots=True)
 class LoopSnapshot:
-    """The engine's metrics, capacity and holds read together, between two steps."""
+    """The engine's metrics and capacity read together, between two steps."""
 
     metrics: EngineMetrics
     capacity: Capacity
     num_steps: int  # engine steps the loop had run when it was taken
     taken_at: float  # time.perf_counter() when it was taken
-    # Each retained context, budget -> on the host (offloaded): the engine moves or ends
-    # a hold itself when a running request needs its blocks (``RetainedContexts.reclaim``).
-    holds: Mapping[str, bool] = field(default_factory=dict)
 
 
 def take(engine: Engine, num_steps: int) -> LoopSnapshot:
     """Read one snapshot; only on the thread that owns the engine."""
-    return LoopSnapshot(
-        engine.metrics(),
-        engine.capacity(),
-        num_steps,
-        time.perf_counter(),
-        MappingProxyType(engine.retained.states()),
-    )
+    return LoopSnapshot(engine.metrics(), engine.capacity(), num_steps, time.perf_counter())

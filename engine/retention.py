@@ -18,8 +18,8 @@ wait and none can be scheduled, the oldest resident hold gives way (``reclaim``:
 offloaded to host when there is room, else ended) before any running request is
 preempted, and the engine tries again.
 Either shows in the engine's metrics (fewer blocks in use, more swapped) and in
-``states`` (``LoopSnapshot.holds``: how the governor learns of it); the budget's next
-request restores an offloaded context itself.
+``states`` and the count ``num_reclaimed`` (``EngineMetrics.num_holds_reclaimed``: how the
+governor learns of it); the budget's next request restores an offloaded context itself.
 """
 
 from __future__ import annotations

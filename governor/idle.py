@@ -251,7 +251,8 @@ class IdleKeeper:
     def _make_room(self, needed: int) -> None:
         try:
             with self._backend:
-                self._reconcile(self.backend.metrics())
+                if self._engine_holds is not None:
+                    self._reconcile(self.backend.metrics())
                 with self._lock:
                     candidates = [
                         lease

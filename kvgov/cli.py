@@ -2,7 +2,7 @@
 
     kvgov --version
     kvgov demo [--agents N] [--ceiling TOKENS] [--kv-budget SIZE] [--model PATH] [...]
-    kvgov bench NAME [--json] [--quick] [--device DEVICE]
+    kvgov bench NAME [--json] [--quick] [--device DEVICE] [--model PRESET|PATH] [--plot DIR]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
     kvgov report RUN.jsonl
@@ -168,6 +168,15 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="The engine's model where a benchmark takes one (swarm): a preset such as "
+            "llama-8b-random, or a local model folder; default: tiny-random.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a benchmark and report each figure against its target."""
     if name != "all" and name not in BENCHMARKS:
@@ -186,12 +195,14 @@ def bench(
         except InvalidRequestError as exc:
             typer.echo(f"Error: {exc}", err=True)
             raise typer.Exit(code=2) from exc
-        ignoring = [each for each, fn in runs.items() if "device" not in signature(fn).parameters]
-        if ignoring and name != "all":
-            message = f"Error: kvgov bench {name} takes no --device: it runs on the host."
-            typer.echo(message, err=True)
-            raise typer.Exit(code=2)
-        runs = {each: fn for each, fn in runs.items() if each not in ignoring}
+        runs = _taking("device", runs, name, "it runs on the host")
+    if model is not None:
+        from engine.presets import PRESETS
+
+        if model not in PRESETS and not os.path.isdir(model):
+            _fail(f"--model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a folder")
+        options["model"] = model
+        runs = _taking("model", runs, name, "it runs its own model")
     measurements = (
         _as_measurement(item)
         for fn in runs.values()
@@ -209,6 +220,14 @@ def bench(
             f"the start, {end['load_1m']:.2f} at the end (ratios measured side by side hold "
             "best near a load of 1; far above it, other processes take the cores)[/]"
         )
+
+
+def _taking(option: str, runs: dict[str, Any], name: str, why: str) -> dict[str, Any]:
+    """The benchmarks of ``runs`` whose ``run`` takes ``option``: for ``all``, the others
+    are left out; a benchmark named alone that does not take it is an error."""
+    if name != "all" and option not in signature(runs[name]).parameters:
+        _fail(f"kvgov bench {name} takes no --{option}: {why}.")
+    return {each: fn for each, fn in runs.items() if option in signature(fn).parameters}
 
 
 def _host() -> dict[str, Any]:

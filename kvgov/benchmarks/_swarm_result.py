@@ -56,6 +56,7 @@ class RunResult:
     fraction: float  # of the blocks every agent's peak context needs at once
     num_blocks: int
     bytes_per_block: int
+    host_blocks: int = 0  # the engine's host swap space, in blocks
     jct_s: dict[str, float] = field(default_factory=dict)  # finished agents' jobs
     failed: list[str] = field(default_factory=list)  # "agent: why"
     makespan_s: float = 0.0

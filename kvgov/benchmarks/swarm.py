@@ -2,8 +2,9 @@
 
 One workload (``_swarm_workload``: teams of coding agents whose contexts grow turn by
 turn, tool latencies heavy-tailed, every prompt fixed up front), one engine (the bundled
-one, ``tiny-random`` on the CPU, recompute on preemption, prefix caching, the same host
-swap space) and one KV budget at a time: the blocks every agent's peak context needs at
+one, ``tiny-random`` on the CPU unless ``--model``/``--device`` say otherwise, recompute
+on preemption, prefix caching, a host swap space that holds every agent's peak context)
+and one KV budget at a time: the blocks every agent's peak context needs at
 once, times 1.0, 0.5, 0.33 and 0.25. At each budget one engine is built and the four
 policies run on it in turn, each from a cold prefix cache (checked):
 
@@ -27,6 +28,7 @@ what to compare.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import statistics
 import sys
@@ -34,6 +36,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+import torch
 
 from engine import Engine, EngineConfig, PreemptionMode
 from engine.benchmarks import Direction, Measurement
@@ -57,21 +61,23 @@ DEFAULT = SwarmWorkload()
 QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2,
                       tool_scale=0.5)  # fmt: skip
 _MODEL = "tiny-random"
-_SWAP_BYTES = 64 << 20
 _DEADLINE_S = {True: 240.0, False: 900.0}
 _ROUNDS = {True: 1, False: 3}
 
 
-def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measurement]:
+def run(
+    *, quick: bool = False, plot: Path | None = None, device: str = "cpu", model: str = _MODEL
+) -> Iterator[Measurement]:
     workload = QUICK if quick else DEFAULT
     results = compare(workload, rounds=_ROUNDS[quick], deadline_s=_DEADLINE_S[quick],
-                      progress=_progress)  # fmt: skip
+                      progress=_progress, model=model, device=device)  # fmt: skip
+    what = _what(workload, model=model, device=device)
     if plot is not None:
         from kvgov.benchmarks._swarm_plot import plot as draw
 
-        for path in draw(results, plot, fraction=HEADLINE, note=_what(workload)):
+        for path in draw(results, plot, fraction=HEADLINE, note=what):
             _progress(f"wrote {path}")
-    yield from measurements(results, workload)
+    yield from measurements(results, workload, what=what)
 
 
 def _progress(line: str) -> None:
@@ -87,11 +93,15 @@ def compare(
     deadline_s: float = 900.0,
     progress: Callable[[str], None] = lambda line: None,
     model: str = _MODEL,
+    device: str = "cpu",
 ) -> list[RunResult]:
     """Every policy at every budget, side by side; one engine per budget. Each round runs
     every policy once, each round in another order (a rotation), so no policy always
-    runs first on a fresh engine or last on a warm host."""
-    tokenizer = load_tokenizer(PRESETS[model].tokenizer)
+    runs first on a fresh engine or last on a warm host. ``model`` is a preset or a local
+    model folder, ``device`` where the engine runs. The host swap space holds every
+    agent's peak context at once (in the model's blocks, whatever its size), so no
+    policy that swaps or offloads ever finds it full."""
+    tokenizer = load_tokenizer(PRESETS[model].tokenizer if model in PRESETS else model)
     counter = TokenCounter(tokenizer=tokenizer)
     scripts = build_scripts(workload, counter)
     prompts = {(s.name, i): tokenizer.encode_chat(list(t.messages))
@@ -105,9 +115,9 @@ def compare(
     costs: Costs | None = None
     for fraction in fractions:
         num_blocks = max(math.ceil(full * fraction), 2 * largest)
-        engine = Engine(EngineConfig(model=model, num_blocks=num_blocks,
+        engine = Engine(EngineConfig(model=model, device=device, num_blocks=num_blocks,
                                      preemption_mode=PreemptionMode.RECOMPUTE,
-                                     swap_space_bytes=_SWAP_BYTES))  # fmt: skip
+                                     swap_space_blocks=full))  # fmt: skip
         warm = _on_own_thread(functools.partial(measure_costs, engine))  # and warms it up
         costs = costs or warm
         for round_ in range(rounds):
@@ -123,6 +133,10 @@ def compare(
                          f"{result.counters.recomputed_tokens:,} tokens, "
                          f"{len(result.failed)} failed")  # fmt: skip
                 results.append(result)
+        del engine  # before the next budget's is built: an 8B model's weights are 15 GB
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return results
 
 
@@ -138,8 +152,9 @@ def _one(
 ) -> RunResult:
     cold = engine.reset_prefix_cache()
     assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
-    result = RunResult(policy, fraction, engine.capacity().num_blocks,
-                       engine.kv_cache.bytes_per_block)  # fmt: skip
+    capacity = engine.capacity()
+    result = RunResult(policy, fraction, capacity.num_blocks, capacity.bytes_per_block,
+                       capacity.num_host_blocks)  # fmt: skip
     before = EngineCounters.of(engine.metrics())
     if policy == "kvgov":
         run_kvgov(engine, scripts, workload, result, deadline_s=deadline_s)
@@ -179,20 +194,24 @@ def _on_own_thread(fn: Callable[[], T]) -> T:
     return box[0]
 
 
-def _what(workload: SwarmWorkload) -> str:
+def _what(workload: SwarmWorkload, *, model: str = _MODEL, device: str = "cpu") -> str:
     return (
-        f"{_MODEL} on CPU, {workload.num_teams} teams x (planner + "
+        f"{model} on {device}, {workload.num_teams} teams x (planner + "
         f"{workload.workers_per_team} workers), {workload.turns} tool turns each, "
         f"{workload.reply_tokens} output tokens a call, tool outputs reduced to "
         f"{workload.tool_output_tokens:,} tokens, ceiling {workload.ceiling_tokens:,}; "
-        "recompute on preemption, prefix caching, cold cache at each run's start"
+        "recompute on preemption, prefix caching, host swap space for every peak context, "
+        "cold cache at each run's start"
     )
 
 
-def measurements(results: Sequence[RunResult], workload: SwarmWorkload) -> Iterator[Measurement]:
+def measurements(
+    results: Sequence[RunResult], workload: SwarmWorkload, *, what: str | None = None
+) -> Iterator[Measurement]:
     """Per policy and budget, each figure's median over the rounds (failures summed, the
-    peak the highest); the headline ratios are the medians of each round's ratio."""
-    what = _what(workload)
+    peak the highest); the headline ratios are the medians of each round's ratio. ``what``
+    names what ran (``_what``: the model, the device, the workload)."""
+    what = what or _what(workload)
     lower = Direction.LOWER_IS_BETTER
     runs: dict[tuple[str, float], list[RunResult]] = {}
     for r in results:
@@ -211,7 +230,8 @@ def measurements(results: Sequence[RunResult], workload: SwarmWorkload) -> Itera
             ("recomputed_share", _median(r.recomputed_share for r in group), "%",
              "of the prefill tokens, recomputed (a share of tokens, not of time); " + rounds),
             ("preemptions", _median(r.counters.preemptions for r in group), "count", rounds),
-            ("swapped_out", _median(r.bytes_swapped_out for r in group) / 2**20, "MiB", rounds),
+            ("swapped_out", _median(r.bytes_swapped_out for r in group) / 2**20, "MiB",
+             f"host swap space {group[0].host_blocks:,} blocks; " + rounds),
             ("swapped_in", _median(r.bytes_swapped_in for r in group) / 2**20, "MiB", rounds),
             ("peak_blocks", float(max(r.peak_blocks for r in group)), "blocks",
              f"of {group[0].num_blocks} blocks"),

@@ -8,6 +8,7 @@ exactly from the prompts); the figures' arithmetic is checked on results built h
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -57,6 +58,8 @@ def test_the_budget_is_every_peak_at_once_and_never_exceeded(
                   for s in scripts)  # fmt: skip
     for result in results:
         assert result.num_blocks == max(full, 2 * largest)
+        # Host swap space for every peak at once: no policy that swaps ever finds it full.
+        assert result.host_blocks == full
         assert 0 < result.peak_blocks <= result.num_blocks
         assert max(b for _, b in result.timeline) == result.peak_blocks
 
@@ -186,3 +189,47 @@ def test_the_headline_notes_give_each_rounds_ratio_behind_the_median() -> None:
     assert paged.value == 1.25 and "3 rounds (each: 2.00, 1.00, 1.25)" in paged.note
     research = figures["jct_mean_best_research_over_kvgov"]
     assert research.value == 1.25 and "(each: 1.67, 1.25, 1.25)" in research.note
+
+
+def test_kvgov_bench_passes_model_and_device_to_the_benchmarks_that_take_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's routing of --model (fake benchmark modules: the real swarm runs for
+    minutes); the real swarm's run takes both options."""
+    from inspect import signature
+    from types import ModuleType
+
+    from typer.testing import CliRunner
+
+    from engine.benchmarks import Measurement
+    from kvgov import cli
+    from kvgov.benchmarks import swarm
+
+    assert {"device", "model"} <= set(signature(swarm.run).parameters)
+    seen: list[str] = []
+
+    def takes_model(*, quick: bool = False, model: str = "tiny-random"):  # type: ignore[no-untyped-def]
+        seen.append(model)
+        yield Measurement("modelled", "s", 1.0, "s")
+
+    def takes_none(*, quick: bool = False):  # type: ignore[no-untyped-def]
+        yield Measurement("plain", "s", 1.0, "s")
+
+    for name, fn in (("modelled", takes_model), ("plain", takes_none)):
+        module = ModuleType(name)
+        module.run = fn  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"modelled": "modelled", "plain": "plain"})
+    runner = CliRunner()
+    result = runner.invoke(cli.app, ["bench", "modelled", "--model", "llama-8b-random", "--json"])
+    assert result.exit_code == 0, result.output
+    assert seen == ["llama-8b-random"]
+    result = runner.invoke(cli.app, ["bench", "plain", "--model", "tiny-random"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: kvgov bench plain takes no --model: it runs its own model.\n"
+    result = runner.invoke(cli.app, ["bench", "modelled", "--model", "no-such-model"])
+    assert result.exit_code == 2 and "neither a preset" in result.stderr
+    assert seen == ["llama-8b-random"]  # refused before anything ran
+    result = runner.invoke(cli.app, ["bench", "all", "--model", "tiny-random", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"modelled"' in result.stdout and '"plain"' not in result.stdout

@@ -8,7 +8,7 @@ import torch
 from engine.attention import AttentionMetadata, ReferenceAttention
 from engine.errors import ModelError, UnknownPresetError
 from engine.kv_cache import KVCache
-from engine.presets import PRESETS, Preset, build_preset_model, get_preset
+from engine.presets import PRESETS, Preset, build_preset_model, get_preset, init_random_weights
 from engine.weights import hf_tensor_views
 from tests.engine import hf
 
@@ -63,11 +63,47 @@ def test_bfloat16_build_is_the_rounded_float32_build(tiny) -> None:
 
 
 def test_unknown_preset_lists_available_ones() -> None:
-    with pytest.raises(UnknownPresetError, match=r"'tiny-randm'; available presets: tiny-random"):
+    with pytest.raises(
+        UnknownPresetError, match=r"'tiny-randm'; available presets: llama-8b-random, tiny-random"
+    ):
         get_preset("tiny-randm")
     with pytest.raises(KeyError):
         build_preset_model("nope", attention=ReferenceAttention(), device="cpu")
     assert issubclass(UnknownPresetError, ModelError)
+
+
+def test_llama_8b_random_has_llama_3_8b_shape_and_kv() -> None:
+    """Not built here (15 GB in bf16): its config is what sizing and the benchmarks read."""
+    preset = get_preset("llama-8b-random")
+    config = preset.config
+    assert preset.draw_on_device and not get_preset("tiny-random").draw_on_device
+    assert preset.tokenizer == get_preset("tiny-random").tokenizer
+    assert (config.num_layers, config.hidden_size, config.intermediate_size) == (32, 4096, 14336)
+    assert (config.num_heads, config.num_kv_heads, config.head_dim) == (32, 8, 128)
+    assert config.kv_bytes_per_token(torch.bfloat16) == 128 * 1024
+    assert config.num_parameters() == 7_801_057_280  # Llama 3 8B less 28k rows of vocabulary
+
+
+def test_drawing_on_the_device_draws_the_same_normals_on_the_cpu(tiny) -> None:
+    """``on_device`` moves the generator to the model's device; on the CPU that is the
+    CPU generator, so the weights are the default draw's."""
+    again = build_preset_model("tiny-random", attention=ReferenceAttention(), device="cpu")
+    init_random_weights(again, seed=0, on_device=True)
+    assert torch.equal(again.embed_tokens.weight, tiny.embed_tokens.weight)
+    init_random_weights(again, seed=1, on_device=True)
+    assert not torch.equal(again.embed_tokens.weight, tiny.embed_tokens.weight)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_drawing_on_a_gpu_is_seeded_and_sane() -> None:
+    first = build(device="cuda", dtype=torch.bfloat16)
+    init_random_weights(first, seed=0, on_device=True)
+    second = build(device="cuda", dtype=torch.bfloat16)
+    init_random_weights(second, seed=0, on_device=True)
+    assert torch.equal(first.embed_tokens.weight, second.embed_tokens.weight)
+    assert 0.019 < first.embed_tokens.weight.float().std().item() < 0.021
+    assert torch.equal(hf_tensor_views(first)["model.norm.weight"].float(), torch.ones(256).cuda())
 
 
 def test_presets_mapping_is_read_only() -> None:

@@ -10,7 +10,9 @@
 ``GovernorMiddleware`` is an ``AgentMiddleware`` for ``create_agent`` (langchain 1.x):
 
 - the lease: one per agent invocation, taken at its first model call and renewed
-  (resumed if parked) before each later one; released when the run ends
+  (resumed if parked) for each later one once the turn is planned and goes to the
+  model: a turn that ends at the ceiling (``on_ceiling`` "end" or "raise") never waits
+  to be admitted again for nothing; released when the run ends
   (``after_agent``), when an error or a cancellation leaves a model or tool call (the
   run is over then; an outer retry takes a new lease), and, for an error raised
   anywhere else (another middleware's hook) or a stream closed early, when the agent
@@ -208,13 +210,14 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         handle, update = self._run(request.state)
         with handle.closing_on_error():
             lease = self._lease(handle)
+            renew = lease is not None  # resumed (if parked) once the turn goes to the model
             if lease is None:
                 lease = handle.hold(self.governor, self.governor.acquire(self._new_lease()))
-            else:
-                self.governor.resume(lease)
             turn = self.turns.plan(lease, request, update)
             if turn.ending is not None:
                 return self.turns.ended(turn)
+            if renew:
+                self.governor.resume(lease)
             with LeaseScope(lease):
                 response = handler(turn.request)
             answered = self.turns.answered(turn, response)
@@ -227,13 +230,14 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         handle, update = self._run(request.state)
         async with handle.aclosing_on_error():
             lease = self._lease(handle)
+            renew = lease is not None
             if lease is None:
                 lease = handle.hold(self.governor, await self.governor.aacquire(self._new_lease()))
-            else:
-                await self.governor.aresume(lease)
             turn = await asyncio.to_thread(self.turns.plan, lease, request, update)
             if turn.ending is not None:
                 return self.turns.ended(turn)
+            if renew:
+                await self.governor.aresume(lease)
             with LeaseScope(lease):
                 response = await handler(turn.request)
             answered = self.turns.answered(turn, response)

@@ -13,6 +13,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from engine import Engine, SamplingParams
 from kvgov.benchmarks._swarm_runner import Agent
 
@@ -39,12 +41,19 @@ def measure_costs(engine: Engine, *, num_tokens: int = 512) -> Costs:
         started = time.perf_counter()
         engine.offload(budget="costs")
         engine.restore(budget="costs")
+        _wait_for_copies(engine)  # on a GPU both return once the copies are queued
         num_blocks = num_tokens // engine.config.block_size
         swap_s = (time.perf_counter() - started) / (2 * num_blocks)
     finally:
         engine.close_budget("costs")
         engine.reset_prefix_cache()
     return Costs(prefill_s / num_tokens, swap_s)
+
+
+def _wait_for_copies(engine: Engine) -> None:
+    engine.kv_cache.synchronize()
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
 
 
 class Paged:

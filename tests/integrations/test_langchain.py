@@ -259,6 +259,25 @@ def test_on_ceiling_end_ends_the_run_with_a_message(mode: str) -> None:
     assert_no_leaks(governor, backend)
 
 
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_turn_that_ends_at_the_ceiling_is_not_admitted_again(mode: str) -> None:
+    """The lease parks during each tool call; the turn that would pass the ceiling ends
+    the run without resuming it (it would wait for admission room it never uses)."""
+    governor, backend = make_governor(config=GovernorConfig(park_after_s=0.0))
+    events: list[GovernorEvent] = []
+    governor.subscribe(events.append)
+    model = ToolCallingModel(rounds=5)
+    middleware = GovernorMiddleware(governor, agent="coder", ceiling_tokens=1_200, on_ceiling="end")
+    agent = create_agent(model=model, tools=[search], middleware=[middleware])
+    result = invoke(agent, "build", {}, mode)
+    assert "ceiling of 1,200" in str(result["messages"][-1].content)
+    kinds = [e.kind for e in events if e.kind in ("admitted", "parked", "resumed")]
+    assert kinds.count("admitted") == 1 and kinds[-1] == "parked"  # until released
+    # Every model call but the first resumed the parked lease; the ending turn did not.
+    assert kinds.count("resumed") == len(model.prompts) - 1
+    assert_no_leaks(governor, backend)
+
+
 def test_compact_with_the_default_ceiling_policy_raises() -> None:
     backend = FakeBackend(num_blocks=1_024)
     governor = Governor(backend, agents=[CODER])  # RaiseAtCeiling

@@ -37,7 +37,7 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
                    for f in fractions]  # fmt: skip
             ax.plot(fractions, jct, marker="o", label=policy, color=_COLORS.get(policy))
         ax.set_xlabel("KV budget (fraction of every agent's peak context at once)")
-        ax.set_ylabel("mean job completion time (s, median of rounds)")
+        ax.set_ylabel("mean job time (s, median of rounds)")
         ax.set_xscale("log")
         # Each budget's blocks under its fraction: a floor (twice the largest agent's
         # peak) can make two fractions nearly the same budget.

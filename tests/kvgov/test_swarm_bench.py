@@ -233,3 +233,15 @@ def test_kvgov_bench_passes_model_and_device_to_the_benchmarks_that_take_them(
     result = runner.invoke(cli.app, ["bench", "all", "--model", "tiny-random", "--json"])
     assert result.exit_code == 0, result.output
     assert '"modelled"' in result.stdout and '"plain"' not in result.stdout
+
+
+def test_a_local_model_folder_runs_with_its_own_tokenizer(tmp_path, results) -> None:  # type: ignore[no-untyped-def]
+    """``--model PATH``: the prompts are built with the folder's tokenizer (here the
+    tiny-random preset written out, so they must be the preset's, token for token)."""
+    from engine.hf_export import export_preset
+
+    folder = export_preset(tmp_path / "tiny")
+    (paged,) = compare(TINY, fractions=(1.0,), policies=("paged",), model=str(folder),
+                       deadline_s=120.0)  # fmt: skip
+    assert paged.failed == [] and paged.prompts == results[0].prompts
+    assert paged.host_blocks == results[0].host_blocks

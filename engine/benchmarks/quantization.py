@@ -21,6 +21,7 @@ kernel on a GPU agrees with it to float rounding (``tests/engine/quantization``)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 
@@ -31,29 +32,15 @@ from engine.kv_cache import KVCache
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from engine.models.rope import RotaryEmbedding
-from engine.presets import build_preset_model
+from engine.presets import build_preset_model, get_preset
 from engine.quantization.linear import QuantizedLinear, QuantizedRows
 from engine.quantization.scheme import WeightQuantization
 
 __all__ = ["LLAMA_8B_LAYER", "layer_errors", "run", "tiny_errors"]
 
 _BENCH = "quantization"
-LLAMA_8B_LAYER = ModelConfig(
-    model_type="llama",
-    architecture="LlamaForCausalLM",
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_layers=1,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    max_position_embeddings=8192,
-    tie_word_embeddings=False,
-    eos_token_ids=(128001,),
-)
+# One decoder layer of the llama-8b-random preset (Llama 3 8B's layer shape).
+LLAMA_8B_LAYER = replace(get_preset("llama-8b-random").config, num_layers=1)
 
 
 def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:

@@ -51,6 +51,7 @@ from engine.errors import (
     UnknownPinError,
     UnknownPresetError,
     UnknownSequenceError,
+    WeightsDoNotFitError,
 )
 from engine.hf_export import export_preset
 from engine.kv_cache import BlockPairs, KVCache
@@ -145,6 +146,7 @@ __all__ = [
     "UnknownPinError",
     "UnknownPresetError",
     "UnknownSequenceError",
+    "WeightsDoNotFitError",
     "build_preset_model",
     "default_dtype",
     "export_preset",

@@ -55,6 +55,7 @@ __all__ = [
     "UnknownPinError",
     "UnknownPresetError",
     "UnknownSequenceError",
+    "WeightsDoNotFitError",
 ]
 
 
@@ -274,6 +275,24 @@ class ModelLoadError(ModelError):
             "or fix the config"
         )
         super().__init__(f"cannot load model from {path}: {'; '.join(parts)}{hint}")
+
+
+class WeightsDoNotFitError(ModelError):
+    """The model's weights are larger than the memory free where they would go: refused
+    before anything is allocated (an out-of-memory kill or a half-built model otherwise).
+    ``needed`` is a lower bound (quantization scales, buffers and activations not
+    counted); ``available`` what the device has free."""
+
+    def __init__(self, model: str, *, needed: int, available: int, device: str, dtype: str) -> None:
+        self.model = model
+        self.needed = needed
+        self.available = available
+        self.device = device
+        super().__init__(
+            f"{model!r} needs at least {needed / 1e9:.1f} GB for its weights in {dtype} and "
+            f"{device} has {available / 1e9:.1f} GB free; run it on a larger device, in "
+            "bfloat16 (dtype), with quantize='int4' or 'int8', or pick a smaller model"
+        )
 
 
 class UnknownPresetError(ModelError, KeyError):

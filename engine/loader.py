@@ -17,16 +17,16 @@ import torch
 
 from engine.attention.backend import AttentionBackend
 from engine.config import EngineConfig
-from engine.errors import InvalidRequestError, ModelConfigError
+from engine.errors import InvalidRequestError, ModelConfigError, WeightsDoNotFitError
 from engine.memory_profile import MemoryProfile
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.presets import PRESETS, build_preset_model
-from engine.quantization.scheme import parse_quantization
+from engine.quantization.scheme import WeightQuantization, parse_quantization
 from engine.tokenizer import Tokenizer, load_tokenizer
 from engine.weights import load_model
 
-__all__ = ["load_parts", "num_kv_blocks"]
+__all__ = ["check_weights_fit", "free_bytes", "load_parts", "num_kv_blocks"]
 
 _CPU_DEFAULT_KV_BYTES = 256 << 20
 
@@ -42,6 +42,7 @@ def load_parts(
     quantization = parse_quantization(config.quantize)
     if config.model in PRESETS:
         preset = PRESETS[config.model]
+        check_weights_fit(config.model, preset.config, device, dtype, quantization)
         model = build_preset_model(
             config.model,
             attention=attention,
@@ -56,11 +57,52 @@ def load_parts(
             f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
             "existing folder; pass a preset name or a local Hugging Face model folder"
         )
+    model_config = ModelConfig.from_pretrained(config.model)
+    check_weights_fit(config.model, model_config, device, dtype, quantization)
     model = load_model(
         config.model, attention=attention, device=device, dtype=dtype, quantization=quantization
     )
     tokenizer = load_tokenizer(config.tokenizer or config.model)
-    return ModelConfig.from_pretrained(config.model), model, tokenizer
+    return model_config, model, tokenizer
+
+
+def check_weights_fit(
+    name: str,
+    model_config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    quantization: WeightQuantization | None,
+) -> None:
+    """Refuse weights that cannot fit in the memory free on ``device`` before any is
+    allocated. The bound is low on purpose (quantized projections without their scales,
+    no buffers): a model this refuses could never load, and one it lets through may
+    still run short of room for its KV, which the pool's sizing reports."""
+    projections = model_config.num_projection_weights()
+    rest = model_config.num_parameters() - projections
+    bits = dtype.itemsize * 8 if quantization is None else quantization.bits
+    needed = rest * dtype.itemsize + projections * bits // 8
+    available = free_bytes(device)
+    if needed > available:
+        raise WeightsDoNotFitError(
+            name, needed=needed, available=available, device=str(device),
+            dtype=str(dtype).removeprefix("torch."),
+        )  # fmt: skip
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: the GPU's free memory, or the host's
+    ``MemAvailable`` (free pages and the caches the kernel would give back), else its
+    free pages where /proc/meminfo cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def num_kv_blocks(
@@ -79,16 +121,11 @@ def num_kv_blocks(
         return config.num_blocks
     if config.kv_cache_bytes is not None:
         nbytes = config.kv_cache_bytes
-    elif device.type == "cuda" and config.kv_cache_fraction is not None:
-        free, _ = torch.cuda.mem_get_info(device)
-        nbytes = int(free * config.kv_cache_fraction)
+    elif config.kv_cache_fraction is not None:
+        nbytes = int(free_bytes(device) * config.kv_cache_fraction)
     elif device.type == "cuda":
         assert profile is not None, "a GPU without a configured KV size needs a profile"
         nbytes = profile().kv_bytes
-    elif config.kv_cache_fraction is not None:
-        nbytes = int(
-            os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * config.kv_cache_fraction
-        )
     else:
         nbytes = _CPU_DEFAULT_KV_BYTES
     num_blocks = nbytes // bytes_per_block

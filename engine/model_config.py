@@ -290,19 +290,30 @@ class ModelConfig:
         """K and V of one token across every layer: 2 x layers x kv_heads x head_dim x bytes."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype.itemsize
 
+    def num_projection_weights(self) -> int:
+        """The weights of every layer's projections (q, k, v, o, gate, up, down; biases
+        not counted): what weight-only quantization stores in fewer bits."""
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        attention = self.hidden_size * (q_size + 2 * kv_size) + q_size * self.hidden_size
+        return self.num_layers * (attention + 3 * self.hidden_size * self.intermediate_size)
+
     def num_parameters(self) -> int:
         """Parameters of the model this config describes (a tied lm_head counts once)."""
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
-        attention = self.hidden_size * (q_size + 2 * kv_size) + q_size * self.hidden_size
-        attention += (q_size + 2 * kv_size) * self.attention_bias
-        attention += self.hidden_size * self.attention_out_bias
-        attention += 2 * self.head_dim * self.qk_norm
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        mlp += (2 * self.intermediate_size + self.hidden_size) * self.mlp_bias
-        per_layer = attention + mlp + 2 * self.hidden_size
+        per_layer = (q_size + 2 * kv_size) * self.attention_bias
+        per_layer += self.hidden_size * self.attention_out_bias
+        per_layer += 2 * self.head_dim * self.qk_norm
+        per_layer += (2 * self.intermediate_size + self.hidden_size) * self.mlp_bias
+        per_layer += 2 * self.hidden_size  # the two norms
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        return embeddings + self.num_layers * per_layer + self.hidden_size
+        return (
+            self.num_projection_weights()
+            + embeddings
+            + self.num_layers * per_layer
+            + self.hidden_size  # the final norm
+        )
 
 
 def _parse_rope(d: Mapping[str, object], max_positions: object) -> tuple[float, RopeScaling | None]:

@@ -1,0 +1,78 @@
+"""Weights that cannot fit where they would go are refused before anything is allocated:
+``engine.loader.check_weights_fit``, through ``Engine`` and ``kvgov serve``.
+
+The free memory is replaced by a fixed figure where a test needs one (``free_bytes``
+monkeypatched): the refusal must not depend on how much memory the machine running the
+suite has, and a machine with room would otherwise start building a 31 GB model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import Engine, EngineConfig, ModelError, WeightsDoNotFitError, loader
+from engine.presets import get_preset
+from engine.quantization.scheme import WeightQuantization
+
+GB = 10**9
+EIGHT_B = get_preset("llama-8b-random").config
+
+
+def test_the_bound_is_the_parameters_at_their_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, fp32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    total, projections = EIGHT_B.num_parameters(), EIGHT_B.num_projection_weights()
+    assert 0 < projections < total
+    cases = [
+        (fp32, None, total * 4),  # 31.2 GB
+        (bf16, None, total * 2),  # 15.6 GB
+        (bf16, WeightQuantization.INT8, (total - projections) * 2 + projections),
+        (bf16, WeightQuantization.INT4, (total - projections) * 2 + projections // 2),
+    ]
+    for dtype, scheme, needed in cases:
+        monkeypatch.setattr(loader, "free_bytes", lambda _device, free=needed - 1: free)
+        with pytest.raises(WeightsDoNotFitError) as refused:
+            loader.check_weights_fit("llama-8b-random", EIGHT_B, cpu, dtype, scheme)
+        assert refused.value.needed == needed and refused.value.available == needed - 1
+        monkeypatch.setattr(loader, "free_bytes", lambda _device, free=needed: free)
+        loader.check_weights_fit("llama-8b-random", EIGHT_B, cpu, dtype, scheme)  # just fits
+
+
+def test_the_engine_refuses_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "free_bytes", lambda _device: 8 * GB)
+    built: list[str] = []
+    monkeypatch.setattr(loader, "build_preset_model", lambda name, **_: built.append(name))
+    with pytest.raises(WeightsDoNotFitError) as refused:
+        Engine(EngineConfig(model="llama-8b-random", device="cpu"))
+    assert built == []  # nothing was allocated
+    assert isinstance(refused.value, ModelError)
+    message = str(refused.value)
+    assert message.startswith("'llama-8b-random' needs at least 31.2 GB for its weights in ")
+    assert "float32 and cpu has 8.0 GB free" in message and "quantize='int4'" in message
+
+
+def test_the_host_reports_what_it_has_free() -> None:
+    free = loader.free_bytes(torch.device("cpu"))
+    total = 0
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+    assert 0 < free <= total
+
+
+def test_a_model_that_fits_builds_as_before() -> None:
+    engine = Engine(EngineConfig(num_blocks=16, device="cpu"))
+    assert engine.model_config.num_parameters() == 29_474_304
+
+
+def test_kvgov_serve_says_why_it_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's own error path, in process (the server would start otherwise)."""
+    from typer.testing import CliRunner
+
+    from kvgov import cli
+
+    monkeypatch.setattr(loader, "free_bytes", lambda _device: 8 * GB)
+    result = CliRunner().invoke(cli.app, ["serve", "--model", "llama-8b-random", "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert "needs at least 31.2 GB" in result.stderr and "Traceback" not in result.output

@@ -227,7 +227,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one batch: schedule, compute, sample, and report what changed."""
         if self.pending:
-            self.pending.try_restore()
+            self.pending.try_restore(self.scheduler.waiting)
         scheduled = self.scheduler.schedule()
         if self.retained.held_budgets():
             self._hand_over_retained(scheduled.chunks)
@@ -272,7 +272,10 @@ class Engine:
         if not self.retained.held_budgets():
             return False
         queued = frozenset(r.budget for r in self.scheduler.waiting if r.budget is not None)
-        return self.retained.reclaim(last=queued) is not None
+        budget = self.retained.reclaim(last=queued)
+        if budget in queued:  # its next request waits for it to come back, in its turn
+            self.pending.moved(budget, self.scheduler.waiting)  # type: ignore[arg-type]
+        return budget is not None
 
     def _hand_over_retained(self, chunks: Sequence[ScheduledChunk]) -> None:
         """A retained context's hold ends once its budget's next request is allocated:

@@ -265,6 +265,37 @@ def test_a_next_request_waits_for_room_to_restore_its_context(
     assert_released(engine)
 
 
+def test_a_hold_moved_after_its_next_request_arrived_comes_back_in_its_turn(
+    llama_dir: Path, prompts: list[list[int]], cold: tuple[list[int], tuple[int, ...]]
+) -> None:
+    """The agent's next request is queued behind a higher-priority one that fits only
+    without the agent's hold; the engine moves the hold to host memory to run it. The
+    agent's request then waits for its context to come back, after the request ahead of
+    it (a restore never takes the room the queue's head needs), instead of being admitted
+    with its context on the host and computing all of it again."""
+    engine = make_engine(llama_dir, num_blocks=12)
+    second, expected = cold
+    assert first_turn(engine, prompts[5]) == second
+    assert engine.retain("agent") == 80  # 5 of the 12 blocks
+    sampling = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    before = engine.metrics()
+    ahead = engine.add_request([(t * 3) % 512 for t in range(150)], sampling, priority=1)
+    mine = engine.add_request(second, GREEDY, budget="agent")  # its context is resident
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert len(engine.pop_completion(ahead).token_ids) == 8
+    assert engine.pop_completion(mine).token_ids == expected
+    after = engine.metrics()
+    assert after.num_holds_reclaimed - before.num_holds_reclaimed == 1  # moved for `ahead`
+    # Back from the host: the blocks ``ahead`` evicted (the others were still cached).
+    assert 0 < after.num_blocks_swapped_in - before.num_blocks_swapped_in <= 5
+    # Only the previous turn's last, partial block (10 of its 90 computed positions).
+    assert after.num_recomputed_tokens - before.num_recomputed_tokens == 10
+    assert_released(engine)
+
+
 def _turn_one_beside_a_waiting_flood(engine: Engine, prompt: list[int], *, retain: bool) -> int:
     """Turn one (budget "agent") runs while a 22-block request waits for room; the flood
     is admitted the step after turn one finishes. Returns the tokens turn two finds cached."""

@@ -183,8 +183,7 @@ class Engine:
             retain=retain,
             arrival_time=time.perf_counter(),
         )
-        # An offloaded context must be back in the prefix cache when the request is
-        # allocated; without room for it now, the request waits until there is.
+        # An offloaded context comes back before the request is allocated (it waits for room).
         if budget is not None and not self.retained.restore(budget):
             self.pending.add(budget, request)
         self._requests[request_id] = request
@@ -235,10 +234,8 @@ class Engine:
             queued = (*scheduler.waiting, *scheduler.swapped)
             stalled = not scheduled.chunks and not scheduler.running
             if stalled and any(not request.held for request in queued):
-                # Held contexts fill the pool and nothing can run: a hold is an
-                # optimization, never a reason to stall. The oldest goes to host memory
-                # when there is room (its budget's next request brings it back), else it
-                # ends; its blocks stay cached either way.
+                # Held contexts fill the pool and nothing can run: a hold is an optimization,
+                # never a reason to stall. One goes to host memory (``_reclaim_hold``).
                 self._reclaim_hold()
             elif stalled and self.pending and not self._reclaim_hold():
                 self.pending.give_up_oldest()  # nothing else can make room for it
@@ -267,8 +264,9 @@ class Engine:
         return outputs
 
     def _reclaim_hold(self) -> bool:
-        """A running request is short of blocks: a hold gives its blocks back before any
-        running request is preempted (``RetainedContexts.reclaim``)."""
+        """A request is short of blocks: a hold gives its blocks back before any running
+        request is preempted (``RetainedContexts.reclaim``: to host memory when there is
+        room, else it ends; its blocks stay cached either way)."""
         if not self.retained.held_budgets():
             return False
         queued = frozenset(r.budget for r in self.scheduler.waiting if r.budget is not None)

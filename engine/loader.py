@@ -97,12 +97,10 @@ def free_bytes(device: torch.device) -> int:
         return torch.cuda.mem_get_info(device)[0]
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            lines = [line.split() for line in meminfo if line.startswith("MemAvailable:")]
+        return int(lines[0][1]) * 1024
+    except (OSError, ValueError, IndexError):  # not Linux: the free pages
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def num_kv_blocks(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessageChunk
@@ -121,6 +122,33 @@ def test_seeded_sampling_repeats(client: OpenAI) -> None:
         return reply.choices[0].message.content
 
     assert sample() == sample()
+
+
+def test_temperature_seed_and_top_p_reach_the_engine(client: OpenAI) -> None:
+    """A server that answered every call greedily, or dropped ``top_p``, would pass the
+    repeat above; these answers tell each setting apart (token ids: text could hide a
+    difference in how tokens split)."""
+
+    def tokens(**sampling: Any) -> list[int]:
+        reply = client.chat.completions.create(
+            model="tiny-random",
+            messages=MESSAGES,
+            max_tokens=8,
+            extra_body={"return_token_ids": True},
+            **sampling,
+        )
+        ids: list[int] = reply.model_dump()["choices"][0]["token_ids"]
+        assert len(ids) == 8
+        return ids
+
+    greedy = tokens(temperature=0)
+    seven, eight = tokens(temperature=1.0, seed=7), tokens(temperature=1.0, seed=8)
+    assert seven != greedy and eight != greedy and seven != eight
+    assert tokens(temperature=1.0, seed=7, top_p=1.0) == seven  # 1.0 turns top-p off
+    # top_p keeps the fewest likeliest tokens that hold that much probability: a tiny one
+    # keeps only the likeliest, so every seed draws the greedy answer
+    for seed in (7, 8):
+        assert tokens(temperature=1.0, seed=seed, top_p=1e-6) == greedy
 
 
 def test_extras_token_ids_ceiling_and_salt(

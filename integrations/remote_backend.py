@@ -115,6 +115,12 @@ class RemoteBackend(Restarts, HttpLifecycle):
             self._model = str(self._get("/version")["model"])
         return self._model
 
+    async def _amodel(self) -> str:
+        """``model``, asked for on the loop's client: the event loop never waits on it."""
+        if self._model is None:
+            self._model = str((await self._aget("/version"))["model"])
+        return self._model
+
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:
         return _capacity(self._get(f"{_API}/capacity"))
@@ -267,14 +273,14 @@ class RemoteBackend(Restarts, HttpLifecycle):
         return result_of(self._call("POST", path_of(request), body).json(), backend=_NAME)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        body = body_of(request, model=self.model, stream=False)
+        body = body_of(request, model=await self._amodel(), stream=False)
         response = await self._acall("POST", path_of(request), body)
         return result_of(response.json(), backend=_NAME)
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Chunks as the server streams them, then one with only the ``result``. A
         consumer that stops early closes the connection: the server aborts the call."""
-        body = body_of(request, model=self.model, stream=True)
+        body = body_of(request, model=await self._amodel(), stream=True)
         await self._abefore()
         state = StreamState(_NAME)
         try:

@@ -174,7 +174,22 @@ def test_counts_match_the_server_with_few_round_trips(remote: RemoteBackend) -> 
     assert result.prompt_tokens == first
 
 
-def test_async_calls_leave_the_event_loop_free(remote: RemoteBackend) -> None:
+def test_async_calls_leave_the_event_loop_free(
+    remote: RemoteBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every blocking send (the sync transport's, which ``_call`` and a restart's set-up
+    use) is recorded with whether its thread runs an event loop: none may. A call here
+    is far shorter than the gap threshold, so the gaps alone would not show a blocking
+    call on the loop; the record does."""
+    on_loop: list[bool] = []
+    send = remote._transport._send
+
+    def recorded(method: str, path: str, json: Any) -> Any:
+        on_loop.append(_on_a_loop())
+        return send(method, path, json)
+
+    monkeypatch.setattr(remote._transport, "_send", recorded)
+
     async def main() -> float:
         async with loop_ticker() as gaps:
             await remote.aopen_budget("loop-free", max_blocks=8)
@@ -191,6 +206,7 @@ def test_async_calls_leave_the_event_loop_free(remote: RemoteBackend) -> None:
         return max(gaps)
 
     assert asyncio.run(main()) < 0.1  # a blocking call would hold it for a whole call
+    assert on_loop and not any(on_loop)  # the /version probe ran, on a worker thread
     assert json.dumps(remote.kv_map().budgets) == "{}"
 
 

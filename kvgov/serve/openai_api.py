@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import suppress
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -41,6 +41,9 @@ from kvgov.serve.openai_schemas import (
     read_body,
 )
 from kvgov.serve.state import ServerState
+
+if TYPE_CHECKING:
+    from engine.tokenizer import Tokenizer
 
 __all__ = ["MODEL_ENDPOINTS", "api_context", "router"]
 
@@ -142,22 +145,24 @@ def _check_model(request: Request, model_name: str | None) -> None:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     _check_model(request, body.model)
-    tokenizer = _state(request).backend.tokenizer
-    if body.messages is not None:
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        tokens = await asyncio.to_thread(
-            tokenizer.encode_chat, messages, add_generation_prompt=body.add_generation_prompt
-        )
-    else:
-        assert body.prompt is not None
-        tokens = await asyncio.to_thread(
-            tokenizer.encode, body.prompt, add_special_tokens=body.add_special_tokens
-        )
+    tokens = await asyncio.to_thread(_token_ids, _state(request).backend.tokenizer, body)
     return {
         "count": len(tokens),
         "max_model_len": api_context(request).max_model_len,
         "tokens": tokens,
     }
+
+
+def _token_ids(tokenizer: Tokenizer, body: TokenizeRequest) -> list[int]:
+    """A chat's ids are its rendered template's, as the chat route prefills them; the
+    tokenizer's own special tokens (BOS) are added to either form only when asked, on top
+    of the template as vLLM adds them."""
+    if body.messages is None:
+        assert body.prompt is not None
+        return tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+    return tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
 
 
 @router.post("/detokenize")

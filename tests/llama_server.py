@@ -7,7 +7,10 @@ word pieces, and a plain chat template. Its replies are random tokens; what the 
 check is the server's bookkeeping (slots, context, cached tokens), never the text.
 
 The binary is found through ``KVGOV_LLAMA_SERVER`` or ``llama-server`` on ``PATH``;
-``llama_server_binary()`` is None without it, and tests skip with that reason.
+``llama_server_binary()`` is None without it. ``need_llama_server()`` is what a test calls:
+the binary, else a skip that says how to provide it, except under CI (``CI`` set), where
+a missing binary fails the test: a CI run that skipped them would pass having tested no
+llama.cpp server at all.
 """
 
 from __future__ import annotations
@@ -23,12 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.serve_process import free_port
 
 SKIP_REASON = (
     "llama-server (llama.cpp) is not installed: set KVGOV_LLAMA_SERVER to its binary or put "
     "it on PATH to run the tests against a real llama.cpp server"
+)
+CI_REASON = (
+    "; CI must run them: .ci/run sets KVGOV_LLAMA_SERVER where ../shared/bin/llama-server "
+    "exists beside the checkout (build it as ../shared/bin/llama-server.md says), or set it "
+    "to any llama-server binary yourself"
 )
 _START_TIMEOUT_S = 60.0
 CHAT_TEMPLATE = (
@@ -44,6 +53,16 @@ _WORDS = _WORDS.split()
 def llama_server_binary() -> str | None:
     found = os.environ.get("KVGOV_LLAMA_SERVER") or shutil.which("llama-server")
     return found if found and os.access(found, os.X_OK) else None
+
+
+def need_llama_server() -> str:
+    """The llama-server binary; without one, skip (fail under CI) saying how to provide it."""
+    found = llama_server_binary()
+    if found is not None:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail(SKIP_REASON + CI_REASON, pytrace=False)
+    pytest.skip(SKIP_REASON)
 
 
 def write_tiny_gguf(path: Path, *, context_length: int = 4096, seed: int = 0) -> Path:

@@ -7,6 +7,9 @@ grows by a tool output of 135 tokens a turn, for 5 turns. Sent straight to the s
 the server refuses it. Governed through ``LlamaCppBackend`` (ceilings of 448 tokens,
 ``SummarizeOldest``), every call finishes within its ceiling, each agent's calls go to
 one slot, and agents that run at once never share one.
+
+Without a llama-server binary these tests skip, saying how to provide one; under CI (``CI``
+set) they fail instead (``tests.llama_server.need_llama_server``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,10 +39,7 @@ from governor import (
 from integrations._remote_errors import error_from_response
 from integrations.llamacpp_backend import LlamaCppBackend
 from policies import SummarizeOldest
-from tests.llama_server import SKIP_REASON, LlamaServer, llama_server, llama_server_binary
-
-BINARY = llama_server_binary()
-pytestmark = pytest.mark.skipif(BINARY is None, reason=SKIP_REASON)
+from tests.llama_server import LlamaServer, llama_server, need_llama_server
 
 SLOT_CTX = 512
 ARGS = ["-c", str(3 * SLOT_CTX), "-np", "3", "--metrics"]
@@ -48,17 +50,22 @@ TOOL_OUTPUT = "test_login FAILED: expected 200, got 500\n" * 3
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def binary() -> str:
+    """The llama-server binary: skipped without one, failed without one under CI."""
+    return need_llama_server()
+
+
+@pytest.fixture(scope="module")
+def model(binary: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.llama_server import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
 @pytest.fixture
-def server(model: Path, tmp_path: Path) -> Iterator[LlamaServer]:
-    assert BINARY is not None
+def server(binary: str, model: Path, tmp_path: Path) -> Iterator[LlamaServer]:
     args = [*ARGS, "--slot-save-path", str(tmp_path)]
-    with llama_server(BINARY, model, args=args) as running:
+    with llama_server(binary, model, args=args) as running:
         yield running
 
 
@@ -267,11 +274,10 @@ def test_a_stream_through_a_slot_ends_with_its_result(server: LlamaServer) -> No
     assert backend.metrics().num_requests_running == 0
 
 
-def test_unified_kv_is_one_pool_and_health_follows_the_server(model: Path) -> None:
-    assert BINARY is not None
+def test_unified_kv_is_one_pool_and_health_follows_the_server(binary: str, model: Path) -> None:
     args = ["-c", str(2 * SLOT_CTX), "-np", "2", "--kv-unified"]
     with (
-        llama_server(BINARY, model, args=args) as unified,
+        llama_server(binary, model, args=args) as unified,
         LlamaCppBackend(unified.base_url, kv_unified=True) as backend,
     ):
         capacity = backend.capacity()  # without --metrics: read from /props and /slots
@@ -283,10 +289,11 @@ def test_unified_kv_is_one_pool_and_health_follows_the_server(model: Path) -> No
         assert not health.ok and "ConnectError" in health.detail
 
 
-def test_without_a_slot_save_path_offload_is_refused_and_the_slot_kept(model: Path) -> None:
-    assert BINARY is not None
+def test_without_a_slot_save_path_offload_is_refused_and_the_slot_kept(
+    binary: str, model: Path
+) -> None:
     with (
-        llama_server(BINARY, model, args=ARGS) as plain,
+        llama_server(binary, model, args=ARGS) as plain,
         LlamaCppBackend(plain.base_url) as backend,
     ):
         backend.open_budget("agent", max_blocks=28)
@@ -305,11 +312,10 @@ def test_without_a_slot_save_path_offload_is_refused_and_the_slot_kept(model: Pa
         assert reading.prefix_cache_hits == again.cached_tokens
 
 
-def test_a_slot_another_tenant_used_is_erased_first(model: Path) -> None:
-    assert BINARY is not None
+def test_a_slot_another_tenant_used_is_erased_first(binary: str, model: Path) -> None:
     messages = [{"role": "user", "content": f"Worker 0: find the failing test.\n{TOOL_OUTPUT}"}]
     with (
-        llama_server(BINARY, model, args=["-c", str(SLOT_CTX), "-np", "1"]) as one,
+        llama_server(binary, model, args=["-c", str(SLOT_CTX), "-np", "1"]) as one,
         LlamaCppBackend(one.base_url) as backend,
     ):
 
@@ -329,3 +335,28 @@ def test_a_slot_another_tenant_used_is_erased_first(model: Path) -> None:
         # ...another tenant's finds nothing of it, though it sends the very same prompt.
         assert call("b-1", "tenant-b") == 0
         assert call("b-2", "tenant-b") == prompt - 1
+
+
+def test_without_the_binary_these_tests_skip_but_fail_under_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KVGOV_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing named llama-server on it
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="KVGOV_LLAMA_SERVER"):
+        need_llama_server()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(BaseException) as caught:  # a skip too, which would skip this test
+        need_llama_server()
+    assert caught.type is pytest.fail.Exception
+    assert "CI must run them: .ci/run sets KVGOV_LLAMA_SERVER" in str(caught.value)
+    # This module as CI runs it, with no binary: every test fails, none skips. (It runs
+    # every test but this one, which would run itself again.)
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"]
+    command += ["-k", "not fail_under_ci", "-rfEs"]
+    root = Path(__file__).resolve().parents[2]
+    ran = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1, ran.stdout[-2000:]
+    summary = ran.stdout.strip().splitlines()[-1]
+    assert "skipped" not in summary and "passed" not in summary, summary
+    assert "9 errors" in summary, summary

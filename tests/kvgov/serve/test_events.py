@@ -77,3 +77,21 @@ def test_threads_record_at_once_without_losing_or_repeating_a_seq() -> None:
 def test_a_log_must_keep_at_least_one_event() -> None:
     with pytest.raises(ValueError, match="max_events must be at least 1"):
         EventLog(max_events=0)
+
+
+def test_one_tenants_flood_never_pushes_out_anothers_events() -> None:
+    """Issue 32, item 13: 1,500 budgets opened by one tenant emptied another's live-page
+    events when every tenant shared one bound."""
+    log = EventLog(max_events=20)
+    kept = log.record("budget.opened", tenant="tb", budget="mine")
+    server = log.record("server.note", detail="no tenant")
+    for i in range(1_500):
+        log.record("budget.opened", tenant="ta", budget=f"flood-{i}")
+    assert log.since(tenant="tb") == [kept]
+    assert log.since(tenant="") == [server]
+    flood = log.since(tenant="ta")
+    assert len(flood) == 20 and flood[-1].fields["budget"] == "flood-1499"
+    everything = log.since()
+    assert everything[:2] == [kept, server]  # merged in seq order across tenants
+    assert [e.seq for e in everything] == sorted(e.seq for e in everything)
+    assert log.since(everything[-2].seq) == everything[-1:]

@@ -1,16 +1,21 @@
 """``MultiBackend`` over ``FakeBackend`` replicas: routing by prefix and free blocks,
-admission where one replica fits, affinity of a parked lease, failover, round robin.
+admission where one replica fits, affinity of a parked lease, failover (of calls and
+streams), pins set up on a replica that comes back, round robin, tenants kept apart.
 
 The replicas are fakes (a subclass that records its open budgets and can play a replica
-that stopped answering) so that each rule is checked exactly and fast; the same flows
-against real ``kvgov serve`` processes, one killed mid-run, are in
-``test_multi_replicas.py``.
+that stopped answering, or whose stream breaks after a given number of chunks) so that
+each rule is checked exactly and fast: a real server cannot be made to fail exactly
+before or after a stream's first chunk. The same flows against real ``kvgov serve``
+processes, one killed mid-run, are in ``test_multi_replicas.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import pytest
 
@@ -23,6 +28,7 @@ from governor import (
     BackendUnavailable,
     ConfigError,
     FakeBackend,
+    GenerationChunk,
     GenerationRequest,
     Governor,
     GovernorConfig,
@@ -40,6 +46,7 @@ class Replica(FakeBackend):
         self.open: set[str] = set()
         self.unreachable = False
         self.refuse_open = False
+        self.stream_breaks_after: int | None = None  # chunks sent before the connection breaks
 
     def _check(self) -> None:
         if self.unreachable:
@@ -72,6 +79,16 @@ class Replica(FakeBackend):
     def metrics(self):  # type: ignore[no-untyped-def]
         self._check()
         return super().metrics()
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        self._check()
+        async with aclosing(super().astream(request)) as chunks:
+            num_sent = 0
+            async for chunk in chunks:
+                if num_sent == self.stream_breaks_after:
+                    raise BackendUnavailable("the connection broke mid-stream (a fake replica)")
+                num_sent += 1
+                yield chunk
 
     def budgets_called(self) -> list[str | None]:
         return [request.budget for request in self.calls]
@@ -336,3 +353,109 @@ def test_imbalance_sends_a_call_to_the_least_loaded_replica_whatever_it_matches(
 def test_routing_refuses_settings_it_cannot_follow(setting: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         Routing(**setting)  # type: ignore[arg-type]
+
+
+async def _aturn(governor: Governor, lease, team: str) -> None:  # type: ignore[no-untyped-def]
+    messages = [*_prompt(team), {"role": "user", "content": "go"}]
+    await governor.acomplete(lease, messages, max_tokens=4)
+
+
+async def _stream(governor: Governor, lease, team: str):  # type: ignore[no-untyped-def]
+    """The texts streamed before the end or the error, and the error (None: none)."""
+    messages = [*_prompt(team), {"role": "user", "content": "stream it"}]
+    texts: list[str] = []
+    try:
+        async for chunk in governor.astream(lease, messages, max_tokens=4):
+            texts.append(chunk.text)
+    except BackendUnavailable as exc:
+        return texts, exc
+    return texts, None
+
+
+def test_a_stream_whose_replica_fails_before_its_first_chunk_runs_on_another() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi)
+
+    async def run() -> None:
+        async with governor.lease("agent") as agent:
+            await _aturn(governor, agent, "A")
+            (home,) = _where(replicas, agent.budget)
+            replicas[home].unreachable = True  # refused before it sent anything
+            texts, error = await _stream(governor, agent, "A")
+            assert error is None
+            assert "".join(texts) == " hello" * 4  # the whole answer, once, from the other
+            assert len(replicas[1 - home].calls) == 1
+            assert multi.in_rotation() == [1 - home]
+            assert agent.budget in replicas[1 - home].open
+
+    asyncio.run(run())
+    assert [state.in_flight for state in multi._ledger.replicas] == [0, 0]
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
+
+
+def test_a_stream_that_breaks_after_a_chunk_raises_and_is_sent_nowhere_else() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas, routing=Routing(failover_retries=1))
+    governor = _governor(multi)
+
+    async def run() -> None:
+        async with governor.lease("agent") as agent:
+            await _aturn(governor, agent, "A")
+            (home,) = _where(replicas, agent.budget)
+            replicas[home].stream_breaks_after = 1
+            texts, error = await _stream(governor, agent, "A")
+            # the caller has one token of the answer: a second replica's answer would
+            # repeat it, so the error is the caller's to handle
+            assert texts == [" hello"]
+            assert isinstance(error, BackendUnavailable) and error.retriable
+            assert replicas[1 - home].calls == []
+            assert multi.in_rotation() == [1 - home]
+
+    asyncio.run(run())
+    assert [state.in_flight for state in multi._ledger.replicas] == [0, 0]
+    assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert multi.budgets() == {}
+
+
+def test_a_replica_that_comes_back_gets_the_pins_made_while_it_was_out() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas, routing=Routing(probe_interval_s=0.01))
+    replicas[1].unreachable = True
+    multi.metrics()  # finds it gone
+    assert multi.in_rotation() == [0]
+    came_back: list[frozenset[str]] = []
+    multi.on_lost(came_back.append)
+    handle = multi.pin_prefix("shared " * 200)  # pinned on replica 0 only
+    assert replicas[0].capacity().num_pinned_blocks == handle.num_blocks > 0
+    replicas[1].unreachable = False
+    assert replicas[1].capacity().num_pinned_blocks == 0
+    time.sleep(0.02)  # past probe_interval_s: the next health check probes it
+    assert multi.health().ok
+    assert multi.in_rotation() == [0, 1]
+    assert came_back == [frozenset()]  # the capacity changed: the governor reads it again
+    assert replicas[1].capacity().num_pinned_blocks == handle.num_blocks
+    assert multi.capacity().num_pinned_blocks == 2 * handle.num_blocks
+    multi.unpin_prefix(handle)  # from both, through each replica's own handle
+    assert [r.capacity().num_pinned_blocks for r in replicas] == [0, 0]
+
+
+def test_another_tenants_copy_of_a_prompt_is_not_routed_to_its_cache() -> None:
+    replicas = _replicas(2)
+    multi = MultiBackend(replicas)
+    governor = _governor(multi)
+    with governor.lease("agent", tenant="acme") as first:
+        _turn(governor, first, "A")
+        (home,) = _where(replicas, first.budget)
+        # home has the first lease's 100 blocks reserved: by free blocks the other wins,
+        # by its cached prompt home does, for the same tenant only
+        with governor.lease("agent", tenant="acme") as mate:
+            _turn(governor, mate, "A")
+            assert _where(replicas, mate.budget) == [home]
+        with governor.lease("agent", tenant="globex") as other:
+            _turn(governor, other, "A")
+            assert replicas[home].calls[-1].cache_salt == "acme"
+            assert _where(replicas, other.budget) == [1 - home]
+            assert replicas[1 - home].calls[-1].cache_salt == "globex"
+    assert governor.admission.ledger() == (0, 0, 0, 0)

@@ -8,11 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from governor.backend import BackendCapacity
 from kvgov.cli import app
@@ -144,3 +145,58 @@ def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.Mon
 def test_quantize_takes_int8_or_int4() -> None:
     result = CliRunner().invoke(app, ["serve", "--quantize", "int2"])
     assert result.exit_code == 2 and "--quantize takes int8 or int4" in result.output
+
+
+def test_kv_budget_sizes_the_engines_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kvgov serve --kv-budget`` run in process with a real uvicorn server on a thread
+    (the command's own ``server.run``, recorded so the test can stop it): the engine's
+    pool, read over HTTP, is the budget in whole blocks, not the CPU's 256 MiB default."""
+    import uvicorn
+
+    from engine.presets import get_preset
+
+    servers: list[uvicorn.Server] = []
+    run = uvicorn.Server.run
+
+    def recorded(self: uvicorn.Server, *args: object, **kwargs: object) -> None:
+        servers.append(self)
+        run(self, *args, **kwargs)
+
+    monkeypatch.setattr(uvicorn.Server, "run", recorded)
+    monkeypatch.delenv("KVGOV_API_KEY", raising=False)
+    monkeypatch.delenv("KVGOV_API_KEYS", raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    budget = int(3.6 * 2**20)  # 3.6 MiB: 115 blocks and a part of one
+    args = ["serve", "--kv-budget", "3.6MiB", "--port", str(port), "--device", "cpu"]
+    results: list[Result] = []
+    command = threading.Thread(target=lambda: results.append(CliRunner().invoke(app, args)))
+    command.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not (servers and servers[0].started and _healthy(url)):
+            assert command.is_alive(), results[0].output if results else "no result"
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.05)
+        capacity = httpx.get(f"{url}/kvgov/v1/capacity", timeout=10).json()
+    finally:
+        for server in servers:
+            server.should_exit = True
+        command.join(timeout=30)
+    assert not command.is_alive() and results[0].exit_code == 0, results[0].output
+    config = get_preset("tiny-random").config
+    # K and V, every layer, fp32 on a CPU, 16 tokens a block
+    per_block = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 4 * 16
+    assert capacity["bytes_per_block"] == per_block
+    assert capacity["num_blocks"] == budget // per_block == 115
+    blocks = f"{capacity['num_blocks']} blocks of 16 tokens"
+    assert f"KV cache: {blocks}" in results[0].output
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -12,6 +12,11 @@ longer than the context. ``FakeEngine`` switches what it serves:
 - ``missing``: metric families and routes to leave out, as an older or stripped-down
   server would (a route left out answers 404);
 - ``fixtures``: which recorded set to serve (one rank, two ranks, an old version).
+- ``dies_under_a_call``: the next generation waits in the engine (``call_arrived`` is set)
+  until ``restart()``, then fails as a dying engine fails the calls it had: vLLM's server,
+  when its engine core dies (``EngineDeadError``), answers each call in flight with a
+  bare 500 and exits; a stream already under way gets an error event, then ``[DONE]``
+  (its chat stream generator's ``except``). Once: the restarted engine answers.
 
 ``requests`` records every generation body received, for tests of what a client sent
 (``priority``, ``cache_salt``, ``max_tokens``).
@@ -19,6 +24,7 @@ longer than the context. ``FakeEngine`` switches what it serves:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -74,11 +80,27 @@ class FakeEngine:
     max_model_len: int | None = None  # None: the fixture's
     restarts: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    dies_under_a_call: bool = False
+    call_arrived: threading.Event = field(default_factory=threading.Event)
+    _restart_event: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def restart(self) -> None:
         with self._lock:
             self.restarts += 1
+        self._restart_event.set()
+
+    def _dies_now(self) -> bool:
+        """This call is the one in flight when the engine dies (``dies_under_a_call``)."""
+        with self._lock:
+            dies, self.dies_under_a_call = self.dies_under_a_call, False
+        if dies:
+            self.call_arrived.set()
+        return dies
+
+    async def _until_restarted(self) -> None:
+        if not await asyncio.to_thread(self._restart_event.wait, 10.0):
+            raise RuntimeError("the test never restarted the fake engine (10 s)")
 
     def routes(self) -> dict[str, str]:
         sets = VLLM_SETS if self.engine == "vllm" else SGLANG_SETS
@@ -219,6 +241,14 @@ def create_app(fake: FakeEngine) -> Starlette:
             "created": int(time.time()),
             "model": body.get("model"),
         }
+        dies = fake._dies_now()
+        if dies and body.get("stream"):
+            return StreamingResponse(
+                _dying_stream(fake, base, chat, text), media_type="text/event-stream"
+            )
+        if dies:
+            await fake._until_restarted()
+            return Response(status_code=500)
         if body.get("stream"):
             return StreamingResponse(
                 _stream(base, chat, text, finish, usage), media_type="text/event-stream"
@@ -268,6 +298,22 @@ async def _stream(base: dict[str, Any], chat: bool, text: str, finish: str, usag
     last = {**base, "object": kind, "choices": [{"index": 0, **end, "finish_reason": finish}]}
     yield f"data: {json.dumps(last)}\n\n"
     yield f"data: {json.dumps({**base, 'object': kind, 'choices': [], 'usage': usage})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _dying_stream(fake: FakeEngine, base: dict[str, Any], chat: bool, text: str):
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    delta = {"delta": {"role": "assistant", "content": text}} if chat else {"text": text}
+    first = {**base, "object": kind, "choices": [{"index": 0, **delta, "finish_reason": None}]}
+    yield f"data: {json.dumps(first)}\n\n"
+    await fake._until_restarted()
+    error = {
+        "message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+    yield f"data: {json.dumps({'error': error})}\n\n"
     yield "data: [DONE]\n\n"
 
 

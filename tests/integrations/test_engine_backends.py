@@ -1,13 +1,16 @@
 """VLLMBackend and SGLangBackend against the FAKE engines of tests/fake_engines.py (served
 by uvicorn on loopback; vLLM and SGLang need CUDA): capacity from the probe, the body
 fields each engine takes (cache_salt per tenant, priority in its polarity, only where it
-schedules by priority), vLLM's priority refusal, and the context-length 400s."""
+schedules by priority), vLLM's priority refusal, the context-length 400s, and a call in
+flight when the engine dies and restarts."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from governor import BackendError, GenerationRequest
+from governor import AgentSpec, BackendError, BackendUnavailable, GenerationRequest, Governor
 from integrations.sglang_backend import SGLangBackend
 from integrations.vllm_backend import VLLMBackend
 from tests.fake_engines import FakeEngine, serving
@@ -94,3 +97,51 @@ def test_the_engines_recorded_context_400s_are_the_typed_error(fixture):
     body = (Path(__file__).resolve().parent / "fixtures" / fixture).read_bytes()
     error = error_from_response(400, body, backend="x")
     assert type(error).__name__ == "CeilingExceededError" and not error.retriable
+
+
+@pytest.mark.parametrize("how", ["sync", "async", "stream"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_call_in_flight_when_the_engine_restarts_fails_and_holds_nothing(engine, how):
+    fake = FakeEngine(engine, dies_under_a_call=True)
+    backend_cls = VLLMBackend if engine == "vllm" else SGLangBackend
+    messages = [{"role": "user", "content": "one two three"}]
+    with (
+        serving(fake) as url,
+        # readings kept for a minute: only the failed call makes the backend look again
+        backend_cls(url, model="m", read_interval_s=60.0) as backend,
+    ):
+        restarts: list[int] = []
+        backend.on_restart(lambda: restarts.append(backend.num_restarts))
+        governor = Governor(backend, agents=[AgentSpec(name="agent", ceiling_tokens=64)])
+
+        async def call(lease) -> list[str]:
+            if how == "sync":  # generate, on a thread of its own
+                done = await asyncio.to_thread(governor.complete, lease, messages, max_tokens=4)
+                return [done.text]
+            if how == "async":
+                return [(await governor.acomplete(lease, messages, max_tokens=4)).text]
+            return [c.text async for c in governor.astream(lease, messages, max_tokens=4)]
+
+        async def run() -> None:
+            async with governor.lease("agent") as lease:
+                in_flight = asyncio.create_task(call(lease))
+                assert await asyncio.to_thread(fake.call_arrived.wait, 10.0)
+                assert backend._limits.num_calls == 1  # it holds its reservation now
+                fake.restart()  # the engine dies under the call, and comes back
+                with pytest.raises(BackendUnavailable) as caught:
+                    await in_flight
+                assert caught.value.retriable
+                # nothing of the failed call is held: its reservation went back
+                assert backend._limits.num_calls == 0
+                assert backend._limits.tokens_reserved() == 0
+                assert restarts == []  # not known yet: the next call looks first
+                again = await call(lease)
+                assert "".join(again) == "tok tok tok tok"  # the restarted engine answers
+                assert restarts == [1]
+                assert list(backend._limits.budgets()) == [lease.budget]  # it lives on
+
+        asyncio.run(run())
+        assert backend._limits.budgets() == {}
+        assert (backend._limits.num_calls, backend._limits.tokens_reserved()) == (0, 0)
+        assert governor.admission.ledger() == (0, 0, 0, 0)
+    assert len(fake.requests) == 2

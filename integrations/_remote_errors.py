@@ -28,7 +28,24 @@ from typing import Any
 
 from governor import BackendError, BackendUnavailable
 
-__all__ = ["error_from_response", "remote_error_class"]
+__all__ = ["InvalidNameError", "error_from_response", "remote_error_class"]
+
+
+class InvalidNameError(BackendError, ValueError):
+    """A budget name or prefix key that ``kvgov serve`` would refuse (``wire.name_problem``),
+    refused here before any request is sent; ``name`` is the name, ``reason`` what is
+    wrong with it."""
+
+    def __init__(
+        self, name: object, reason: str, *, what: str = "budget name", backend: str | None = None
+    ) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(
+            f"{what} {name!r} cannot go to kvgov serve: {reason}; choose a printable name "
+            "without '/'",
+            backend=backend,
+        )
 
 
 def _reduce(error: BaseException) -> tuple[Any, ...]:
@@ -47,6 +64,8 @@ def remote_error_class(name: str) -> type[BackendError]:
         return BackendError
     if name == "BackendUnavailable":
         return BackendUnavailable
+    if name == "InvalidNameError":
+        return InvalidNameError
     return type(name, (BackendError,), {"__module__": __name__, "__reduce__": _reduce})
 
 

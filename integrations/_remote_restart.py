@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from governor import BackendError, BackendUnavailable
+from integrations._remote_paths import budget_path, prefix_path
 
 if TYPE_CHECKING:
     from integrations._http11 import Reply
@@ -165,9 +166,8 @@ class Restarts:
                 if type(exc).__name__ != "DuplicateBudgetError":
                     raise  # restart_pending stays: the next call tries again
                 # opened meanwhile by a call on the new server: only its size to check
-                self._transport.request(
-                    "PUT", f"{_API}/budgets/{name}", json={"max_blocks": max_blocks}
-                )
+                path = budget_path(name, backend=self.name)
+                self._transport.request("PUT", path, json={"max_blocks": max_blocks})
         for key, pin in pins.items():
             if session.server_key(key) != pin.server_key:
                 continue  # unpinned, or pinned again, meanwhile
@@ -181,8 +181,12 @@ class Restarts:
     def _send_pending(self) -> None:
         session = self._session
         closes, unpins = session.take_pending()
-        sends = [(f"{_API}/budgets/{name}", session.pending_closes, name) for name in closes]
-        sends += [(f"{_API}/prefixes/{key}", session.pending_unpins, key) for key in unpins]
+        sends = [
+            (budget_path(name, backend=self.name), session.pending_closes, name) for name in closes
+        ]
+        sends += [
+            (prefix_path(key, backend=self.name), session.pending_unpins, key) for key in unpins
+        ]
         for path, pending, item in sends:
             try:
                 self._transport.request("DELETE", path)

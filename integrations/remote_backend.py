@@ -42,12 +42,14 @@ from governor import (
 )
 from integrations import wire
 from integrations._remote_generation import StreamState, body_of, path_of, result_of
+from integrations._remote_errors import InvalidNameError
 from integrations._remote_http import HttpLifecycle, Retries, Transport
+from integrations._remote_paths import budget_path, checked_name, prefix_path
 from integrations._remote_restart import Restarts
 from integrations._remote_session import Pin, Session
 from integrations._remote_tokens import RemoteTokenizer
 
-__all__ = ["RemoteBackend", "Retries"]
+__all__ = ["InvalidNameError", "RemoteBackend", "Retries"]
 
 _NAME = "remote"
 _API = "/kvgov/v1"
@@ -144,63 +146,68 @@ class RemoteBackend(Restarts, HttpLifecycle):
         return wire.KVMap(**self._get(f"{_API}/kv"))
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:
+        checked_name(name, backend=_NAME)
         self._call("POST", f"{_API}/budgets", {"name": name, "max_blocks": max_blocks})
         self._session.opened(name, max_blocks)
 
     async def aopen_budget(self, name: str, *, max_blocks: int) -> None:
+        checked_name(name, backend=_NAME)
         await self._acall("POST", f"{_API}/budgets", {"name": name, "max_blocks": max_blocks})
         self._session.opened(name, max_blocks)
 
     def resize_budget(self, name: str, *, max_blocks: int) -> None:
-        self._call("PUT", f"{_API}/budgets/{name}", {"max_blocks": max_blocks}, idempotent=True)
+        path = budget_path(name, backend=_NAME)
+        self._call("PUT", path, {"max_blocks": max_blocks}, idempotent=True)
         self._session.opened(name, max_blocks)
 
     async def aresize_budget(self, name: str, *, max_blocks: int) -> None:
-        await self._acall(
-            "PUT", f"{_API}/budgets/{name}", {"max_blocks": max_blocks}, idempotent=True
-        )
+        path = budget_path(name, backend=_NAME)
+        await self._acall("PUT", path, {"max_blocks": max_blocks}, idempotent=True)
         self._session.opened(name, max_blocks)
 
     def close_budget(self, name: str) -> None:
+        path = budget_path(name, backend=_NAME)
         try:
-            self._call("DELETE", f"{_API}/budgets/{name}")
+            self._call("DELETE", path)
         except BackendUnavailable:  # closed once the server is back, unless it restarted
             self._session.closed(name, reached=False)
             return
         self._session.closed(name, reached=True)
 
     async def aclose_budget(self, name: str) -> None:
+        path = budget_path(name, backend=_NAME)
         try:
-            await self._acall("DELETE", f"{_API}/budgets/{name}")
+            await self._acall("DELETE", path)
         except BackendUnavailable:
             self._session.closed(name, reached=False)
             return
         self._session.closed(name, reached=True)
 
     def retain(self, *, budget: str) -> int:
-        return int(self._call("POST", f"{_API}/budgets/{budget}/retain").json()["tokens"])
+        response = self._call("POST", budget_path(budget, "retain", backend=_NAME))
+        return int(response.json()["tokens"])
 
     async def aretain(self, *, budget: str) -> int:
-        response = await self._acall("POST", f"{_API}/budgets/{budget}/retain")
+        response = await self._acall("POST", budget_path(budget, "retain", backend=_NAME))
         return int(response.json()["tokens"])
 
     def release_retained(self, *, budget: str) -> None:
-        self._call("POST", f"{_API}/budgets/{budget}/release", idempotent=True)
+        self._call("POST", budget_path(budget, "release", backend=_NAME), idempotent=True)
 
     async def arelease_retained(self, *, budget: str) -> None:
-        await self._acall("POST", f"{_API}/budgets/{budget}/release", idempotent=True)
+        await self._acall("POST", budget_path(budget, "release", backend=_NAME), idempotent=True)
 
     def offload(self, *, budget: str) -> None:
-        self._call("POST", f"{_API}/budgets/{budget}/offload")
+        self._call("POST", budget_path(budget, "offload", backend=_NAME))
 
     async def aoffload(self, *, budget: str) -> None:
-        await self._acall("POST", f"{_API}/budgets/{budget}/offload")
+        await self._acall("POST", budget_path(budget, "offload", backend=_NAME))
 
     def restore(self, *, budget: str) -> None:
-        self._call("POST", f"{_API}/budgets/{budget}/restore")
+        self._call("POST", budget_path(budget, "restore", backend=_NAME))
 
     async def arestore(self, *, budget: str) -> None:
-        await self._acall("POST", f"{_API}/budgets/{budget}/restore")
+        await self._acall("POST", budget_path(budget, "restore", backend=_NAME))
 
     def pin_prefix(
         self,
@@ -231,7 +238,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
                 backend=_NAME,
             )
         try:
-            self._call("DELETE", f"{_API}/prefixes/{server_key}")
+            self._call("DELETE", prefix_path(server_key, backend=_NAME))
         except BackendUnavailable:
             self._session.unpinned(handle.key, reached=False)
             return

@@ -26,7 +26,8 @@ GET    /kvgov/v1/tokenizer                      -                  ``TokenizerIn
 ====== ======================================== ================== ====================
 
 Budget names and prefix keys are per API key on the server (one tenant never sees or
-closes another's). Errors on every route are OpenAI-shaped (``ErrorBody``); kvgov's own
+closes another's). A name is one path segment, escaped by the client; ``name_problem``
+is the rule for what a name may be, the same at both ends. Errors on every route are OpenAI-shaped (``ErrorBody``); kvgov's own
 errors add ``kvgov`` (``ErrorDetail``): the engine's error class and fields, so the client
 raises the matching typed error.
 """
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "INSTANCE_HEADER",
     "KVGOV_FINISH_REASONS",
+    "MAX_NAME_CHARS",
     "BudgetResize",
     "BudgetSpec",
     "Capacity",
@@ -56,6 +58,7 @@ __all__ = [
     "Prefix",
     "Retained",
     "TokenizerInfo",
+    "name_problem",
 ]
 
 # Every control-plane answer names the server instance that gave it (a new id each time
@@ -66,6 +69,36 @@ INSTANCE_HEADER = "x-kvgov-instance"
 # finish reasons a kvgov choice may carry in ``kvgov_finish_reason``; OpenAI's own
 # ``finish_reason`` says "length" for "ceiling" and "budget".
 KVGOV_FINISH_REASONS = ("stop", "length", "ceiling", "budget", "abort")
+
+
+# The longest budget name either end takes (``BudgetSpec.name``).
+MAX_NAME_CHARS = 256
+
+
+def name_problem(name: object) -> str | None:
+    """What makes ``name`` unfit as a budget name (or a prefix key) in a control-plane
+    path, or ``None`` when it is fit: the rule ``kvgov serve`` holds names to
+    (``kvgov.serve.tenancy.check_budget_name``), for a client to refuse a name before
+    it sends anything. A name is one path segment: a ``/`` would make it two
+    (``../prefixes/k`` reaches another route) and ``.`` or ``..`` none; control and
+    bidirectional-format characters would reach logs and ``/metrics`` labels as they
+    are, so a name is printable (``str.isprintable``: no Unicode ``C*`` or ``Z*`` but
+    the space), and it has no spaces at either end."""
+    if not isinstance(name, str):
+        return f"a name is a string, not {type(name).__name__}"
+    if not 1 <= len(name) <= MAX_NAME_CHARS:
+        return f"it has {len(name)} characters; use 1 to {MAX_NAME_CHARS}"
+    if "/" in name or name in (".", ".."):
+        return "it is or holds a path segment ('/', '.' or '..'); use another character"
+    if name != name.strip():
+        return "it starts or ends with a space; strip it"
+    if not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        return (
+            f"it holds the character U+{ord(bad):04X}, which is not printable (control, "
+            "format and bidi characters are refused)"
+        )
+    return None
 
 
 class _Body(BaseModel):
@@ -83,7 +116,7 @@ class Capacity(_Body):
 
 
 class BudgetSpec(_Body):
-    name: str = Field(min_length=1, max_length=256)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     max_blocks: int = Field(ge=1)
 
 

@@ -11,6 +11,7 @@ misbehave on cue (a 503, a refused connection, a body without kvgov's detail): t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pickle
 import ssl
@@ -22,7 +23,7 @@ import pytest
 
 from governor.backend import GenerationRequest
 from governor.errors import BackendError, BackendUnavailable
-from integrations.remote_backend import RemoteBackend, Retries
+from integrations.remote_backend import InvalidNameError, RemoteBackend, Retries
 from tests.loop_ticker import loop_ticker
 from tests.serve_process import ServerProcess
 
@@ -244,3 +245,65 @@ def test_a_calls_order_time_travels_as_its_age(remote: RemoteBackend) -> None:
     age = body_of(ordered, model="m", stream=False)["order_age_s"]
     assert 5.0 <= age < 6.0
     assert remote.generate(ordered).token_ids == remote.generate(plain).token_ids
+
+
+def test_a_budget_name_is_one_path_segment_and_reaches_no_other_route(
+    remote: RemoteBackend,
+) -> None:
+    """Against the real server. Sent unescaped, ``../prefixes/{key}`` closed nothing and
+    unpinned that prefix (httpx removes the dot segments), and ``worker?x=1`` resized
+    ``worker``; a name with ``#``, ``%`` or ``?`` reached another path."""
+    handle = remote.pin_prefix(list(range(7_000, 7_040)))
+    pinned = remote.capacity().num_pinned_blocks
+    assert pinned >= 2
+    key = remote._session.server_key(handle.key)
+    refusals: list[BackendError] = []
+    for close in (remote.close_budget, lambda name: asyncio.run(remote.aclose_budget(name))):
+        try:
+            close(f"../prefixes/{key}")
+        except BackendError as exc:
+            refusals.append(exc)
+        assert remote.capacity().num_pinned_blocks == pinned  # still pinned
+    assert [type(exc) for exc in refusals] == [InvalidNameError] * 2
+    assert "'/'" in str(refusals[0]) and refusals[0].name == f"../prefixes/{key}"
+    remote.unpin_prefix(handle)
+    assert remote.capacity().num_pinned_blocks == pinned - handle.num_blocks
+
+    remote.open_budget("worker", max_blocks=4)
+    try:
+        with contextlib.suppress(BackendError):  # no budget of that name: refused
+            remote.resize_budget("worker?x=1", max_blocks=9)
+        assert remote.kv_map().budgets["worker"].max_blocks == 4  # not resized
+    finally:
+        remote.close_budget("worker")
+    for name in ("planner #1 ?x=50%", "a..b.", "研究员 a b", "x" * 256):
+        remote.open_budget(name, max_blocks=3)
+        remote.resize_budget(name, max_blocks=5)
+        assert remote.kv_map().budgets[name].max_blocks == 5
+        remote.release_retained(budget=name)
+        remote.close_budget(name)
+        assert name not in remote.kv_map().budgets
+
+
+def test_a_name_the_server_would_refuse_is_refused_before_any_request() -> None:
+    """A mock server that records every request: none is sent for a name with ``/``, a
+    control or bidirectional-format character, spaces at an end, an empty or an
+    overlong one, ``.`` or ``..`` (the server's rule, ``integrations.wire.name_problem``)."""
+    seen: list[str] = []
+    backend = _mock(httpx.MockTransport(lambda r: seen.append(r.url.path) or httpx.Response(204)))
+    backend._session.suspect = False
+    bad = ("a/b", "nul\x00", "line\r\nbreak", "\u202eevil", "", "x" * 257, ".", "..", " a", "a ")
+    for name in bad:
+        for call in (
+            lambda: backend.open_budget(name, max_blocks=2),
+            lambda: backend.resize_budget(name, max_blocks=2),
+            lambda: backend.close_budget(name),
+            lambda: backend.retain(budget=name),
+            lambda: backend.offload(budget=name),
+            lambda: asyncio.run(backend.aopen_budget(name, max_blocks=2)),
+        ):
+            with pytest.raises(InvalidNameError) as caught:
+                call()
+            assert isinstance(caught.value, BackendError) and not caught.value.retriable
+    assert seen == []
+    backend.close()

@@ -84,21 +84,25 @@ def check_weights_fit(
     available = free_bytes(device)
     if needed > available:
         raise WeightsDoNotFitError(
-            name, needed=needed, available=available, device=str(device),
+            name,
+            needed=needed,
+            available=available,
+            device=str(device),
             dtype=str(dtype).removeprefix("torch."),
-        )  # fmt: skip
+        )
 
 
-def free_bytes(device: torch.device) -> int:
+def free_bytes(device: torch.device, *, meminfo: str = "/proc/meminfo") -> int:
     """Memory free for new tensors on ``device``: the GPU's free memory, or the host's
-    ``MemAvailable`` (free pages and the caches the kernel would give back), else its
-    free pages where /proc/meminfo cannot be read."""
+    ``MemAvailable`` (free pages and the caches the kernel would give back: ``MemFree``
+    alone leaves out the page cache, most of a busy host's memory), else its free pages
+    where ``meminfo`` cannot be read."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            lines = [line.split() for line in meminfo if line.startswith("MemAvailable:")]
-        return int(lines[0][1]) * 1024
+        with open(meminfo, encoding="ascii") as lines:
+            fields = [line.split() for line in lines if line.startswith("MemAvailable:")]
+        return int(fields[0][1]) * 1024
     except (OSError, ValueError, IndexError):  # not Linux: the free pages
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 

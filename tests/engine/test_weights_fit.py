@@ -1,5 +1,5 @@
 """Weights that cannot fit where they would go are refused before anything is allocated:
-``engine.loader.check_weights_fit``, through ``Engine`` and ``kvgov serve``.
+``engine.loader.check_weights_fit``, through ``Engine`` (a preset or a folder) and ``kvgov serve``.
 
 The free memory is replaced by a fixed figure where a test needs one (``free_bytes``
 monkeypatched): the refusal must not depend on how much memory the machine running the
@@ -8,10 +8,15 @@ suite has, and a machine with room would otherwise start building a 31 GB model.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 
-from engine import Engine, EngineConfig, ModelError, WeightsDoNotFitError, loader
+from engine import Engine, EngineConfig, ModelError, WeightsDoNotFitError, export_preset, loader
+from engine.model_config import ModelConfig
 from engine.presets import get_preset
 from engine.quantization.scheme import WeightQuantization
 
@@ -76,3 +81,55 @@ def test_kvgov_serve_says_why_it_cannot_start(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(cli.app, ["serve", "--model", "llama-8b-random", "--device", "cpu"])
     assert result.exit_code == 2, result.output
     assert "needs at least 31.2 GB" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_folder_that_cannot_fit_is_refused_before_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's ``--model /models/...`` case: a Hugging Face folder (tiny-random
+    written out as one) is checked from its config before a weight is read."""
+    folder = export_preset(tmp_path / "tiny-random")
+    model_config = ModelConfig.from_pretrained(folder)
+    needed = model_config.num_parameters() * 4  # float32 on a CPU
+    loaded: list[str] = []
+    load_model = loader.load_model
+
+    def recorded(path: str, **kwargs: Any) -> Any:
+        loaded.append(path)
+        return load_model(path, **kwargs)
+
+    monkeypatch.setattr(loader, "load_model", recorded)
+    monkeypatch.setattr(loader, "free_bytes", lambda _device: needed - 1)
+    with pytest.raises(WeightsDoNotFitError) as refused:
+        Engine(EngineConfig(model=str(folder), device="cpu", num_blocks=16))
+    assert loaded == []  # nothing was read, let alone allocated
+    assert (refused.value.needed, refused.value.available) == (needed, needed - 1)
+    assert str(refused.value).startswith(f"{str(folder)!r} needs at least ")
+    monkeypatch.setattr(loader, "free_bytes", lambda _device: needed)
+    engine = Engine(EngineConfig(model=str(folder), device="cpu", num_blocks=16))
+    assert loaded == [str(folder)]  # just fits: loaded, once
+    assert engine.model_config.num_parameters() == model_config.num_parameters()
+
+
+def test_the_host_has_free_what_meminfo_calls_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MemAvailable``, not ``MemFree``: the page cache the kernel gives back on demand
+    counts, as it does for every allocation on Linux."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        "MemTotal:       16303344 kB\n"
+        "MemFree:          512000 kB\n"
+        "MemAvailable:    9123456 kB\n"
+        "Buffers:          204800 kB\n"
+        "Cached:          8000000 kB\n"
+    )
+    cpu = torch.device("cpu")
+    assert loader.free_bytes(cpu, meminfo=str(meminfo)) == 9_123_456 * 1024
+    # no MemAvailable (a kernel before 3.14) or no file at all: the free pages, which the
+    # host's own count would make a moving figure, so sysconf is a stand-in here
+    sysconf = {"SC_AVPHYS_PAGES": 1_000, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", sysconf.__getitem__)
+    meminfo.write_text("MemTotal:       16303344 kB\nMemFree:          512000 kB\n")
+    for path in (meminfo, tmp_path / "missing"):
+        assert loader.free_bytes(cpu, meminfo=str(path)) == 1_000 * 4096

@@ -15,16 +15,39 @@ slot that last held another tenant's KV (another ``cache_salt``) must not reuse 
 (``begin`` says so), or the new tenant's prompt could hit the old one's cached prefix,
 and its latency tell what the other sent.
 
+A slot saved to the server's disk (``offload``) goes to the file ``slot_filename`` names:
+a BLAKE2 digest of the backend (its URL and a random id of its own), the budget's cache
+salt and the budget, behind a readable stem of the budget's name. Two backends on one
+server, two tenants, or two budgets whose names differ only in characters a file name
+cannot hold (``研究员`` and ``分析师``, ``a/b`` and ``a b``) never write one file, so a
+restore loads only the KV its own budget saved.
+
 Thread-safe; ``_lock`` is a leaf.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import re
 import threading
 from dataclasses import dataclass
 
-__all__ = ["SlotTable"]
+__all__ = ["SlotTable", "slot_filename"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # llama-server takes ASCII names; no dots, no paths
+_STEM_CHARS = 32
+
+
+def slot_filename(*, backend: str, cache_salt: str | None, budget: str) -> str:
+    """The file the budget's slot is saved to on the server: ``kvgov-{stem}-{digest}.bin``,
+    the digest (BLAKE2b, 128 bits) of all three, the stem the budget's name made safe
+    (for a person reading the folder; the digest alone tells files apart)."""
+    key = json.dumps([backend, cache_salt, budget], ensure_ascii=True).encode("ascii")
+    digest = hashlib.blake2b(key, digest_size=16, person=b"kvgov-slot-file").hexdigest()
+    stem = _UNSAFE.sub("_", budget)[:_STEM_CHARS] or "_"
+    return f"kvgov-{stem}-{digest}.bin"
 
 _TAINTED = object()  # the tenant of a slot a switching call failed on: nobody's
 
@@ -57,6 +80,11 @@ class SlotTable:
     def slot_of(self, budget: str) -> int | None:
         with self._lock:
             return self._find(budget)
+
+    def tenant_of(self, budget: str) -> str | None:
+        """The cache salt of the budget's last call (None: none, or no call yet)."""
+        with self._lock:
+            return self._tenants.get(budget)
 
     def begin(self, budget: str, tenant: str | None = None) -> tuple[int | None, bool]:
         """The budget's slot for a call (assigned at its first; None without a free one),

@@ -26,7 +26,9 @@ Its levers:
 - ``offload``/``restore``: slot save and restore (``POST /slots/{id}?action=save`` then
   ``erase``, later ``action=restore`` into a free slot), for a server started with
   ``--slot-save-path``; without it the server refuses and the governor keeps the KV
-  where it is.
+  where it is. Each budget's file is named by a digest of this backend, the budget's
+  cache salt and its name (``_llamacpp_slots.slot_filename``): no other backend, tenant
+  or budget writes it, so a restore never loads another's KV.
 - The ``exceed_context_size_error`` 400 raises ``CeilingExceededError`` (``needed`` =
   its ``n_prompt_tokens``, ``available`` = its ``n_ctx``), never retried.
 
@@ -38,20 +40,18 @@ slot assignments and saved slots are forgotten.
 
 from __future__ import annotations
 
-import re
+import secrets
 import threading
 from typing import Any
 
 from governor import GenerationRequest, GenerationResult
 from integrations._llamacpp_probe import LlamaCppProbe
-from integrations._llamacpp_slots import SlotTable
+from integrations._llamacpp_slots import SlotTable, slot_filename
 from integrations._openai_limits import Call
 from integrations.engine_probe import EngineReading
 from integrations.openai_backend import OpenAICompatibleBackend
 
 __all__ = ["LlamaCppBackend"]
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class LlamaCppBackend(OpenAICompatibleBackend):
@@ -75,6 +75,9 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         self._saved: dict[str, tuple[str, int]] = {}  # budget -> (file, tokens) saved
         self._switching: set[str] = set()  # budgets whose call overwrites another tenant's
         super().__init__(base_url, model=model, **options)
+        # Which backend saved a slot file: another one on the same server (in this process
+        # or any other) may have a budget of the same name.
+        self._identity = f"{self.base_url} {secrets.token_hex(16)}"
 
     @property
     def name(self) -> str:
@@ -110,7 +113,8 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         slot = self._slots.slot_of(budget)
         if slot is None:
             return
-        filename = f"kvgov-{_UNSAFE.sub('_', budget)}.bin"
+        tenant = self._slots.tenant_of(budget)
+        filename = slot_filename(backend=self._identity, cache_salt=tenant, budget=budget)
         self._before()
         self._send(f"/slots/{slot}?action=save", {"filename": filename})
         self._send(f"/slots/{slot}?action=erase", {})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from governor import (
     GovernorEvent,
     Policies,
 )
+from integrations._llamacpp_slots import slot_filename
 from integrations._remote_errors import error_from_response
 from integrations.llamacpp_backend import LlamaCppBackend
 from policies import SummarizeOldest
@@ -337,6 +339,51 @@ def test_a_slot_another_tenant_used_is_erased_first(binary: str, model: Path) ->
         assert call("b-2", "tenant-b") == prompt - 1
 
 
+def test_two_backends_budgets_of_one_name_save_to_files_of_their_own(
+    server: LlamaServer, tmp_path: Path
+) -> None:
+    """Two clients of one server, each with a budget named ``planner``: each restore finds
+    its own prompt in the slot, never the other's."""
+    prompts = {
+        "a": [{"role": "user", "content": f"Worker 0: find the failing test.\n{TOOL_OUTPUT}"}],
+        "b": [{"role": "user", "content": "Plan the merge of every branch, then run it."}],
+    }
+    backends = {name: LlamaCppBackend(server.base_url) for name in prompts}
+    requests = {
+        name: GenerationRequest(messages=prompts[name], max_tokens=4, budget="planner")
+        for name in prompts
+    }
+    try:
+        first = {}
+        for name, backend in backends.items():  # a saves, then b saves: b's never over a's
+            backend.open_budget("planner", max_blocks=28)
+            first[name] = backend.generate(requests[name])
+            backend.offload(budget="planner")
+        files = sorted(p.name for p in tmp_path.iterdir())
+        assert len(files) == 2 and all(f.startswith("kvgov-planner-") for f in files)
+        for name, backend in backends.items():
+            backend.restore(budget="planner")
+            again = backend.generate(requests[name])
+            # its own prompt was in the restored slot: all of it but the last token
+            assert again.cached_tokens == first[name].prompt_tokens - 1
+    finally:
+        for backend in backends.values():
+            backend.close()
+
+
+def test_slot_files_are_named_apart_by_backend_tenant_and_budget() -> None:
+    names = [
+        slot_filename(backend=backend, cache_salt=salt, budget=budget)
+        for backend in ("http://127.0.0.1:8080 1", "http://127.0.0.1:8080 2")
+        for salt in (None, "acme", "globex")
+        for budget in ("planner", "研究员", "分析师", "a/b", "a b", "a_b", "a.b", "../x", "")
+    ]
+    assert len(set(names)) == len(names) == 2 * 3 * 9
+    for name in names:  # what llama-server's fs_validate_filename takes, under any folder
+        assert re.fullmatch(r"kvgov-[A-Za-z0-9_-]{1,32}-[0-9a-f]{32}\.bin", name), name
+    assert slot_filename(backend="x", cache_salt=None, budget="研究员").startswith("kvgov-___-")
+
+
 def test_without_the_binary_these_tests_skip_but_fail_under_ci(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -353,10 +400,10 @@ def test_without_the_binary_these_tests_skip_but_fail_under_ci(
     # This module as CI runs it, with no binary: every test fails, none skips. (It runs
     # every test but this one, which would run itself again.)
     command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"]
-    command += ["-k", "not fail_under_ci", "-rfEs"]
+    command += ["-k", "not fail_under_ci and not named_apart", "-rfEs"]
     root = Path(__file__).resolve().parents[2]
     ran = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 1, ran.stdout[-2000:]
     summary = ran.stdout.strip().splitlines()[-1]
     assert "skipped" not in summary and "passed" not in summary, summary
-    assert "9 errors" in summary, summary
+    assert "10 errors" in summary, summary

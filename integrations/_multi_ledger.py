@@ -68,6 +68,8 @@ class Ledger:
     budgets: dict[str, _Budget] = field(default_factory=dict)
     index: PrefixIndex = field(init=False)
     kv_events: KVEventIndex | None = None  # the engines' own record, where they publish one
+    # the cache salt replica i's engine is sent for a call's (its KV events carry that one)
+    sent_salt: Callable[[int, str | None], str | None] | None = None
     _turn: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
@@ -189,7 +191,7 @@ class Ledger:
             candidates = self._candidates(budget, entry)
             if not candidates:
                 return None
-            matched, total = self._matcher(chain, len(text), token_ids)
+            matched, total = self._matcher(chain, len(text), token_ids, salt)
             target = self._choose(candidates, matched, total, budget or "")
             if entry is None:
                 return self._send(Move(target), chain)
@@ -217,13 +219,23 @@ class Ledger:
         return self._up()  # nowhere it fits: the engines' own limits hold it back
 
     def _matcher(
-        self, chain: list[int], num_chars: int, token_ids: Sequence[int] | None
+        self,
+        chain: list[int],
+        num_chars: int,
+        token_ids: Sequence[int] | None,
+        salt: str | None,
     ) -> tuple[Callable[[int], int], int]:
         """How much of the prompt each replica holds, and out of how much: tokens, from
-        the engines' own events where there are some, else characters from the record."""
+        the engines' own events where there are some (the blocks stored under the salt
+        the engine is sent for this call's), else characters from the record."""
         events = self.kv_events
         if events is not None and token_ids is not None:
-            return (lambda i: events.matched_tokens(i, token_ids)), len(token_ids)
+            sent = self.sent_salt or (lambda _replica, salt: salt)
+
+            def matched(i: int) -> int:
+                return events.matched_tokens(i, token_ids, cache_salt=sent(i, salt))
+
+            return matched, len(token_ids)
         return (lambda i: self.index.matched(i, chain)), num_chars
 
     def _choose(

@@ -70,7 +70,8 @@ class MultiBackend:
     ``LocalBackend``s, any mix of one model and block size). ``routing``: the rule and its
     thresholds (``Routing``). ``kv_events``: where the replicas are vLLM publishing KV
     events, the index fed from them (``integrations.kv_events``): calls that send token
-    ids are matched against what the engines say they hold, not the client's record.
+    ids are matched against what the engines say they hold under the call's cache salt
+    (as each replica sends it: ``VLLMBackend.sent_cache_salt``), not the client's record.
     Reads each replica's capacity now; one unreachable starts out of rotation."""
 
     def __init__(
@@ -84,7 +85,9 @@ class MultiBackend:
             raise ConfigError("MultiBackend needs at least one replica", setting="replicas")
         self.replicas = list(replicas)
         self.routing = routing or Routing()
-        self._ledger = Ledger(self.routing, len(self.replicas), kv_events=kv_events)
+        self._ledger = Ledger(
+            self.routing, len(self.replicas), kv_events=kv_events, sent_salt=self._sent_salt
+        )
         self._pins = Pins()
         self._lock = threading.Lock()  # the counter (a leaf, as the ledger's and the pins')
         self._hooks: list[Callable[[frozenset[str]], None]] = []
@@ -414,6 +417,12 @@ class MultiBackend:
                 backend=_NAME,
             )
         return move
+
+    def _sent_salt(self, replica: int, cache_salt: str | None) -> str | None:
+        """The salt the replica's engine is sent for ``cache_salt`` (no I/O: the ledger's
+        lock may be held)."""
+        sent = getattr(self.replicas[replica], "sent_cache_salt", None)
+        return sent(cache_salt) if callable(sent) else cache_salt
 
     def _close_quietly(self, replica: int, budget: str) -> None:
         with contextlib.suppress(BackendError):  # gone with its replica, or closed already

@@ -4,7 +4,9 @@ Capacity and pressure from ``VLLMProbe`` (``vllm:cache_config_info``, ``/v1/mode
 ``vllm:kv_cache_usage_perc``...), summed over data-parallel engines; ``cache_salt`` per
 tenant; ``priority`` negated (vLLM runs lower values first) and sent only where the server
 runs ``--scheduling-policy priority``: say so with ``priority_scheduling=True`` (vLLM
-publishes its policy only in dev mode). The rest as ``OpenAICompatibleBackend``.
+publishes its policy only in dev mode). ``sent_cache_salt`` is the salt its calls carry
+for a tenant's, the one vLLM's KV events report (``integrations.kv_events``). The rest as
+``OpenAICompatibleBackend``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from integrations._engine_backend import EngineBackend
+from integrations._engine_requests import engine_cache_salt
 from integrations._vllm_probe import VLLMProbe
 
 __all__ = ["VLLMBackend"]
@@ -29,3 +32,8 @@ class VLLMBackend(EngineBackend):
     ) -> None:
         probe = VLLMProbe(priority_scheduling=priority_scheduling)
         super().__init__(base_url, model=model, probe=probe, salt_key=salt_key, **options)
+
+    def sent_cache_salt(self, cache_salt: str | None) -> str | None:
+        """The ``cache_salt`` this backend sends vLLM for the governor's (a tenant's); vLLM
+        hashes it into the first block and reports it in that block's ``extra_keys``."""
+        return engine_cache_salt(cache_salt, key=self._salt_key)

@@ -8,7 +8,8 @@ the lease comes back to it) and the replica it is open on (where its calls go).
 
 Every method decides under one leaf lock and returns what to do; ``MultiBackend`` does
 the I/O after, outside it. The lock is never held across a call to a replica or a hook
-(only the KV-event index's lock, a leaf, is taken under it), and the governor's
+(only the KV-event index's lock, a leaf, is taken under it, and ``sent_salt``, which
+computes a replica's salt without I/O, is called), and the governor's
 admission lock may be held while ``max_blocks``, ``can_place``, ``place`` and
 ``unplace`` take it.
 """

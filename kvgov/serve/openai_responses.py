@@ -14,6 +14,11 @@ the engine to its end): a call's time beyond it is the network's and the server'
 Streaming: the chunks carry the text as the engine makes it; the one with
 ``finish_reason`` carries ``kvgov_finish_reason``; with ``stream_options.include_usage``
 every chunk has ``"usage": null`` and a last chunk with no choices carries the usage.
+A client that reads slowly, or not at all, never holds the engine: uvicorn pauses the
+write once the connection's buffers are full, the engine finishes the request and
+returns its blocks, and what the client has not taken waits in the server as the
+engine's outputs (``LocalBackend.astream``'s queue, merged into one chunk when the write
+resumes): the call's own tokens at most, no KV (``tests/kvgov/serve/test_disconnect.py``).
 
 Bodies and events are compact UTF-8 JSON, written by pydantic-core (``to_json``).
 """

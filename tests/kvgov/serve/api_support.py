@@ -16,13 +16,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from governor.backend import BackendMetrics
 from governor.errors import ConfigError
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 
-__all__ = ["fresh_backend", "idle_metrics", "served_app"]
+__all__ = ["fresh_backend", "idle_metrics", "routed_requests", "served_app"]
 
 NUM_BLOCKS = 64  # 1,024 tokens of KV: small enough that a leak shows at once
 
@@ -90,3 +91,19 @@ def idle_metrics(backend: LocalBackend, timeout_s: float = 10.0) -> BackendMetri
         if (idle and metrics.num_blocks_in_use == 0) or time.monotonic() > deadline:
             return metrics
         time.sleep(0.02)
+
+
+def routed_requests(app: FastAPI) -> list[tuple[str, str]]:
+    """The ``(method, path)`` of every HTTP request that ``app``'s router runs from now
+    on, appended as it enters the router: what tells a request the gateway served
+    directly (never routed) from one FastAPI routed."""
+    seen: list[tuple[str, str]] = []
+    inner = app.router.middleware_stack
+
+    async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            seen.append((scope["method"], scope["path"]))
+        await inner(scope, receive, send)
+
+    app.router.middleware_stack = recorded
+    return seen

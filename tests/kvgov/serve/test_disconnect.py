@@ -1,33 +1,74 @@
 """Clients that go away or stop reading, over real sockets against a real uvicorn
 server: a disconnect aborts the request and returns its blocks; a client that reads
-nothing neither stalls other clients nor keeps the engine from finishing its request."""
+nothing neither stalls other clients nor keeps the engine from finishing its request.
+
+The server's connections have small send buffers (``SO_SNDBUF`` locked at 4 KiB, which
+the kernel doubles; unlocked, it grows one to megabytes on loopback, and a whole answer
+would fit) and, for the client that reads nothing, a 4 KiB high-water mark on its
+transport (asyncio's is 64 KiB): an answer of a few hundred tokens then outgrows every
+buffer between the engine and that client, and the test measures each of them.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
 import socket
+import struct
+import termios
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import uvicorn
 
 from governor.local_backend import LocalBackend
-from kvgov.serve.background import serving
+from kvgov.serve.background import running_server
 from kvgov.serve.state import ServerState
-from tests.kvgov.serve.api_support import idle_metrics, served_app
+from tests.kvgov.serve.api_support import idle_metrics, routed_requests, served_app
 
 LONG = 900  # tokens: seconds of decoding here, far longer than any wait below
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
+CHAT = "/v1/chat/completions"
+SNDBUF = 4096  # asked of the kernel for every connection (it books twice that)
+HIGH_WATER = 4096  # bytes a stalled connection's transport holds before it pauses writing
+# tokens: about 50 of them, a frame each, fill those buffers; the engine makes the rest
+# while the write is paused
+UNREAD = 240
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    url: str
+    backend: LocalBackend
+    state: ServerState
+    uvicorn: uvicorn.Server
+    direct: bool
+    routed: list[tuple[str, str]]  # (method, path) of each request the app's router ran
+
+    def took_its_path(self, num_routed: int, num_calls: int) -> None:
+        """The model calls since the router had run ``num_routed`` requests went the
+        app's way: past the router on the direct app, through it on the routed one."""
+        calls = [("POST", CHAT)] * num_calls
+        assert self.routed[num_routed:] == ([] if self.direct else calls)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["direct", "routed"])
-def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, LocalBackend, ServerState]]:
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """The generation routes served by the gateway directly, and through FastAPI's
     router: a disconnect must free everything on either path."""
-    with served_app(direct_routes=request.param) as (app, backend), serving(app) as url:
-        yield url, backend, app.state.kvgov
+    small = [(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)]
+    with (
+        served_app(direct_routes=request.param) as (app, backend),
+        running_server(app, socket_options=small) as (url, served),
+    ):
+        routed = routed_requests(app)
+        yield Server(url, backend, app.state.kvgov, served, request.param, routed)
 
 
 def raw_post(url: str, path: str, body: dict[str, object], *, rcvbuf: int = 0) -> socket.socket:
@@ -73,13 +114,11 @@ def last_seq(state: ServerState) -> int:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_disconnect_aborts_the_request_and_frees_its_blocks(
-    server: tuple[str, LocalBackend, ServerState], stream: bool
-) -> None:
-    url, backend, state = server
-    seen = last_seq(state)
+def test_a_disconnect_aborts_the_request_and_frees_its_blocks(server: Server, stream: bool) -> None:
+    url, backend, state = server.url, server.backend, server.state
+    seen, num_routed = last_seq(state), len(server.routed)
     body = {"messages": MESSAGES, "max_tokens": LONG, "stream": stream}
-    sock = raw_post(url, "/v1/chat/completions", body)
+    sock = raw_post(url, CHAT, body)
     if stream:
         read_until(sock, b"data: ")  # mid-stream: tokens are flowing
     wait_running(backend, 1)
@@ -91,27 +130,89 @@ def test_a_disconnect_aborts_the_request_and_frees_its_blocks(
     # aborted, not finished: the request stopped well before its LONG tokens
     assert kinds_of(state, seen) == ["request.started", "request.aborted"]
     assert time.monotonic() - started < 10
+    server.took_its_path(num_routed, 1)
 
 
-def test_a_client_that_reads_nothing_stalls_nobody(
-    server: tuple[str, LocalBackend, ServerState],
-) -> None:
-    url, backend, _ = server
-    body = {"messages": MESSAGES, "max_tokens": 120, "stream": True, "return_token_ids": True}
-    slow = raw_post(url, "/v1/chat/completions", body, rcvbuf=1024)  # and never read
+def test_a_client_that_reads_nothing_stalls_nobody(server: Server) -> None:
+    """The engine finishes the request of a client that reads nothing, and returns its
+    blocks, while the server's write to that client is paused and other clients are
+    answered; the unread answer is larger than every buffer on its way. What the engine
+    made and the client has not taken waits in the server, as the engine's outputs
+    (``LocalBackend.astream``'s queue): a call's own tokens at most, no KV."""
+    url, backend = server.url, server.backend
+    num_routed = len(server.routed)
+    body = {"messages": MESSAGES, "max_tokens": UNREAD, "stream": True, "return_token_ids": True}
+    slow = raw_post(url, CHAT, body, rcvbuf=1024)  # and nothing read until the end
     try:
-        wait_running(backend, 1)
+        connection = connection_of(server.uvicorn, slow)
+        loop = server.uvicorn.servers[0].get_loop()
+        loop.call_soon_threadsafe(lambda: connection.transport.set_write_buffer_limits(HIGH_WATER))
+        wait_for(lambda: connection.flow.write_paused, "the write to the client never paused")
         with httpx.Client(base_url=url, timeout=30) as client:
             for _ in range(3):
-                reply = client.post(
-                    "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4}
-                )
+                reply = client.post(CHAT, json={"messages": MESSAGES, "max_tokens": 4})
                 assert reply.status_code == 200
                 assert reply.json()["usage"]["completion_tokens"] == 4
         # the engine finished the slow client's request without waiting for its reader:
         # nothing runs and no block is held while its answer sits unread
         metrics = idle_metrics(backend, timeout_s=30)
-        assert metrics.num_requests_running == 0 and metrics.num_blocks_in_use == 0
+        assert metrics.num_requests_running == 0 and metrics.num_requests_waiting == 0
+        assert metrics.num_blocks_in_use == 0
+        assert connection.flow.write_paused  # still: the client has read nothing
+        held = held_bytes(slow, connection.transport)
+        answer = read_until(slow, b"data: [DONE]")
     finally:
         slow.close()
+    # every buffer between the server's writes and the client's reads is full, and the
+    # answer is more than all of them hold: the rest waited in the server, not the engine
+    assert len(answer) > sum(held.values()) > HIGH_WATER, held
+    frames = [json.loads(line[6:]) for line in answer.split(b"\r\n") if line[:7] == b"data: {"]
+    assert sum(len(f["choices"][0]["token_ids"]) for f in frames) == UNREAD  # all of it
+    assert frames[-1]["choices"][0]["kvgov_finish_reason"] == "length"  # finished, not aborted
     assert idle_metrics(backend).num_blocks_in_use == 0
+    server.took_its_path(num_routed, 4)
+
+
+def held_bytes(client: socket.socket, transport: asyncio.Transport) -> dict[str, int]:
+    """What each buffer holds of the answer, in the answer's own bytes (the kernel books
+    ``SO_RCVBUF`` and ``SO_SNDBUF`` in its own, a packet's bookkeeping included, so their
+    sizes say little of how much of an answer fits): unread on the client, unsent on the
+    server, and in the transport, past its high-water mark as the write paused."""
+    server = transport.get_extra_info("socket")
+
+    def queued(fd: int, request: int) -> int:
+        count: int = struct.unpack("i", fcntl.ioctl(fd, request, struct.pack("i", 0)))[0]
+        return count
+
+    held = {
+        "client, unread (FIONREAD)": queued(client.fileno(), termios.FIONREAD),
+        "server, unsent (TIOCOUTQ)": queued(server.fileno(), termios.TIOCOUTQ),
+        "transport": transport.get_write_buffer_size(),
+    }
+    assert held["transport"] > transport.get_write_buffer_limits()[1]  # why it paused
+    kernel = {
+        "client SO_RCVBUF": client.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        "server SO_SNDBUF": server.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+    }
+    assert kernel["server SO_SNDBUF"] <= 2 * SNDBUF, kernel  # locked: not grown by the kernel
+    return held
+
+
+def connection_of(served: uvicorn.Server, sock: socket.socket) -> Any:
+    """The server's end of ``sock`` (uvicorn's protocol: its ``transport`` and ``flow``)."""
+    name = sock.getsockname()
+    found: list[Any] = []
+
+    def find() -> bool:
+        found[:] = [c for c in list(served.server_state.connections) if c.client == name]
+        return bool(found)
+
+    wait_for(find, "the server never took the connection")
+    return found[0]
+
+
+def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.01)

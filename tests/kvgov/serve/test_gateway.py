@@ -3,7 +3,10 @@ router does: two apps on one engine, one serving ``/v1/chat/completions`` and
 ``/v1/completions`` directly (the default) and one routing them (``direct_routes=False``),
 each under a real uvicorn server, sent the same requests. Answers, refusals, the events
 they record, the body limit, keys and a bug's 500 must match; every answer names its
-server's instance. (Disconnects on both paths: ``test_disconnect``.)
+server's instance. Each app's router records the requests it runs: the direct app's
+never sees a generation call, the routed app's sees every one the gateway lets through,
+so an app that quietly took the routed path for both would fail here. (Disconnects on
+both paths: ``test_disconnect``.)
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.background import serving
 from kvgov.serve.limits import QueueGate
 from kvgov.serve.state import ServerState
-from tests.kvgov.serve.api_support import fresh_backend, idle_metrics
+from tests.kvgov.serve.api_support import fresh_backend, idle_metrics, routed_requests
 
 KEY = "sk-gateway"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -42,6 +45,7 @@ class Served:
     state: ServerState
     gate: QueueGate
     client: httpx.Client
+    routed: list[tuple[str, str]]  # (method, path) of each request the app's router ran
 
 
 @contextmanager
@@ -52,12 +56,18 @@ def both_paths(backend: LocalBackend) -> Iterator[dict[str, Served]]:
         served = {}
         for name, direct in (("direct", True), ("routed", False)):
             app = create_app(backend, settings, direct_routes=direct)
+            routed = routed_requests(app)
             url = stack.enter_context(serving(app))
             client = stack.enter_context(httpx.Client(base_url=url, headers=AUTH, timeout=60))
-            served[name] = Served(app.state.kvgov, app.state.kvgov_api.gate, client)
+            served[name] = Served(app.state.kvgov, app.state.kvgov_api.gate, client, routed)
         yield served
         # every model call that passed the queue gate left it, on either path
         assert [each.gate.num_in_flight for each in served.values()] == [0, 0]
+        assert generation_calls(served["direct"].routed) == []  # never routed
+
+
+def generation_calls(routed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(method, path) for method, path in routed if method == "POST" and path in (CHAT, TEXT)]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +192,10 @@ def test_a_call_is_answered_alike(
 ) -> None:
     send(served, "POST", path, json=body)  # both warm: the same cached tokens after
     seen = last_seqs(served)
+    num_routed = {name: len(each.routed) for name, each in served.items()}
     answers = send(served, "POST", path, json=body)
+    routed = {name: each.routed[num_routed[name] :] for name, each in served.items()}
+    assert routed == {"direct": [], "routed": [("POST", path)]}
     assert answers["direct"] == answers["routed"]
     assert answers["direct"]["status"] == 200
     kinds = {name: events_since(each.state, seen[name]) for name, each in served.items()}
@@ -232,9 +245,14 @@ def test_a_refusal_is_answered_alike(
     served: dict[str, Served], path: str, kwargs: dict[str, Any]
 ) -> None:
     seen = last_seqs(served)
+    num_routed = {name: len(each.routed) for name, each in served.items()}
     answers = send(served, "POST", path, **kwargs)
     assert answers["direct"] == answers["routed"]
     assert 400 <= answers["direct"]["status"] < 500
+    # the gateway refuses a key before any route; the rest reach the endpoint, by its path
+    reached = [] if answers["direct"]["status"] == 401 else [("POST", path)]
+    routed = {name: each.routed[num_routed[name] :] for name, each in served.items()}
+    assert routed == {"direct": [], "routed": reached}
     assert set(answers["direct"]["body"]) == {"error"}
     events = {name: events_since(each.state, seen[name]) for name, each in served.items()}
     assert events["direct"] == events["routed"]
@@ -246,6 +264,8 @@ def test_other_methods_are_refused_alike(served: dict[str, Served]) -> None:
         assert answers["direct"] == answers["routed"]
         assert answers["direct"]["status"] == 405
         assert answers["direct"]["headers"]["allow"] == "POST"
+        # only POST is served directly: the router answers the rest on both apps
+        assert [each.routed[-1] for each in served.values()] == [(method, CHAT)] * 2
 
 
 def test_bodies_over_the_limit_are_413_declared_or_chunked(served: dict[str, Served]) -> None:

@@ -4,12 +4,16 @@
                 [--api-key KEY ...] [--api-key-file PATH] [--admin-api-key KEY ...]
                 [--num-blocks N | --kv-budget SIZE] [--device auto] [--quantize int4|int8]
                 [--served-model-name NAME] [--max-body-bytes N] [--max-waiting N]
+                [--allowed-host NAME ...] [--max-head-bytes N] [--head-timeout S]
+                [--body-timeout S] [--max-connections N] [--tenant-pin-share F]
+                [--tenant-max-priority N] [--tenant-max-order-age S]
 
 Also ``python -m kvgov.serve`` with the same options. Keys may also come from the
 environment (``KVGOV_API_KEY``, or ``KVGOV_API_KEYS`` comma-separated). The command
 prints where it listens, the model, the KV capacity (blocks, tokens, bytes) and the
 security settings (how many keys, never the keys; a warning when it listens beyond
-loopback without one), serves until interrupted, then closes the engine.
+loopback without one) and its limits, serves until interrupted, then closes the engine.
+``kvgov.serve.settings`` says what each limit bounds.
 
 Kept outside ``kvgov.serve`` so that ``kvgov --version`` imports neither FastAPI nor torch.
 """
@@ -70,6 +74,33 @@ def serve(
     max_waiting: Annotated[
         int, typer.Option(help="Model calls get 429 while this many wait for the engine.")
     ] = 256,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Without API keys, another name clients may send in Host."),
+    ] = None,
+    max_head_bytes: Annotated[
+        int, typer.Option(help="Larger request heads (line and headers) get 431.")
+    ] = 64 * 1024,
+    head_timeout: Annotated[
+        float, typer.Option(help="Seconds a request's head may take to arrive (then 408).")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a request's body may take after its head (408).")
+    ] = 60.0,
+    max_connections: Annotated[
+        int, typer.Option(help="Requests get 503 while this many connections are open.")
+    ] = 1024,
+    tenant_pin_share: Annotated[
+        float,
+        typer.Option(help="With API keys: the pool's share that non-admin keys' pins split."),
+    ] = 0.5,
+    tenant_max_priority: Annotated[
+        int, typer.Option(help="With API keys: the highest priority a non-admin key's call gets.")
+    ] = 0,
+    tenant_max_order_age: Annotated[
+        float,
+        typer.Option(help="With API keys: the most order_age_s a non-admin key's call gets."),
+    ] = 60.0,
 ) -> None:
     """Serve the bundled engine over HTTP: OpenAI's API plus kvgov's control plane."""
     from kvgov._extras import missing_for
@@ -102,6 +133,14 @@ def serve(
             served_model_name=served_model_name,
             max_body_bytes=max_body_bytes,
             max_waiting_requests=max_waiting,
+            allowed_hosts=tuple(allowed_host or ()),
+            max_head_bytes=max_head_bytes,
+            head_timeout_s=head_timeout,
+            body_timeout_s=body_timeout,
+            max_connections=max_connections,
+            tenant_pin_share=tenant_pin_share,
+            tenant_max_priority=tenant_max_priority,
+            tenant_max_order_age_s=tenant_max_order_age,
         )
         config: dict[str, object] = {"model": model, "device": device, "quantize": quantize}
         if num_blocks is not None:
@@ -127,7 +166,7 @@ def serve(
     loading = LoadingApp(
         settings, lambda: LocalBackend(config=config), on_ready=ready, on_failed=failed
     )
-    server = uvicorn.Server(uvicorn_config(loading, host=host, port=port))
+    server = uvicorn.Server(uvicorn_config(loading, host=host, port=port, settings=settings))
     servers.append(server)
     for line in startup_lines(settings, model, None):
         typer.echo(line, err=line.startswith("WARNING"))
@@ -143,15 +182,28 @@ def serve(
         raise typer.Exit(code=2)
 
 
-def uvicorn_config(app: object, *, host: str, port: int) -> uvicorn.Config:
+def uvicorn_config(
+    app: object, *, host: str, port: int, settings: ServeSettings | None = None
+) -> uvicorn.Config:
     """How ``kvgov serve`` runs uvicorn; ``kvgov bench serve`` serves its engine the same
-    way, so its figures are this server's."""
+    way, so its figures are this server's. ``settings`` gives the connection limits
+    (``ServeSettings``' defaults without it)."""
     import copy
+    import functools
 
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
+    from kvgov.serve.connection import ConnectionLimits, LimitedHttpProtocol
     from kvgov.serve.gateway import ACCESS_LOGGER
+    from kvgov.serve.settings import ServeSettings
+
+    settings = settings or ServeSettings()
+    limits = ConnectionLimits(
+        max_head_bytes=settings.max_head_bytes,
+        head_timeout_s=settings.head_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+    )
 
     # The access lines are the gateway's, written once the answer is sent, through
     # uvicorn's own handler and format (kvgov.serve.gateway says why).
@@ -169,6 +221,8 @@ def uvicorn_config(app: object, *, host: str, port: int) -> uvicorn.Config:
         log_config=log_config,
         access_log=False,
         timeout_graceful_shutdown=5,
+        http=functools.partial(LimitedHttpProtocol, limits=limits),  # type: ignore[arg-type]
+        limit_concurrency=settings.max_connections,
     )
 
 
@@ -192,9 +246,28 @@ def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | No
     else:
         lines.append("security: no API key; every client is let in")
     lines.append(
-        f"limits: bodies up to {settings.max_body_bytes:,} bytes; 429 while "
-        f"{settings.max_waiting_requests} requests wait"
+        f"limits: bodies up to {settings.max_body_bytes:,} bytes, heads up to "
+        f"{settings.max_head_bytes:,} bytes; a head within {settings.head_timeout_s:g} s, a "
+        f"body within {settings.body_timeout_s:g} s; 503 past {settings.max_connections:,} "
+        f"connections; 429 while {settings.max_waiting_requests} requests wait"
     )
+    if keys:
+        lines.append(
+            f"tenants: each non-admin key's pins hold at most {settings.tenant_pin_share:g} of "
+            "the KV pool split between those keys; a fair share of the queue when it is "
+            f"full; priority up to {settings.tenant_max_priority}, order_age_s up to "
+            f"{settings.tenant_max_order_age_s:g} s"
+        )
+    elif not settings.allowed_hosts:
+        lines.append(
+            "browsers: Host must name this server (an IP address, localhost or --host); "
+            "cross-site requests get 403"
+        )
+    else:
+        lines.append(
+            "browsers: Host must name this server (an IP address, localhost, --host or "
+            f"{', '.join(settings.allowed_hosts)}); cross-site requests get 403"
+        )
     if not keys and not settings.is_loopback:
         lines.append(
             f"WARNING: listening on {settings.host} without an API key: anyone who can reach "

@@ -9,7 +9,8 @@ In order, for every request:
   call comes first;
 - the bearer key is checked (``security.ApiKeys``; 401 without a valid one, except on
   ``security.OPEN_PATHS``) and the request's tenant put on ``request.state.kvgov_tenant``
-  ("" without keys);
+  ("" without keys); without keys, a request must name this server in ``Host`` and not
+  come from another site (``security.SameOrigin``; 403: DNS rebinding, cross-site posts);
 - a body whose ``Content-Length`` is over ``max_body_bytes`` is refused before anything
   is read (413), and every body's bytes are counted as they arrive (chunked ones too):
   the first byte over the limit ends the request with 413, whatever the route was doing
@@ -61,7 +62,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from integrations.wire import INSTANCE_HEADER
 from kvgov.serve.errors import handler_for, on_bug
 from kvgov.serve.limits import BodyTooLarge, declared_length
-from kvgov.serve.security import OPEN_PATHS, ApiKeys
+from kvgov.serve.security import OPEN_PATHS, ApiKeys, SameOrigin
 
 __all__ = ["ACCESS_LOGGER", "Endpoint", "Gateway"]
 
@@ -90,6 +91,14 @@ class Gateway:
         self.keys = ApiKeys(api_keys)
         self.max_body_bytes = max_body_bytes
         self.direct = dict(direct)
+        # The names the server answers to without keys: its settings, which create_app
+        # puts on the app before the gateway opens.
+        settings = app.state.kvgov.settings
+        self.same_origin = (
+            None
+            if self.keys.required
+            else SameOrigin(host=settings.host, allowed_hosts=settings.allowed_hosts)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,7 +127,12 @@ class Gateway:
         length: bytes | None,
     ) -> None:
         tenant = ""
-        if self.keys.required and scope["path"] not in OPEN_PATHS:
+        if self.same_origin is not None:
+            refusal = self.same_origin.refusal(scope)
+            if refusal is not None:
+                await refusal.response()(scope, receive, exchange.answer)
+                return
+        elif scope["path"] not in OPEN_PATHS:
             found = self.keys.tenant(authorization)
             if found is None:
                 await self.keys.refusal().response()(scope, receive, exchange.answer)

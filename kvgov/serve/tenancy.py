@@ -11,11 +11,18 @@ The one exception to per-tenant salts is a prefix pinned shared by an admin key
 counts how many leading blocks are a shared pin's and salts only the blocks after them,
 so the routes send the tenant's salt as always and nothing else.
 
+Budget names are checked (``check_budget_name``) wherever a client names one: a name
+that holds ``/`` would open a budget no URL can close, and one with control or bidi
+characters would reach ``/metrics`` labels and the live page as they are. A bound key's
+pins (``ServeSettings``: not an admin's, on a server with keys) are held to its share of
+the pool (``TenantPins.reserve``).
+
 ``TenantPins`` is thread-safe; its lock is a leaf (nothing is called under it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,19 +31,30 @@ from typing import TypeVar
 from fastapi import Request
 
 from governor.backend import PrefixHandle
+from kvgov.serve.errors import ApiError
 
 __all__ = [
+    "MAX_BUDGET_NAME",
+    "PinShareExceeded",
     "TenantPins",
     "cache_salt_for",
+    "check_budget_name",
     "own_budgets",
     "owns_salt",
     "scoped_budget",
+    "tenant_id",
     "tenant_of",
     "unscoped_budget",
 ]
 
 _SEPARATOR = "/"
+MAX_BUDGET_NAME = 256  # characters, as integrations.wire.BudgetSpec allows
 _Held = TypeVar("_Held")
+
+
+def tenant_id(key: str) -> str:
+    """A stable short name for a key's tenant; the key cannot be read back from it."""
+    return "t" + hashlib.sha256(b"kvgov-tenant\0" + key.encode()).hexdigest()[:15]
 
 
 def tenant_of(request: Request) -> str:
@@ -86,16 +104,76 @@ def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:
     return tenant if cache_salt is None else f"{tenant}{_SEPARATOR}{cache_salt}"
 
 
+def check_budget_name(name: str, *, param: str = "name") -> None:
+    """Refuse (400) a budget name that could not round-trip through a URL path, the
+    tenant's scoping or a ``/metrics`` label unchanged: over ``MAX_BUDGET_NAME``
+    characters, with a ``/``, ``.`` or ``..``, spaces at either end, or a character that
+    is not printable (control and format characters: NUL, line breaks, the bidi marks
+    that turn a label's text around)."""
+    problem = None
+    if not 1 <= len(name) <= MAX_BUDGET_NAME:
+        problem = f"has {len(name)} characters; use 1 to {MAX_BUDGET_NAME}"
+    elif _SEPARATOR in name or name in (".", ".."):
+        problem = "is or holds a path segment ('/', '.' or '..'); use another character"
+    elif name != name.strip():
+        problem = "starts or ends with a space; strip it"
+    elif not name.isprintable():
+        bad = next(c for c in name if not c.isprintable())
+        problem = (
+            f"holds the character U+{ord(bad):04X}, which is not printable (control, "
+            "format and bidi characters are refused); use letters, digits and punctuation"
+        )
+    if problem is not None:
+        raise ApiError(
+            400, f"the budget name {name!r} {problem}", code="invalid_budget_name", param=param
+        )
+
+
+class PinShareExceeded(ApiError):
+    """A bound key's pins would hold more than its share of the pool (403)."""
+
+    def __init__(self, *, num_held: int, num_asked: int, cap: int) -> None:
+        super().__init__(
+            403,
+            f"this API key's pinned prefixes hold {num_held} blocks, and this pin needs "
+            f"{num_asked} more: over the key's share of {cap} blocks (kvgov serve "
+            "--tenant-pin-share, split between the keys that are not admins'); unpin a "
+            "prefix this key pinned (DELETE /kvgov/v1/prefixes/KEY), pin a shorter one, or "
+            "ask for an admin key",
+            code="pin_share_exceeded",
+            param="prefix",
+        )
+
+
 @dataclass(slots=True)
 class TenantPins:
-    """The prefixes each tenant pinned, by the key the backend gave them."""
+    """The prefixes each tenant pinned, by the key the backend gave them, and the blocks
+    each tenant's pins hold (with those reserved for a pin being made)."""
 
     _owners: dict[str, tuple[str, PrefixHandle]] = field(default_factory=dict)
+    _num_blocks: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, tenant: str, handle: PrefixHandle) -> None:
+    def reserve(self, tenant: str, num_blocks: int, *, cap: int) -> None:
+        """Count ``num_blocks`` more for the tenant before it pins them, or raise
+        ``PinShareExceeded`` when that would take it past ``cap``; the check and the
+        count are one step, so two pins made at once cannot both slip under the cap.
+        ``add`` (with ``reserved``) or ``cancel`` settles the reservation."""
+        with self._lock:
+            held = self._num_blocks.get(tenant, 0)
+            if held + num_blocks > cap:
+                raise PinShareExceeded(num_held=held, num_asked=num_blocks, cap=cap)
+            self._num_blocks[tenant] = held + num_blocks
+
+    def cancel(self, tenant: str, reserved: int) -> None:
+        """Give back a reservation whose pin failed."""
+        with self._lock:
+            self._count(tenant, -reserved)
+
+    def add(self, tenant: str, handle: PrefixHandle, *, reserved: int = 0) -> None:
         with self._lock:
             self._owners[handle.key] = (tenant, handle)
+            self._count(tenant, handle.num_blocks - reserved)
 
     def take(self, tenant: str, key: str) -> PrefixHandle | None:
         """Remove and return the tenant's pin ``key``; None when it has no such pin."""
@@ -104,6 +182,7 @@ class TenantPins:
             if owner is None or owner[0] != tenant:
                 return None
             del self._owners[key]
+            self._count(tenant, -owner[1].num_blocks)
             return owner[1]
 
     def put_back(self, tenant: str, handle: PrefixHandle) -> None:
@@ -113,3 +192,17 @@ class TenantPins:
     def num_pins(self) -> int:
         with self._lock:
             return len(self._owners)
+
+    def num_blocks(self, tenant: str) -> int:
+        """The blocks the tenant's pins hold (counted once per pin: two pins of one
+        prefix count its blocks twice, as the share is of what a key asked for)."""
+        with self._lock:
+            return self._num_blocks.get(tenant, 0)
+
+    def _count(self, tenant: str, delta: int) -> None:
+        left = self._num_blocks.get(tenant, 0) + delta
+        assert left >= 0, (tenant, left)
+        if left:
+            self._num_blocks[tenant] = left
+        else:
+            self._num_blocks.pop(tenant, None)

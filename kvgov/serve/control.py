@@ -21,20 +21,34 @@ Letting every tenant pin shared would be a probe: a tenant could pin a guess of 
 tenant's system prompt and watch the server-wide hit counters (``/metrics``) rise when
 that tenant's calls start with it. An admin pins what the operator chose to make public.
 A shared pin belongs to the key that pinned it: only that key unpins it.
+
+Pin shares. A bound key's own pins (``ServeSettings``: a key that is not an admin's) may
+hold at most its share of the pool (``ServeSettings.tenant_pin_cap``): the server
+tokenizes the prefix, reserves its full blocks against the share (403
+``pin_share_exceeded`` past it) and pins the ids it counted, so no key's pins can leave
+another key's prompts without room. An admin key and a server without keys pin as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter, Request
 
+from governor.backend import PrefixHandle
 from governor.errors import BackendError, ConfigError
 from integrations import wire
 from kvgov.serve.errors import ApiError
-from kvgov.serve.security import tenant_id
 from kvgov.serve.state import ServerState
-from kvgov.serve.tenancy import cache_salt_for, scoped_budget, tenant_of, unscoped_budget
+from kvgov.serve.tenancy import (
+    cache_salt_for,
+    check_budget_name,
+    scoped_budget,
+    tenant_of,
+    unscoped_budget,
+)
 
 __all__ = ["router"]
 
@@ -60,6 +74,7 @@ def _state(request: Request) -> ServerState:
 
 
 def _budget(request: Request, name: str) -> tuple[ServerState, str, str]:
+    check_budget_name(name)
     tenant = tenant_of(request)
     return _state(request), tenant, scoped_budget(tenant, name)
 
@@ -180,10 +195,9 @@ def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
     if pin.shared:
         _check_may_pin_shared(state, tenant, pin)
         handle = state.backend.pin_prefix(pin.prefix, shared=True)
+        state.pins.add(tenant, handle)
     else:
-        salt = cache_salt_for(tenant, pin.cache_salt)
-        handle = state.backend.pin_prefix(pin.prefix, cache_salt=salt)
-    state.pins.add(tenant, handle)
+        handle = _pin_own(state, tenant, pin.prefix, cache_salt_for(tenant, pin.cache_salt))
     state.events.record(
         "prefix.pinned",
         tenant=tenant,
@@ -203,6 +217,39 @@ def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
     )
 
 
+_Prefix = str | list[int] | list[dict[str, Any]]  # integrations.wire.PinRequest's
+
+
+def _pin_own(state: ServerState, tenant: str, prefix: _Prefix, salt: str | None) -> PrefixHandle:
+    """The tenant's own pin, held to its share of the pool when the tenant is bound."""
+    if not state.is_bound(tenant):
+        handle = state.backend.pin_prefix(prefix, cache_salt=salt)
+        state.pins.add(tenant, handle)
+        return handle
+    ids = _token_ids(state, prefix)
+    cap = state.backend.capacity()
+    num_blocks = len(ids) // cap.block_size  # the full blocks: what a pin holds
+    state.pins.reserve(tenant, num_blocks, cap=state.settings.tenant_pin_cap(cap.num_blocks))
+    try:
+        handle = state.backend.pin_prefix(ids, cache_salt=salt)
+    except BaseException:
+        state.pins.cancel(tenant, num_blocks)
+        raise
+    state.pins.add(tenant, handle, reserved=num_blocks)
+    return handle
+
+
+def _token_ids(state: ServerState, prefix: _Prefix) -> list[int]:
+    """The ids ``LocalBackend.pin_prefix`` would pin for ``prefix`` (chat messages
+    rendered with no generation prompt)."""
+    tokenizer = state.backend.tokenizer
+    if isinstance(prefix, str):
+        return tokenizer.encode(prefix)
+    if prefix and isinstance(prefix[0], Mapping):
+        return tokenizer.encode_chat(prefix, add_generation_prompt=False)  # type: ignore[arg-type]
+    return list(prefix)  # type: ignore[arg-type]
+
+
 def _check_may_pin_shared(state: ServerState, tenant: str, pin: wire.PinRequest) -> None:
     if pin.cache_salt is not None:
         raise ApiError(
@@ -212,8 +259,7 @@ def _check_may_pin_shared(state: ServerState, tenant: str, pin: wire.PinRequest)
             code="invalid_request",
             param="cache_salt",
         )
-    admins = {tenant_id(key) for key in state.settings.admin_api_keys}
-    if tenant and tenant not in admins:
+    if state.is_bound(tenant):
         raise ApiError(
             403,
             "only an admin API key may pin a prefix shared by every tenant (kvgov serve "

@@ -1,9 +1,11 @@
 """``ModelCall``: one OpenAI request turned into a ``GenerationRequest`` and run on the
 backend, with what every model call of the server does around it.
 
-Around each call: the model name is checked (404), the queue gate is passed (429), the
-tenant's budget name and cache salt are applied, ``request.*`` events are recorded, the
-engine's errors become ``ApiError`` (a prompt over the model's context is 400
+Around each call: the model name and the budget's name are checked (404, 400), the
+queue gate is passed (429, a bound key's share of it: ``limits.QueueGate``), the tenant's
+budget name and cache salt are applied, a bound key's ``priority`` and ``order_age_s``
+are lowered to the server's bounds (``ServeSettings``), ``request.*`` events are recorded,
+the engine's errors become ``ApiError`` (a prompt over the model's context is 400
 ``context_length_exceeded``), and ``retain`` holds the KV once the call is done.
 
 A call whose client goes away is cancelled: ``LocalBackend.astream`` aborts the engine
@@ -68,6 +70,12 @@ class ModelCall:
         prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.tenant = tenancy.tenant_of(self.request)
+        if self.body.budget is not None:
+            try:
+                tenancy.check_budget_name(self.body.budget, param="budget")
+            except ApiError as exc:
+                self._refused(exc.status, exc.code)
+                raise
         model = self.body.model
         if model is not None and model != self.state.model_name:
             self._refused(404, "model_not_found")
@@ -86,6 +94,12 @@ class ModelCall:
     def generation_request(self) -> GenerationRequest:
         body = self.body
         budget = None if body.budget is None else tenancy.scoped_budget(self.tenant, body.budget)
+        priority, order_age_s = body.priority, body.order_age_s
+        if self.state.is_bound(self.tenant):  # see ServeSettings: no key jumps every queue
+            settings = self.state.settings
+            priority = min(priority, settings.tenant_max_priority)
+            if order_age_s is not None:
+                order_age_s = min(order_age_s, settings.tenant_max_order_age_s)
         common = {
             # Without a limit the call may use the rest of the context: the engine ends it
             # at the ceiling (finish "length"), as vLLM does with no max_tokens.
@@ -97,8 +111,8 @@ class ModelCall:
             "ceiling_tokens": body.ceiling_tokens,
             "budget": budget,
             "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
-            "priority": body.priority,
-            "order_time": None if body.order_age_s is None else time.monotonic() - body.order_age_s,
+            "priority": priority,
+            "order_time": None if order_age_s is None else time.monotonic() - order_age_s,
             "retain": body.retain,
         }
         if self.prompt_ids is not None:  # tokenized already: the engine takes the ids
@@ -167,7 +181,7 @@ class ModelCall:
             self._refused(error.status, error.code)
             raise error from exc
         finally:
-            self.api.gate.leave()
+            self.api.gate.leave(self.tenant)
             if not self.finished and not refused:
                 self._record("request.aborted", reason="client disconnected")
 
@@ -198,7 +212,7 @@ class ModelCall:
 
     async def _enter(self) -> None:
         try:
-            await self.api.gate.enter()
+            await self.api.gate.enter(self.tenant, bound=self.state.is_bound(self.tenant))
         except ApiError as exc:
             self._refused(exc.status, exc.code)
             raise

@@ -17,7 +17,7 @@ from governor import __version__
 from governor.local_backend import LocalBackend
 from kvgov.serve.events import EventLog
 from kvgov.serve.settings import ServeSettings
-from kvgov.serve.tenancy import TenantPins
+from kvgov.serve.tenancy import TenantPins, tenant_id
 
 __all__ = ["ServerState"]
 
@@ -33,6 +33,15 @@ class ServerState:
     version: str = __version__
     events: EventLog = field(default_factory=EventLog)
     pins: TenantPins = field(default_factory=TenantPins)  # each pin's tenant
+    admin_tenants: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.admin_tenants = frozenset(tenant_id(key) for key in self.settings.admin_api_keys)
+
+    def is_bound(self, tenant: str) -> bool:
+        """Whether the per-tenant shares bound this tenant's calls (``ServeSettings`` says
+        which): a key's that is not an admin's; never on a server without keys."""
+        return bool(tenant) and tenant not in self.admin_tenants
 
     @property
     def model_name(self) -> str:

@@ -145,3 +145,46 @@ def test_one_tenant_never_sees_or_touches_anothers(client: TestClient) -> None:
         tenant_id(KEY_A),
         tenant_id(KEY_B),
     }
+
+
+def test_budget_names_that_cannot_round_trip_are_400(client: TestClient) -> None:
+    """Issue 32, item 19: the server opened ``x/retain`` (which no URL can then close:
+    ``DELETE /kvgov/v1/budgets/x/retain`` is no route) and let NUL and bidi characters
+    through to ``/metrics`` labels. Now each such name is a 400 naming what to do."""
+    bad = {
+        "x/retain": "path segment",
+        "..": "path segment",
+        "a\x00b": "U+0000",
+        "report\u202eexe.txt": "U+202E",  # right-to-left override
+        "a\u2066b": "U+2066",  # left-to-right isolate
+        "two\nlines": "U+000A",
+        "a\u200bb": "U+200B",  # zero-width space
+        " padded": "space",
+    }
+    for name, says in bad.items():
+        refused = client.post("/kvgov/v1/budgets", json={"name": name, "max_blocks": 1})
+        assert refused.status_code == 400, (name, refused.text)
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("invalid_budget_name", "name"), name
+        assert says in error["message"], (name, error["message"])
+    too_long = client.post("/kvgov/v1/budgets", json={"name": "x" * 257, "max_blocks": 1})
+    assert too_long.status_code == 400
+    assert client.put("/kvgov/v1/budgets/a%E2%80%AEb", json={"max_blocks": 2}).status_code == 400
+    assert client.post("/kvgov/v1/budgets/a%00b/retain").status_code == 400
+    chat = client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "budget": "a\u202eb"},
+    )
+    assert chat.status_code == 400
+    assert (chat.json()["error"]["code"], chat.json()["error"]["param"]) == (
+        "invalid_budget_name",
+        "budget",
+    )
+    assert client.get("/kvgov/v1/kv").json()["budgets"] == {}
+    exposed = client.get("/metrics").text
+    assert "\u202e" not in exposed and "\x00" not in exposed and "x/retain" not in exposed
+    # what agents are called is still theirs to choose: any script, spaces, dots
+    for name in ("研究员", "worker 1", "a.b", "planner-2026.12"):
+        opened = client.post("/kvgov/v1/budgets", json={"name": name, "max_blocks": 1})
+        assert opened.status_code == 201, (name, opened.text)
+        assert client.delete(f"/kvgov/v1/budgets/{name}").status_code == 204

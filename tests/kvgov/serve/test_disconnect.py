@@ -4,7 +4,7 @@ nothing neither stalls other clients nor keeps the engine from finishing its req
 
 The server's connections have small send buffers (``SO_SNDBUF`` locked at 4 KiB, which
 the kernel doubles; unlocked, it grows one to megabytes on loopback, and a whole answer
-would fit) and, for the client that reads nothing, a 4 KiB high-water mark on its
+would fit) and, for the client that reads nothing, a 1 KiB high-water mark on its
 transport (asyncio's is 64 KiB): an answer of a few hundred tokens then outgrows every
 buffer between the engine and that client, and the test measures each of them.
 """
@@ -36,8 +36,8 @@ LONG = 900  # tokens: seconds of decoding here, far longer than any wait below
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
 CHAT = "/v1/chat/completions"
 SNDBUF = 4096  # asked of the kernel for every connection (it books twice that)
-HIGH_WATER = 4096  # bytes a stalled connection's transport holds before it pauses writing
-# tokens: about 50 of them, a frame each, fill those buffers; the engine makes the rest
+HIGH_WATER = 1024  # bytes a stalled connection's transport holds before it pauses writing
+# tokens: about 35 of them, a frame each, fill those buffers; the engine makes the rest
 # while the write is paused
 UNREAD = 240
 

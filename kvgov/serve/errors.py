@@ -15,13 +15,24 @@ prompt longer than the model's context      400    context_length_exceeded (+ he
                                                    ``x-should-retry: false``)
 other engine ``InvalidRequestError``,       400    the class in snake case
 ``CapacityError``, ``ConfigError``
+a budget name with ``/``, control or bidi   400    invalid_budget_name
+characters, or spaces at its ends
 missing or wrong API key                    401    invalid_api_key
+without keys: a foreign ``Host``, a         403    host_not_allowed, cross_site_request
+cross-site ``Origin``/``Sec-Fetch-Site``
+a non-admin key pinning shared, or past     403    shared_pin_forbidden,
+its share of the pool                              pin_share_exceeded
 unknown model, budget, prefix, route        404    model_not_found, ...
+a head or body slower than its timeout      408    request_timeout (``connection``)
 duplicate budget, budget in use             409    duplicate_budget, budget_in_use
 body over ``max_body_bytes``                413    request_too_large
-waiting queue over ``max_waiting_requests`` 429    queue_full (+ ``Retry-After``)
+waiting queue over ``max_waiting_requests`` 429    queue_full (+ ``Retry-After``; a key
+                                                   under its share goes ahead)
+a head over ``max_head_bytes``              431    request_header_too_large
+                                                   (``connection``)
 a bug                                       500    internal_error
 backend closed, engine thread gone          503    engine_unavailable
+more than ``max_connections`` open          503    uvicorn's plain-text answer
 =========================================== ====== ===================================
 """
 

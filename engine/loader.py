@@ -2,8 +2,8 @@
 
 A preset (``engine.presets``) is built in memory; anything else must be a local Hugging
 Face folder (``config.json``, ``*.safetensors``, the tokenizer's files). The pool takes
-``num_blocks`` when set, else ``kv_cache_bytes``, else ``kv_cache_fraction`` of the
-memory free on the device; with none of them, on a GPU what profiling the largest step
+``num_blocks`` when set, else ``kv_cache_bytes`` (refused when it is more than the memory
+free on the device), else ``kv_cache_fraction`` of the memory free on the device; with none of them, on a GPU what profiling the largest step
 leaves of ``gpu_memory_utilization`` of the card (``engine.memory_profile``), and 256 MiB
 on a CPU.
 """
@@ -123,6 +123,14 @@ def num_kv_blocks(
         return config.num_blocks
     if config.kv_cache_bytes is not None:
         nbytes = config.kv_cache_bytes
+        available = free_bytes(device)
+        if nbytes > available:  # refused here, not by the allocator half-way through
+            raise InvalidRequestError(
+                f"the KV cache is asked for {nbytes / 1e9:.1f} GB (kv_cache_bytes; kvgov "
+                f"serve's --kv-budget, where a bare number is MiB) but {device} has "
+                f"{available / 1e9:.1f} GB free; ask for less, or for kv_cache_fraction, a "
+                "share of what is free"
+            )
     elif config.kv_cache_fraction is not None:
         nbytes = int(free_bytes(device) * config.kv_cache_fraction)
     elif device.type == "cuda":

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 import torch
 
-from engine import Engine, EngineConfig, ModelError, WeightsDoNotFitError, export_preset, loader
+from engine import (
+    Engine,
+    EngineConfig,
+    InvalidRequestError,
+    ModelError,
+    WeightsDoNotFitError,
+    export_preset,
+    loader,
+)
 from engine.model_config import ModelConfig
 from engine.presets import get_preset
 from engine.quantization.scheme import WeightQuantization
@@ -133,3 +141,15 @@ def test_the_host_has_free_what_meminfo_calls_available(
     meminfo.write_text("MemTotal:       16303344 kB\nMemFree:          512000 kB\n")
     for path in (meminfo, tmp_path / "missing"):
         assert loader.free_bytes(cpu, meminfo=str(path)) == 1_000 * 4096
+
+
+def test_a_kv_cache_over_the_free_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kv_cache_bytes`` (``kvgov serve --kv-budget``) past what the device has free is
+    refused with the sizes, not left to the allocator (a bare ``--kv-budget 3158073``
+    is 3.3 TB: torch's ``can't allocate memory`` otherwise)."""
+    monkeypatch.setattr(loader, "free_bytes", lambda _device: GB)
+    with pytest.raises(InvalidRequestError) as refused:
+        Engine(EngineConfig(kv_cache_bytes=GB + 1, device="cpu"))
+    assert "asked for 1.0 GB" in str(refused.value) and "cpu has 1.0 GB free" in str(refused.value)
+    engine = Engine(EngineConfig(kv_cache_bytes=2**20, device="cpu"))  # well within
+    assert engine.capacity().num_blocks * engine.capacity().bytes_per_block <= 2**20

@@ -79,6 +79,7 @@ _ENGINE_STATUS = {
     "UnknownBudgetError": 404,
     "UnknownPinError": 404,
     "UnknownPrefixError": 404,  # the control plane's: no such pin for this tenant
+    "PinShareExceededError": 403,  # the control plane's: a key's pins past its share
     "UnknownSequenceError": 404,
     "DuplicateBudgetError": 409,
     "DuplicateSequenceError": 409,

@@ -31,11 +31,12 @@ from typing import TypeVar
 from fastapi import Request
 
 from governor.backend import PrefixHandle
+from governor.errors import BackendError
+from integrations import wire
 from kvgov.serve.errors import ApiError
 
 __all__ = [
-    "MAX_BUDGET_NAME",
-    "PinShareExceeded",
+    "PinShareExceededError",
     "TenantPins",
     "cache_salt_for",
     "check_budget_name",
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 _SEPARATOR = "/"
-MAX_BUDGET_NAME = 256  # characters, as integrations.wire.BudgetSpec allows
 _Held = TypeVar("_Held")
 
 
@@ -106,42 +106,34 @@ def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:
 
 def check_budget_name(name: str, *, param: str = "name") -> None:
     """Refuse (400) a budget name that could not round-trip through a URL path, the
-    tenant's scoping or a ``/metrics`` label unchanged: over ``MAX_BUDGET_NAME``
-    characters, with a ``/``, ``.`` or ``..``, spaces at either end, or a character that
-    is not printable (control and format characters: NUL, line breaks, the bidi marks
-    that turn a label's text around)."""
-    problem = None
-    if not 1 <= len(name) <= MAX_BUDGET_NAME:
-        problem = f"has {len(name)} characters; use 1 to {MAX_BUDGET_NAME}"
-    elif _SEPARATOR in name or name in (".", ".."):
-        problem = "is or holds a path segment ('/', '.' or '..'); use another character"
-    elif name != name.strip():
-        problem = "starts or ends with a space; strip it"
-    elif not name.isprintable():
-        bad = next(c for c in name if not c.isprintable())
-        problem = (
-            f"holds the character U+{ord(bad):04X}, which is not printable (control, "
-            "format and bidi characters are refused); use letters, digits and punctuation"
-        )
+    tenant's scoping or a ``/metrics`` label unchanged: the rule of
+    ``integrations.wire.name_problem``, which ``RemoteBackend`` checks before it sends."""
+    problem = wire.name_problem(name)
     if problem is not None:
         raise ApiError(
-            400, f"the budget name {name!r} {problem}", code="invalid_budget_name", param=param
+            400,
+            f"the budget name {name!r} cannot be used: {problem}",
+            code="invalid_budget_name",
+            param=param,
         )
 
 
-class PinShareExceeded(ApiError):
-    """A bound key's pins would hold more than its share of the pool (403)."""
+class PinShareExceededError(BackendError):
+    """A bound key's pins would hold more than its share of the pool: 403
+    ``pin_share_exceeded``, with the counts as fields (``RemoteBackend`` raises an error
+    of this name with them)."""
 
     def __init__(self, *, num_held: int, num_asked: int, cap: int) -> None:
+        self.num_held = num_held
+        self.num_asked = num_asked
+        self.cap = cap
         super().__init__(
-            403,
             f"this API key's pinned prefixes hold {num_held} blocks, and this pin needs "
             f"{num_asked} more: over the key's share of {cap} blocks (kvgov serve "
             "--tenant-pin-share, split between the keys that are not admins'); unpin a "
             "prefix this key pinned (DELETE /kvgov/v1/prefixes/KEY), pin a shorter one, or "
             "ask for an admin key",
-            code="pin_share_exceeded",
-            param="prefix",
+            backend="kvgov serve",
         )
 
 
@@ -156,13 +148,13 @@ class TenantPins:
 
     def reserve(self, tenant: str, num_blocks: int, *, cap: int) -> None:
         """Count ``num_blocks`` more for the tenant before it pins them, or raise
-        ``PinShareExceeded`` when that would take it past ``cap``; the check and the
+        ``PinShareExceededError`` when that would take it past ``cap``; the check and the
         count are one step, so two pins made at once cannot both slip under the cap.
         ``add`` (with ``reserved``) or ``cancel`` settles the reservation."""
         with self._lock:
             held = self._num_blocks.get(tenant, 0)
             if held + num_blocks > cap:
-                raise PinShareExceeded(num_held=held, num_asked=num_blocks, cap=cap)
+                raise PinShareExceededError(num_held=held, num_asked=num_blocks, cap=cap)
             self._num_blocks[tenant] = held + num_blocks
 
     def cancel(self, tenant: str, reserved: int) -> None:

@@ -55,6 +55,12 @@ def test_a_keys_pins_stay_within_its_share(served: tuple[TestClient, LocalBacken
         error = refused.json()["error"]
         assert error["code"] == "pin_share_exceeded" and error["type"] == "permission_error"
         assert f"share of {SHARE} blocks" in error["message"] and "unpin" in error["message"]
+        assert error["kvgov"] == {  # what RemoteBackend raises: the class, its counts
+            "error_class": "PinShareExceededError",
+            "fields": {"num_held": SHARE, "num_asked": 8, "cap": SHARE},
+            "retriable": False,
+        }
+        assert refused.headers["x-should-retry"] == "false"
     assert backend.capacity().num_pinned_blocks == SHARE  # nothing pinned by the refusals
     prompt = list(range(100, 100 + 36 * 16))  # 36 blocks: more than the pool less A's share
     answered = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1}, headers=B)

@@ -15,7 +15,16 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from integrations._http11 import Answer, Hold, PoolLimits, head, key_of
+from integrations._http11 import (
+    Answer,
+    AnswerLimits,
+    Hold,
+    PoolLimits,
+    Reply,
+    head,
+    key_of,
+    refused_body,
+)
 
 __all__ = ["AsyncHttp11Transport"]
 
@@ -23,8 +32,11 @@ _HIGH_WATER = 1 << 20  # bytes buffered unread before the socket stops being rea
 
 
 class AsyncHttp11Transport(httpx.AsyncBaseTransport):
-    def __init__(self, limits: httpx.Limits | None = None) -> None:
+    def __init__(
+        self, limits: httpx.Limits | None = None, *, answer_limits: AnswerLimits | None = None
+    ) -> None:
         self.limits = PoolLimits.of(limits)
+        self.answer_limits = answer_limits or AnswerLimits()
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._open = 0  # connections open or being opened, idle ones included
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -34,15 +46,27 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
         key = key_of(request.url, self._closed, request)
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         body = await request.aread()
-        connection = await self._checkout(key, timeouts, request)
+        connection = await self._answered(
+            key, request.method, head(request, len(body)), body, timeouts, request
+        )
+        return connection.response(_Body(self, connection, key, timeouts.get("read"), request))
+
+    async def exchange(
+        self, method: str, url: httpx.URL, written: bytes, timeouts: dict[str, float | None]
+    ) -> Reply:
+        """``Http11Transport.exchange`` on the loop: a request written whole (head and body),
+        its answer read whole into one ``Reply``, no httpx request, stream or hold on the
+        way; ``AnswerRefused`` for a body past ``answer_limits.max_body_bytes``."""
+        key = key_of(url, self._closed, None)
+        connection = await self._answered(key, method, written, b"", timeouts, None)
         try:
-            connection.send(head(request, len(body)), body)
-            await connection.drain(timeouts.get("write"), request)
-            await connection.wait_headers(timeouts.get("read"), request)
+            content = await connection.read_all(timeouts.get("read"), None)
+            response = connection.whole_response(content)
         except BaseException:
             self._discard(connection)
             raise
-        return connection.response(_Body(self, connection, key, timeouts.get("read"), request))
+        self._checkin(key, connection)
+        return response
 
     async def aclose(self) -> None:
         self._closed = True
@@ -51,9 +75,33 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
                 connection.close()
         self._idle.clear()
 
+    async def _answered(
+        self,
+        key: tuple[str, int],
+        method: str,
+        head: bytes,
+        body: bytes,
+        timeouts: dict[str, float | None],
+        request: httpx.Request | None,
+    ) -> _Connection:
+        """A connection that has sent ``head`` and ``body`` (a ``method`` request) and read
+        its answer's head."""
+        connection = await self._checkout(key, timeouts, request)
+        try:
+            connection.send(head, body)
+            await connection.drain(timeouts.get("write"), request)
+            await connection.wait_headers(method, timeouts.get("read"), request)
+        except BaseException:
+            self._discard(connection)
+            raise
+        return connection
+
     # -- the pool -------------------------------------------------------------------------
     async def _checkout(
-        self, key: tuple[str, int], timeouts: dict[str, float | None], request: httpx.Request
+        self,
+        key: tuple[str, int],
+        timeouts: dict[str, float | None],
+        request: httpx.Request | None,
     ) -> _Connection:
         idle = self._idle.get(key)
         now = time.monotonic()
@@ -64,12 +112,12 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
             self._discard(connection)
         await self._slot(timeouts.get("pool"), request)
         try:
-            return await _connect(key, timeouts.get("connect"), request)
+            return await _connect(key, timeouts.get("connect"), request, self.answer_limits)
         except BaseException:
             self._release_slot()
             raise
 
-    async def _slot(self, timeout: float | None, request: httpx.Request) -> None:
+    async def _slot(self, timeout: float | None, request: httpx.Request | None) -> None:
         if self.limits.max_connections is None or self._open < self.limits.max_connections:
             self._open += 1
             return
@@ -128,8 +176,8 @@ class AsyncHttp11Transport(httpx.AsyncBaseTransport):
 class _Connection(Answer, asyncio.Protocol):
     """One TCP connection on an event loop: the loop hands it bytes as they arrive."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, limits: AnswerLimits) -> None:
+        super().__init__(limits)
         self.transport: asyncio.Transport | None = None
         self._lost = False
         self._paused = False
@@ -186,7 +234,7 @@ class _Connection(Answer, asyncio.Protocol):
         if len(body) >= 65_536:
             self.transport.write(body)
 
-    async def drain(self, timeout: float | None, request: httpx.Request) -> None:
+    async def drain(self, timeout: float | None, request: httpx.Request | None) -> None:
         writable = self._writable
         if writable is None or writable.done():
             return
@@ -197,15 +245,18 @@ class _Connection(Answer, asyncio.Protocol):
                 None
             )
 
-    async def wait_headers(self, timeout: float | None, request: httpx.Request) -> None:
+    async def wait_headers(
+        self, method: str, timeout: float | None, request: httpx.Request | None
+    ) -> None:
         while not self._headers_done:
             await self._next(timeout, request)
-        self._headers_read(request.method)
+        self._headers_read(method)
 
-    async def read(self, timeout: float | None, request: httpx.Request) -> bytes | None:
-        """The next body bytes; None at the end of the answer."""
+    async def read(self, timeout: float | None, request: httpx.Request | None) -> bytes | None:
+        """The next body bytes; None at the end of the answer (an error, such as bytes
+        after it, is raised once what came before it has been read)."""
         while not self._chunks:
-            if self._complete:
+            if self._complete and self._error is None:
                 return None
             await self._next(timeout, request)
         chunk = self._take()
@@ -214,11 +265,23 @@ class _Connection(Answer, asyncio.Protocol):
             self.transport.resume_reading()
         return chunk
 
+    async def read_all(self, timeout: float | None, request: httpx.Request | None) -> bytes:
+        """The rest of the body, to the end of the answer; ``AnswerRefused`` past
+        ``max_body_bytes``, read no further."""
+        parts: list[bytes] = []
+        num_bytes = 0
+        while (chunk := await self.read(timeout, request)) is not None:
+            num_bytes += len(chunk)
+            if num_bytes > self.limits.max_body_bytes:
+                raise refused_body(self.limits.max_body_bytes, num_bytes)
+            parts.append(chunk)
+        return b"".join(parts)
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
-    async def _next(self, timeout: float | None, request: httpx.Request) -> None:
+    async def _next(self, timeout: float | None, request: httpx.Request | None) -> None:
         """Wait for the loop to hand over more bytes, the end, or an error."""
         if self._error is not None:
             raise self._error
@@ -277,11 +340,12 @@ class _Body(Hold, httpx.AsyncByteStream):
 
 
 async def _connect(
-    key: tuple[str, int], timeout: float | None, request: httpx.Request
+    key: tuple[str, int], timeout: float | None, request: httpx.Request | None, limits: AnswerLimits
 ) -> _Connection:
     loop = asyncio.get_running_loop()
+    opened = loop.create_connection(lambda: _Connection(limits), *key)
     try:
-        _, connection = await asyncio.wait_for(loop.create_connection(_Connection, *key), timeout)
+        _, connection = await asyncio.wait_for(opened, timeout)
     except asyncio.TimeoutError:
         message = f"no connection to {key[0]}:{key[1]} in time"
         raise httpx.ConnectTimeout(message, request=request) from None

@@ -15,7 +15,16 @@ from collections.abc import Iterator
 
 import httpx
 
-from integrations._http11 import Answer, Hold, PoolLimits, Reply, head, key_of
+from integrations._http11 import (
+    Answer,
+    AnswerLimits,
+    Hold,
+    PoolLimits,
+    Reply,
+    head,
+    key_of,
+    refused_body,
+)
 
 __all__ = ["Http11Transport"]
 
@@ -27,8 +36,11 @@ class Http11Transport(httpx.BaseTransport):
     thread at a time, the pool under a lock. httpcore and h11 spend about 0.3 ms of
     client CPU a call on this host for what a socket read and llhttp do here."""
 
-    def __init__(self, limits: httpx.Limits | None = None) -> None:
+    def __init__(
+        self, limits: httpx.Limits | None = None, *, answer_limits: AnswerLimits | None = None
+    ) -> None:
         self.limits = PoolLimits.of(limits)
+        self.answer_limits = answer_limits or AnswerLimits()
         self._lock = threading.Condition()  # the pool below; never held across I/O
         self._idle: dict[tuple[str, int], list[_SyncConnection]] = {}
         self._open = 0  # connections open or being opened, idle ones included
@@ -44,13 +56,14 @@ class Http11Transport(httpx.BaseTransport):
 
     def exchange(
         self, method: str, url: httpx.URL, written: bytes, timeouts: dict[str, float | None]
-    ) -> httpx.Response | Reply:
+    ) -> Reply:
         """A ``method`` request written whole (head and body, as ``head`` writes them) sent to
-        ``url``'s server, and its answer read whole, as one ``Reply`` (an ``httpx.Response``
-        where the body is encoded) with its content: what ``handle_request`` and reading
-        the response do for a call that is not streamed, less the request, stream and hold
-        objects they go through (about a tenth of a served call's client CPU). Errors are
-        ``handle_request``'s, less the request they would name."""
+        ``url``'s server, and its answer read whole, as one ``Reply`` with its content
+        (decoded where it is encoded): what ``handle_request`` and reading the response do
+        for a call that is not streamed, less the request, stream and hold objects they go
+        through (about a tenth of a served call's client CPU). Errors are
+        ``handle_request``'s, less the request they would name, and ``AnswerRefused`` for
+        a body past ``answer_limits.max_body_bytes``."""
         key = key_of(url, self._closed, None)
         connection = self._answered(key, method, written, timeouts, None)
         try:
@@ -127,7 +140,9 @@ class Http11Transport(httpx.BaseTransport):
             if stale is not None:
                 self._discard(stale)
         try:
-            return _SyncConnection.open(key, timeouts.get("connect"), request)
+            return _SyncConnection.open(
+                key, timeouts.get("connect"), request, self.answer_limits
+            )
         except BaseException:
             with self._lock:
                 self._open -= 1
@@ -155,13 +170,17 @@ class Http11Transport(httpx.BaseTransport):
 class _SyncConnection(Answer):
     """One TCP connection read and written by the thread that has it checked out."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
+    def __init__(self, sock: socket.socket, limits: AnswerLimits) -> None:
+        super().__init__(limits)
         self.sock = sock
 
     @classmethod
     def open(
-        cls, key: tuple[str, int], timeout: float | None, request: httpx.Request | None
+        cls,
+        key: tuple[str, int],
+        timeout: float | None,
+        request: httpx.Request | None,
+        limits: AnswerLimits,
     ) -> _SyncConnection:
         try:
             sock = socket.create_connection(key, timeout=timeout)
@@ -171,7 +190,7 @@ class _SyncConnection(Answer):
         except OSError as exc:
             raise httpx.ConnectError(str(exc), request=request) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(sock)
+        return cls(sock, limits)
 
     def reusable(self, now: float, expiry: float | None) -> bool:
         """Fresh, and the server has not closed it (nothing to read on an idle one)."""
@@ -203,18 +222,25 @@ class _SyncConnection(Answer):
         self._headers_read(method)
 
     def read(self, timeout: float | None, request: httpx.Request | None) -> bytes | None:
-        """The next body bytes; None at the end of the answer."""
+        """The next body bytes; None at the end of the answer (an error, such as bytes
+        after it, is raised once what came before it has been read)."""
         while not self._chunks:
-            if self._complete:
+            if self._complete and self._error is None:
                 return None
             self._receive(timeout, request)
         return self._take()
 
     def read_all(self, timeout: float | None, request: httpx.Request | None) -> bytes:
-        """The rest of the body, to the end of the answer."""
-        while not self._complete:
-            self._receive(timeout, request)
-        return self._take() if self._chunks else b""
+        """The rest of the body, to the end of the answer; ``AnswerRefused`` past
+        ``max_body_bytes``, read no further."""
+        parts: list[bytes] = []
+        num_bytes = 0
+        while (chunk := self.read(timeout, request)) is not None:
+            num_bytes += len(chunk)
+            if num_bytes > self.limits.max_body_bytes:
+                raise refused_body(self.limits.max_body_bytes, num_bytes)
+            parts.append(chunk)
+        return b"".join(parts)
 
     def close(self) -> None:
         self.sock.close()

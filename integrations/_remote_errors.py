@@ -5,7 +5,13 @@ the client raises a ``governor.errors.BackendError`` subclass of the same name w
 same fields and message, as ``LocalBackend`` does in process, so code that catches
 ``BackendError`` or looks at ``type(exc).__name__`` and ``exc.needed`` works with either.
 Without torch on this side the engine's own classes cannot be bases: the classes are
-built here, once per name.
+built here from names that are Python identifiers, and kept for the first ``_MAX_CLASSES``
+names (a server that names a new class in every answer would otherwise grow the client
+without bound; past them a class is built for each error and goes with it); any other
+name is raised as ``BackendError`` with the name in ``error_class``. The
+server's fields never replace what the client sets itself (``retriable``, ``problem``,
+``backend``, ``status_code``...): only the server's ``retriable`` flag says whether a call
+may be retried.
 
 A body with no kvgov detail maps by status: a 400 that says the prompt is longer than the
 context to ``CeilingExceededError`` (never retried, as in process), with ``needed`` and
@@ -22,8 +28,8 @@ model length"), SGLang's "longer than the model's context length", llama.cpp's `
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
 from typing import Any
 
 from governor import BackendError, BackendUnavailable
@@ -57,16 +63,56 @@ def _rebuild(name: str, args: tuple[Any, ...]) -> BaseException:
     return cls.__new__(cls, *args)
 
 
-@functools.cache
+_MAX_CLASSES = 256  # server-named classes kept; engines have a few dozen
+_MAX_CLASS_NAME = 100
+_MAX_MESSAGE = 2_000  # characters of a server's message kept in the error
+_KNOWN: dict[str, type[BackendError]] = {
+    "BackendError": BackendError,
+    "GovernorError": BackendError,
+    "BackendUnavailable": BackendUnavailable,
+    "InvalidNameError": InvalidNameError,
+}
+# What the client sets on an error itself: a server field of one of these names is dropped.
+_OWN_FIELDS = frozenset(
+    {"args", "backend", "problem", "retriable", "retry_after_s", "status_code", "error_class"}
+)
+_classes: dict[str, type[BackendError]] = {}
+_classes_lock = threading.Lock()
+
+
 def remote_error_class(name: str) -> type[BackendError]:
-    """A ``BackendError`` subclass named as the server's error class, built once."""
-    if name in ("BackendError", "GovernorError"):
+    """A ``BackendError`` subclass named as the server's error class (built once for the
+    first ``_MAX_CLASSES`` names, each time after them); plain ``BackendError`` for a name
+    that is not an identifier."""
+    known = _KNOWN.get(name)
+    if known is not None:
+        return known
+    if not (isinstance(name, str) and name.isidentifier() and len(name) <= _MAX_CLASS_NAME):
         return BackendError
-    if name == "BackendUnavailable":
-        return BackendUnavailable
-    if name == "InvalidNameError":
-        return InvalidNameError
-    return type(name, (BackendError,), {"__module__": __name__, "__reduce__": _reduce})
+    with _classes_lock:
+        cls = _classes.get(name)
+        if cls is None:
+            cls = type(name, (BackendError,), {"__module__": __name__, "__reduce__": _reduce})
+            if len(_classes) < _MAX_CLASSES:
+                _classes[name] = cls
+        return cls
+
+
+def _fields(detail: dict[str, Any] | None) -> dict[str, Any]:
+    """The server's fields for the error, less those the client sets itself."""
+    fields = (detail or {}).get("fields")
+    if not isinstance(fields, dict):
+        return {}
+    return {key: value for key, value in fields.items() if _settable(key)}
+
+
+def _settable(key: object) -> bool:
+    return (
+        isinstance(key, str)
+        and key.isidentifier()
+        and not key.startswith("_")
+        and key not in _OWN_FIELDS
+    )
 
 
 def error_from_response(
@@ -74,13 +120,12 @@ def error_from_response(
 ) -> BackendError:
     """The typed error for an error answer of the server."""
     info = _error_info(body)
-    message = str(info.get("message") or f"HTTP {status}")
+    message = str(info.get("message") or f"HTTP {status}")[:_MAX_MESSAGE]
     detail = info.get("kvgov") if isinstance(info.get("kvgov"), dict) else None
     if (status >= 500 and status != 501) or status == 429:
         error: BackendError = BackendUnavailable(f"HTTP {status}: {message}", backend=backend)
+        error.__dict__.update(_fields(detail))
         error.status_code = status
-        if detail:
-            error.__dict__.update(detail.get("fields") or {})
         retry_after = (headers or {}).get("retry-after")
         if retry_after is not None:
             error.__dict__["retry_after_s"] = _seconds(retry_after)
@@ -96,12 +141,15 @@ def error_from_response(
         name = "BackendError"
     cls = remote_error_class(name)
     error = cls.__new__(cls, message)
-    error.__dict__.update((detail or {}).get("fields") or {})
+    error.__dict__.update(_fields(detail))
+    if cls is BackendError and name not in _KNOWN:
+        error.error_class = name[:_MAX_CLASS_NAME]  # not a class name: kept as a field
     error.problem = message
     error.backend = backend
     error.status_code = status
-    if detail is not None and bool(detail.get("retriable")) != cls.retriable:
-        error.retriable = bool(detail.get("retriable"))
+    if detail is not None and detail.get("retriable") is not None:
+        if bool(detail["retriable"]) != cls.retriable:
+            error.retriable = bool(detail["retriable"])
     return error
 
 

@@ -15,6 +15,13 @@ other failure is raised at once: transport errors and 5xx as ``BackendUnavailabl
 ``on_instance(instance_id)`` sees the ``x-kvgov-instance`` header of every answer that has
 it, so the backend notices a restart without asking.
 
+What the server answers is bounded (``AnswerLimits``, through whichever transport reads
+it): a head, a whole body (64 MiB by default, ``max_body_bytes``), a streamed line (8 MiB,
+``max_line_bytes``); past one, the call raises ``BackendUnavailable`` and is not retried
+(the same server would answer the same). A body that is not JSON and a line that is not
+UTF-8 raise ``BackendUnavailable`` too, never a bare decoding error. Header values we
+send (the API key) may not hold CR, LF or NUL: ``ConfigError`` when the transport is made.
+
 Each path's absolute URL is merged with the base URL once (by httpx itself) and kept: httpx
 parses and merges a relative path on every request, a twentieth of a served call's
 client CPU. To a plain-HTTP server with no proxy from the environment in the way, the
@@ -34,7 +41,7 @@ import threading
 import time
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from json import dumps
@@ -43,8 +50,15 @@ from typing import Any, TypeVar
 import httpx
 from typing_extensions import Self
 
-from governor import BackendUnavailable
-from integrations._http11 import Reply, sized, unsized_head
+from governor import BackendUnavailable, ConfigError
+from integrations._http11 import (
+    AnswerLimits,
+    AnswerRefused,
+    Reply,
+    refused_body,
+    sized,
+    unsized_head,
+)
 from integrations._http11_async import AsyncHttp11Transport
 from integrations._http11_sync import Http11Transport
 from integrations._remote_errors import error_from_response
@@ -81,11 +95,19 @@ class Transport:
         on_instance: Callable[[str], None] = lambda instance: None,
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
+        answer_limits: AnswerLimits | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.name = name
         self.retries = retries
         self.on_instance = on_instance
+        self.answer_limits = answer_limits or AnswerLimits()
+        if api_key and any(char in api_key for char in "\r\n\0"):
+            raise ConfigError(
+                "api_key holds CR, LF or NUL, which would end the request's head early and "
+                "write a request of its own: pass the key alone, without line breaks",
+                setting="api_key",
+            )
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._options: dict[str, Any] = {
             "base_url": self.base_url,
@@ -104,7 +126,9 @@ class Transport:
         self._lean = self.base_url.startswith("http://") and not _proxied(self.base_url)
         self._direct: Http11Transport | None = None
         if transport is None and self._lean:
-            transport = self._direct = Http11Transport(limits)
+            transport = self._direct = Http11Transport(
+                limits, answer_limits=self.answer_limits
+            )
         self._client = httpx.Client(transport=transport, **self._options)
         self._urls: dict[str, httpx.URL] = {}
         self._heads: dict[tuple[str, str, bool], bytes] = {}
@@ -136,9 +160,25 @@ class Transport:
 
     def _send(self, method: str, path: str, json: Any) -> httpx.Response | Reply:
         if self._direct is None:
-            return self._client.request(method, self.url(path), json=json)
+            with self._client.stream(method, self.url(path), json=json) as response:
+                return self._whole(response, response.iter_bytes())
         written = self._written(method, path, json)
         return self._direct.exchange(method, self.url(path), written, self._timeouts)
+
+    def _whole(self, response: httpx.Response, parts: Iterable[bytes]) -> Reply:
+        """The answer read whole through httpx's client, bounded as kvgov's transports
+        bound it."""
+        return Reply(response.status_code, response.headers.raw, self._bounded(parts))
+
+    def _bounded(self, parts: Iterable[bytes]) -> bytes:
+        kept: list[bytes] = []
+        num_bytes = 0
+        for part in parts:
+            num_bytes += len(part)
+            if num_bytes > self.answer_limits.max_body_bytes:
+                raise refused_body(self.answer_limits.max_body_bytes, num_bytes)
+            kept.append(part)
+        return b"".join(kept)
 
     def _written(self, method: str, path: str, json: Any) -> bytes:
         """The request ``_request`` makes, as the transport writes it: its head less the
@@ -212,23 +252,27 @@ class Transport:
                 raise self.unavailable(exc) from exc
         try:
             if response.status_code >= 400:
-                await response.aread()
+                try:
+                    parts = [part async for part in _abounded(response, self.answer_limits)]
+                except httpx.TransportError as exc:
+                    raise self.unavailable(exc) from exc
+                self.checked(Reply(response.status_code, response.headers.raw, b"".join(parts)))
             self.checked(response)
             yield _lines(response, self)
         finally:
             await response.aclose()  # a consumer that stopped early: the server aborts
 
-    async def _asend(self, entry: _LoopClient, method: str, path: str, json: Any) -> httpx.Response:
+    async def _asend(self, entry: _LoopClient, method: str, path: str, json: Any) -> Reply:
         if entry.direct is None:
-            return await entry.client.request(method, self.url(path), json=json)
-        request = self._request(method, path, json)
-        response = await entry.direct.handle_async_request(request)
-        response.request = request
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
+            request = entry.client.build_request(method, self.url(path), json=json)
+            response = await entry.client.send(request, stream=True)
+            try:
+                parts = [part async for part in _abounded(response, self.answer_limits)]
+            finally:
+                await response.aclose()
+            return Reply(response.status_code, response.headers.raw, b"".join(parts))
+        written = self._written(method, path, json)
+        return await entry.direct.exchange(method, self.url(path), written, self._timeouts)
 
     # -- both -----------------------------------------------------------------------------
     def url(self, path: str) -> httpx.URL:
@@ -242,6 +286,8 @@ class Transport:
 
     def checked(self, response: R) -> R:
         """The response, or its typed error."""
+        if type(response) is Reply:
+            response.backend = self.name  # a body that is not JSON names this backend
         self._observe(response)
         if response.status_code < 400:
             return response
@@ -276,8 +322,8 @@ class Transport:
     def _retry(
         self, exc: BaseException | None, status: int | None, idempotent: bool, attempt: int
     ) -> bool:
-        if attempt >= self.retries.attempts:
-            return False
+        if attempt >= self.retries.attempts or isinstance(exc, AnswerRefused):
+            return False  # tried enough, or an answer the same server would give again
         if exc is not None:
             return idempotent or isinstance(exc, _NOT_SENT)
         return idempotent and status in _RETRY_STATUS
@@ -290,7 +336,9 @@ class Transport:
                 transport = self._async_transport
                 direct = None
                 if transport is None and self._lean:
-                    transport = direct = AsyncHttp11Transport(self._options["limits"])
+                    transport = direct = AsyncHttp11Transport(
+                        self._options["limits"], answer_limits=self.answer_limits
+                    )
                 client = httpx.AsyncClient(transport=transport, **self._options)
                 entry = self._aclients[loop] = _LoopClient(client, direct)
                 entry.start()
@@ -359,21 +407,64 @@ def _proxied(url: str) -> bool:
     return not urllib.request.proxy_bypass(httpx.URL(url).host)
 
 
+async def _abounded(response: httpx.Response, limits: AnswerLimits) -> AsyncIterator[bytes]:
+    """The body's parts as httpx decodes them, until they pass ``max_body_bytes``."""
+    num_bytes = 0
+    async for part in response.aiter_bytes():
+        num_bytes += len(part)
+        if num_bytes > limits.max_body_bytes:
+            raise refused_body(limits.max_body_bytes, num_bytes)
+        yield part
+
+
 async def _lines(response: httpx.Response, transport: Transport) -> AsyncIterator[str]:
     """The answer's lines, split from its bytes: a stream of server-sent events is a read
     per event, and httpx's text and line layers (more async generators, each chunk
     decoded to text first) cost the client ~15% more CPU per streamed token. Lines end
-    in LF or CRLF (the SSE framing servers use); UTF-8 split at LF decodes whole."""
-    pending = b""
+    in LF or CRLF (the SSE framing servers use); UTF-8 split at LF decodes whole.
+
+    A line's pieces are kept in a list and joined once it ends, so a line that comes in
+    many reads costs linear time; one past ``max_line_bytes``, or one that is not UTF-8,
+    raises ``BackendUnavailable``."""
+    max_bytes = transport.answer_limits.max_line_bytes
+    pending: list[bytes] = []  # the pieces of the line not yet ended
+    num_pending = 0
     try:
         async for chunk in response.aiter_bytes():  # content-decoded, unlike aiter_raw
-            pending += chunk
             if b"\n" not in chunk:
+                pending.append(chunk)
+                num_pending += len(chunk)
+                if num_pending > max_bytes:
+                    raise _line_too_long(transport, max_bytes, num_pending)
                 continue
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line.removesuffix(b"\r").decode()
-        if pending:
-            yield pending.removesuffix(b"\r").decode()
+            first, *lines, rest = chunk.split(b"\n")
+            pending.append(first)
+            for line in (b"".join(pending), *lines):
+                if len(line) > max_bytes:
+                    raise _line_too_long(transport, max_bytes, len(line))
+                yield _text(line.removesuffix(b"\r"), transport)
+            pending, num_pending = [rest], len(rest)
+            if num_pending > max_bytes:
+                raise _line_too_long(transport, max_bytes, num_pending)
+        if num_pending:
+            yield _text(b"".join(pending).removesuffix(b"\r"), transport)
     except httpx.TransportError as exc:
         raise transport.unavailable(exc) from exc
+
+
+def _text(line: bytes, transport: Transport) -> str:
+    try:
+        return line.decode()
+    except UnicodeDecodeError as exc:
+        raise BackendUnavailable(
+            f"a streamed line from {transport.base_url} is not UTF-8 ({exc}): {line[:200]!r}",
+            backend=transport.name,
+        ) from None
+
+
+def _line_too_long(transport: Transport, max_bytes: int, num_bytes: int) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"a streamed line from {transport.base_url} ran past {max_bytes} bytes ({num_bytes} "
+        "read) without ending; it is not read further (AnswerLimits.max_line_bytes)",
+        backend=transport.name,
+    )

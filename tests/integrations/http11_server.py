@@ -5,6 +5,11 @@ lengths, chunks, until-close bodies, keep-alive, malformed and cut answers, slow
 and an endless stream for a client that stops reading. ``served()`` runs the same server
 on an event loop of its own thread, for the sync transport. Shared by ``test_http11.py``
 (``AsyncHttp11Transport``) and ``test_http11_sync.py`` (``Http11Transport``).
+
+It is also a hostile engine (``test_http11_hostile.py``): floods of headers, of a status
+reason, of a body or of one stream line (``FLOOD_BYTES`` each, written until the client
+closes; ``Server.num_flood_bytes`` says how far it got), a second answer after a
+complete one, a line that is not UTF-8, a body that is not JSON and a gzip bomb.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import threading
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +38,9 @@ class Server:
     bodies: list[bytes] = field(default_factory=list)
     heads: list[list[str]] = field(default_factory=list)  # each request's header lines
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    num_flood_bytes: int = 0  # what the last flood wrote before the client closed
+    flooded: asyncio.Event = field(default_factory=asyncio.Event)  # it has stopped
+    handlers: set[asyncio.Task[None]] = field(default_factory=set)  # ended with the server
 
 
 async def _read_request(
@@ -58,6 +67,9 @@ def _answer(body: bytes, *extra: str) -> bytes:
 
 async def _handle(server: Server, reader: asyncio.StreamReader, writer: Writer) -> None:
     server.connections += 1
+    task = asyncio.current_task()
+    assert task is not None
+    server.handlers.add(task)
     try:
         while (request := await _read_request(reader)) is not None:
             path, head, body = request
@@ -150,6 +162,85 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
         return False
 
 
+# -- a hostile engine ---------------------------------------------------------------------
+FLOOD_BYTES = 32 * 1024 * 1024  # a flood's size: far past every bound the client sets
+
+
+async def _flood(server: Server, writer: Writer, head: bytes, unit: bytes) -> bool:
+    """``head``, then ``unit`` over and over up to ``FLOOD_BYTES``, until the client closes."""
+    server.num_flood_bytes = 0
+    server.flooded.clear()
+    try:
+        writer.write(head)
+        while server.num_flood_bytes < FLOOD_BYTES:
+            writer.write(unit)
+            server.num_flood_bytes += len(unit)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        server.flooded.set()
+    return False
+
+
+async def _header_flood(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """One header whose value never ends (the many-headers case is ``_many_headers``)."""
+    return await _flood(server, writer, b"HTTP/1.1 200 OK\r\nX-Flood: ", b"a" * 65_536)
+
+
+async def _reason_flood(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    return await _flood(server, writer, b"HTTP/1.1 200 ", b"A" * 65_536)
+
+
+async def _many_headers(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    headers = b"".join(b"X-H%d: 1\r\n" % i for i in range(1_000))  # 12 KB: under the size
+    writer.write(b"HTTP/1.1 200 OK\r\n" + headers + b"Content-Length: 2\r\n\r\nok")
+    return True
+
+
+async def _body_flood(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % FLOOD_BYTES
+    return await _flood(server, writer, head, b"0" * 65_536)
+
+
+async def _line_flood(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """A stream whose first line never ends."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: "
+    return await _flood(server, writer, head, b"x" * 65_536)
+
+
+async def _lines_then_flood(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """A stream of short lines, then one that never ends, in many small reads."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: 1\n\ndata: "
+    return await _flood(server, writer, head, b"y" * 1_000)
+
+
+async def _trailing(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    """A complete answer, then a second one nobody asked for, in one write."""
+    writer.write(_answer(b"hello") + _answer(b"bad"))
+    await writer.drain()
+    await asyncio.sleep(0.05)  # kept open: the client, not the server, ends it
+    return False
+
+
+async def _not_utf8(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(b'data: {"a": 1}\n\ndata: \xff\xfe\xfd\n\n'))
+    return True
+
+
+async def _not_json(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(b"<html>an error page</html>"))
+    return True
+
+
+_BOMB = zlib.compress(b"\0" * FLOOD_BYTES)  # 32 KiB that decode to FLOOD_BYTES
+
+
+async def _gzip_bomb(server: Server, writer: Writer, reader: asyncio.StreamReader) -> bool:
+    writer.write(_answer(_BOMB, "Content-Encoding: deflate"))
+    return True
+
+
 _ROUTES: dict[str, Callable[[Server, Writer, asyncio.StreamReader], Awaitable[bool]]] = {
     "/hello": _hello,
     "/echo": _echo,
@@ -162,6 +253,16 @@ _ROUTES: dict[str, Callable[[Server, Writer, asyncio.StreamReader], Awaitable[bo
     "/cut": _cut,
     "/slow": _slow,
     "/endless": _endless,
+    "/header-flood": _header_flood,
+    "/reason-flood": _reason_flood,
+    "/many-headers": _many_headers,
+    "/body-flood": _body_flood,
+    "/line-flood": _line_flood,
+    "/lines-then-flood": _lines_then_flood,
+    "/trailing": _trailing,
+    "/not-utf8": _not_utf8,
+    "/not-json": _not_json,
+    "/bomb": _gzip_bomb,
 }
 
 
@@ -175,6 +276,10 @@ async def serving() -> AsyncIterator[Server]:
         yield state
     finally:
         server.close()
+        # Connections still open (a flood's, a kept-alive one's) end here, on a live loop.
+        for handler in state.handlers:
+            handler.cancel()
+        await asyncio.gather(*state.handlers, return_exceptions=True)
 
 
 def client(server: Server, **options: object) -> httpx.AsyncClient:

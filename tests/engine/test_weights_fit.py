@@ -86,7 +86,12 @@ def test_kvgov_serve_says_why_it_cannot_start(monkeypatch: pytest.MonkeyPatch) -
     from kvgov import cli
 
     monkeypatch.setattr(loader, "free_bytes", lambda _device: 8 * GB)
-    result = CliRunner().invoke(cli.app, ["serve", "--model", "llama-8b-random", "--device", "cpu"])
+    from tests.kvgov.serve.api_support import kept_logging
+
+    with kept_logging():  # the command configures uvicorn's loggers on the runner's streams
+        result = CliRunner().invoke(
+            cli.app, ["serve", "--model", "llama-8b-random", "--device", "cpu"]
+        )
     assert result.exit_code == 2, result.output
     assert "needs at least 31.2 GB" in result.stderr and "Traceback" not in result.output
 

@@ -19,6 +19,7 @@ from governor.backend import BackendCapacity
 from kvgov.cli import app
 from kvgov.serve import ServeSettings
 from kvgov.serve_command import startup_lines
+from tests.kvgov.serve.api_support import kept_logging
 
 CAP = BackendCapacity(
     block_size=16,
@@ -135,7 +136,8 @@ def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.Mon
     monkeypatch.delenv("KVGOV_API_KEY", raising=False)
     monkeypatch.delenv("KVGOV_API_KEYS", raising=False)
     args = ["serve", "--num-blocks", "8", "--api-key", "sk-user", "--admin-api-key", "sk-admin"]
-    result = CliRunner().invoke(app, args)
+    with kept_logging():
+        result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (settings,) = served
     assert (settings.api_keys, settings.admin_api_keys) == (("sk-user", "sk-admin"), ("sk-admin",))
@@ -172,19 +174,20 @@ def test_kv_budget_sizes_the_engines_pool(monkeypatch: pytest.MonkeyPatch) -> No
     args = ["serve", "--kv-budget", "3.6MiB", "--port", str(port), "--device", "cpu"]
     results: list[Result] = []
     command = threading.Thread(target=lambda: results.append(CliRunner().invoke(app, args)))
-    command.start()
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not (servers and servers[0].started and _healthy(url)):
-            assert command.is_alive(), results[0].output if results else "no result"
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.05)
-        capacity = httpx.get(f"{url}/kvgov/v1/capacity", timeout=10).json()
-    finally:
-        for server in servers:
-            server.should_exit = True
-        command.join(timeout=30)
+    with kept_logging():
+        command.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not (servers and servers[0].started and _healthy(url)):
+                assert command.is_alive(), results[0].output if results else "no result"
+                assert time.monotonic() < deadline, "the server did not come up"
+                time.sleep(0.05)
+            capacity = httpx.get(f"{url}/kvgov/v1/capacity", timeout=10).json()
+        finally:
+            for server in servers:
+                server.should_exit = True
+            command.join(timeout=30)
     assert not command.is_alive() and results[0].exit_code == 0, results[0].output
     config = get_preset("tiny-random").config
     # K and V, every layer, fp32 on a CPU, 16 tokens a block

@@ -10,6 +10,7 @@ next app gets another engine of the same configuration, built then and kept.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,8 +23,9 @@ from governor.backend import BackendMetrics
 from governor.errors import ConfigError
 from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
+from kvgov.serve.gateway import ACCESS_LOGGER
 
-__all__ = ["fresh_backend", "idle_metrics", "routed_requests", "served_app"]
+__all__ = ["fresh_backend", "idle_metrics", "kept_logging", "routed_requests", "served_app"]
 
 NUM_BLOCKS = 64  # 1,024 tokens of KV: small enough that a leak shows at once
 
@@ -107,3 +109,26 @@ def routed_requests(app: FastAPI) -> list[tuple[str, str]]:
 
     app.router.middleware_stack = recorded
     return seen
+
+
+_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", ACCESS_LOGGER)
+
+
+@contextmanager
+def kept_logging() -> Iterator[None]:
+    """uvicorn configures these loggers as its ``Config`` is made (``kvgov serve``'s
+    settings give them handlers on the streams of the moment: a ``CliRunner``'s, closed
+    once it returns): put them back after, so no later test logs to a closed stream."""
+    saved = {
+        name: (list(lg.handlers), lg.level, lg.propagate)
+        for name in _LOGGERS
+        if (lg := logging.getLogger(name))
+    }
+    try:
+        yield
+    finally:
+        for name, (handlers, level, propagate) in saved.items():
+            lg = logging.getLogger(name)
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate

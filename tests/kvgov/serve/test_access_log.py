@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -18,9 +16,7 @@ from uvicorn.logging import AccessFormatter
 from kvgov.serve.background import serving
 from kvgov.serve.gateway import ACCESS_LOGGER
 from kvgov.serve_command import uvicorn_config
-from tests.kvgov.serve.api_support import routed_requests, served_app
-
-_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", ACCESS_LOGGER)
+from tests.kvgov.serve.api_support import kept_logging, routed_requests, served_app
 
 
 class Lines(logging.Handler):
@@ -35,24 +31,6 @@ class Lines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
-
-
-@contextmanager
-def kept_logging() -> Iterator[None]:
-    """uvicorn configures these loggers as it starts: put them back after."""
-    saved = {
-        name: (list(lg.handlers), lg.level, lg.propagate)
-        for name in _LOGGERS
-        if (lg := logging.getLogger(name))
-    }
-    try:
-        yield
-    finally:
-        for name, (handlers, level, propagate) in saved.items():
-            lg = logging.getLogger(name)
-            lg.handlers[:] = handlers
-            lg.setLevel(level)
-            lg.propagate = propagate
 
 
 def test_kvgov_serve_writes_one_line_per_request_in_uvicorns_words() -> None:

@@ -35,9 +35,9 @@ SKIP_REASON = (
     "it on PATH to run the tests against a real llama.cpp server"
 )
 CI_REASON = (
-    "; CI must run them: .ci/run sets KVGOV_LLAMA_SERVER where ../shared/bin/llama-server "
-    "exists beside the checkout (build it as ../shared/bin/llama-server.md says), or set it "
-    "to any llama-server binary yourself"
+    "; CI must run them: set KVGOV_LLAMA_SERVER to a llama-server binary (.ci/run sets it "
+    "where the workspace keeps a build beside the checkout; llama.cpp's CPU build of "
+    "llama-server serves)"
 )
 _START_TIMEOUT_S = 60.0
 CHAT_TEMPLATE = (

@@ -33,6 +33,7 @@ from governor import (
     BackendHealth,
     BackendMetrics,
     BackendUnavailable,
+    ConfigError,
     GenerationChunk,
     GenerationRequest,
     GenerationResult,
@@ -41,6 +42,7 @@ from governor import (
     TokenCounter,
 )
 from integrations import wire
+from integrations._http11 import AnswerLimits
 from integrations._remote_generation import StreamState, body_of, path_of, result_of
 from integrations._remote_errors import InvalidNameError
 from integrations._remote_http import HttpLifecycle, Retries, Transport
@@ -53,6 +55,7 @@ __all__ = ["InvalidNameError", "RemoteBackend", "Retries"]
 
 _NAME = "remote"
 _API = "/kvgov/v1"
+_MAX_RESPONSE_BYTES = AnswerLimits().max_body_bytes
 
 
 class RemoteBackend(Restarts, HttpLifecycle):
@@ -60,8 +63,11 @@ class RemoteBackend(Restarts, HttpLifecycle):
 
     ``timeout``: seconds to wait for an answer (a model call's whole answer, so size it
     for the longest call); ``connect_timeout``: for a connection. ``api_key``: one of the
-    server's ``--api-key``s. ``transport``/``async_transport``: httpx transports to send
-    through instead of the network (proxies, tests), as httpx's clients take them.
+    server's ``--api-key``s. ``max_response_bytes``: the most one answer's body may hold
+    (64 MiB by default; a streamed answer's lines, 8 MiB or this if less, each): a server
+    that sends more is not read, and the call raises ``BackendUnavailable``.
+    ``transport``/``async_transport``: httpx transports to send through instead of the
+    network (proxies, tests), as httpx's clients take them.
     Thread-safe, and usable from any number of event loops.
     """
 
@@ -81,10 +87,18 @@ class RemoteBackend(Restarts, HttpLifecycle):
         connect_timeout: float = 5.0,
         retries: Retries | None = None,
         max_connections: int = 100,
+        max_response_bytes: int = _MAX_RESPONSE_BYTES,
         model: str | None = None,
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if isinstance(max_response_bytes, bool) or not (
+            isinstance(max_response_bytes, int) and max_response_bytes >= 1
+        ):
+            raise ConfigError(
+                f"max_response_bytes must be a positive int (bytes), not {max_response_bytes!r}",
+                setting="max_response_bytes",
+            )
         self._session = Session()
         self._transport = Transport(
             base_url,
@@ -98,6 +112,10 @@ class RemoteBackend(Restarts, HttpLifecycle):
             on_instance=self._session.observe,
             transport=transport,
             async_transport=async_transport,
+            answer_limits=AnswerLimits(
+                max_body_bytes=max_response_bytes,
+                max_line_bytes=min(max_response_bytes, AnswerLimits().max_line_bytes),
+            ),
         )
         self._model = model
         self._counter: TokenCounter | None = None

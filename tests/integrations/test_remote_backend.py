@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from governor.backend import GenerationRequest
-from governor.errors import BackendError, BackendUnavailable
+from governor.errors import BackendError, BackendUnavailable, ConfigError
 from integrations.remote_backend import InvalidNameError, RemoteBackend, Retries
 from tests.loop_ticker import loop_ticker
 from tests.serve_process import ServerProcess
@@ -307,3 +307,18 @@ def test_a_name_the_server_would_refuse_is_refused_before_any_request() -> None:
             assert isinstance(caught.value, BackendError) and not caught.value.retriable
     assert seen == []
     backend.close()
+
+
+def test_an_answer_past_max_response_bytes_is_not_read(kvgov_server: ServerProcess) -> None:
+    """Against the real server: small answers pass, a model call's larger one (its token
+    ids and text) raises ``BackendUnavailable``, sync and async."""
+    with RemoteBackend(kvgov_server.base_url, max_response_bytes=600) as small:
+        assert small.capacity().num_blocks > 0
+        request = GenerationRequest(prompt=list(range(8_000, 8_040)), max_tokens=64)
+        with pytest.raises(BackendUnavailable, match="ran past 600 bytes"):
+            small.generate(request)
+        with pytest.raises(BackendUnavailable, match="ran past 600 bytes"):
+            asyncio.run(small.agenerate(request))
+        assert small.metrics().num_requests_running == 0
+    with pytest.raises(ConfigError, match="max_response_bytes"):
+        RemoteBackend(kvgov_server.base_url, max_response_bytes=0)

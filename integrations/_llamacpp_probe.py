@@ -18,6 +18,10 @@ split per slot (the default with ``-np N``), each slot owns ``n_ctx`` tokens and
 total is their sum; with ``--kv-unified`` every slot may grow to ``n_ctx`` in one pool of
 ``n_ctx`` tokens. The server does not say which it runs, and both look the same on its
 routes: the user says (``kv_unified``).
+
+A NaN, infinite or negative figure reads as absent (``integrations._probe_shape``); a
+route whose body is not of llama-server's shape (``/props`` as a list) raises
+``BackendError``, never a bare ``ValueError`` or ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from integrations._probe_shape import count_or_none, read_checked
 from integrations._prometheus_text import parse_exposition
 from integrations.engine_probe import EngineReading, ProbeHTTP, SlotReading
 
@@ -46,9 +51,14 @@ class LlamaCppProbe:
         return "llama.cpp"
 
     def read(self, http: ProbeHTTP) -> EngineReading:
-        props = http.get_json("/props") or {}
+        return read_checked(self.engine, http, lambda: self._read(http))
+
+    def _read(self, http: ProbeHTTP) -> EngineReading:
+        props = _object(http.get_json("/props"), "/props")
         missing: list[str] = []
-        settings = props.get("default_generation_settings") or {}
+        settings = _object(
+            props.get("default_generation_settings"), "/props default_generation_settings"
+        )
         n_ctx = _int(settings.get("n_ctx"))
         total_slots = _int(props.get("total_slots"))
         slots = _slots(http.get_json("/slots"))
@@ -89,7 +99,7 @@ def parse_llamacpp_metrics(text: str) -> dict[str, float]:
     none; the exposition parser the vLLM and SGLang probes use reads the text)."""
     return {
         sample.name.removeprefix(_PREFIX): sample.value
-        for sample in parse_exposition(text).samples
+        for sample in parse_exposition(text).finite().samples
         if sample.name.startswith(_PREFIX)
     }
 
@@ -124,13 +134,22 @@ def _held(entry: Mapping[str, Any]) -> int | None:
     if prompt is None:
         return None
     decoded = 0
-    for token in entry.get("next_token") or ():
+    tokens = entry.get("next_token")
+    for token in tokens if isinstance(tokens, list) else ():
         if isinstance(token, Mapping):
             decoded += _int(token.get("n_decoded")) or 0
     return prompt + decoded
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value)
+    return count_or_none(value)
+
+
+def _object(body: Any, where: str) -> Mapping[str, Any]:
+    """A JSON object, or ``{}`` for one not there; ``TypeError`` (a ``BackendError`` from
+    ``read``) for a body of another shape: the server is not the llama-server read here."""
+    if body is None:
+        return {}
+    if not isinstance(body, Mapping):
+        raise TypeError(f"{where} is a JSON {type(body).__name__}, not an object")
+    return body

@@ -4,13 +4,14 @@
 ``GET /v1/models`` lists the served model; vLLM adds ``max_model_len`` to each entry and
 llama-server ``meta.n_ctx`` (one slot's context). Neither says the KV capacity there, so
 the reading reports it missing and the backend falls back to the capacity the user
-declared.
+declared. A body of another shape reads as nothing said.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from integrations._probe_shape import read_checked
 from integrations.engine_probe import EngineReading
 
 __all__ = ["ModelsProbe"]
@@ -25,11 +26,16 @@ class ModelsProbe:
         return "openai"
 
     def read(self, http: Any) -> EngineReading:
-        body = http.get_json("/v1/models") or {}
-        for entry in body.get("data") or ():
+        return read_checked(self.engine, http, lambda: self._read(http))
+
+    def _read(self, http: Any) -> EngineReading:
+        body = http.get_json("/v1/models")
+        cards = body.get("data") if isinstance(body, dict) else None
+        for entry in cards if isinstance(cards, list) else ():
             if not isinstance(entry, dict):
                 continue
-            length = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx")
-            if isinstance(length, int):
+            meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+            length = entry.get("max_model_len") or meta.get("n_ctx")
+            if isinstance(length, int) and not isinstance(length, bool) and length > 0:
                 return EngineReading(max_model_len=length, missing=("KV capacity",))
         return EngineReading(missing=("KV capacity", "the model's context length"))

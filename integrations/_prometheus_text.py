@@ -12,14 +12,16 @@ name, labels and value, and each family's declared type. The grammar read (text 
     name{label="value",...} value [timestamp]
 
 Label values unescape ``\\\\``, ``\\"`` and ``\\n``; values are floats (``NaN``,
-``+Inf``, ``-Inf`` included). A line that does not parse is counted in
-``num_malformed`` and skipped, never raised: one odd line must not cost the probe every
-other figure of the scrape. ``tests/integrations/test_prometheus_text.py`` holds this
-parser to prometheus_client's own output.
+``+Inf``, ``-Inf`` included; a probe reads ``finite()``, where they are absent). A line
+that does not parse is counted in ``num_malformed`` and skipped, never raised: one odd
+line must not cost the probe every other figure of the scrape.
+``tests/integrations/test_prometheus_text.py`` holds this parser to prometheus_client's
+own output.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -47,6 +49,13 @@ class Exposition:
 
     def has(self, name: str) -> bool:
         return any(sample.name == name for sample in self.samples)
+
+    def finite(self) -> Exposition:
+        """The exposition less its NaN and infinite samples: what a probe reads, so that
+        an engine's NaN gauge or infinite counter is a figure it does not have (and
+        never reaches ``int()`` or a sum)."""
+        kept = tuple(sample for sample in self.samples if math.isfinite(sample.value))
+        return Exposition(samples=kept, types=self.types, num_malformed=self.num_malformed)
 
 
 def parse_exposition(text: str) -> Exposition:

@@ -25,7 +25,9 @@
 fills what it lacks. Capacity is ``max_total_num_tokens`` summed over ranks, blocks are
 pages of ``page_size`` tokens. ``instance`` is the version and the start's phase
 durations: two starts do not measure the same to the microsecond, and a restart also
-shows as counters going down.
+shows as counters going down. A NaN or infinite figure (a sample or a load field) is read
+as not exposed, and an answer of a shape the probe cannot read raises ``BackendError``
+(``integrations._probe_shape``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 from integrations._engine_ranks import by_rank, int_or_none, sum_or_none, weighted_usage
 from integrations._engine_requests import PriorityRule
+from integrations._probe_shape import finite_or_none, read_checked
 from integrations._prometheus_text import Exposition, parse_exposition
 from integrations.engine_probe import EngineReading, ProbeHTTP
 
@@ -55,6 +58,9 @@ class SGLangProbe:
         return "sglang"
 
     def read(self, http: ProbeHTTP) -> EngineReading:
+        return read_checked(self.engine, http, lambda: self._read(http))
+
+    def _read(self, http: ProbeHTTP) -> EngineReading:
         missing: list[str] = []
         info = http.get_json("/server_info")
         if info is None:
@@ -66,7 +72,7 @@ class SGLangProbe:
         text = http.get_text("/metrics")
         if text is None:
             missing.append("/metrics (start SGLang with --enable-metrics)")
-        metrics = parse_exposition(text) if text is not None else Exposition()
+        metrics = parse_exposition(text).finite() if text is not None else Exposition()
 
         page_size = int_or_none(info.get("page_size"))
         dp_size = int_or_none(info.get("dp_size")) or 1
@@ -212,12 +218,10 @@ def _loads(http: ProbeHTTP) -> dict[str, Mapping[str, Any]]:
 
 
 def _field(loads: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, float]:
-    values = {rank: load.get(name) for rank, load in loads.items()}
-    if not values or any(
-        not isinstance(v, (int, float)) or isinstance(v, bool) for v in values.values()
-    ):
+    values = {rank: finite_or_none(load.get(name)) for rank, load in loads.items()}
+    if not values or any(value is None for value in values.values()):
         return {}
-    return {rank: float(value) for rank, value in values.items()}  # type: ignore[arg-type]
+    return values  # type: ignore[return-value]
 
 
 def _prefer(loads: dict[str, float], metrics: dict[str, float]) -> dict[str, float]:

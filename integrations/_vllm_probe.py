@@ -19,7 +19,9 @@
 
 ``instance`` is the version and the process start time (else the earliest ``_created``),
 so a restart shows even before a counter goes down. Every field the server does not
-expose is ``None`` and named in ``missing``, once per field, with what to do about it.
+expose is ``None`` and named in ``missing``, once per field, with what to do about it; a
+NaN or infinite sample is read as not exposed, and an answer of a shape the probe cannot
+read raises ``BackendError`` (``integrations._probe_shape``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from integrations._engine_ranks import by_rank, int_or_none, sum_or_none, weighted_usage
 from integrations._engine_requests import PriorityRule
+from integrations._probe_shape import read_checked
 from integrations._prometheus_text import Exposition, parse_exposition
 from integrations.engine_probe import EngineReading, ProbeHTTP
 
@@ -54,11 +57,14 @@ class VLLMProbe:
         return "vllm"
 
     def read(self, http: ProbeHTTP) -> EngineReading:
+        return read_checked(self.engine, http, lambda: self._read(http))
+
+    def _read(self, http: ProbeHTTP) -> EngineReading:
         missing: list[str] = []
         text = http.get_text("/metrics")
         if text is None:
             missing.append("/metrics (404): no KV capacity or pressure; " + _CAPACITY_HINT)
-        metrics = parse_exposition(text) if text is not None else Exposition()
+        metrics = parse_exposition(text).finite() if text is not None else Exposition()
         ranks = _capacity_by_rank(metrics)
         if text is not None and not ranks:
             missing.append("vllm:cache_config_info: " + _CAPACITY_HINT)

@@ -74,3 +74,14 @@ def test_a_malformed_line_is_counted_and_skipped_and_the_rest_is_read():
         ("vllm:num_requests_waiting", {"engine": "0"}, 1.0),
     ]
     assert exposition.num_malformed == 3
+
+
+def test_finite_leaves_out_nan_and_infinite_samples_and_keeps_the_rest():
+    """What a probe reads: an engine's NaN gauge or infinite counter is a figure it does
+    not have. The parser itself keeps them (prometheus_client writes them)."""
+    text = "a 1\nb NaN\nc +Inf\nd -Inf\ne 2.5\n# TYPE a gauge\nbroken\n"
+    exposition = parse_exposition(text)
+    assert len(exposition.samples) == 5
+    finite = exposition.finite()
+    assert [(s.name, s.value) for s in finite.samples] == [("a", 1.0), ("e", 2.5)]
+    assert finite.types == {"a": "gauge"} and finite.num_malformed == 1

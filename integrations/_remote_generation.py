@@ -11,7 +11,9 @@ clocks do not compare). The finish
 reason comes from ``kvgov_finish_reason`` (OpenAI's own says "length" for a ceiling or a
 budget); cached tokens from ``usage.prompt_tokens_details.cached_tokens``; the tokens a
 ``retain`` call's context held from ``usage.kvgov_retained_tokens``; the engine's own time
-for the call from ``usage.kvgov_engine_ms``.
+for the call from ``usage.kvgov_engine_ms``. An answer or a stream event of another shape
+(a list where an object was, a string for a count) raises ``BackendError``, never a bare
+``TypeError`` or ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ def body_of(request: GenerationRequest, *, model: str, stream: bool) -> dict[str
 
 def result_of(answer: Mapping[str, Any], *, backend: str) -> GenerationResult:
     """The result of a non-streamed answer."""
+    try:
+        return _result_of(answer, backend)
+    except _SHAPE_ERRORS as exc:
+        raise _unreadable(backend, "an answer", answer, exc) from exc
+
+
+def _result_of(answer: Mapping[str, Any], backend: str) -> GenerationResult:
     choice = _first_choice(answer, backend)
     message = choice.get("message")
     text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
@@ -118,6 +127,12 @@ class StreamState:
 
     def chunk(self, data: str) -> GenerationChunk | None:
         """The piece this line carries, if any; None for the usage line and ``[DONE]``."""
+        try:
+            return self._chunk(data)
+        except _SHAPE_ERRORS as exc:
+            raise _unreadable(self.backend, "a stream event", data, exc) from exc
+
+    def _chunk(self, data: str) -> GenerationChunk | None:
         if data.strip() == "[DONE]":
             self.done = True
             return None
@@ -165,6 +180,18 @@ class StreamState:
             retained_tokens=int(self.usage.get("kvgov_retained_tokens") or 0),
             engine_s=_engine_s(self.usage),
         )
+
+
+# What reading a field of the wrong type raises (a list's ``.get``, ``int("x")``...).
+_SHAPE_ERRORS = (AttributeError, IndexError, KeyError, OverflowError, TypeError, ValueError)
+
+
+def _unreadable(backend: str, what: str, body: object, exc: BaseException) -> BackendError:
+    return BackendError(
+        f"{what} of a shape kvgov cannot read ({type(exc).__name__}: {str(exc)[:200]}): "
+        f"{str(body)[:200]}",
+        backend=backend,
+    )
 
 
 def _first_choice(answer: Mapping[str, Any], backend: str) -> Mapping[str, Any]:

@@ -105,3 +105,25 @@ def test_a_stream_reads_the_same_lines_however_its_bytes_arrive() -> None:
     pieces = [body[a:b] for a, b in itertools.pairwise(cuts)]
     for chunks in ([body], pieces, [bytes([b]) for b in body]):
         assert asyncio.run(read(chunks, ours=True)) == expected
+
+
+def test_answers_and_stream_events_of_another_shape_are_backend_errors() -> None:
+    """What an engine may send in place of an OpenAI answer: each is a ``BackendError``
+    naming the backend, never a bare ``TypeError`` or ``AttributeError``."""
+    from governor import BackendError
+    from integrations._remote_generation import StreamState, result_of
+
+    answers = [
+        [1, 2],
+        {"choices": "abc"},
+        {"choices": [["x"]]},
+        {"choices": [{"text": "a"}], "usage": {"prompt_tokens": "many"}},
+        {"choices": [{"text": "a"}], "usage": ["x"]},
+    ]
+    for answer in answers:
+        with pytest.raises(BackendError, match="shape kvgov cannot read") as caught:
+            result_of(answer, backend="engine")  # type: ignore[arg-type]
+        assert type(caught.value) is BackendError and caught.value.backend == "engine"
+    for event in ("[1, 2]", '{"choices": [7]}', '{"choices": [{"delta": "x", "token_ids": 5}]}'):
+        with pytest.raises(BackendError, match="shape kvgov cannot read"):
+            StreamState("engine").chunk(event)

@@ -83,7 +83,7 @@ class Restarts:
 
     async def _acall(
         self, method: str, path: str, json: Any = None, *, idempotent: bool | None = None
-    ) -> httpx.Response:
+    ) -> httpx.Response | Reply:
         await self._abefore()
         try:
             response = await self._transport.arequest(

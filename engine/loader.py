@@ -3,9 +3,9 @@
 A preset (``engine.presets``) is built in memory; anything else must be a local Hugging
 Face folder (``config.json``, ``*.safetensors``, the tokenizer's files). The pool takes
 ``num_blocks`` when set, else ``kv_cache_bytes`` (refused when it is more than the memory
-free on the device), else ``kv_cache_fraction`` of the memory free on the device; with none of them, on a GPU what profiling the largest step
-leaves of ``gpu_memory_utilization`` of the card (``engine.memory_profile``), and 256 MiB
-on a CPU.
+free on the device), else ``kv_cache_fraction`` of the memory free on the device; with
+none of them, on a GPU what profiling the largest step leaves of
+``gpu_memory_utilization`` of the card (``engine.memory_profile``), and 256 MiB on a CPU.
 """
 
 from __future__ import annotations

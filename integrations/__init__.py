@@ -13,14 +13,14 @@ third-party library, never engine/.
 from __future__ import annotations
 
 from integrations.jsonl import JsonLinesSpanExporter, SpanRecord, read_spans
-from integrations.kv_events import KVEventIndex
+from integrations.kv_events import KVEventError, KVEventIndex
 from integrations.langchain import GovernedChatModel, GovernorMiddleware, GovernorState
 from integrations.langgraph import GovernedGraph, govern
 from integrations.llamacpp_backend import LlamaCppBackend
 from integrations.multi_backend import MultiBackend, Routing
 from integrations.openai_backend import OpenAICompatibleBackend
 from integrations.otel import Instrumentation, instrument
-from integrations.remote_backend import RemoteBackend
+from integrations.remote_backend import InvalidNameError, RemoteBackend
 from integrations.report import RunReport
 from integrations.sglang_backend import SGLangBackend
 from integrations.vllm_backend import VLLMBackend
@@ -31,7 +31,9 @@ __all__ = [
     "GovernorMiddleware",
     "GovernorState",
     "Instrumentation",
+    "InvalidNameError",
     "JsonLinesSpanExporter",
+    "KVEventError",
     "KVEventIndex",
     "LlamaCppBackend",
     "MultiBackend",

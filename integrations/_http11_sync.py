@@ -140,9 +140,7 @@ class Http11Transport(httpx.BaseTransport):
             if stale is not None:
                 self._discard(stale)
         try:
-            return _SyncConnection.open(
-                key, timeouts.get("connect"), request, self.answer_limits
-            )
+            return _SyncConnection.open(key, timeouts.get("connect"), request, self.answer_limits)
         except BaseException:
             with self._lock:
                 self._open -= 1

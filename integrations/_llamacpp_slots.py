@@ -49,6 +49,7 @@ def slot_filename(*, backend: str, cache_salt: str | None, budget: str) -> str:
     stem = _UNSAFE.sub("_", budget)[:_STEM_CHARS] or "_"
     return f"kvgov-{stem}-{digest}.bin"
 
+
 _TAINTED = object()  # the tenant of a slot a switching call failed on: nobody's
 
 

@@ -147,9 +147,9 @@ def error_from_response(
     error.problem = message
     error.backend = backend
     error.status_code = status
-    if detail is not None and detail.get("retriable") is not None:
-        if bool(detail["retriable"]) != cls.retriable:
-            error.retriable = bool(detail["retriable"])
+    retriable = None if detail is None else detail.get("retriable")
+    if retriable is not None and bool(retriable) != cls.retriable:
+        error.retriable = bool(retriable)
     return error
 
 

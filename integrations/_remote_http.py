@@ -126,9 +126,7 @@ class Transport:
         self._lean = self.base_url.startswith("http://") and not _proxied(self.base_url)
         self._direct: Http11Transport | None = None
         if transport is None and self._lean:
-            transport = self._direct = Http11Transport(
-                limits, answer_limits=self.answer_limits
-            )
+            transport = self._direct = Http11Transport(limits, answer_limits=self.answer_limits)
         self._client = httpx.Client(transport=transport, **self._options)
         self._urls: dict[str, httpx.URL] = {}
         self._heads: dict[tuple[str, str, bool], bytes] = {}

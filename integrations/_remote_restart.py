@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from governor import BackendError, BackendUnavailable
-from integrations._remote_paths import budget_path, prefix_path
+from integrations._remote_paths import API, budget_path, prefix_path
 
 if TYPE_CHECKING:
     from integrations._http11 import Reply
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Restarts"]
 
-_API = "/kvgov/v1"
 _MAY_BE_RESTART = frozenset({"UnknownBudgetError", "UnknownPrefixError", "UnknownPinError"})
 
 
@@ -161,7 +160,7 @@ class Restarts:
         for name, max_blocks in budgets.items():
             try:
                 body = {"name": name, "max_blocks": max_blocks}
-                self._transport.request("POST", f"{_API}/budgets", json=body)
+                self._transport.request("POST", f"{API}/budgets", json=body)
             except BackendError as exc:
                 if type(exc).__name__ != "DuplicateBudgetError":
                     raise  # restart_pending stays: the next call tries again
@@ -175,7 +174,7 @@ class Restarts:
 
     def _pin_direct(self, prefix: Any, cache_salt: str | None, shared: bool = False) -> str:
         body = {"prefix": prefix, "cache_salt": cache_salt, "shared": shared}
-        response = self._transport.request("POST", f"{_API}/prefixes", json=body)
+        response = self._transport.request("POST", f"{API}/prefixes", json=body)
         return str(response.json()["key"])
 
     def _send_pending(self) -> None:

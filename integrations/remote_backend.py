@@ -43,10 +43,10 @@ from governor import (
 )
 from integrations import wire
 from integrations._http11 import AnswerLimits
-from integrations._remote_generation import StreamState, body_of, path_of, result_of
 from integrations._remote_errors import InvalidNameError
+from integrations._remote_generation import StreamState, body_of, path_of, result_of
 from integrations._remote_http import HttpLifecycle, Retries, Transport
-from integrations._remote_paths import budget_path, checked_name, prefix_path
+from integrations._remote_paths import API, budget_path, checked_name, prefix_path
 from integrations._remote_restart import Restarts
 from integrations._remote_session import Pin, Session
 from integrations._remote_tokens import RemoteTokenizer
@@ -54,7 +54,6 @@ from integrations._remote_tokens import RemoteTokenizer
 __all__ = ["InvalidNameError", "RemoteBackend", "Retries"]
 
 _NAME = "remote"
-_API = "/kvgov/v1"
 _MAX_RESPONSE_BYTES = AnswerLimits().max_body_bytes
 
 
@@ -143,34 +142,34 @@ class RemoteBackend(Restarts, HttpLifecycle):
 
     # -- bookkeeping --------------------------------------------------------------------
     def capacity(self) -> BackendCapacity:
-        return _capacity(self._get(f"{_API}/capacity"))
+        return _capacity(self._get(f"{API}/capacity"))
 
     async def acapacity(self) -> BackendCapacity:
-        return _capacity(await self._aget(f"{_API}/capacity"))
+        return _capacity(await self._aget(f"{API}/capacity"))
 
     def metrics(self) -> BackendMetrics:
-        return BackendMetrics(**wire.Metrics(**self._get(f"{_API}/metrics")).model_dump())
+        return BackendMetrics(**wire.Metrics(**self._get(f"{API}/metrics")).model_dump())
 
     async def ametrics(self) -> BackendMetrics:
-        return BackendMetrics(**wire.Metrics(**await self._aget(f"{_API}/metrics")).model_dump())
+        return BackendMetrics(**wire.Metrics(**await self._aget(f"{API}/metrics")).model_dump())
 
     def held_contexts(self) -> Mapping[str, bool]:
         """The server's ``/kvgov/v1/holds``: this client's holds, budget -> offloaded (the
         governor reads it when ``num_holds_reclaimed`` moved: ``governor.idle``)."""
-        return wire.Holds(**self._get(f"{_API}/holds")).holds
+        return wire.Holds(**self._get(f"{API}/holds")).holds
 
     def kv_map(self) -> wire.KVMap:
         """The server's ``/kvgov/v1/kv``: this client's budgets' blocks at one instant."""
-        return wire.KVMap(**self._get(f"{_API}/kv"))
+        return wire.KVMap(**self._get(f"{API}/kv"))
 
     def open_budget(self, name: str, *, max_blocks: int) -> None:
         checked_name(name, backend=_NAME)
-        self._call("POST", f"{_API}/budgets", {"name": name, "max_blocks": max_blocks})
+        self._call("POST", f"{API}/budgets", {"name": name, "max_blocks": max_blocks})
         self._session.opened(name, max_blocks)
 
     async def aopen_budget(self, name: str, *, max_blocks: int) -> None:
         checked_name(name, backend=_NAME)
-        await self._acall("POST", f"{_API}/budgets", {"name": name, "max_blocks": max_blocks})
+        await self._acall("POST", f"{API}/budgets", {"name": name, "max_blocks": max_blocks})
         self._session.opened(name, max_blocks)
 
     def resize_budget(self, name: str, *, max_blocks: int) -> None:
@@ -279,7 +278,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
     def counter(self) -> TokenCounter:
         with self._lock:
             if self._counter is None:
-                tokenizer = RemoteTokenizer(self._get(f"{_API}/tokenizer"), self._count)
+                tokenizer = RemoteTokenizer(self._get(f"{API}/tokenizer"), self._count)
                 self._counter = TokenCounter(tokenizer=tokenizer)
             return self._counter
 
@@ -290,7 +289,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
         return self.counter.count_messages(messages)
 
     def _count(self, body: dict[str, Any]) -> int:
-        return int(self._call("POST", f"{_API}/count", body, idempotent=True).json()["tokens"])
+        return int(self._call("POST", f"{API}/count", body, idempotent=True).json()["tokens"])
 
     # -- model calls ------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -328,7 +327,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
     # -- helpers ------------------------------------------------------------------------
     def _pin(self, prefix: Any, cache_salt: str | None, shared: bool) -> wire.Prefix:
         body = {"prefix": prefix, "cache_salt": cache_salt, "shared": shared}
-        return wire.Prefix(**self._call("POST", f"{_API}/prefixes", body).json())
+        return wire.Prefix(**self._call("POST", f"{API}/prefixes", body).json())
 
     def _get(self, path: str) -> dict[str, Any]:
         return dict(self._call("GET", path).json())

@@ -27,9 +27,9 @@ GET    /kvgov/v1/tokenizer                      -                  ``TokenizerIn
 
 Budget names and prefix keys are per API key on the server (one tenant never sees or
 closes another's). A name is one path segment, escaped by the client; ``name_problem``
-is the rule for what a name may be, the same at both ends. Errors on every route are OpenAI-shaped (``ErrorBody``); kvgov's own
-errors add ``kvgov`` (``ErrorDetail``): the engine's error class and fields, so the client
-raises the matching typed error.
+is the rule for what a name may be, the same at both ends. Errors on every route are
+OpenAI-shaped (``ErrorBody``); kvgov's own errors add ``kvgov`` (``ErrorDetail``): the
+engine's error class and fields, so the client raises the matching typed error.
 """
 
 from __future__ import annotations

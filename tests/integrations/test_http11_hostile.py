@@ -190,9 +190,11 @@ def test_a_header_value_with_cr_lf_or_nul_is_never_written() -> None:
         request = httpx.Request("GET", f"{server.url}/hello", headers={"X-Key": "a\r\nb: c"})
         with pytest.raises(httpx.LocalProtocolError, match="CR, LF or NUL"):
             unsized_head(request)
-        with httpx.Client(transport=Http11Transport()) as http:
-            with pytest.raises(httpx.LocalProtocolError):
-                http.send(request)
+        with (
+            httpx.Client(transport=Http11Transport()) as http,
+            pytest.raises(httpx.LocalProtocolError),
+        ):
+            http.send(request)
         assert server.connections == 0
 
 

@@ -295,12 +295,12 @@ def test_a_name_the_server_would_refuse_is_refused_before_any_request() -> None:
     bad = ("a/b", "nul\x00", "line\r\nbreak", "\u202eevil", "", "x" * 257, ".", "..", " a", "a ")
     for name in bad:
         for call in (
-            lambda: backend.open_budget(name, max_blocks=2),
-            lambda: backend.resize_budget(name, max_blocks=2),
-            lambda: backend.close_budget(name),
-            lambda: backend.retain(budget=name),
-            lambda: backend.offload(budget=name),
-            lambda: asyncio.run(backend.aopen_budget(name, max_blocks=2)),
+            lambda name=name: backend.open_budget(name, max_blocks=2),
+            lambda name=name: backend.resize_budget(name, max_blocks=2),
+            lambda name=name: backend.close_budget(name),
+            lambda name=name: backend.retain(budget=name),
+            lambda name=name: backend.offload(budget=name),
+            lambda name=name: asyncio.run(backend.aopen_budget(name, max_blocks=2)),
         ):
             with pytest.raises(InvalidNameError) as caught:
                 call()

@@ -53,7 +53,10 @@ def ran_first(
             # the long call's client left: the slot is free, the engine picks the next
             answers = [await call for call in calls]
         assert [answer.status_code for answer in answers] == [200, 200]
-        ids = {answer.json()["id"]: name for answer, name in zip(answers, ("first", "second"))}
+        ids = {
+            answer.json()["id"]: name
+            for answer, name in zip(answers, ("first", "second"), strict=True)
+        }
         events = app.state.kvgov.events.since(0)
         finished = [e.fields["id"] for e in events if e.kind == "request.finished"]
         return [ids[call_id] for call_id in finished if call_id in ids]

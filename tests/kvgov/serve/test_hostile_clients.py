@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 
-from kvgov.serve import ServeSettings
 from kvgov.serve.background import serving
 from kvgov.serve_command import uvicorn_config
 from tests.kvgov.serve.api_support import served_app

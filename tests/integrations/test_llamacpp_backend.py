@@ -397,7 +397,7 @@ def test_without_the_binary_these_tests_skip_but_fail_under_ci(
     with pytest.raises(BaseException) as caught:  # a skip too, which would skip this test
         need_llama_server()
     assert caught.type is pytest.fail.Exception
-    assert "CI must run them: .ci/run sets KVGOV_LLAMA_SERVER" in str(caught.value)
+    assert "CI must run them: set KVGOV_LLAMA_SERVER" in str(caught.value)
     # This module as CI runs it, with no binary: every test fails, none skips. (It runs
     # every test but this one, which would run itself again.)
     command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"]

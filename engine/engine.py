@@ -236,7 +236,7 @@ class Engine:
             if stalled and any(not request.held for request in queued):
                 # Held contexts fill the pool and nothing can run: a hold is an optimization,
                 # never a reason to stall. One goes to host memory (``_reclaim_hold``).
-                self._reclaim_hold()
+                self._reclaim_hold(stalled=True)
             elif stalled and self.pending and not self._reclaim_hold():
                 self.pending.give_up_oldest()  # nothing else can make room for it
         sampled = self.runner.execute(scheduled.chunks)
@@ -263,14 +263,17 @@ class Engine:
             outputs.append(self._final_output(request, ()))
         return outputs
 
-    def _reclaim_hold(self) -> bool:
+    def _reclaim_hold(self, *, stalled: bool = False) -> bool:
         """A request is short of blocks: a hold gives its blocks back before any running
         request is preempted (``RetainedContexts.reclaim``: to host memory when there is
-        room, else it ends; its blocks stay cached either way)."""
+        room, else it ends; its blocks stay cached either way). ``stalled``: nothing runs
+        and the queue's head cannot be admitted; its own hold is ended, not moved."""
         if not self.retained.held_budgets():
             return False
-        queued = frozenset(r.budget for r in self.scheduler.waiting if r.budget is not None)
-        budget = self.retained.reclaim(last=queued)
+        waiting = sorted(self.scheduler.waiting, key=Request.sort_key)
+        queued = [r.budget for r in waiting if r.budget is not None]
+        head = next((r.budget for r in waiting if not r.held), None) if stalled else None
+        budget = self.retained.reclaim(queued=list(dict.fromkeys(queued)), end=head)
         if budget in queued:  # its next request waits for it to come back, in its turn
             self.pending.moved(budget, self.scheduler.waiting)  # type: ignore[arg-type]
         return budget is not None

@@ -14,9 +14,10 @@ allocated, and the hold ends.
 Holds are not charged to the budget: they are bounded by the context the budget's own
 request just held, and a charge would be counted twice when the next request reuses them.
 Holds never outrank a request: when a running request is short of blocks, or requests
-wait and none can be scheduled, the oldest resident hold gives way (``reclaim``:
-offloaded to host when there is room, else ended) before any running request is
-preempted, and the engine tries again.
+wait and none can be scheduled, a resident hold gives way (``reclaim``: one no queued
+request takes over first, else the one whose request runs last; offloaded to host when
+there is room, else ended) before any running request is preempted, and the engine
+tries again.
 Either shows in the engine's metrics (fewer blocks in use, more swapped) and in
 ``states`` and the count ``num_reclaimed`` (``EngineMetrics.num_holds_reclaimed``: how the
 governor learns of it); the budget's next request restores an offloaded context itself.
@@ -143,18 +144,25 @@ class RetainedContexts:
         """The block manager's id for the budget's held context; None when none is held."""
         return _seq_id(budget) if budget in self._held else None
 
-    def reclaim(self, *, last: frozenset[str] = frozenset()) -> str | None:
-        """Free the device blocks of the oldest hold still on the device, for a running
-        request short of blocks: offload it when the host has room (its context comes
-        back with the budget's next request), else end it (its blocks stay cached,
-        evictable). Holds of budgets in ``last`` (their next request is queued, about to
-        take them over) go after the others. The budget, or None when none is resident."""
+    def reclaim(self, *, queued: Sequence[str] = (), end: str | None = None) -> str | None:
+        """Free the device blocks of one hold still on the device, for a request short of
+        blocks: offload it when the host has room (its context comes back with the
+        budget's next request), else end it (its blocks stay cached, evictable).
+
+        ``queued``: the budgets whose next request waits, in scheduling order (their holds
+        are about to be taken over). Holds of other budgets go first, the oldest first;
+        then those whose request runs last. ``end``: a budget whose hold is ended rather
+        than offloaded, the stalled queue head's own: offloaded, its request would wait for
+        it and, being first in line, bring it straight back into the room it lacked (a
+        livelock); ended, its blocks stay cached and its request reuses what still
+        matches. The budget, or None when none is resident."""
         resident = [budget for budget in self._held if not self.is_offloaded(budget)]
         if not resident:
             return None
-        budget = next((b for b in resident if b not in last), resident[0])
+        rank = {budget: i for i, budget in enumerate(queued)}
+        budget = min(resident, key=lambda b: (b in rank, -rank.get(b, 0)))  # stable: oldest
         seq_id = _seq_id(budget)
-        if self.manager.can_swap_out(seq_id):
+        if budget != end and self.manager.can_swap_out(seq_id):
             self.kv_cache.swap_out(self.manager.swap_out(seq_id))
         else:
             self.release(budget)

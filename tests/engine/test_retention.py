@@ -296,6 +296,35 @@ def test_a_hold_moved_after_its_next_request_arrived_comes_back_in_its_turn(
     assert_released(engine)
 
 
+def test_a_stalled_heads_own_hold_ends_instead_of_coming_back_forever(
+    llama_dir: Path, prompts: list[list[int]]
+) -> None:
+    """The agent's next prompt no longer starts with its held context (compacted, say),
+    and fits only once the hold gives its blocks back; nothing runs. The hold is the
+    queue head's own: moved to host memory, its request would wait for it and, first in
+    line, bring it straight back into the room it lacked, every step (a livelock seen in
+    a swarm of 8 workers on 80 blocks). It ends instead, its blocks cached, and the
+    request runs."""
+    engine = make_engine(llama_dir, num_blocks=12)
+    first_turn(engine, prompts[5])
+    assert engine.retain("agent") == 80  # 5 of the 12 blocks
+    pinned = engine.pin_prefix([(t * 11) % 512 for t in range(64)])  # 4 blocks
+    before = engine.metrics()
+    compacted = [(t * 13 + 1) % 512 for t in range(100)]  # 7 blocks; 3 are free
+    mine = engine.add_request(compacted, GREEDY, budget="agent")
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert len(engine.pop_completion(mine).token_ids) == 20
+    after = engine.metrics()
+    assert after.num_holds_reclaimed - before.num_holds_reclaimed == 1
+    assert after.num_blocks_swapped_in == before.num_blocks_swapped_in  # never brought back
+    assert not engine.retained.held_budgets()
+    engine.unpin(pinned)
+    assert_released(engine)
+
+
 def _turn_one_beside_a_waiting_flood(engine: Engine, prompt: list[int], *, retain: bool) -> int:
     """Turn one (budget "agent") runs while a 22-block request waits for room; the flood
     is admitted the step after turn one finishes. Returns the tokens turn two finds cached."""

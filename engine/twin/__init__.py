@@ -5,6 +5,7 @@ KV copies' durations are modelled; every decision stays the real engine's and go
 
 from __future__ import annotations
 
+from engine.twin.grid import GRID_VERSION, GridError, StepGrid, load_grid, read_grid, write_grid
 from engine.twin.profiles import (
     PROFILES,
     DeviceProfile,
@@ -29,16 +30,19 @@ from engine.twin.step_time import (
 )
 
 __all__ = [
+    "GRID_VERSION",
     "PROFILES",
     "DeviceProfile",
     "FitError",
     "FitReport",
+    "GridError",
     "ModelShape",
     "ProfileError",
     "ProfileFileError",
     "SequenceWork",
     "Source",
     "StepBatch",
+    "StepGrid",
     "StepSample",
     "StepTime",
     "StepTimeModel",
@@ -47,7 +51,10 @@ __all__ = [
     "evaluate",
     "fit",
     "get_profile",
+    "load_grid",
     "load_profile",
+    "read_grid",
     "split_held_back",
     "step_work",
+    "write_grid",
 ]

@@ -1,0 +1,408 @@
+"""Measuring a step-time grid on the real engine: designed batches run through a real
+``Engine``, each timed around ``engine.step()``.
+
+A ``GridPoint`` asks for a batch: ``num_decode_seqs`` sequences decoding at a context of
+about ``num_decode_context_tokens``, and/or one prefill of ``num_prefill_tokens`` over
+``num_prefill_context_tokens`` already cached (a prefix of an earlier request). The
+engine decides what really runs (its chunk budget, its prefix cache, the decode steps
+that warm-up adds to each context), so the recorded ``StepBatch`` is read from the
+chunks the model runner computed in the timed step, each with its request's
+``num_computed_tokens`` as it stood before the step: what ran, not what was asked.
+
+Each point is warmed up, then timed ``repeats`` times; its sample is the step with the
+median time (the lower median for an even count), with that step's own batch. Every
+request the measurement adds is ended and forgotten before it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import platform
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.request import RequestStatus
+from engine.sampling import SamplingParams
+from engine.scheduler import ScheduledChunk
+from engine.twin.shapes import ModelShape, SequenceWork, StepBatch, StepSample
+
+__all__ = ["GridPoint", "default_points", "grid_engine_config", "measure_grid", "recorded_here"]
+
+_WEIGHT_BITS = {"int8": 8, "int4": 4}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GridPoint:
+    """One batch to time: decodes, a prefill, or both in one step (a mixed batch)."""
+
+    num_decode_seqs: int = 0
+    num_decode_context_tokens: int = 0
+    num_prefill_tokens: int = 0
+    num_prefill_context_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"GridPoint.{name} must be an int >= 0, got {value!r}")
+        if self.num_decode_seqs == 0 and self.num_prefill_tokens == 0:
+            raise ValueError("a GridPoint needs num_decode_seqs or num_prefill_tokens above 0")
+        if self.num_decode_seqs > 0 and self.num_decode_context_tokens == 0:
+            raise ValueError("decoding sequences need num_decode_context_tokens above 0")
+
+    @property
+    def num_tokens(self) -> int:
+        """The most tokens the engine holds for this point at once, before warm-up."""
+        decodes = self.num_decode_seqs * (self.num_decode_context_tokens + 1)
+        return decodes + self.num_prefill_context_tokens + self.num_prefill_tokens
+
+
+def default_points(*, quick: bool = False) -> tuple[GridPoint, ...]:
+    """The grid ``kvgov twin fit`` measures: decode steps of 1-16 sequences at contexts of
+    16-2,048 tokens, prefills of 16-2,048 tokens with and without cached context, and
+    mixed batches. ``quick`` keeps a corner-and-middle subset of each."""
+    if quick:
+        decode = [(b, n) for b in (1, 4, 16) for n in (16, 256, 2048)]
+        prefill = [(p, c) for p in (16, 256, 1024) for c in (0, 1024)]
+        mixed = [(4, 256, 64), (16, 1024, 256)]
+    else:
+        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in (16, 64, 256, 1024, 2048)]
+        prefill = [(p, c) for p in (16, 64, 256, 1024) for c in (0, 256, 1024)] + [(2048, 0)]
+        mixed = [(b, n, p) for b in (4, 16) for n in (256, 1024) for p in (64, 512)]
+    return (
+        *(GridPoint(num_decode_seqs=b, num_decode_context_tokens=n) for b, n in decode),
+        *(GridPoint(num_prefill_tokens=p, num_prefill_context_tokens=c) for p, c in prefill),
+        *(
+            GridPoint(num_decode_seqs=b, num_decode_context_tokens=n, num_prefill_tokens=p)
+            for b, n, p in mixed
+        ),
+    )
+
+
+def grid_engine_config(
+    *,
+    model: str,
+    device: str,
+    points: Sequence[GridPoint],
+    repeats: int,
+    warmup: int = 1,
+    quantize: str | None = None,
+    dtype: str | None = None,
+) -> EngineConfig:
+    """An engine sized for measuring ``points``: a chunk budget that prefills each point in
+    one step, KV for the largest point as it grows through its group's steps, and the
+    caller's thread count throughout (``adapt_cpu_threads=False``: a probe on one thread
+    inside a timed step would mix two thread counts in one grid point)."""
+    block_size = EngineConfig().block_size
+    max_num_batched_tokens = max(
+        2048,
+        max(p.num_decode_seqs + p.num_prefill_tokens for p in points),
+        max(p.num_prefill_context_tokens for p in points),
+    )
+    growth = _decode_growth(points, repeats=repeats, warmup=warmup, chunk=max_num_batched_tokens)
+    most_tokens = max(
+        p.num_tokens + p.num_decode_seqs * growth.get(p.num_decode_context_tokens, 0)
+        for p in points
+    )
+    num_seqs = max(p.num_decode_seqs for p in points) + 2
+    return EngineConfig(
+        model=model,
+        device=device,
+        quantize=quantize,
+        dtype=dtype,
+        block_size=block_size,
+        # Each sequence's partly filled last block, the scheduler's 1% watermark, and a
+        # little room for the previous point's cached blocks (evicted as needed).
+        num_blocks=math.ceil(1.05 * (math.ceil(most_tokens / block_size) + num_seqs)) + 16,
+        max_num_seqs=num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        adapt_cpu_threads=False,
+    )
+
+
+def measure_grid(
+    engine_or_config: Engine | EngineConfig,
+    *,
+    device: str,
+    points: Sequence[GridPoint],
+    repeats: int,
+    warmup: int = 1,
+    seed: int = 0,
+    model_name: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StepSample]:
+    """One ``StepSample`` per point, in the order given, for the profile named ``device``.
+    ``warmup`` untimed steps (or prefills) precede each point's ``repeats`` timed ones;
+    ``seed`` draws the prompts' token ids; ``model_name`` names the model in the samples
+    (default: the engine's ``config.model``); ``progress(done, total)`` after each point."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    engine = engine_or_config if isinstance(engine_or_config, Engine) else Engine(engine_or_config)
+    shape = model_shape(engine, name=model_name)
+    run = _GridRun(engine, random.Random(seed))
+    samples: dict[int, StepSample] = {}
+    with run.recording():
+        run.warm_up()
+        for i, (timed, batch) in run.measure(points, repeats=repeats, warmup=warmup):
+            seconds, batch = sorted(zip(timed, batch, strict=True), key=lambda t: t[0])[
+                (len(timed) - 1) // 2
+            ]
+            samples[i] = StepSample(
+                device=device,
+                model=shape,
+                batch=batch,
+                seconds=seconds,
+                attention=engine.attention.name,
+            )
+            if progress is not None:
+                progress(len(samples), len(points))
+    return [samples[i] for i in range(len(points))]
+
+
+def model_shape(engine: Engine, *, name: str | None = None) -> ModelShape:
+    """The engine's model as a step-time model reads it."""
+    activation_bits = engine.dtype.itemsize * 8
+    return ModelShape.from_config(
+        engine.model_config,
+        name=name or engine.config.model,
+        activation_bits=activation_bits,
+        weight_bits=_WEIGHT_BITS.get(engine.config.quantize or "", activation_bits),
+    )
+
+
+def recorded_here(engine: Engine) -> dict[str, Any]:
+    """Where and when a grid on ``engine`` is recorded (no host name): for a grid file."""
+    if engine.device.type == "cuda":
+        device_name = torch.cuda.get_device_name(engine.device)
+    else:
+        device_name = _cpu_name()
+    return {
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "device_type": engine.device.type,
+        "device_name": device_name,
+        "dtype": str(engine.dtype).removeprefix("torch."),
+        "quantize": engine.config.quantize,
+        "attention": engine.attention.name,
+        "num_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+class _GridRun:
+    """The requests of one measurement, and the batch each step computed."""
+
+    def __init__(self, engine: Engine, rng: random.Random) -> None:
+        self.engine = engine
+        self.rng = rng
+        self.ids = (f"twin-grid-{n}" for n in itertools.count())
+        self.added: list[str] = []
+        self.last_batch: StepBatch | None = None
+        cuda = engine.device.type == "cuda"
+        self.sync: Callable[[], None] = (
+            (lambda: torch.cuda.synchronize(engine.device)) if cuda else (lambda: None)
+        )
+
+    def recording(self) -> _Recording:
+        return _Recording(self)
+
+    def record(self, chunks: Sequence[ScheduledChunk]) -> None:
+        # Read before the runner computes: the engine advances num_computed_tokens after.
+        self.last_batch = StepBatch(
+            tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
+        )
+
+    def warm_up(self) -> None:
+        """A prefill and a few decodes first: the first steps pay for allocations, and
+        lazily built kernels and plans."""
+        rid = self.add(self.prompt(64), max_tokens=4)
+        self.step_until_done([rid])
+
+    def measure(
+        self, points: Sequence[GridPoint], *, repeats: int, warmup: int
+    ) -> Iterator[tuple[int, tuple[list[float], list[StepBatch]]]]:
+        order = sorted(
+            range(len(points)),
+            key=lambda i: (points[i].num_decode_context_tokens, -points[i].num_decode_seqs),
+        )
+        for context, group in itertools.groupby(
+            order, key=lambda i: points[i].num_decode_context_tokens
+        ):
+            members = list(group)
+            if context == 0:
+                for i in members:
+                    yield i, self.prefills(points[i], repeats=repeats, warmup=warmup)
+            else:
+                yield from self.decode_group(points, members, repeats=repeats, warmup=warmup)
+
+    def decode_group(
+        self, points: Sequence[GridPoint], members: list[int], *, repeats: int, warmup: int
+    ) -> Iterator[tuple[int, tuple[list[float], list[StepBatch]]]]:
+        """Points sharing one decode context, most sequences first: the sequences are
+        prefilled once, and ended one by one down to each point's count."""
+        context = points[members[0]].num_decode_context_tokens
+        # Chunked prefill: the first sequences decode while the last still prefill, so
+        # contexts part by a few tokens (the recorded batch says by how many). No limit
+        # on their tokens but the model's: none may end before the group is done.
+        decoding = [
+            self.add(self.prompt(context), max_tokens=self.engine.max_model_len)
+            for _ in range(points[members[0]].num_decode_seqs)
+        ]
+        self.step_until(lambda: all(self.num_output_tokens(rid) > 0 for rid in decoding))
+        try:
+            for i in members:
+                point = points[i]
+                while len(decoding) > point.num_decode_seqs:
+                    self.end(decoding.pop())
+                timed: tuple[list[float], list[StepBatch]] = ([], [])
+                for n in range(warmup + repeats):
+                    prefill = None
+                    if point.num_prefill_tokens:
+                        prefill = self.cached_prefill(point)
+                    seconds, batch = self.timed_step()
+                    if n >= warmup:
+                        timed[0].append(seconds)
+                        timed[1].append(batch)
+                    if prefill is not None:
+                        self.end(prefill)
+                yield i, timed
+        finally:
+            for rid in decoding:
+                self.end(rid)
+
+    def prefills(
+        self, point: GridPoint, *, repeats: int, warmup: int
+    ) -> tuple[list[float], list[StepBatch]]:
+        """Fresh prompts, each timed in the step that prefills it."""
+        timed: tuple[list[float], list[StepBatch]] = ([], [])
+        for n in range(warmup + repeats):
+            rid = self.cached_prefill(point)
+            seconds, batch = self.timed_step()
+            if n >= warmup:
+                timed[0].append(seconds)
+                timed[1].append(batch)
+            self.step_until_done([rid])
+        return timed
+
+    def cached_prefill(self, point: GridPoint) -> str:
+        """Add a request of ``num_prefill_tokens`` new tokens after a context that an
+        earlier request left in the prefix cache; its prefill is the next step's."""
+        context = self.prompt(point.num_prefill_context_tokens)
+        if context:
+            self.step_until_done([self.add(context, max_tokens=1)])
+        return self.add(context + self.prompt(point.num_prefill_tokens), max_tokens=1)
+
+    def timed_step(self) -> tuple[float, StepBatch]:
+        self.last_batch = None
+        self.sync()
+        start = time.perf_counter()
+        self.engine.step()
+        self.sync()
+        seconds = time.perf_counter() - start
+        assert self.last_batch, "the timed step computed nothing: the point's requests ended"
+        return seconds, self.last_batch
+
+    def prompt(self, num_tokens: int) -> list[int]:
+        # Random ids: no two prompts share a prefix the cache could serve.
+        vocab = self.engine.model_config.vocab_size
+        return [self.rng.randrange(vocab) for _ in range(num_tokens)]
+
+    def add(self, prompt: list[int], *, max_tokens: int) -> str:
+        rid = next(self.ids)
+        sampling = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+        self.engine.add_request(prompt, sampling, request_id=rid)
+        self.added.append(rid)
+        return rid
+
+    def num_output_tokens(self, rid: str) -> int:
+        return self.engine._request(rid).num_output_tokens
+
+    def step_until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            self.engine.step()
+
+    def step_until_done(self, rids: list[str]) -> None:
+        self.step_until(lambda: all(self.finished(rid) for rid in rids))
+
+    def finished(self, rid: str) -> bool:
+        return self.engine._request(rid).status is RequestStatus.FINISHED
+
+    def end(self, rid: str) -> None:
+        if not self.finished(rid):
+            self.engine.abort(rid)
+
+    def forget(self) -> None:
+        """End and forget every request this run added (the engine may be the caller's)."""
+        for rid in self.added:
+            self.end(rid)
+            self.engine.pop_completion(rid)
+        self.added.clear()
+
+
+class _Recording:
+    """While open, the engine's model runner reports each step's chunks to the run; on
+    close the runner is as it was and the run's requests are gone."""
+
+    def __init__(self, run: _GridRun) -> None:
+        self.run = run
+        self.runner = run.engine.runner
+        self.previous = self.runner.__dict__.get("execute")
+        self.execute = self.runner.execute
+
+    def __enter__(self) -> _Recording:
+        def execute(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
+            self.run.record(chunks)
+            return self.execute(chunks)
+
+        self.runner.execute = execute  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is None:
+            del self.runner.execute
+        else:
+            self.runner.execute = self.previous  # type: ignore[method-assign]
+        self.run.forget()
+
+
+def _decode_growth(
+    points: Sequence[GridPoint], *, repeats: int, warmup: int, chunk: int
+) -> dict[int, int]:
+    """Per decode context, how many tokens its group's sequences grow by: the decodes
+    the first of them run while the last still prefill (chunked by ``chunk`` tokens a
+    step), then every step of every point in the group."""
+    growth: dict[int, int] = {}
+    for p in points:
+        context = p.num_decode_context_tokens
+        if context == 0:
+            continue
+        lag = math.ceil(p.num_decode_seqs * context / chunk) + 1
+        growth[context] = max(growth.get(context, 0), lag) + warmup + repeats
+    return growth
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_count() -> int | None:
+    import os
+
+    return os.cpu_count()

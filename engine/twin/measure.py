@@ -59,7 +59,9 @@ class GridPoint:
         if self.num_decode_seqs == 0 and self.num_prefill_tokens == 0:
             raise ValueError("a GridPoint needs num_decode_seqs or num_prefill_tokens above 0")
         if self.num_decode_seqs > 0 and self.num_decode_context_tokens == 0:
-            raise ValueError("decoding sequences need num_decode_context_tokens above 0")
+            raise ValueError(
+                "a GridPoint with decoding sequences needs num_decode_context_tokens above 0"
+            )
 
     @property
     def num_tokens(self) -> int:

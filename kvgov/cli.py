@@ -7,6 +7,8 @@
     kvgov map [plan's options | --record RUN.json] [--out PATH]
     kvgov report RUN.jsonl
     kvgov serve [--model PRESET|PATH] [--host] [--port] [--api-key KEY ...] [...]
+    kvgov twin fit [--device cpu|cuda] [--model PRESET|PATH] [--profile NAME|FILE]
+                   [--grid PATH] [--save-grid PATH] [--out PATH] [--quick] [--json]
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -64,6 +66,12 @@ app = typer.Typer(
 
 
 app.command()(serve)
+
+twin = typer.Typer(
+    help="The hardware twin: a model of how long engine steps take on a device.",
+    no_args_is_help=True,
+)
+app.add_typer(twin, name="twin")
 
 
 def _print_version(value: bool) -> None:
@@ -428,6 +436,95 @@ def report(
     from integrations.report import report_main
 
     raise typer.Exit(report_main(path))
+
+
+@twin.command("fit")
+def twin_fit(
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Where to measure: cpu, cuda or cuda:N [default: cpu].", show_default=False
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A preset such as llama-8b-random, or a local model folder [default: "
+            "tiny-random, or the grid's model].",
+            show_default=False,
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="The device profile to fit: a name (cpu-here, h100-sxm, ...) or a profile "
+            "file [default: cpu-here on cpu, or the grid's].",
+            show_default=False,
+        ),
+    ] = None,
+    grid: Annotated[
+        str | None,
+        typer.Option(help="Fit a recorded grid (a GPU run's) instead of measuring one."),
+    ] = None,
+    save_grid: Annotated[
+        str | None, typer.Option(help="Write the measured grid here, for later refits.")
+    ] = None,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            help="Write the fitted profile here [default: $XDG_CACHE_HOME/kvgov/twin/NAME.json].",
+            show_default=False,
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="A smaller grid and fewer repeats (about 30 s on 2 cores)."),
+    ] = False,
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per figure, nothing else.")
+    ] = False,
+    held_back: Annotated[
+        float, typer.Option(help="The fraction of the points held back from the fit, in (0, 1).")
+    ] = 0.25,
+    seed: Annotated[int, typer.Option(help="Picks the held-back points and the prompts.")] = 0,
+) -> None:
+    """Fit a device profile's step-time factors to a measured grid; report the error on
+    the points held back from the fit."""
+    from pathlib import Path
+
+    from kvgov._extras import missing_for
+
+    if (missing := missing_for("engine")) is not None:
+        _fail(missing)
+
+    from engine.errors import EngineError
+    from engine.twin.grid import GridError
+    from kvgov.twin import FitOptions, TwinFitError, factor_table, fit_twin
+
+    try:
+        result = fit_twin(
+            FitOptions(
+                device=device,
+                model=model,
+                profile=profile,
+                grid=None if grid is None else Path(grid),
+                save_grid=None if save_grid is None else Path(save_grid),
+                out=None if out is None else Path(out),
+                quick=quick,
+                held_back=held_back,
+                seed=seed,
+            )
+        )
+    except (EngineError, GridError, TwinFitError) as exc:
+        _fail(str(exc))
+    if json_lines:
+        for measurement in result.measurements():
+            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
+        return
+    console = Console()
+    print_table(console, _table(result.measurements()))
+    print_table(console, factor_table(result))
+    console.print(f"profile written to {result.out}")
 
 
 def _make_plan(

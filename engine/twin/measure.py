@@ -75,12 +75,14 @@ def default_points(*, quick: bool = False) -> tuple[GridPoint, ...]:
     16-2,048 tokens, prefills of 16-2,048 tokens with and without cached context, and
     mixed batches. ``quick`` keeps a corner-and-middle subset of each."""
     if quick:
-        decode = [(b, n) for b in (1, 4, 16) for n in (16, 256, 2048)]
-        prefill = [(p, c) for p in (16, 256, 1024) for c in (0, 1024)]
+        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in (16, 256, 2048)]
+        prefill = [(p, c) for p in (16, 64, 256, 1024) for c in (0, 1024)]
         mixed = [(4, 256, 64), (16, 1024, 256)]
     else:
-        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in (16, 64, 256, 1024, 2048)]
-        prefill = [(p, c) for p in (16, 64, 256, 1024) for c in (0, 256, 1024)] + [(2048, 0)]
+        contexts = (16, 64, 128, 256, 512, 1024, 2048)
+        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in contexts]
+        chunks = (16, 32, 64, 128, 256, 512, 1024)
+        prefill = [(p, c) for p in chunks for c in (0, 256, 1024)] + [(2048, 0)]
         mixed = [(b, n, p) for b in (4, 16) for n in (256, 1024) for p in (64, 512)]
     return (
         *(GridPoint(num_decode_seqs=b, num_decode_context_tokens=n) for b, n in decode),

@@ -37,7 +37,14 @@ from engine.sampling import SamplingParams
 from engine.scheduler import ScheduledChunk
 from engine.twin.shapes import ModelShape, SequenceWork, StepBatch, StepSample
 
-__all__ = ["GridPoint", "default_points", "grid_engine_config", "measure_grid", "recorded_here"]
+__all__ = [
+    "GridPoint",
+    "default_points",
+    "grid_engine_config",
+    "measure_grid",
+    "model_shape",
+    "recorded_here",
+]
 
 _WEIGHT_BITS = {"int8": 8, "int4": 4}
 

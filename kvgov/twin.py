@@ -173,9 +173,7 @@ def model_label(model: str) -> str:
         return model
     if os.path.isdir(model):
         return Path(model).resolve().name
-    raise TwinFitError(
-        f"--model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a folder"
-    )
+    raise TwinFitError(f"--model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a folder")
 
 
 def default_profile_path(name: str) -> Path:

@@ -52,6 +52,7 @@ FACTOR_FIELDS = (
     "attention_efficiency",
     "step_overhead_s",
     "sequence_overhead_s",
+    "token_overhead_s",
 )
 
 
@@ -119,14 +120,13 @@ class DeviceProfile:
     attention_efficiency: float
     step_overhead_s: float
     sequence_overhead_s: float
+    token_overhead_s: float
     sources: tuple[Source, ...]
     fitted: tuple[str, ...]
 
     def __post_init__(self) -> None:
         names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(self.fitted) - names) + sorted(
-            {s.field for s in self.sources} - names
-        )
+        unknown = sorted(set(self.fitted) - names) + sorted({s.field for s in self.sources} - names)
         if unknown:
             raise ProfileError(
                 f"device profile {self.name!r} names fields it does not have: "
@@ -139,7 +139,7 @@ class DeviceProfile:
                     f"device profile {self.name!r}: {name} must be a finite positive "
                     f"number, got {value!r}"
                 )
-        for name in ("host_link_latency_s", "step_overhead_s", "sequence_overhead_s"):
+        for name in _NON_NEGATIVE_FIELDS:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ProfileError(
@@ -180,6 +180,12 @@ class DeviceProfile:
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
 
 
+_NON_NEGATIVE_FIELDS = (
+    "host_link_latency_s",
+    "step_overhead_s",
+    "sequence_overhead_s",
+    "token_overhead_s",
+)
 _FIGURE_FIELDS = (
     "memory_bytes",
     "memory_bandwidth_bytes_s",
@@ -239,6 +245,7 @@ _ASSUMED_GPU_FACTORS = {
     "attention_efficiency": 0.5,  # paged attention kernels trail dense GEMMs and copies
     "step_overhead_s": 2e-3,  # a Python engine step: scheduling and kernel launches
     "sequence_overhead_s": 1e-4,  # per sequence: block tables, sampling, detokenizing
+    "token_overhead_s": 0.0,  # per token: elementwise work, small beside a GPU's bandwidth
 }
 
 
@@ -465,6 +472,7 @@ CPU_HERE = DeviceProfile(
     attention_efficiency=1.0,
     step_overhead_s=1e-3,
     sequence_overhead_s=1e-4,
+    token_overhead_s=1e-5,
     sources=(
         *(
             Source(

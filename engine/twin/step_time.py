@@ -3,7 +3,7 @@ fit of the model's efficiency factors to a measured step-time grid.
 
 A step is a roofline over two kernels' worth of work plus fixed costs::
 
-    t = c0 + c1 * num_sequences
+    t = c0 + c1 * num_sequences + c2 * num_tokens
         + max(dense_flops / (e_c * P), weight_bytes / (e_m * W))
         + max(attention_flops / P, kv_bytes / W) / e_a
 
@@ -18,10 +18,13 @@ A step is a roofline over two kernels' worth of work plus fixed costs::
                      within the new chunk: per sequence new * context + new * (new + 1) / 2
     kv_bytes         K and V of every layer: context + new tokens read, new tokens written
     c0, c1           step_overhead_s, sequence_overhead_s: scheduling, sampling, Python
+    c2               token_overhead_s: the elementwise work beside the matmuls (embedding,
+                     norms, rotary, activations, residuals), which scales with the tokens;
+                     on a CPU it is a tenth of a step (without it prefills fit ~10% fast)
     e_c, e_m, e_a    compute_efficiency, memory_efficiency, attention_efficiency
 
-``fit`` finds c0, c1, e_c, e_m and e_a minimizing the squared relative error over the
-samples: for a fixed ratio e_m / e_c the model is linear in (c0, c1, 1/e_m, 1/e_a), solved
+``fit`` finds c0, c1, c2, e_c, e_m and e_a minimizing the squared relative error over the
+samples: for a fixed ratio e_m / e_c the model is linear in (c0, c1, c2, 1/e_m, 1/e_a), solved
 as non-negative least squares; the ratio is searched on a log grid and refined.
 
 Errors (caller input)::
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 QUANTIZATION_GROUP_SIZE = 128  # engine.quantization.scheme.DEFAULT_GROUP_SIZE, torch-free here
-MIN_SAMPLES = 8  # five factors, and enough over them that a held-back error means something
+MIN_SAMPLES = 8  # six factors, and enough over them that a held-back error means something
 MAX_EFFICIENCY = 1e6  # a term the samples never exercise fits to ~0 cost: held finite for JSON
 
 
@@ -72,6 +75,7 @@ class StepWork:
     """What one step moves and computes: the roofline's inputs."""
 
     num_sequences: int
+    num_tokens: int
     dense_flops: float
     weight_bytes: float
     attention_flops: float
@@ -96,6 +100,7 @@ def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
     kv_tokens = sum(s.num_context_tokens + 2 * s.num_new_tokens for s in batch.sequences)
     return StepWork(
         num_sequences=batch.num_sequences,
+        num_tokens=batch.num_tokens,
         dense_flops=float(dense_flops),
         weight_bytes=float(weight_bytes),
         attention_flops=float(attention_flops),
@@ -119,9 +124,7 @@ class StepTime:
 
     @property
     def seconds(self) -> float:
-        return (
-            self.overhead_s + max(self.dense_compute_s, self.dense_memory_s) + self.attention_s
-        )
+        return self.overhead_s + max(self.dense_compute_s, self.dense_memory_s) + self.attention_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +140,9 @@ class StepTimeModel:
         bandwidth = p.memory_bandwidth_bytes_s
         attention = max(work.attention_flops / peak, work.kv_bytes / bandwidth)
         return StepTime(
-            overhead_s=p.step_overhead_s + p.sequence_overhead_s * work.num_sequences,
+            overhead_s=p.step_overhead_s
+            + p.sequence_overhead_s * work.num_sequences
+            + p.token_overhead_s * work.num_tokens,
             dense_compute_s=work.dense_flops / (p.compute_efficiency * peak),
             dense_memory_s=work.weight_bytes / (p.memory_efficiency * bandwidth),
             attention_s=attention / p.attention_efficiency,
@@ -202,7 +207,7 @@ def split_held_back(
 
 
 def fit(samples: Sequence[StepSample], *, profile: DeviceProfile) -> DeviceProfile:
-    """``profile`` with its five factors fitted to ``samples`` (measured on that device) and
+    """``profile`` with its six factors fitted to ``samples`` (measured on that device) and
     named in ``fitted``; its published figures are kept as they are."""
     _check_samples(samples, profile, minimum=MIN_SAMPLES)
     columns = _columns(samples, profile)
@@ -221,11 +226,12 @@ def fit(samples: Sequence[StepSample], *, profile: DeviceProfile) -> DeviceProfi
     best = grid[0]
     step = math.log(1e3 / 1e-3) / 60
     best = _golden_min(lambda r: solve(r)[0], best - step, best + step, tie=best)
-    _, (c0, c1, k_m, k_a) = solve(best)
+    _, (c0, c1, c2, k_m, k_a) = solve(best)
     k_c = k_m * math.exp(best)
     factors = {
         "step_overhead_s": c0,
         "sequence_overhead_s": c1,
+        "token_overhead_s": c2,
         "memory_efficiency": _efficiency(k_m),
         "compute_efficiency": _efficiency(k_c),
         "attention_efficiency": _efficiency(k_a),
@@ -273,6 +279,7 @@ class _Columns:
 
     seconds: np.ndarray
     num_sequences: np.ndarray
+    num_tokens: np.ndarray
     dense_compute: np.ndarray
     dense_memory: np.ndarray
     attention: np.ndarray
@@ -288,30 +295,36 @@ def _columns(samples: Sequence[StepSample], profile: DeviceProfile) -> _Columns:
             (
                 sample.seconds,
                 work.num_sequences,
+                work.num_tokens,
                 work.dense_flops / peak,
                 work.weight_bytes / bandwidth,
                 max(work.attention_flops / peak, work.kv_bytes / bandwidth),
             )
         )
     table = np.asarray(rows, dtype=float)
-    return _Columns(*(table[:, i] for i in range(5)))
+    return _Columns(*(table[:, i] for i in range(6)))
 
 
 def _nnls_relative(columns: _Columns, ratio: float) -> tuple[float, np.ndarray]:
-    """Non-negative (c0, c1, k_m, k_a) minimizing the summed squared relative error, with
-    the dense term k_m * max(ratio * compute, memory); and that sum. Four unknowns: every
-    subset of them held at zero is solved and the best feasible one kept, which is exact."""
+    """Non-negative (c0, c1, c2, k_m, k_a) minimizing the summed squared relative error,
+    with the dense term k_m * max(ratio * compute, memory); and that sum. Five unknowns:
+    every subset of them held at zero is solved and the best feasible one kept, which is
+    exact."""
     dense = np.maximum(ratio * columns.dense_compute, columns.dense_memory)
-    design = np.stack([np.ones_like(dense), columns.num_sequences, dense, columns.attention], 1)
+    design = np.stack(
+        [np.ones_like(dense), columns.num_sequences, columns.num_tokens, dense, columns.attention],
+        1,
+    )
     design = design / columns.seconds[:, None]
     target = np.ones_like(columns.seconds)
-    best_loss, best = float(target @ target), np.zeros(4)
-    for size in range(1, 5):
-        for free in itertools.combinations(range(4), size):
+    num_unknowns = design.shape[1]
+    best_loss, best = float(target @ target), np.zeros(num_unknowns)
+    for size in range(1, num_unknowns + 1):
+        for free in itertools.combinations(range(num_unknowns), size):
             solution, *_ = np.linalg.lstsq(design[:, free], target, rcond=None)
             if (solution < 0).any():
                 continue
-            theta = np.zeros(4)
+            theta = np.zeros(num_unknowns)
             theta[list(free)] = solution
             residual = design @ theta - target
             loss = float(residual @ residual)

@@ -43,6 +43,7 @@ TRUE = dataclasses.replace(
     attention_efficiency=0.2,
     step_overhead_s=4e-3,
     sequence_overhead_s=2e-4,
+    token_overhead_s=1e-5,
 )
 
 
@@ -90,8 +91,9 @@ def test_a_recorded_grid_is_fitted_and_judged_on_the_points_held_back(tmp_path) 
     num_points = len(_batches())
     num_held = round(0.25 * num_points)
     assert metrics["twin_fit_points"]["value"] == num_points
-    assert f"{num_points - num_held} fitted on, {num_held} held back" in (
-        metrics["twin_fit_points"]["note"]
+    assert (
+        f"{num_points - num_held} fitted on, {num_held} held back"
+        in (metrics["twin_fit_points"]["note"])
     )
     fitted = load_profile(out)
     assert fitted.name == "cpu-here" and set(FACTOR_FIELDS) <= set(fitted.fitted)
@@ -158,8 +160,9 @@ def test_measuring_runs_the_engine_and_saves_a_grid_that_refits_alike(
     refit = runner.invoke(app, ["twin", "fit", "--grid", str(saved), "--json", "--out", str(again)])
     assert refit.exit_code == 0, refit.output
     assert load_profile(again) == load_profile(first)
-    assert _metrics(refit.stdout)["twin_fit_median_error"]["value"] == (
-        measured["twin_fit_median_error"]["value"]
+    assert (
+        _metrics(refit.stdout)["twin_fit_median_error"]["value"]
+        == (measured["twin_fit_median_error"]["value"])
     )
 
 

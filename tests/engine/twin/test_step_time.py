@@ -81,6 +81,7 @@ def test_work_counts_lm_head_once_per_sequence_and_attention_causally():
         act=16,
     )
     work = step_work(model, StepBatch((SequenceWork(3, 5), SequenceWork(1, 7))))
+    assert work.num_tokens == 4
     assert work.dense_flops == 2 * model.num_projection_weights * 4 + 2 * (2 * 10 * 8)
     # sequence 1: 3 new tokens over 5 cached attend 6, 7, 8; sequence 2: 1 token attends 8
     assert work.attention_flops == 4 * 2 * 2 * 4 * (6 + 7 + 8 + 8)
@@ -157,6 +158,7 @@ TRUE = dataclasses.replace(
     attention_efficiency=0.25,
     step_overhead_s=2.5e-3,
     sequence_overhead_s=4e-4,
+    token_overhead_s=2e-5,
 )
 
 
@@ -192,7 +194,7 @@ def test_the_fit_recovers_known_factors_and_predicts_held_back_steps():
     fitted = fit(fit_on, profile=get_profile("cpu-here"))
     for field in ("compute_efficiency", "memory_efficiency", "attention_efficiency"):
         assert getattr(fitted, field) == pytest.approx(getattr(TRUE, field), rel=0.1), field
-    for field in ("step_overhead_s", "sequence_overhead_s"):
+    for field in ("step_overhead_s", "sequence_overhead_s", "token_overhead_s"):
         assert getattr(fitted, field) == pytest.approx(getattr(TRUE, field), rel=0.25), field
     report = evaluate(held_back, fitted)
     assert report.num_samples == len(held_back)
@@ -228,6 +230,19 @@ def test_a_model_that_ignores_context_fits_measurably_worse():
     wrong = evaluate([blind(s) for s in held_back], wrong_profile)
     assert right.median_error < 0.05
     assert wrong.median_error > 3 * right.median_error and wrong.p90_error > 0.2
+
+
+def test_a_per_token_cost_is_its_own_term():
+    """Steps whose elementwise work grows with their tokens (as a CPU's does): the fit finds
+    that cost as the per-token term, and without it the model predicts a small model's long
+    prefills too fast (what the first fits on this CPU did, by 7-10%)."""
+    fitted = fit(_samples(TRUE, noise=0.0, seed=0), profile=get_profile("cpu-here"))
+    assert fitted.token_overhead_s == pytest.approx(TRUE.token_overhead_s, rel=1e-3)
+    without = StepTimeModel(dataclasses.replace(fitted, token_overhead_s=0.0))
+    truth = StepTimeModel(TRUE)
+    for model, batch in _grid():  # the small model's matmuls are short beside that cost
+        if model is SMALL and batch.num_tokens >= 256:
+            assert without.seconds(model, batch) < 0.95 * truth.seconds(model, batch)
 
 
 def test_split_is_deterministic_disjoint_and_whole():

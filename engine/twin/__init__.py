@@ -5,7 +5,9 @@ KV copies' durations are modelled; every decision stays the real engine's and go
 
 from __future__ import annotations
 
+from engine.twin.clock import ClockError, VirtualClock
 from engine.twin.grid import GRID_VERSION, GridError, StepGrid, load_grid, read_grid, write_grid
+from engine.twin.link import Direction, HostLink, LinkError, LinkTotals
 from engine.twin.profiles import (
     PROFILES,
     DeviceProfile,
@@ -32,10 +34,15 @@ from engine.twin.step_time import (
 __all__ = [
     "GRID_VERSION",
     "PROFILES",
+    "ClockError",
     "DeviceProfile",
+    "Direction",
     "FitError",
     "FitReport",
     "GridError",
+    "HostLink",
+    "LinkError",
+    "LinkTotals",
     "ModelShape",
     "ProfileError",
     "ProfileFileError",
@@ -48,6 +55,7 @@ __all__ = [
     "StepTimeModel",
     "StepWork",
     "UnknownProfileError",
+    "VirtualClock",
     "evaluate",
     "fit",
     "get_profile",

@@ -1,0 +1,241 @@
+"""A real ``Engine`` on a modelled device: every decision and every token is the engine's
+own (its model computes them, the tiny-random one on this CPU); only time is the twin's.
+
+``attach_twin(engine, profile=..., model_shape=..., clock=...)`` wraps one engine instance
+(the classes are untouched) until ``detach()``:
+
+- each ``engine.step()`` advances the virtual clock by ``StepTimeModel(profile).seconds(
+  model_shape, batch)``, for the batch the model runner computed in that step (read from
+  ``engine.runner.execute``, as ``engine.twin.measure`` reads it), where ``model_shape`` is
+  the *target* model's (the one the profile's device would run), not the engine's; a step
+  that computes nothing costs nothing;
+- each KV copy between device and host (``kv_cache.swap_out``/``swap_in``: offloads and
+  restores, preemption swaps, retained contexts moved out and back) is charged to the
+  ``HostLink`` at the target model's size: blocks x block size x the target's
+  ``kv_bytes_per_token``. Without ``copies_overlap_compute`` the step waits for its copies
+  and then computes; with it, copies run beside the compute and delay the step only by
+  what they take beyond it. A copy issued between steps (``engine.offload``) starts then,
+  and the next step waits for the link as above;
+- each request's virtual arrival (``add_request``), first token and finish (the end of
+  the step that produced them, or the time of an ``abort``) are recorded by request id.
+
+The engine's own wall-clock fields (``Request.arrival_time`` and the like) are left as
+they are: the twin's times are in ``TwinEngine.times``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.engine import Engine
+from engine.errors import InvalidRequestError
+from engine.kv_cache import BlockPairs, KVCache
+from engine.outputs import RequestOutput
+from engine.scheduler import ScheduledChunk
+from engine.twin.clock import VirtualClock
+from engine.twin.link import Direction, HostLink
+from engine.twin.profiles import DeviceProfile
+from engine.twin.shapes import ModelShape, SequenceWork, StepBatch
+from engine.twin.step_time import StepTimeModel
+
+__all__ = ["RequestTimes", "TwinEngine", "TwinError", "attach_twin"]
+
+
+class TwinError(InvalidRequestError):
+    """A twin that cannot be attached or detached as asked."""
+
+
+@dataclass(slots=True)
+class RequestTimes:
+    """One request's virtual times (seconds on the twin's clock); ``None`` until it happens."""
+
+    arrival_s: float
+    first_token_s: float | None = None
+    finish_s: float | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class TwinEngine:
+    """One engine on a modelled device; ``detach()`` gives the engine back as it was."""
+
+    engine: Engine
+    profile: DeviceProfile
+    model_shape: ModelShape
+    clock: VirtualClock
+    link: HostLink
+    times: dict[str, RequestTimes] = field(default_factory=dict)
+    num_steps: int = 0
+    compute_s: float = 0.0  # modelled compute of every step so far
+    stall_s: float = 0.0  # what steps waited for copies beyond their compute
+    # Set by attach_twin: the callables the wrappers call (the engine's own, or what
+    # wrapped them before), what it found on the instances by (id, name), and the KV
+    # cache's class, for detach to put back.
+    _step: Callable[[], list[RequestOutput]] = field(init=False)
+    _add_request: Callable[..., str] = field(init=False)
+    _abort: Callable[[str], None] = field(init=False)
+    _previous: dict[tuple[int, str], Any] = field(init=False, default_factory=dict)
+    _kv_cache_class: type[KVCache] = field(init=False)
+    _model: StepTimeModel = field(init=False)
+    _batch: StepBatch | None = field(init=False, default=None)
+    _attached: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self._model = StepTimeModel(self.profile)
+
+    @property
+    def attached(self) -> bool:
+        return self._attached
+
+    def block_bytes(self, num_blocks: int) -> int:
+        """The target model's KV bytes in ``num_blocks`` of the engine's blocks."""
+        return num_blocks * self.engine.config.block_size * self.model_shape.kv_bytes_per_token
+
+    def step(self) -> list[RequestOutput]:
+        """The engine's real step, timed on the clock (see the module docstring)."""
+        start = self.clock.now()
+        self._batch = None
+        outputs = self._step()
+        batch, self._batch = self._batch, None
+        compute = 0.0
+        if batch is not None and batch.sequences:
+            compute = self._model.seconds(self.model_shape, batch)
+        copies_done = max(start, self.link.free_at)
+        if self.profile.copies_overlap_compute:
+            end = max(start + compute, copies_done)
+            stall = max(0.0, copies_done - (start + compute))
+        else:
+            end = copies_done + compute
+            stall = copies_done - start
+        self.num_steps += 1
+        self.compute_s += compute
+        self.stall_s += stall
+        self.clock.advance_to(end)
+        now = self.clock.now()
+        for output in outputs:
+            times = self.times.get(output.request_id)
+            if times is None:
+                continue
+            if output.new_token_ids and times.first_token_s is None:
+                times.first_token_s = now
+            if output.finished and times.finish_s is None:
+                times.finish_s = now
+        return outputs
+
+    def add_request(self, *args: Any, **kwargs: Any) -> str:
+        request_id: str = self._add_request(*args, **kwargs)
+        self.times[request_id] = RequestTimes(arrival_s=self.clock.now())
+        return request_id
+
+    def abort(self, request_id: str) -> None:
+        self._abort(request_id)
+        times = self.times.get(request_id)
+        if times is not None and times.finish_s is None:
+            times.finish_s = self.clock.now()
+
+    def _record(self, chunks: Sequence[ScheduledChunk]) -> None:
+        # Read before the runner computes: the engine advances num_computed_tokens after.
+        self._batch = StepBatch(
+            tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
+        )
+
+    def _copy(self, pairs: BlockPairs, direction: Direction) -> None:
+        self.link.charge(self.block_bytes(len(pairs)), at=self.clock.now(), direction=direction)
+
+    def detach(self) -> None:
+        """Put back what ``attach_twin`` found: the engine's ``step``, ``add_request`` and
+        ``abort``, its runner's ``execute`` and its KV cache's class. The clock, the link
+        and the times stay readable."""
+        if not self._attached:
+            raise TwinError("this twin is already detached; attach_twin the engine again")
+        engine = self.engine
+        for owner, name in _wrapped_attributes(engine):
+            previous = self._previous.get((id(owner), name))
+            if previous is None:
+                del owner.__dict__[name]
+            else:
+                setattr(owner, name, previous)
+        engine.kv_cache.__class__ = self._kv_cache_class
+        self._attached = False
+
+
+def _wrapped_attributes(engine: Engine) -> tuple[tuple[object, str], ...]:
+    return (
+        (engine, "step"),
+        (engine, "add_request"),
+        (engine, "abort"),
+        (engine.runner, "execute"),
+    )
+
+
+def attach_twin(
+    engine: Engine,
+    *,
+    profile: DeviceProfile,
+    model_shape: ModelShape,
+    clock: VirtualClock | None = None,
+    link: HostLink | None = None,
+) -> TwinEngine:
+    """Put ``engine`` on ``profile``'s device running ``model_shape``'s model, in virtual
+    time on ``clock`` (a new one at 0.0 unless given), copies queued on ``link`` (a new one
+    for ``profile`` unless given). The engine's callers keep calling ``engine.step()``."""
+    if not isinstance(engine, Engine):
+        raise TwinError(f"attach_twin wraps an engine.Engine, got {type(engine).__name__}")
+    if isinstance(engine.kv_cache, _TwinKVCache):
+        raise TwinError("this engine already has a twin attached; detach that one first")
+    if link is not None and link.profile != profile:
+        raise TwinError(
+            f"the link is timed by profile {link.profile.name!r}, the twin by "
+            f"{profile.name!r}; give them the same profile"
+        )
+    twin = TwinEngine(
+        engine=engine,
+        profile=profile,
+        model_shape=model_shape,
+        clock=VirtualClock() if clock is None else clock,
+        link=HostLink(profile=profile) if link is None else link,
+    )
+    twin._kv_cache_class = type(engine.kv_cache)
+    twin._previous = {
+        (id(owner), name): owner.__dict__.get(name) for owner, name in _wrapped_attributes(engine)
+    }
+    step, add_request, abort = engine.step, engine.add_request, engine.abort
+    runner_execute = engine.runner.execute
+
+    def execute(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
+        twin._record(chunks)
+        return runner_execute(chunks)
+
+    twin._step, twin._add_request, twin._abort = step, add_request, abort
+    engine.runner.execute = execute  # type: ignore[method-assign]
+    engine.step = twin.step  # type: ignore[method-assign]
+    engine.add_request = twin.add_request  # type: ignore[method-assign]
+    engine.abort = twin.abort  # type: ignore[method-assign]
+    engine.kv_cache.__class__ = _twin_kv_cache(twin, type(engine.kv_cache))
+    twin._attached = True
+    return twin
+
+
+class _TwinKVCache(KVCache):
+    """What every twin's KV cache class derives from: marks an engine already twinned."""
+
+    __slots__ = ()
+
+
+def _twin_kv_cache(twin: TwinEngine, base: type[KVCache]) -> type[KVCache]:
+    """A subclass of the engine's KV cache class, for this twin alone, whose swaps are
+    charged to its link once they are made. ``KVCache`` has slots and no ``__dict__``, so
+    its methods cannot be wrapped per instance; its class is swapped instead (empty-slots
+    subclasses keep its layout), and ``detach`` swaps it back."""
+
+    def swap_out(self: KVCache, pairs: BlockPairs) -> None:
+        base.swap_out(self, pairs)  # first: pairs it refuses are no copy to charge
+        twin._copy(pairs, Direction.OFFLOAD)
+
+    def swap_in(self: KVCache, pairs: BlockPairs) -> None:
+        base.swap_in(self, pairs)
+        twin._copy(pairs, Direction.RESTORE)
+
+    namespace = {"__slots__": (), "__module__": __name__, "swap_out": swap_out, "swap_in": swap_in}
+    return type("TwinKVCache", (_TwinKVCache, base), namespace)

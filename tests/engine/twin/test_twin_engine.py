@@ -195,3 +195,33 @@ def test_detach_gives_the_engine_back_as_it_was() -> None:
     with pytest.raises(TwinError, match="already detached"):
         twin.detach()
     attach_twin(engine, profile=OVERLAPPED, model_shape=TARGET).detach()  # and again
+
+
+def test_preemption_swaps_are_charged_and_waited_for_inside_the_step() -> None:
+    engine, _ = make_engine()
+    twin = attach_twin(engine, profile=SEQUENTIAL, model_shape=TARGET)
+    moved = {Direction.OFFLOAD: 0, Direction.RESTORE: 0}  # blocks, as the engine moved them
+    manager = engine.block_manager
+
+    def counting(real, direction):
+        def spy(seq_id):
+            pairs = real(seq_id)
+            moved[direction] += len(pairs)
+            return pairs
+
+        return spy
+
+    manager.swap_out = counting(manager.swap_out, Direction.OFFLOAD)
+    manager.swap_in = counting(manager.swap_in, Direction.RESTORE)
+    # Four sequences of up to 9 blocks each in a pool of 24: the scheduler preempts by
+    # swapping a running sequence out to host memory, and swaps it back in later.
+    sampling = SamplingParams(max_tokens=60, temperature=0, ignore_eos=True)
+    engine.generate([PROMPT[i:] for i in range(4)], sampling)
+    assert engine.metrics().num_preemptions > 0
+    for direction, num_blocks in moved.items():
+        assert num_blocks > 0
+        assert twin.link.totals(direction).num_bytes == num_blocks * 16 * TARGET.kv_bytes_per_token
+    # Without overlap, the steps that swapped waited for their copies: the link's busy time.
+    busy = sum(twin.link.totals(d).busy_s for d in Direction)
+    assert twin.stall_s == pytest.approx(busy, rel=1e-9)
+    assert twin.clock.now() == pytest.approx(twin.compute_s + busy, rel=1e-9)

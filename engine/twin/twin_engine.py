@@ -21,6 +21,12 @@ own (its model computes them, the tiny-random one on this CPU); only time is the
 
 The engine's own wall-clock fields (``Request.arrival_time`` and the like) are left as
 they are: the twin's times are in ``TwinEngine.times``.
+
+Errors (caller input)::
+
+    InvalidRequestError (engine.errors)
+    └── TwinError   not an Engine, a second twin on one engine, a link timed by another
+                    profile, or a twin detached twice
 """
 
 from __future__ import annotations

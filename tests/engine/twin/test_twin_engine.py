@@ -18,7 +18,15 @@ from engine.kv_cache import KVCache
 from engine.presets import get_preset
 from engine.sampling import SamplingParams
 from engine.scheduler import ScheduledChunk
-from engine.twin import Direction, ModelShape, SequenceWork, StepBatch, StepTimeModel, get_profile
+from engine.twin import (
+    Direction,
+    HostLink,
+    ModelShape,
+    SequenceWork,
+    StepBatch,
+    StepTimeModel,
+    get_profile,
+)
 from engine.twin.twin_engine import TwinEngine, TwinError, attach_twin
 
 TARGET = ModelShape.from_config(
@@ -225,3 +233,13 @@ def test_preemption_swaps_are_charged_and_waited_for_inside_the_step() -> None:
     busy = sum(twin.link.totals(d).busy_s for d in Direction)
     assert twin.stall_s == pytest.approx(busy, rel=1e-9)
     assert twin.clock.now() == pytest.approx(twin.compute_s + busy, rel=1e-9)
+
+
+def test_what_cannot_be_twinned_is_refused_with_what_to_do() -> None:
+    engine, _ = make_engine()
+    with pytest.raises(TwinError, match=r"wraps an engine\.Engine, got str"):
+        attach_twin("engine", profile=OVERLAPPED, model_shape=TARGET)  # type: ignore[arg-type]
+    other = HostLink(profile=get_profile("h100-sxm"))
+    with pytest.raises(TwinError, match="give them the same profile"):
+        attach_twin(engine, profile=OVERLAPPED, model_shape=TARGET, link=other)
+    assert type(engine.kv_cache) is KVCache and "step" not in vars(engine)  # untouched

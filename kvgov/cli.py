@@ -205,10 +205,12 @@ def bench(
             raise typer.Exit(code=2) from exc
         runs = _taking("device", runs, name, "it runs on the host")
     if model is not None:
-        from engine.presets import PRESETS
+        from kvgov.twin import TwinFitError, model_label
 
-        if model not in PRESETS and not os.path.isdir(model):
-            _fail(f"--model {model!r} is neither a preset ({', '.join(PRESETS)}) nor a folder")
+        try:
+            model_label(model)  # a preset or a folder, before anything runs
+        except TwinFitError as exc:
+            _fail(str(exc))
         options["model"] = model
         runs = _taking("model", runs, name, "it runs its own model")
     measurements = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 
 import torch
@@ -119,6 +119,10 @@ class Engine:
         self._arrivals = itertools.count()
         self._prefix_ids = itertools.count()
         self.prefill = PrefillCounter()
+        # Every time the engine reads: request arrivals, first tokens, finishes and the
+        # default order time. Monotonic seconds; the hardware twin puts its virtual clock
+        # here (``engine.twin.attach_twin``), so a twin run's figures are virtual time.
+        self.clock: Callable[[], float] = time.monotonic
 
     @classmethod
     def from_pretrained(cls, path_or_preset: str = "tiny-random", **overrides: object) -> Engine:
@@ -144,11 +148,12 @@ class Engine:
         order_time: float | None = None,
     ) -> str:
         """Queue a request; refuse it at once (typed error) if it can never fit. ``retain``
-        (with a budget): hold its context in the step that ends it. ``order_time``
-        (``time.monotonic()``, default now) orders it within its priority: a runtime
-        passes its program's start, so older programs go first (Continuum's order)."""
+        (with a budget): hold its context in the step that ends it. ``order_time`` (a
+        reading of ``self.clock``, ``time.monotonic`` unless a twin is attached; default
+        now) orders it within its priority: a runtime passes its program's start, so older
+        programs go first (Continuum's order)."""
         sampling = sampling or SamplingParams()
-        order_time = monotonic_or_now("order_time", order_time)
+        order_time = monotonic_or_now("order_time", order_time, now=self.clock)
         if retain and budget is None:
             raise InvalidRequestError("retain holds a budget's context: set budget too")
         token_ids = self._token_ids(prompt)
@@ -181,7 +186,7 @@ class Engine:
             num_shared_blocks=self._num_shared_blocks(token_ids, cache_salt),
             generator=generator,
             retain=retain,
-            arrival_time=time.perf_counter(),
+            arrival_time=self.clock(),
         )
         # An offloaded context comes back before the request is allocated (it waits for room).
         if budget is not None and not self.retained.restore(budget):
@@ -218,7 +223,7 @@ class Engine:
         """End a request now and return every block it holds."""
         request = self._request(request_id)
         self.scheduler.finish(request, FinishReason.ABORT)
-        request.finish_time = time.perf_counter()
+        request.finish_time = self.clock()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
@@ -241,7 +246,7 @@ class Engine:
                 self.pending.give_up_oldest()  # nothing else can make room for it
         sampled = self.runner.execute(scheduled.chunks)
         outputs: list[RequestOutput] = []
-        now = time.perf_counter()
+        now = self.clock()
         for chunk, token in zip(scheduled.chunks, sampled, strict=True):
             request = chunk.request
             self.prefill.computed(
@@ -302,7 +307,7 @@ class Engine:
         if reason is None:
             return RequestOutput(request.request_id, (token,), new_text, False, None)
         self.scheduler.finish(request, reason)
-        request.finish_time = time.perf_counter()
+        request.finish_time = self.clock()
         if request.retain:
             self._record(request)
             self.retained.retain(request.budget)  # type: ignore[arg-type]
@@ -360,7 +365,7 @@ class Engine:
             num_cached_tokens=request.num_cached_tokens,
             num_preemptions=request.num_preemptions,
             time_to_first_token_s=ttft,
-            latency_s=(request.finish_time or time.perf_counter()) - request.arrival_time,
+            latency_s=(request.finish_time or self.clock()) - request.arrival_time,
             # 0 where the hold gave way already (``reclaim``)
             num_retained_tokens=self.retained.num_tokens(request.budget) if request.retain else 0,  # type: ignore[arg-type]
         )

@@ -391,22 +391,27 @@ class EngineLoop:
                 self._abort_all(error=exc)
                 continue
             self._num_steps += 1
-            # Before any output is pushed: a caller whose request just ended reads a
-            # snapshot in which its blocks are already free.
-            self._publish()
-            stalled = not outputs and not self.engine.scheduler.running
-            for output in outputs:
-                stream = self._streams.get(output.request_id)
-                if stream is None:
-                    continue
-                try:
-                    stream._push(output)
-                except Exception:  # a broken sink must not end the engine thread
-                    self._abort(output.request_id)
-                    continue
-                if output.finished:
-                    self._complete(output.request_id)
+            stalled = self._deliver(outputs)
         self._shut_down()
+
+    def _deliver(self, outputs: list[RequestOutput]) -> bool:
+        """Hand a step's outputs to their streams; True when the step stalled (nothing
+        came out and nothing runs: only a command can change that)."""
+        # Before any output is pushed: a caller whose request just ended reads a
+        # snapshot in which its blocks are already free.
+        self._publish()
+        for output in outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is None:
+                continue
+            try:
+                stream._push(output)
+            except Exception:  # a broken sink must not end the engine thread
+                self._abort(output.request_id)
+                continue
+            if output.finished:
+                self._complete(output.request_id)
+        return not outputs and not self.engine.scheduler.running
 
     def _drain(self, *, block: bool) -> None:
         try:

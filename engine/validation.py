@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from engine.errors import InvalidRequestError
 
@@ -19,11 +19,13 @@ def require_int(name: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def monotonic_or_now(name: str, value: object) -> float:
-    """``value`` as a ``time.monotonic()`` reading (``time.monotonic()`` itself if None),
-    else an error naming the argument."""
+def monotonic_or_now(
+    name: str, value: object, *, now: Callable[[], float] = time.monotonic
+) -> float:
+    """``value`` as a reading of the clock ``now`` (``time.monotonic`` unless given; ``now()``
+    itself if None), else an error naming the argument."""
     if value is None:
-        return time.monotonic()
+        return now()
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or not math.isfinite(value):  # type: ignore[arg-type]
         raise InvalidRequestError(

@@ -17,10 +17,21 @@ own (its model computes them, the tiny-random one on this CPU); only time is the
   what they take beyond it. A copy issued between steps (``engine.offload``) starts then,
   and the next step waits for the link as above;
 - each request's virtual arrival (``add_request``), first token and finish (the end of
-  the step that produced them, or the time of an ``abort``) are recorded by request id.
+  the step that produced them, or the time of an ``abort``) are recorded by request id;
+- the engine reads the virtual clock (``Engine.clock``): its requests' arrival, finish
+  and default order times are virtual seconds.
 
-The engine's own wall-clock fields (``Request.arrival_time`` and the like) are left as
-they are: the twin's times are in ``TwinEngine.times``.
+Who moves the clock: with ``advance=True`` (the default, for a caller that steps the
+engine itself) each step moves it to the step's end. With ``advance=False`` a driver on a
+virtual-time event loop (``engine.twin.twin_loop``) does: a step computes at once and
+sets ``busy_until``, and the driver sleeps until then before handing out the outputs, so
+whatever else happens meanwhile (a tool returning, a timer firing) happens during the
+step, at its own time. A copy asked for while a step is in progress starts when it ends.
+
+``forward=False`` skips the model's forward pass: every chunk that completes its
+request's tokens samples one fixed token (never end-of-sequence), so a modelled run at a
+large model's scale (16k-token prompts, thousands of blocks) costs the host only the
+engine's bookkeeping. Decisions stay the engine's; only the tokens are no model's.
 
 Errors (caller input)::
 
@@ -71,6 +82,9 @@ class TwinEngine:
     model_shape: ModelShape
     clock: VirtualClock
     link: HostLink
+    advance: bool = True
+    forward: bool = True
+    busy_until: float = 0.0  # the end of the latest step (virtual seconds)
     times: dict[str, RequestTimes] = field(default_factory=dict)
     num_steps: int = 0
     compute_s: float = 0.0  # modelled compute of every step so far
@@ -100,7 +114,7 @@ class TwinEngine:
 
     def step(self) -> list[RequestOutput]:
         """The engine's real step, timed on the clock (see the module docstring)."""
-        start = self.clock.now()
+        start = max(self.clock.now(), self.busy_until)
         self._batch = None
         outputs = self._step()
         batch, self._batch = self._batch, None
@@ -117,8 +131,10 @@ class TwinEngine:
         self.num_steps += 1
         self.compute_s += compute
         self.stall_s += stall
-        self.clock.advance_to(end)
-        now = self.clock.now()
+        self.busy_until = end
+        if self.advance:
+            self.clock.advance_to(end)
+        now = end
         for output in outputs:
             times = self.times.get(output.request_id)
             if times is None:
@@ -147,12 +163,13 @@ class TwinEngine:
         )
 
     def _copy(self, pairs: BlockPairs, direction: Direction) -> None:
-        self.link.charge(self.block_bytes(len(pairs)), at=self.clock.now(), direction=direction)
+        at = max(self.clock.now(), self.busy_until)  # between steps, or after this one
+        self.link.charge(self.block_bytes(len(pairs)), at=at, direction=direction)
 
     def detach(self) -> None:
-        """Put back what ``attach_twin`` found: the engine's ``step``, ``add_request`` and
-        ``abort``, its runner's ``execute`` and its KV cache's class. The clock, the link
-        and the times stay readable."""
+        """Put back what ``attach_twin`` found: the engine's ``step``, ``add_request``,
+        ``abort`` and ``clock``, its runner's ``execute`` and its KV cache's class. The
+        clock, the link and the times stay readable."""
         if not self._attached:
             raise TwinError("this twin is already detached; attach_twin the engine again")
         engine = self.engine
@@ -171,6 +188,7 @@ def _wrapped_attributes(engine: Engine) -> tuple[tuple[object, str], ...]:
         (engine, "step"),
         (engine, "add_request"),
         (engine, "abort"),
+        (engine, "clock"),
         (engine.runner, "execute"),
     )
 
@@ -182,10 +200,13 @@ def attach_twin(
     model_shape: ModelShape,
     clock: VirtualClock | None = None,
     link: HostLink | None = None,
+    advance: bool = True,
+    forward: bool = True,
 ) -> TwinEngine:
     """Put ``engine`` on ``profile``'s device running ``model_shape``'s model, in virtual
     time on ``clock`` (a new one at 0.0 unless given), copies queued on ``link`` (a new one
-    for ``profile`` unless given). The engine's callers keep calling ``engine.step()``."""
+    for ``profile`` unless given). The engine's callers keep calling ``engine.step()``;
+    ``advance`` and ``forward`` as in the module docstring."""
     if not isinstance(engine, Engine):
         raise TwinError(f"attach_twin wraps an engine.Engine, got {type(engine).__name__}")
     if isinstance(engine.kv_cache, _TwinKVCache):
@@ -201,6 +222,8 @@ def attach_twin(
         model_shape=model_shape,
         clock=VirtualClock() if clock is None else clock,
         link=HostLink(profile=profile) if link is None else link,
+        advance=advance,
+        forward=forward,
     )
     twin._kv_cache_class = type(engine.kv_cache)
     twin._previous = {
@@ -209,18 +232,32 @@ def attach_twin(
     step, add_request, abort = engine.step, engine.add_request, engine.abort
     runner_execute = engine.runner.execute
 
+    fixed_token = _fixed_token(engine)
+
     def execute(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
         twin._record(chunks)
-        return runner_execute(chunks)
+        if twin.forward:
+            return runner_execute(chunks)
+        return [fixed_token if chunk.completes else None for chunk in chunks]
 
     twin._step, twin._add_request, twin._abort = step, add_request, abort
     engine.runner.execute = execute  # type: ignore[method-assign]
     engine.step = twin.step  # type: ignore[method-assign]
     engine.add_request = twin.add_request  # type: ignore[method-assign]
     engine.abort = twin.abort  # type: ignore[method-assign]
+    engine.clock = twin.clock.now
     engine.kv_cache.__class__ = _twin_kv_cache(twin, type(engine.kv_cache))
     twin._attached = True
     return twin
+
+
+def _fixed_token(engine: Engine) -> int:
+    """The token a step without a forward pass samples: a word's, never end-of-sequence."""
+    eos = engine.tokenizer.eos_token_ids
+    for token in engine.tokenizer.encode(" ok"):
+        if token not in eos:
+            return token
+    return next(t for t in range(engine.model_config.vocab_size) if t not in eos)
 
 
 class _TwinKVCache(KVCache):

@@ -25,6 +25,7 @@ from governor.backend import (
 )
 from governor.ceiling import CeilingPolicy, CompactionEvent, RaiseAtCeiling
 from governor.children import ChildContext
+from governor.clock import SYSTEM_CLOCK, Clock, SystemClock, Timer
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import (
     AdmissionRejected,
@@ -78,6 +79,7 @@ __all__ = [
     "DEFAULT_EXPECTED_USE",
     "DEFAULT_SAFETY_FACTOR",
     "QWEN3_5_9B",
+    "SYSTEM_CLOCK",
     "AdmissionMode",
     "AdmissionPolicy",
     "AdmissionRejected",
@@ -92,6 +94,7 @@ __all__ = [
     "CeilingExceeded",
     "CeilingPolicy",
     "ChildContext",
+    "Clock",
     "CompactionEvent",
     "ConfigError",
     "FakeBackend",
@@ -127,6 +130,8 @@ __all__ = [
     "Scheme",
     "SchemeComparison",
     "SchemeSizing",
+    "SystemClock",
+    "Timer",
     "TokenCounter",
     "Tokenizes",
     "ToolCall",

@@ -44,7 +44,6 @@ import bisect
 import math
 import reprlib
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ from governor.admission_policy import (
     checked_order,
     order_error,
 )
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected
 from governor.lease import Lease, LeaseState
@@ -76,7 +76,9 @@ class _Queued:
 
 class AdmissionController:
     """``policy`` orders the waiting leases; None is ``PriorityWithAging`` at the
-    config's ``aging_s`` (another policy ignores ``aging_s`` unless it takes it)."""
+    config's ``aging_s`` (another policy ignores ``aging_s`` unless it takes it).
+    ``clock``: the governor's (``governor.clock``), read for ``queued_at``,
+    ``admitted_at`` and the policy's ``now``."""
 
     def __init__(
         self,
@@ -85,6 +87,7 @@ class AdmissionController:
         available_blocks: int,
         block_size: int,
         policy: AdmissionPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.available_blocks = available_blocks
@@ -123,7 +126,7 @@ class AdmissionController:
         # A backend of several replicas: where a lease fits (guaranteed mode only; see
         # governor.placement). Set before the first lease is queued.
         self.placement: Placement | None = None
-        self._clock: Callable[[], float] = time.monotonic
+        self._clock = clock
 
     @property
     def policy(self) -> AdmissionPolicy:
@@ -200,7 +203,7 @@ class AdmissionController:
         """Queue the lease; its waiter wakes once it is ACTIVE (maybe at once)."""
         with self._lock:
             previous, previous_queued_at = lease.state, lease.queued_at
-            lease.queued_at = self._clock()  # aging counts from here, not from its request
+            lease.queued_at = self._clock.now()  # aging counts from here, not from its request
             queued = _Queued(lease, waiter, None if self._key is None else self._key(lease))
             queued.previous = previous
             lease.state = LeaseState.WAITING
@@ -384,7 +387,7 @@ class AdmissionController:
             return self._queue  # kept in order as leases arrive; _pump changes it after
         waiting = self._waiting  # by lease, in the order queued
         answer = self._policy.order(
-            list(waiting), active=frozenset(self._active), now=self._clock()
+            list(waiting), active=frozenset(self._active), now=self._clock.now()
         )
         if not isinstance(answer, Iterable):
             raise order_error(self._policy, f"it returned {reprlib.repr(answer)}")
@@ -426,7 +429,7 @@ class AdmissionController:
     def _admit(self, lease: Lease) -> None:
         lease.state = LeaseState.ACTIVE
         if lease.admitted_at is None:
-            lease.admitted_at = self._clock()
+            lease.admitted_at = self._clock.now()
         self._add_active(lease)
         self._peak_active = max(self._peak_active, len(self._active))
 

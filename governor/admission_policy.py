@@ -17,10 +17,11 @@ The contract of ``order``:
 - ``waiting``: the waiting leases in the order they were queued, as a fresh list the
   policy may sort and return;
 - ``active``: the leases active now (parked leases are not); read it, never change it;
-- ``now``: the controller's clock, the clock of ``Lease.queued_at`` (``time.monotonic``),
-  so ``now - lease.queued_at`` is the seconds a lease has waited in the queue this time
-  (a lease re-queued after parking or growing starts again: time it spent running is
-  not waiting);
+- ``now``: the controller's clock, the clock of ``Lease.queued_at`` (the governor's
+  ``Clock.now()``: ``time.monotonic`` under the default ``SystemClock``, virtual seconds
+  in the hardware twin), so ``now - lease.queued_at`` is the seconds a lease has waited
+  in the queue this time (a lease re-queued after parking or growing starts again: time
+  it spent running is not waiting); a policy reads time only from it;
 - it returns the same leases, each exactly once, in the order to try them. The
   controller checks that before it acts on it: any other answer is refused with a
   ``ConfigError``, nobody is admitted and the queue is left as it was.

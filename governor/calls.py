@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from governor.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
     from governor.backend import Backend
+    from governor.clock import Clock
     from governor.config import GovernorConfig
     from governor.idle import IdleKeeper
     from governor.policy_set import Policies
@@ -44,6 +44,7 @@ class ModelCalls:
     ``_publish``, are the governor's."""
 
     backend: Backend
+    clock: Clock
     config: GovernorConfig
     counter: TokenCounter
     policies: Policies
@@ -156,11 +157,11 @@ class ModelCalls:
 
     def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
         self._publish("call.started", lease, max_tokens=request.max_tokens)
-        return time.perf_counter()
+        return self.clock.now()
 
     def _call_failed(self, lease: Lease, started: float, error: BaseException | None) -> None:
         reason = "no result" if error is None else error_name(error)
-        self._publish("call.failed", lease, error=reason, elapsed_s=time.perf_counter() - started)
+        self._publish("call.failed", lease, error=reason, elapsed_s=self.clock.now() - started)
 
     def _request(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
@@ -222,7 +223,7 @@ class ModelCalls:
                 raise ConfigError.below_minimum(name, value, 0)
         result = GenerationResult("", (), finish_reason, prompt_tokens, completion_tokens,
                                   cached_tokens)  # fmt: skip
-        self._record(lease, result, time.perf_counter() - elapsed_s)
+        self._record(lease, result, self.clock.now() - elapsed_s)
 
     def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
@@ -237,7 +238,7 @@ class ModelCalls:
             finish_reason=result.finish_reason,
             tokens_in_context=lease.tokens_in_context,
             blocks_held=lease.blocks_live,
-            elapsed_s=time.perf_counter() - started,
+            elapsed_s=self.clock.now() - started,
         )
         return result
 
@@ -255,7 +256,7 @@ class ModelCalls:
     def _compact(
         self, lease: Lease, messages: Sequence[Message], reserve: int
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        policy = self.policies.ceiling or RaiseAtCeiling(agent=lease.agent.name)
+        policy = self.policies.ceiling or RaiseAtCeiling(agent=lease.agent.name, clock=self.clock)
         compacted, event = policy.compact(
             messages,
             ceiling_tokens=lease.ceiling_tokens,

@@ -9,11 +9,11 @@ dropped or folded into a summary, so that each decision is explicit and can be l
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.errors import CeilingExceeded, ConfigError
 from governor.tokens import TokenCounter
 
@@ -71,10 +71,12 @@ class CeilingPolicy(Protocol):
 class RaiseAtCeiling:
     """The governor's default ``CeilingPolicy``: never compact. Messages that fit with the
     reply's reserve come back unchanged; otherwise ``CeilingExceeded`` for ``agent``, so
-    the caller decides: compact, end the agent, or ask for more with ``lease.grow()``."""
+    the caller decides: compact, end the agent, or ask for more with ``lease.grow()``.
+    ``clock`` times the check (``CompactionEvent.elapsed_s``): the governor's."""
 
-    def __init__(self, *, agent: str = "agent") -> None:
+    def __init__(self, *, agent: str = "agent", clock: Clock = SYSTEM_CLOCK) -> None:
         self._agent = agent
+        self._clock = clock
 
     def __repr__(self) -> str:
         return f"RaiseAtCeiling(agent={self._agent!r})"
@@ -87,7 +89,7 @@ class RaiseAtCeiling:
         reserve_tokens: int,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        started = time.perf_counter()
+        started = self._clock.now()
         for setting, value, minimum in (
             ("ceiling_tokens", ceiling_tokens, 1),
             ("reserve_tokens", reserve_tokens, 0),
@@ -107,5 +109,5 @@ class RaiseAtCeiling:
             messages_after=n,
             dropped=0,
             summarized=0,
-            elapsed_s=time.perf_counter() - started,
+            elapsed_s=self._clock.now() - started,
         )

@@ -1,11 +1,12 @@
 """``Deadlines``: one daemon thread that runs callbacks when their time comes.
 
-The governor arms a deadline at every tool call (park after ``park_after_s``, stop
-holding KV after ``retain_s``) and cancels most of them a few milliseconds later when the
-tool returns. A ``threading.Timer`` per deadline costs a thread start each (hundreds of
-microseconds); here arming is a heap push and cancelling a flag, and the one thread is
-started on first use, sleeps until the earliest deadline, and ends after a minute with
-nothing to do (the next deadline starts it again).
+``SystemClock.call_later`` (``governor.clock``) runs its callbacks on it. The governor
+arms a deadline at every tool call (park after ``park_after_s``, stop holding KV after
+``retain_s``) and cancels most of them a few milliseconds later when the tool returns.
+A ``threading.Timer`` per deadline costs a thread start each (hundreds of microseconds);
+here arming is a heap push and cancelling a flag, and the one thread is started on first
+use, sleeps until the earliest deadline, and ends after a minute with nothing to do (the
+next deadline starts it again).
 """
 
 from __future__ import annotations

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from governor.clock import SYSTEM_CLOCK
 from governor.errors import ConfigError
 
 __all__ = ["EventBus", "GovernorEvent", "error_name"]
@@ -60,7 +60,9 @@ class GovernorEvent:
     run_id: str | None = None  # the ``Governor.run`` it happened in
     attributes: Mapping[str, Any] = field(default_factory=dict)
     record: Any = None  # a CompactionEvent or ToolOutputReduction, when there is one
-    at: float = field(default_factory=time.time)  # seconds since the epoch
+    # Seconds since the epoch: the governor sets its clock's wall(); the default is for
+    # events made elsewhere.
+    at: float = field(default_factory=SYSTEM_CLOCK.wall)
 
 
 Subscriber = Callable[[GovernorEvent], None]

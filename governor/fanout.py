@@ -14,7 +14,9 @@ the next waiter, so a parent's active count never dips to zero while children wa
 and ``on_first_child``/``on_last_child`` fire exactly once per busy period: the
 governor parks the parent on the first and resumes it on the last. A waiter that times
 out or is cancelled leaves nothing behind; a slot granted to it at that moment is
-passed on. A parent's entry is dropped when it has no active or waiting children.
+passed on. A parent's entry is dropped when it has no active or waiting children. A
+thread waits ``timeout_s`` of real time; a coroutine waits on its event loop's time
+(virtual under the hardware twin's loop: ``governor.clock``).
 
 Errors::
 

@@ -19,6 +19,13 @@ what runs under the idle keeper's lock (closing a budget, holding, offloading an
 restoring KV) and tokenizing run on a worker thread (``asyncio.to_thread``) or on the
 deadline thread.
 
+Time comes from one clock, ``Governor(clock=...)`` (``governor.clock``): lease times,
+queue ages, order times, elapsed times, event timestamps and the deadlines of idle
+leases. The default, ``SYSTEM_CLOCK``, is real time; the hardware twin passes a virtual
+one, and drives the governor through its async API (``governor.clock`` says why). "The
+deadline thread" here is wherever the clock runs its callbacks (``SystemClock``: one
+daemon thread).
+
 Threads and event loops share a governor. Its locks, in the only order they are taken
 (a lock is never taken while one after it is held):
 
@@ -48,7 +55,6 @@ import functools
 import itertools
 import math
 import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from governor.admission import AdmissionController, Waiter
@@ -56,6 +62,7 @@ from governor.agent import AgentSpec
 from governor.backend import Backend, Message, PrefixHandle
 from governor.calls import ModelCalls
 from governor.children import ChildContext
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.config import GovernorConfig
 from governor.errors import AdmissionTimeout, BackendError, ConfigError, LeaseReleased
 from governor.events import EventBus, GovernorEvent, Subscriber, error_name
@@ -84,15 +91,26 @@ class Governor(ModelCalls, ToolCalls, Growth):
         config: GovernorConfig | None = None,
         agents: Iterable[AgentSpec] = (),
         policies: Policies | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``policies``: the tool-output, ceiling, admission and pressure decisions
-        (``governor.Policies``); each left unset is the governor's default."""
+        (``governor.Policies``); each left unset is the governor's default, given this
+        governor's clock. ``clock``: where every time it reads and every deadline it arms
+        come from (``governor.clock``); real time by default."""
         if policies is not None and not isinstance(policies, Policies):
             raise ConfigError(
                 f"policies must be a governor.Policies(tool_output=..., ceiling=..., "
                 f"admission=..., pressure=...), got {type(policies).__name__}",
                 setting="policies",
             )
+        if not isinstance(clock, Clock):
+            raise ConfigError(
+                f"clock must have now(), wall() and call_later(seconds, fn, *args) "
+                f"(governor.Clock), got {type(clock).__name__}; leave it out for real time "
+                "(governor.SYSTEM_CLOCK)",
+                setting="clock",
+            )
+        self.clock = clock
         self.backend = backend
         self.config = config or GovernorConfig()
         self.policies = policies or Policies()
@@ -106,20 +124,24 @@ class Governor(ModelCalls, ToolCalls, Growth):
             available_blocks=capacity.num_available_blocks,
             block_size=capacity.block_size,
             policy=self.policies.admission,
+            clock=clock,
         )
-        self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(self.counter)
+        self.tool_output_policy = self.policies.tool_output or HeadTailTruncation(
+            self.counter, clock=clock
+        )
         self.events = EventBus()
         self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
         self.tool_durations = ToolDurations()  # each tool's history, where expected_s is unset
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,
-            pressure=self.policies.pressure or PressureOrder(),
+            pressure=self.policies.pressure or PressureOrder(clock=clock),
             events=self.events,
             park=self.admission.park,
             held=self.admission.set_held,
             room_made=self.admission.room_made,
             unwaited=self.unwaited,
+            clock=clock,
         )
         self.admission.make_room = self.idle.make_room
         # A backend of several replicas says where a lease fits (governor.placement).
@@ -147,11 +169,15 @@ class Governor(ModelCalls, ToolCalls, Growth):
         it (and in the threads and tasks it starts) carry its id."""
         if not isinstance(name, str) or not name:
             raise ConfigError(f"a run needs a non-empty name, got {name!r}", setting="name")
-        return Run(name, self._publish_run)
+        return Run(name, self._publish_run, clock=self.clock)
 
     def _publish_run(self, kind: str, run: Run, **attributes: object) -> None:
         if self.events.active:
-            self.events.publish(GovernorEvent(kind, run_id=run.run_id, attributes=attributes))
+            self.events.publish(
+                GovernorEvent(
+                    kind, run_id=run.run_id, attributes=attributes, at=self.clock.wall()
+                )
+            )
 
     def _backend_restarted(self) -> None:
         self.idle.lost("the backend restarted; its KV is gone")
@@ -255,7 +281,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
             priority=spec.priority if priority is None else priority,
             block_size=self.admission.block_size,
             arrival=number,
-            requested_at=time.monotonic(),
+            requested_at=self.clock.now(),
             tenant=tenant,
             parent=parent,
             run_id=current_run_id(),
@@ -348,7 +374,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
     def acquire(self, lease: Lease) -> Lease:
         """Wait (blocking this thread) until the lease is ACTIVE."""
         waiter = Waiter()
-        started, resumed = time.monotonic(), lease.state is LeaseState.PARKED
+        started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
         self.admission.enqueue(lease, waiter)
         if not waiter.wait(self.config.admission_timeout_s) and self.admission.cancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
@@ -357,7 +383,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
 
     async def aacquire(self, lease: Lease) -> Lease:
         waiter = Waiter(loop=asyncio.get_running_loop())
-        started, resumed = time.monotonic(), lease.state is LeaseState.PARKED
+        started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
         self.admission.enqueue(lease, waiter)
         try:
             admitted = await waiter.await_(self.config.admission_timeout_s)
@@ -378,7 +404,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
 
     def _publish_admitted(self, lease: Lease, started: float, resumed: bool) -> None:
         if self.events.active:
-            wait_s = time.monotonic() - started
+            wait_s = self.clock.now() - started
             kind = "resumed" if resumed else "admitted"
             self._publish(kind, lease, wait_s=wait_s, ceiling_tokens=lease.ceiling_tokens)
 
@@ -412,7 +438,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
         with self._lock:
             if lease.released_at is not None:
                 return False
-            lease.released_at = time.monotonic()
+            lease.released_at = self.clock.now()
             self._parents.pop(lease.lease_id, None)
             return True
 
@@ -471,6 +497,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
                     run_id=lease.run_id,
                     attributes=attributes,
                     record=record,
+                    at=self.clock.wall(),
                 )
             )
 

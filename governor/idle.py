@@ -21,9 +21,10 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
    backend ``restores_at_call``: no round trip first); the engine hands the blocks to
    that call, and the hold ends.
 
-Deadlines run on one thread (``governor.deadlines``) and are cancelled when the wait
-ends; each idle period is its own object, so a deadline that fires as its wait ends
-does nothing.
+Deadlines are armed on the governor's clock (``Clock.call_later``: under
+``SystemClock``, one thread, ``governor.deadlines``) and are cancelled when the wait ends;
+each idle period is its own object, so a deadline that fires as its wait ends does
+nothing. "The deadline thread" below is wherever the clock runs its callbacks.
 
 Locks. Two (where they sit in the governor's lock order, the one place it is written,
 is ``governor.governor``'s docstring):
@@ -49,8 +50,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from governor.backend import Backend, BackendMetrics
+from governor.clock import SYSTEM_CLOCK, Clock, Timer
 from governor.config import GovernorConfig
-from governor.deadlines import Deadline, Deadlines
 from governor.errors import BackendError
 from governor.events import EventBus, GovernorEvent
 from governor.lease import Lease, LeaseState
@@ -65,7 +66,7 @@ _BY_ENGINE = "by the engine: a running request needed its blocks"
 @dataclass(slots=True, eq=False)
 class _Idle:
     reason: str
-    timers: list[Deadline] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
 
 
 class IdleKeeper:
@@ -80,6 +81,7 @@ class IdleKeeper:
         held: Callable[[Lease, int], None] = lambda lease, blocks: None,  # device blocks held
         room_made: Callable[[], None] = lambda: None,  # make_room is done
         unwaited: UnwaitedErrors | None = None,  # where a deferred hold's error goes
+        clock: Clock = SYSTEM_CLOCK,  # its deadlines are armed on it
     ) -> None:
         self.backend = backend
         self.config = config
@@ -94,9 +96,10 @@ class IdleKeeper:
         self._idle: dict[Lease, _Idle] = {}
         self._holding: set[Lease] = set()  # leases whose KV is held (resident or offloaded)
         self._busy: dict[Lease, _Idle] = {}  # a hold being made: their next call waits for it
-        self._expiry: dict[Lease, Deadline] = {}  # when each hold ends, tool over or not
+        # When each hold ends, tool over or not, and the number of the hold it ends.
+        self._expiry: dict[Lease, tuple[Timer, int]] = {}
         self._holds = 0  # numbers each hold, so a deadline fires only for its own
-        self._deadlines = Deadlines()
+        self.clock = clock
         held_contexts = getattr(backend, "held_contexts", None)  # the engine's own moves
         self._engine_holds = held_contexts if callable(held_contexts) else None
         self._reclaims_seen = 0  # the backend's num_holds_reclaimed when last read
@@ -343,7 +346,7 @@ class IdleKeeper:
                     if recorded:
                         self._holds += 1
                         expiry = self._timer(self.config.retain_s, self._expire, lease, self._holds)
-                        self._set_expiry(lease, expiry)
+                        self._set_expiry(lease, (expiry, self._holds))
                         self._holding.add(lease)
                         lease.num_retained_tokens = tokens
                         lease.kv_offloaded = False
@@ -391,8 +394,8 @@ class IdleKeeper:
         must not keep blocks the running ones need."""
         with self._backend:
             with self._lock:
-                deadline = self._expiry.get(lease)
-                if lease not in self._holding or deadline is None or deadline.args[1] != number:
+                expiry = self._expiry.get(lease)
+                if lease not in self._holding or expiry is None or expiry[1] != number:
                     return
                 self._expiry.pop(lease, None)
                 drop = not lease.kv_offloaded and lease.released_at is None
@@ -408,12 +411,12 @@ class IdleKeeper:
         lease.num_retained_tokens = 0
         lease.kv_offloaded = False
 
-    def _set_expiry(self, lease: Lease, deadline: Deadline | None) -> None:
+    def _set_expiry(self, lease: Lease, expiry: tuple[Timer, int] | None) -> None:
         old = self._expiry.pop(lease, None)
         if old is not None:
-            old.cancel()
-        if deadline is not None:
-            self._expiry[lease] = deadline
+            old[0].cancel()
+        if expiry is not None:
+            self._expiry[lease] = expiry
 
     def _end_locked(self, lease: Lease) -> None:
         idle = self._idle.pop(lease, None)
@@ -429,8 +432,8 @@ class IdleKeeper:
         if parked:
             self._publish("parked", lease, reason=idle.reason)
 
-    def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> Deadline:
-        return self._deadlines.call_later(seconds, fn, *args)
+    def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> Timer:
+        return self.clock.call_later(seconds, fn, *args)
 
     def _publish(self, kind: str, lease: Lease | None, **attributes: object) -> None:
         if not self.events.active:
@@ -443,5 +446,6 @@ class IdleKeeper:
                 tenant=None if lease is None else lease.tenant,
                 run_id=None if lease is None else lease.run_id,
                 attributes=attributes,
+                at=self.clock.wall(),
             )
         )

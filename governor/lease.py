@@ -37,7 +37,9 @@ class Lease:
     priority: int
     block_size: int
     arrival: int  # governor-wide order of requests
-    requested_at: float  # time.monotonic()
+    # When it was requested, on the governor's clock (Clock.now(): governor.clock), as
+    # every time below is; the governor sets them all, so a lease reads no clock itself.
+    requested_at: float
     tenant: str | None = None
     parent: Lease | None = None
     run_id: str | None = None  # the Governor.run it was requested in
@@ -51,10 +53,10 @@ class Lease:
     num_calls: int = 0
     expected_tokens: int = 0  # the context it is expected to reach, before its first call
     tool: str | None = None  # the tool it waits on, if any
-    # When that tool started (time.monotonic()) and how long it is expected to run (its
-    # expected_s, else the tool's mean so far: ToolDurations; None: unknown). Written by
-    # the lease's thread as the tool starts and ends; the pressure policy reads them (a
-    # stale read reorders one choice).
+    # When that tool started and how long it is expected to run (its expected_s, else
+    # the tool's mean so far: ToolDurations; None: unknown). Written by the lease's
+    # thread as the tool starts and ends; the pressure policy reads them (a stale read
+    # reorders one choice).
     tool_started_at: float | None = None
     tool_expected_s: float | None = None
     num_retained_tokens: int = 0  # its context's KV held between calls (Backend.retain)

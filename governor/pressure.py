@@ -21,11 +21,11 @@ A lease waiting on its children, or on a tool never seen to end, counts as furth
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.lease import Lease, LeaseState
 
 __all__ = ["PressureChoice", "PressureOrder", "PressurePolicy"]
@@ -55,15 +55,24 @@ class PressurePolicy(Protocol):
 
 class PressureOrder:
     """Lowest priority first, then parked before active, expected back last, most
-    blocks, newest."""
+    blocks, newest. ``clock``: the one the leases' ``tool_started_at`` were read from,
+    the governor's (the governor's own default is given it; pass it to one made for a
+    governor on another clock)."""
+
+    __slots__ = ("_clock",)
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
 
     def __repr__(self) -> str:
-        return "PressureOrder()"
+        if self._clock is SYSTEM_CLOCK:
+            return "PressureOrder()"
+        return f"PressureOrder(clock={self._clock!r})"
 
     def choose(
         self, candidates: Sequence[Lease], *, num_blocks_needed: int
     ) -> list[PressureChoice]:
-        now = time.monotonic()
+        now = self._clock.now()
         ranked = sorted(
             candidates,
             key=lambda lease: (
@@ -95,7 +104,7 @@ class PressureOrder:
 
 
 def _due(lease: Lease, now: float) -> float:
-    """When a parked lease is expected back (``time.monotonic()``): its tool's start plus
+    """When a parked lease is expected back (on the governor's clock): its tool's start plus
     the larger of its expected duration and twice its time so far; infinity when that
     is not known (waiting on its children, or a tool of unknown length)."""
     started, expected = lease.tool_started_at, lease.tool_expected_s

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import time
 from collections.abc import Callable
 from types import TracebackType
 
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.events import error_name
 
 __all__ = ["Run", "current_run_id"]
@@ -30,15 +30,19 @@ def current_run_id() -> str | None:
 
 
 class Run:
-    """A context manager for ``with`` and ``async with``; ``run_id`` is set on entry."""
+    """A context manager for ``with`` and ``async with``; ``run_id`` is set on entry.
+    ``clock`` times it (``run.finished``'s ``elapsed_s``): the governor's."""
 
-    __slots__ = ("_publish", "_started", "_token", "name", "parent_id", "run_id")
+    __slots__ = ("_clock", "_publish", "_started", "_token", "name", "parent_id", "run_id")
 
-    def __init__(self, name: str, publish: Callable[..., None]) -> None:
+    def __init__(
+        self, name: str, publish: Callable[..., None], *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.name = name
         self.run_id: str | None = None
         self.parent_id: str | None = None
         self._publish = publish
+        self._clock = clock
         self._token: contextvars.Token[str | None] | None = None
         self._started = 0.0
 
@@ -49,7 +53,7 @@ class Run:
         self.parent_id = _CURRENT.get()
         self.run_id = f"run-{next(_IDS)}"
         self._token = _CURRENT.set(self.run_id)
-        self._started = time.perf_counter()
+        self._started = self._clock.now()
         self._publish("run.started", self, name=self.name, parent_run_id=self.parent_id)
         return self
 
@@ -64,7 +68,7 @@ class Run:
             "run.finished",
             self,
             name=self.name,
-            elapsed_s=time.perf_counter() - self._started,
+            elapsed_s=self._clock.now() - self._started,
             error=error_name(exc),
         )
         _CURRENT.reset(self._token)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import threading
-import time
 from collections import deque
 from collections.abc import Mapping
 from types import TracebackType
@@ -37,6 +36,7 @@ from governor.lease import Lease, LeaseState
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
 
 if TYPE_CHECKING:
+    from governor.clock import Clock
     from governor.governor import Governor
     from governor.idle import IdleKeeper
     from governor.tokens import TokenCounter
@@ -81,6 +81,7 @@ class ToolCalls:
     """Mixed into ``Governor``; the attributes below, and ``_budget_open`` and
     ``_publish``, are the governor's."""
 
+    clock: Clock
     idle: IdleKeeper
     tool_durations: ToolDurations
     counter: TokenCounter
@@ -115,7 +116,7 @@ class ToolCalls:
     def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
         expected = self.tool_durations.mean(tool) if expected_s is None else expected_s
-        lease.tool_started_at, lease.tool_expected_s = time.monotonic(), expected
+        lease.tool_started_at, lease.tool_expected_s = self.clock.now(), expected
         self._publish("tool.started", lease, tool=tool)
         budget_open = self._budget_open(lease)
         typical = self.tool_durations.median(tool) if expected_s is None else expected_s
@@ -125,7 +126,7 @@ class ToolCalls:
         tool, lease.tool = lease.tool, None
         lease.tool_started_at = lease.tool_expected_s = None
         self.idle.end(lease)
-        elapsed_s = time.perf_counter() - started
+        elapsed_s = self.clock.now() - started
         if error is None and tool is not None:
             self.tool_durations.record(tool, elapsed_s)
         self._publish(
@@ -184,7 +185,7 @@ class ToolCall:
         )
 
     def __enter__(self) -> ToolCall:
-        self._started = time.perf_counter()
+        self._started = self.governor.clock.now()
         self.governor._tool_started(self.lease, self.tool, self.expected_s)
         return self
 

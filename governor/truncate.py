@@ -10,10 +10,10 @@ keeps error lines and what the call asked about, use ``policies.ExtractiveSummar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.errors import ConfigError
 from governor.tokens import TokenCounter
 from governor.tool_output import ToolOutputReduction
@@ -22,9 +22,16 @@ __all__ = ["HeadTailTruncation"]
 
 
 class HeadTailTruncation:
-    """Keeps ``head_share`` of the budget from the start and the rest from the end."""
+    """Keeps ``head_share`` of the budget from the start and the rest from the end;
+    ``clock`` times each reduction (``ToolOutputReduction.elapsed_s``): the governor's."""
 
-    def __init__(self, counter: TokenCounter | None = None, *, head_share: float = 0.5) -> None:
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        head_share: float = 0.5,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         if (
             isinstance(head_share, bool)
             or not isinstance(head_share, (int, float))
@@ -37,6 +44,7 @@ class HeadTailTruncation:
             )
         self._counter = counter if counter is not None else TokenCounter()
         self._head_share = float(head_share)
+        self._clock = clock
 
     def __repr__(self) -> str:
         return f"HeadTailTruncation(counter={self._counter!r}, head_share={self._head_share})"
@@ -55,11 +63,11 @@ class HeadTailTruncation:
             or budget_tokens < 1
         ):
             raise ConfigError.below_minimum("budget_tokens", budget_tokens, 1)
-        started = time.perf_counter()
+        started = self._clock.now()
         count = self._counter.count
         before = count(text)
         if before <= budget_tokens:
-            return ToolOutputReduction(text, before, before, "none", time.perf_counter() - started)
+            return ToolOutputReduction(text, before, before, "none", self._clock.now() - started)
         reduced, removed_lines = self._cut(text, before, budget_tokens)
         after = count(reduced)
         return ToolOutputReduction(
@@ -67,7 +75,7 @@ class HeadTailTruncation:
             before,
             after,
             "head_tail",
-            time.perf_counter() - started,
+            self._clock.now() - started,
             elided=(("lines", removed_lines),) if removed_lines else (),
         )
 

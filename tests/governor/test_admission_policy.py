@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 import pytest
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from governor import AgentSpec, ConfigError, GovernorConfig, Lease, LeaseState
 from governor.admission import AdmissionController, Waiter
 from governor.admission_policy import AdmissionPolicy, PriorityWithAging
+from governor.clock import Timer
 
 WORKER = AgentSpec(name="worker", ceiling_tokens=160)  # 10 blocks of 16 tokens
 REVIEWER = AgentSpec(name="reviewer", ceiling_tokens=160)
@@ -42,11 +43,19 @@ def lease(
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+    """A ``governor.Clock`` the test sets by hand (``at``); the controller arms no timers."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def now(self) -> float:
+        return self.at
+
+    def wall(self) -> float:
+        return self.at
+
+    def call_later(self, seconds: float, fn: Callable[..., None], *args: object) -> Timer:
+        raise AssertionError("the admission controller arms no timers")
 
 
 class Woken:
@@ -72,14 +81,14 @@ def controller(
     slots: int, *, policy: AdmissionPolicy | None = None, **config: object
 ) -> tuple[AdmissionController, Clock, Woken]:
     """A controller with room for ``slots`` 10-block leases (safety factor 1)."""
+    clock = Clock()
     ctl = AdmissionController(
         config=GovernorConfig(safety_factor=1.0, **config),  # type: ignore[arg-type]
         available_blocks=10 * slots,
         block_size=16,
         policy=policy,
+        clock=clock,
     )
-    clock = Clock()
-    ctl._clock = clock
     return ctl, clock, Woken()
 
 
@@ -137,7 +146,7 @@ def test_aging_lets_a_low_priority_waiter_overtake(released_at: float, first: st
     low = lease(0, priority=0, requested_at=0.0)
     high = lease(1, priority=1, requested_at=released_at)
     holder = queue_behind_a_holder(ctl, woken, [low])
-    clock.now = released_at
+    clock.at = released_at
     ctl.enqueue(high, woken.waiter(high))  # just arrived
     assert admitted_one_at_a_time(ctl, woken, holder)[0] == first
 
@@ -150,14 +159,14 @@ def test_a_lease_requeued_after_parking_ages_from_then_not_from_its_request() ->
     low = lease(0, priority=0, requested_at=0.0)
     ctl.enqueue(low, woken.waiter(low))
     assert low.state is LeaseState.ACTIVE
-    clock.now = 100.0
+    clock.at = 100.0
     ctl.park(low)
     holder = queue_behind_a_holder(ctl, woken, [])
     high = lease(1, priority=1, requested_at=100.0)
     for waiting in (low, high):  # the parked lease resumes: it queues again
         ctl.enqueue(waiting, woken.waiter(waiting))
     assert low.queued_at == 100.0
-    clock.now = 105.0
+    clock.at = 105.0
     assert admitted_one_at_a_time(ctl, woken, holder) == ["1", "0"]
 
 
@@ -219,7 +228,7 @@ def test_a_keyed_queue_drains_as_ordering_it_every_pass_does(
         ctl, clock, woken = controller(1, policy=chosen)
         waiting = [lease(i, priority=p, requested_at=t / 4) for i, (p, t) in enumerate(specs)]
         holder = queue_behind_a_holder(ctl, woken, waiting)
-        clock.now = 500.0
+        clock.at = 500.0
         drained.append(admitted_one_at_a_time(ctl, woken, holder))
     assert drained[0] == drained[1]
 
@@ -346,7 +355,7 @@ def test_any_object_with_order_is_a_policy_and_sees_the_queue_the_active_and_the
     assert ctl.policy is policy
     holder = queue_behind_a_holder(ctl, woken, [lease(i) for i in range(4)])
     assert policy.calls[-1] == (["0", "1", "2", "3"], ["1000"], 0.0)  # in the order queued
-    clock.now = 7.5
+    clock.at = 7.5
     assert admitted_one_at_a_time(ctl, woken, holder) == ["3", "2", "1", "0"]
     assert policy.calls[-1] == (["0"], [], 7.5)
 

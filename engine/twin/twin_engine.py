@@ -87,6 +87,7 @@ class TwinEngine:
     busy_until: float = 0.0  # the end of the latest step (virtual seconds)
     times: dict[str, RequestTimes] = field(default_factory=dict)
     num_steps: int = 0
+    peak_sequences: int = 0  # sequences computed in one step, at most
     compute_s: float = 0.0  # modelled compute of every step so far
     stall_s: float = 0.0  # what steps waited for copies beyond their compute
     # Set by attach_twin: the callables the wrappers call (the engine's own, or what
@@ -121,6 +122,7 @@ class TwinEngine:
         compute = 0.0
         if batch is not None and batch.sequences:
             compute = self._model.seconds(self.model_shape, batch)
+            self.peak_sequences = max(self.peak_sequences, batch.num_sequences)
         copies_done = max(start, self.link.free_at)
         if self.profile.copies_overlap_compute:
             end = max(start + compute, copies_done)

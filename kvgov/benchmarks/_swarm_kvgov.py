@@ -1,15 +1,19 @@
 """The swarm under kvgov, configured as a user would: ``Governor`` over ``LocalBackend``.
 
-Each agent is a thread, as in an agent runtime: a planner takes a lease, plans, fans out
-to its workers through ``Governor.child`` (its ``max_fanout`` caps how many run at once,
-and the planner is parked meanwhile), and merges their reports; a worker's tool calls
-run inside ``Governor.tool_call`` with the tool's expected duration, so the governor
-parks the lease, holds its KV (``retain_s``), offloads it under pressure and restores it
-before the next call. Admission is overcommit: leases are admitted on live use plus
-headroom. Each team's system prompt is registered once as a shared prefix. The tool
-output and ceiling policies are kvgov's defaults for a coding swarm; the workload's
-prompts already fit them, so they change nothing here and every policy sends the same
-requests.
+Each agent is a task on an event loop, as in an async agent runtime (LangGraph's
+``ainvoke``): a planner takes a lease, plans, fans out to its workers through
+``Governor.child`` (its ``max_fanout`` caps how many run at once, and the planner is
+parked meanwhile), and merges their reports; a worker's tool calls run inside
+``Governor.tool_call`` with the tool's expected duration, so the governor parks the
+lease, holds its KV (``retain_s``), offloads it under pressure and restores it before the
+next call. Admission is overcommit: leases are admitted on live use plus headroom. Each
+team's system prompt is registered once as a shared prefix. The tool output and ceiling
+policies are kvgov's defaults for a coding swarm; the workload's prompts already fit
+them, so they change nothing here and every policy sends the same requests.
+
+One program (``kvgov_program``) runs both ways: ``run_kvgov`` on a real event loop over
+the engine's ``EngineLoop`` thread; on the hardware twin (``_swarm_twin``) on a
+virtual-time loop over a ``TwinEngineLoop``, the governor on that loop's clock.
 
 The engine is the one the baselines ran on (same blocks, same settings), wrapped in an
 ``EngineLoop`` for the run and left as it was after.
@@ -17,19 +21,27 @@ The engine is the one the baselines ran on (same blocks, same settings), wrapped
 
 from __future__ import annotations
 
-import threading
-import time
+import asyncio
 from collections.abc import Callable, Sequence
 
 from engine import Engine
 from engine.engine_loop import EngineLoop
-from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, LocalBackend, Policies
+from governor import (
+    AdmissionMode,
+    AgentSpec,
+    Governor,
+    GovernorConfig,
+    Lease,
+    LocalBackend,
+    Policies,
+)
+from governor.clock import Clock
 from kvgov.benchmarks._swarm_result import EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmTimeout
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
 from policies import ExtractiveSummarizer, SummarizeOldest
 
-__all__ = ["KVGOV_CONFIG", "run_kvgov"]
+__all__ = ["KVGOV_CONFIG", "kvgov_program", "run_kvgov"]
 
 KVGOV_CONFIG = GovernorConfig(mode=AdmissionMode.OVERCOMMIT, park_after_s=0.05)
 _MAX_FANOUT = 4
@@ -49,7 +61,17 @@ def run_kvgov(
     tap = EngineTap(engine, result, lambda budget: names.get(budget, budget))
     backend = LocalBackend(EngineLoop(engine))
     try:
-        _run(backend, scripts, workload, result, names, deadline_s, on_call, config)
+        program = kvgov_program(
+            backend,
+            scripts,
+            workload,
+            result,
+            names=names,
+            deadline_s=deadline_s,
+            on_call=on_call,
+            config=config,
+        )
+        asyncio.run(program)
     finally:
         backend.close()
         tap.close()
@@ -59,92 +81,95 @@ def _ceiling(peers: Sequence[AgentScript], workload: SwarmWorkload, backend: Loc
     """The ceiling a user sets for an agent kind: its largest context and a reply, with a
     block to spare (at most the workload's own ceiling, at which it compacts)."""
     peak = max(backend.counter.count_messages(list(t.messages)) for s in peers for t in s.turns)
-    return min(workload.ceiling_tokens, peak + workload.reply_tokens + 16)
+    needed = peak + workload.reply_tokens + 16
+    return needed if workload.ceiling_tokens is None else min(workload.ceiling_tokens, needed)
 
 
-def _run(
+async def kvgov_program(
     backend: LocalBackend,
     scripts: Sequence[AgentScript],
     workload: SwarmWorkload,
     result: RunResult,
+    *,
     names: dict[str, str],
     deadline_s: float,
-    on_call: Callable[[], None],
-    config: GovernorConfig,
+    on_call: Callable[[], None] = lambda: None,
+    config: GovernorConfig = KVGOV_CONFIG,
+    clock: Clock | None = None,
 ) -> None:
+    """Every agent of ``scripts`` under one governor over ``backend``, on the running loop
+    and its time; ``names`` hears each lease's budget -> agent; ``clock`` is the
+    governor's (the real one unless given)."""
     policies = Policies(
         tool_output=ExtractiveSummarizer(backend.counter),
         ceiling=SummarizeOldest(summary_tokens=160),
     )
-    governor = Governor(backend, config=config, policies=policies)
+    extra = {} if clock is None else {"clock": clock}
+    governor = Governor(backend, config=config, policies=policies, **extra)
     for team in sorted({s.team for s in scripts}):
         planner = next(s for s in scripts if s.planner and s.team == team)
         governor.register_prefix(f"team-{team}", [planner.system])
         for kind, fanout in (("planner", _MAX_FANOUT), ("worker", 1)):
             peers = [s for s in scripts if s.team == team and s.planner == (kind == "planner")]
-            governor.register_agent(AgentSpec(
-                name=f"t{team}-{kind}", ceiling_tokens=_ceiling(peers, workload, backend),
-                max_fanout=fanout, prefix=f"team-{team}",
-                tool_output_tokens=None if kind == "planner" else workload.tool_output_tokens,
-            ))  # fmt: skip
-    lock, t0 = threading.Lock(), time.perf_counter()
+            governor.register_agent(
+                AgentSpec(
+                    name=f"t{team}-{kind}",
+                    ceiling_tokens=_ceiling(peers, workload, backend),
+                    max_fanout=fanout,
+                    prefix=f"team-{team}",
+                    tool_output_tokens=None if kind == "planner" else workload.tool_output_tokens,
+                )
+            )
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
 
-    def call(lease: object, script: AgentScript, index: int) -> None:
+    async def call(lease: Lease, script: AgentScript, index: int) -> None:
         turn = script.turns[index]
-        governor.complete(lease, list(turn.messages), max_tokens=workload.reply_tokens)  # type: ignore[arg-type]
+        await governor.acomplete(lease, list(turn.messages), max_tokens=workload.reply_tokens)
         on_call()
 
     def finished(script: AgentScript, started: float, error: BaseException | None) -> None:
-        with lock:
-            if error is None:
-                result.jct_s[script.name] = time.perf_counter() - t0 - started
-            else:
-                result.failed.append(f"{script.name}: {type(error).__name__}")
+        if error is None:
+            result.jct_s[script.name] = loop.time() - t0 - started
+        else:
+            result.failed.append(f"{script.name}: {type(error).__name__}")
 
-    def worker(planner_lease: object, script: AgentScript, started: float) -> None:
+    async def worker(planner_lease: Lease, script: AgentScript, started: float) -> None:
         error = None
         try:
-            with governor.child(planner_lease, f"t{script.team}-worker") as lease:  # type: ignore[arg-type]
+            async with governor.child(planner_lease, f"t{script.team}-worker") as lease:
                 names[lease.budget] = script.name
                 for index, turn in enumerate(script.turns):
-                    call(lease, script, index)
+                    await call(lease, script, index)
                     if turn.tool is not None:
-                        with governor.tool_call(lease, turn.tool, expected_s=turn.expected_s):
-                            time.sleep(turn.tool_s)
+                        async with governor.tool_call(lease, turn.tool, expected_s=turn.expected_s):
+                            await asyncio.sleep(turn.tool_s)
         except Exception as exc:  # the job fails; the run goes on and counts it
             error = exc
         finished(script, started, error)
 
-    def planner(script: AgentScript) -> None:
-        time.sleep(script.arrival_s)
-        started, error = time.perf_counter() - t0, None
+    async def planner(script: AgentScript) -> None:
+        await asyncio.sleep(script.arrival_s)
+        started, error = loop.time() - t0, None
         try:
-            with governor.lease(f"t{script.team}-planner") as lease:
+            async with governor.lease(f"t{script.team}-planner") as lease:
                 names[lease.budget] = script.name
-                call(lease, script, 0)
-                fanned = time.perf_counter() - t0
+                await call(lease, script, 0)
+                fanned = loop.time() - t0
                 workers = [s for s in scripts if s.team == script.team and not s.planner]
-                threads = [threading.Thread(target=worker, args=(lease, w, fanned), daemon=True)
-                           for w in workers]  # fmt: skip
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join(max(0.0, deadline_s - (time.perf_counter() - t0)))
-                call(lease, script, 1)
+                await asyncio.gather(*(worker(lease, w, fanned) for w in workers))
+                await call(lease, script, 1)
         except Exception as exc:
             error = exc
         finished(script, started, error)
 
-    planners = [threading.Thread(target=planner, args=(s,), daemon=True)
-                for s in scripts if s.planner]  # fmt: skip
     try:
-        for thread in planners:
-            thread.start()
-        for thread in planners:
-            thread.join(max(0.0, deadline_s - (time.perf_counter() - t0)))
-        if any(thread.is_alive() for thread in planners):
-            raise SwarmTimeout(f"kvgov: past {deadline_s:.0f} s")
-        result.makespan_s = time.perf_counter() - t0
+        planners = [planner(s) for s in scripts if s.planner]
+        try:
+            await asyncio.wait_for(asyncio.gather(*planners), deadline_s)
+        except TimeoutError:
+            raise SwarmTimeout(f"kvgov: past {deadline_s:.0f} s") from None
+        result.makespan_s = loop.time() - t0
     finally:
         for team in sorted({s.team for s in scripts}):
             governor.unregister_prefix(f"team-{team}")

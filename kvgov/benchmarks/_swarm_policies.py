@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -27,23 +28,32 @@ class Costs:
     swap_s_per_block: float  # one block to host memory or back
 
 
-def measure_costs(engine: Engine, *, num_tokens: int = 512) -> Costs:
-    """Time a cold prefill and an offload and restore of its context on ``engine``."""
+def measure_costs(
+    engine: Engine,
+    *,
+    num_tokens: int = 512,
+    now: Callable[[], float] = time.perf_counter,
+    wait_for_copies: Callable[[Engine], None] | None = None,
+) -> Costs:
+    """Time a cold prefill and an offload and restore of its context on ``engine``, on the
+    clock ``now``; ``wait_for_copies`` returns once the copies are done (the twin's moves
+    its virtual clock to the end of its link's queue, so they cost their modelled time)."""
+    wait_for_copies = wait_for_copies or _wait_for_copies
     prompt = [(i * 7919) % 50_000 + 1 for i in range(num_tokens)]
     sampling = SamplingParams(max_tokens=1, temperature=0.0)
     engine.generate(prompt[:64], sampling)  # warm-up, untimed
     engine.open_budget("costs", engine.capacity().num_blocks)
     try:
-        started = time.perf_counter()
+        started = now()
         engine.generate(prompt, sampling, budget="costs")
-        prefill_s = time.perf_counter() - started
+        prefill_s = now() - started
         engine.retain("costs")
-        started = time.perf_counter()
+        started = now()
         engine.offload(budget="costs")
         engine.restore(budget="costs")
-        _wait_for_copies(engine)  # on a GPU both return once the copies are queued
+        wait_for_copies(engine)  # on a GPU both return once the copies are queued
         num_blocks = num_tokens // engine.config.block_size
-        swap_s = (time.perf_counter() - started) / (2 * num_blocks)
+        swap_s = (now() - started) / (2 * num_blocks)
     finally:
         engine.close_budget("costs")
         engine.reset_prefix_cache()

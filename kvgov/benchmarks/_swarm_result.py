@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import statistics
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,9 +115,11 @@ class EngineTap:
         self._result = result
         self._names = budget_names  # engine budget -> agent name
         self._add, self._step = engine.add_request, engine.step
+        # What the instance had before (a twin's wrappers), for close to put back.
+        self._previous = {n: engine.__dict__.get(n) for n in ("add_request", "step")}
         self._lock = threading.Lock()
         self._turns: dict[str, int] = {}
-        self._t0 = time.perf_counter()
+        self._t0 = engine.clock()  # the engine's clock: virtual on a twin
         engine.add_request = self._add_request  # type: ignore[method-assign]
         engine.step = self._stepped  # type: ignore[method-assign]
 
@@ -139,8 +140,12 @@ class EngineTap:
         outputs = self._step()
         in_use = self._engine.block_manager.pool.num_in_use
         with self._lock:
-            self._result.sample(time.perf_counter() - self._t0, in_use)
+            self._result.sample(self._engine.clock() - self._t0, in_use)
         return outputs
 
     def close(self) -> None:
-        del self._engine.add_request, self._engine.step  # the class's methods again
+        for name, previous in self._previous.items():
+            if previous is None:
+                delattr(self._engine, name)  # the class's method again
+            else:
+                setattr(self._engine, name, previous)

@@ -12,6 +12,10 @@ would: when a call ends in a tool call, before the next call, and between steps.
 
 A planner waits on its workers as on a tool (``fanout``) whose expected length is the
 longest worker's: every policy sees it like that.
+
+Time is the runner's ``clock``: the wall clock (``WallClock``) in a real run; on the
+hardware twin (``_swarm_twin``) a virtual one, where the engine's steps move it by their
+modelled durations and a wait for the next tool moves it to that tool's return.
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ from engine import Engine, FinishReason, SamplingParams
 from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks._swarm_workload import AgentScript
 
-__all__ = ["Agent", "AgentState", "KVPolicy", "SwarmRunner", "SwarmTimeout"]
+__all__ = [
+    "Agent",
+    "AgentState",
+    "KVPolicy",
+    "RunnerClock",
+    "SwarmRunner",
+    "SwarmTimeout",
+    "WallClock",
+]
 
 _IDLE_S = 0.02  # the longest sleep between two looks at the clock
 _OK = (FinishReason.LENGTH, FinishReason.STOP)
@@ -63,6 +75,24 @@ class Agent:
         return self.script.turns[self.turn].expected_s
 
 
+class RunnerClock(Protocol):
+    def now(self) -> float: ...  # seconds since the run's clock started
+    def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    """The real run's clock: ``time.perf_counter`` from when it was made, real sleeps."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 class KVPolicy(Protocol):
     name: str
 
@@ -82,6 +112,7 @@ class SwarmRunner:
         *,
         reply_tokens: int,
         on_call: Callable[[], None] = lambda: None,
+        clock: RunnerClock | None = None,
     ) -> None:
         self.engine = engine
         self.policy = policy
@@ -89,17 +120,19 @@ class SwarmRunner:
         self.sampling = SamplingParams(max_tokens=reply_tokens, temperature=0.0)
         self.agents = [Agent(s, i, f"agent-{s.name}") for i, s in enumerate(scripts)]
         self.on_call = on_call
+        self.clock = clock if clock is not None else WallClock()
         self._by_request: dict[str, Agent] = {}
 
     def drive(self, result: RunResult, *, deadline_s: float) -> None:
-        engine, t0 = self.engine, time.perf_counter()
+        engine, clock = self.engine, self.clock
+        t0 = clock.now()
         for agent in self.agents:
             engine.open_budget(agent.budget, engine.capacity().num_blocks)
             if agent.script.planner:
                 self._start(agent, agent.script.arrival_s)
         try:
             while any(a.state not in (AgentState.DONE, AgentState.FAILED) for a in self.agents):
-                now = time.perf_counter() - t0
+                now = clock.now() - t0
                 if now > deadline_s:
                     raise SwarmTimeout(f"{self.policy.name}: past {deadline_s:.0f} s")
                 for agent in self.agents:
@@ -107,15 +140,15 @@ class SwarmRunner:
                         self._submit(agent, result)
                 if engine.has_unfinished():
                     outputs = engine.step()
-                    now = time.perf_counter() - t0
+                    now = clock.now() - t0
                     for output in outputs:
                         if output.finished:
                             self._finished(self._by_request.pop(output.request_id), now, result)
                 else:
                     due = [a.ready_at for a in self.agents if a.state is AgentState.READY]
-                    time.sleep(max(0.0, min([_IDLE_S, *(d - now for d in due)])))
-                self.policy.tick(engine, time.perf_counter() - t0)
-            result.makespan_s = time.perf_counter() - t0
+                    clock.sleep(max(0.0, min([_IDLE_S, *(d - now for d in due)])))
+                self.policy.tick(engine, clock.now() - t0)
+            result.makespan_s = clock.now() - t0
         finally:
             for request_id in list(self._by_request):
                 engine.abort(request_id)

@@ -54,8 +54,11 @@ class SwarmWorkload:
     workers_per_team: int = 2
     turns: int = 6
     reply_tokens: int = 8
-    tool_output_tokens: int = 1_024
-    ceiling_tokens: int = 8_192
+    # None: tool outputs appended raw, and the history never compacted (it grows until
+    # the engine refuses a prompt longer than the model's context): what an agent stack
+    # without a tool-output reducer or a ceiling policy sends.
+    tool_output_tokens: int | None = 1_024
+    ceiling_tokens: int | None = 8_192
     system_repeats: int = 3  # the system prompt's length, in copies of its paragraph
     tool_sigma: float = 1.2  # of the lognormal: P(latency > 6 x median) is about 7%
     tool_scale: float = 1.0  # multiplies every latency (``--quick`` shortens them)
@@ -118,12 +121,14 @@ def build_scripts(workload: SwarmWorkload, counter: TokenCounter) -> tuple[Agent
                 expected = median * math.exp(workload.tool_sigma**2 / 2)
                 turns.append(Turn(tuple(history), document.tool_name, tool_s, expected))
                 call = json.dumps({"tool": document.tool_name, **document.arguments})
-                output = reduce.reduce(
-                    document.text,
-                    budget_tokens=workload.tool_output_tokens,
-                    tool_name=document.tool_name,
-                    arguments=document.arguments,
-                ).text
+                output = document.text
+                if workload.tool_output_tokens is not None:
+                    output = reduce.reduce(
+                        document.text,
+                        budget_tokens=workload.tool_output_tokens,
+                        tool_name=document.tool_name,
+                        arguments=document.arguments,
+                    ).text
                 history = [*history, {"role": "assistant", "content": f"Calling {call}"},
                            {"role": "user", "content": f"Tool result:\n{output}"}]  # fmt: skip
             workers.append(AgentScript(f"t{team}-w{w}", team, False, tuple(turns), 0.0))
@@ -169,7 +174,10 @@ def _system(team: int, repeats: int) -> str:
 def _fit(
     history: list[Message], workload: SwarmWorkload, counter: TokenCounter, compact: Any
 ) -> list[Message]:
-    """The history compacted by the ceiling policy when the next call would not fit."""
+    """The history compacted by the ceiling policy when the next call would not fit (as it
+    is, with no ceiling)."""
+    if workload.ceiling_tokens is None:
+        return history
     compacted, _ = compact.compact(
         history,
         ceiling_tokens=workload.ceiling_tokens,

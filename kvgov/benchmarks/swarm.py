@@ -34,6 +34,7 @@ import statistics
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -50,7 +51,16 @@ from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
 
-__all__ = ["DEFAULT", "FRACTIONS", "POLICIES", "QUICK", "compare", "measurements", "run"]
+__all__ = [
+    "DEFAULT",
+    "FRACTIONS",
+    "POLICIES",
+    "QUICK",
+    "Setup",
+    "compare",
+    "measurements",
+    "run",
+]
 
 T = TypeVar("T")
 _BENCH = "swarm"
@@ -101,23 +111,12 @@ def compare(
     model folder, ``device`` where the engine runs. The host swap space holds every
     agent's peak context at once (in the model's blocks, whatever its size), so no
     policy that swaps or offloads ever finds it full."""
-    tokenizer = load_tokenizer(PRESETS[model].tokenizer if model in PRESETS else model)
-    counter = TokenCounter(tokenizer=tokenizer)
-    scripts = build_scripts(workload, counter)
-    prompts = {(s.name, i): tokenizer.encode_chat(list(t.messages))
-               for s in scripts for i, t in enumerate(s.turns)}  # fmt: skip
-    block_size = EngineConfig().block_size
-    full = peak_blocks(scripts, counter, reply_tokens=workload.reply_tokens,
-                       block_size=block_size)  # fmt: skip
-    largest = max(peak_blocks([s], counter, reply_tokens=workload.reply_tokens,
-                              block_size=block_size) for s in scripts)  # fmt: skip
+    setup = Setup.of(workload, model)
     results: list[RunResult] = []
     costs: Costs | None = None
     for fraction in fractions:
-        num_blocks = max(math.ceil(full * fraction), 2 * largest)
-        engine = Engine(EngineConfig(model=model, device=device, num_blocks=num_blocks,
-                                     preemption_mode=PreemptionMode.RECOMPUTE,
-                                     swap_space_blocks=full))  # fmt: skip
+        engine = setup.engine(fraction, device=device)
+        num_blocks = engine.capacity().num_blocks
         warm = _on_own_thread(functools.partial(measure_costs, engine))  # and warms it up
         costs = costs or warm
         for round_ in range(rounds):
@@ -125,8 +124,16 @@ def compare(
             for policy in order:
                 progress(f"budget {fraction:g} ({num_blocks} blocks), round {round_ + 1}: "
                          f"{policy} ...")  # fmt: skip
-                result = _one(engine, policy, fraction, scripts, prompts, workload, costs,
-                              deadline_s)  # fmt: skip
+                result = _one(
+                    engine,
+                    policy,
+                    fraction,
+                    setup.scripts,
+                    setup.prompts,
+                    workload,
+                    costs,
+                    deadline_s,
+                )
                 result.round = round_
                 progress(f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
                          f"{result.makespan_s:.1f} s, recomputed "
@@ -138,6 +145,53 @@ def compare(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return results
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What every run of one workload shares: its scripts, every prompt's token ids, and
+    the blocks its agents' peak contexts take (all at once, and the largest one's)."""
+
+    workload: SwarmWorkload
+    model: str
+    scripts: tuple[AgentScript, ...]
+    prompts: dict[tuple[str, int], list[int]]
+    full_blocks: int
+    largest_blocks: int
+
+    @classmethod
+    def of(cls, workload: SwarmWorkload, model: str = _MODEL) -> Setup:
+        tokenizer = load_tokenizer(PRESETS[model].tokenizer if model in PRESETS else model)
+        counter = TokenCounter(tokenizer=tokenizer)
+        scripts = build_scripts(workload, counter)
+        prompts = {
+            (s.name, i): tokenizer.encode_chat(list(t.messages))
+            for s in scripts
+            for i, t in enumerate(s.turns)
+        }
+        block_size = EngineConfig().block_size
+        full = peak_blocks(
+            scripts, counter, reply_tokens=workload.reply_tokens, block_size=block_size
+        )
+        largest = max(
+            peak_blocks([s], counter, reply_tokens=workload.reply_tokens, block_size=block_size)
+            for s in scripts
+        )
+        return cls(workload, model, scripts, prompts, full, largest)
+
+    def engine(self, fraction: float, *, device: str = "cpu") -> Engine:
+        """The engine a run at ``fraction`` of every peak at once gets (at least twice the
+        largest peak): recompute on preemption, a host swap space for every peak."""
+        num_blocks = max(math.ceil(self.full_blocks * fraction), 2 * self.largest_blocks)
+        return Engine(
+            EngineConfig(
+                model=self.model,
+                device=device,
+                num_blocks=num_blocks,
+                preemption_mode=PreemptionMode.RECOMPUTE,
+                swap_space_blocks=self.full_blocks,
+            )
+        )
 
 
 def _one(

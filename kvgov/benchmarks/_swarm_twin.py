@@ -1,0 +1,168 @@
+"""The swarm benchmark's runs on the hardware twin: the same engine, runners, policies and
+governor as the real runs, on a modelled device and in virtual time.
+
+``run_twin_policy`` takes an engine built as the real benchmark builds it, attaches a twin
+for the run (``engine.twin.attach_twin``) and takes it off after, so a real run may follow
+on the same engine. The three research baselines run through ``SwarmRunner`` on the twin's
+clock (each step moves it by the step's modelled time; a wait for the next tool moves it
+to the tool's return); kvgov runs ``kvgov_program`` on a virtual-time event loop over a
+``TwinEngineLoop``, the governor on that loop's clock. The research policies price their
+choices with ``Costs`` measured on the twin, in its time, as the real runs measure theirs
+on the real engine. Every figure is the same ``RunResult`` the real runs give, in virtual
+seconds; with ``forward=True`` every token is the model's, as in the real run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine import Engine
+from engine.twin import DeviceProfile, Direction, HostLink, ModelShape, VirtualClock
+from engine.twin.event_loop import run_virtual
+from engine.twin.twin_engine import TwinEngine, attach_twin
+from engine.twin.twin_loop import TwinEngineLoop
+from governor import LocalBackend
+from kvgov.benchmarks._swarm_kvgov import kvgov_program
+from kvgov.benchmarks._swarm_policies import Costs, Intercept, Paged, TtlPin, measure_costs
+from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
+from kvgov.benchmarks._swarm_runner import SwarmRunner
+from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+
+__all__ = ["TwinDevice", "TwinRun", "measure_twin_costs", "run_twin_policy"]
+
+
+@dataclass(frozen=True, slots=True)
+class TwinDevice:
+    """What the twin models: the device, and the model it runs there."""
+
+    profile: DeviceProfile
+    model_shape: ModelShape
+    forward: bool = True  # run the engine's model for every token (False: bookkeeping only)
+
+
+@dataclass(slots=True)
+class TwinRun:
+    """One policy's run on the twin: the benchmark's figures, and the twin's own."""
+
+    result: RunResult
+    num_steps: int
+    compute_s: float  # modelled compute of every step
+    stall_s: float  # what steps waited for KV copies beyond their compute
+    link_bytes: int  # host-link traffic, both ways
+    peak_running: int  # sequences in one step, at most
+
+
+class _TwinClock:
+    """``SwarmRunner``'s clock on a twin: engine steps move it; a sleep jumps ahead."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._clock = clock
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.advance(seconds)
+
+
+def _attach(engine: Engine, device: TwinDevice, *, advance: bool) -> TwinEngine:
+    return attach_twin(
+        engine,
+        profile=device.profile,
+        model_shape=device.model_shape,
+        clock=VirtualClock(),
+        link=HostLink(profile=device.profile),
+        advance=advance,
+        forward=device.forward,
+    )
+
+
+def measure_twin_costs(engine: Engine, device: TwinDevice) -> Costs:
+    """``measure_costs`` on the twin: a prefill's and a swap's modelled seconds."""
+    twin = _attach(engine, device, advance=True)
+    try:
+        return measure_costs(
+            engine,
+            now=twin.clock.now,
+            wait_for_copies=lambda _: twin.clock.advance_to(twin.link.free_at),
+        )
+    finally:
+        twin.detach()
+
+
+def run_twin_policy(
+    engine: Engine,
+    device: TwinDevice,
+    policy: str,
+    fraction: float,
+    scripts: Sequence[AgentScript],
+    prompts: dict[tuple[str, int], list[int]],
+    workload: SwarmWorkload,
+    costs: Costs | None,
+    *,
+    deadline_s: float,
+) -> TwinRun:
+    """``policy`` on ``engine``'s twin, from a cold prefix cache; ``deadline_s`` is virtual.
+    ``costs`` prices the research policies' choices (paged and kvgov take none)."""
+    cold = engine.reset_prefix_cache()
+    assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
+    capacity = engine.capacity()
+    result = RunResult(
+        policy, fraction, capacity.num_blocks, capacity.bytes_per_block, capacity.num_host_blocks
+    )
+    before = EngineCounters.of(engine.metrics())
+    twin = _attach(engine, device, advance=policy != "kvgov")
+    try:
+        if policy == "kvgov":
+            names: dict[str, str] = {}
+            tap = EngineTap(engine, result, lambda budget: names.get(budget, budget))
+            try:
+                run_virtual(
+                    _kvgov(twin, scripts, workload, result, names, deadline_s), clock=twin.clock
+                )
+            finally:
+                tap.close()
+        else:
+            chosen = {"paged": Paged, "ttl-pin": TtlPin, "intercept": Intercept}[policy]
+            assert chosen is Paged or costs is not None, f"{policy} prices its choices: give costs"
+            runner = SwarmRunner(
+                engine,
+                scripts,
+                prompts,
+                chosen() if chosen is Paged else chosen(costs),  # type: ignore[operator]
+                reply_tokens=workload.reply_tokens,
+                clock=_TwinClock(twin.clock),
+            )
+            tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
+            try:
+                runner.drive(result, deadline_s=deadline_s)
+            finally:
+                tap.close()
+    finally:
+        twin.detach()
+    result.counters = EngineCounters.of(engine.metrics()) - before
+    link_bytes = sum(twin.link.totals(d).num_bytes for d in Direction)
+    return TwinRun(
+        result, twin.num_steps, twin.compute_s, twin.stall_s, link_bytes, twin.peak_sequences
+    )
+
+
+async def _kvgov(
+    twin: TwinEngine,
+    scripts: Sequence[AgentScript],
+    workload: SwarmWorkload,
+    result: RunResult,
+    names: dict[str, str],
+    deadline_s: float,
+) -> None:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    backend = LocalBackend(TwinEngineLoop(twin))
+    try:
+        await kvgov_program(
+            backend, scripts, workload, result, names=names, deadline_s=deadline_s, clock=loop
+        )  # type: ignore[arg-type]
+    finally:
+        backend.close()

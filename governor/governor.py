@@ -174,9 +174,7 @@ class Governor(ModelCalls, ToolCalls, Growth):
     def _publish_run(self, kind: str, run: Run, **attributes: object) -> None:
         if self.events.active:
             self.events.publish(
-                GovernorEvent(
-                    kind, run_id=run.run_id, attributes=attributes, at=self.clock.wall()
-                )
+                GovernorEvent(kind, run_id=run.run_id, attributes=attributes, at=self.clock.wall())
             )
 
     def _backend_restarted(self) -> None:

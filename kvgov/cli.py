@@ -9,6 +9,8 @@
     kvgov serve [--model PRESET|PATH] [--host] [--port] [--api-key KEY ...] [...]
     kvgov twin fit [--device cpu|cuda] [--model PRESET|PATH] [--profile NAME|FILE]
                    [--grid PATH] [--save-grid PATH] [--out PATH] [--quick] [--json]
+    kvgov twin check [--quick] [--rounds N] [--fraction F] [--policy NAME ...]
+                     [--profile FILE] [--seed N] [--json]
 
 A benchmark is a module with ``run(*, quick: bool = False) -> Iterator[Measurement]``.
 ``BENCHMARKS`` maps each name that ``kvgov bench`` accepts to that module's import
@@ -110,6 +112,14 @@ def demo(
     out: Annotated[str, typer.Option(help="Folder for the traces and the memory map.")] = (
         "kvgov-demo"
     ),
+    show_twin: Annotated[
+        bool,
+        typer.Option(
+            "--twin/--no-twin",
+            help="Then show the swarm at the reference user's scale on the hardware twin "
+            "(modelled, about 15 s more).",
+        ),
+    ] = True,
 ) -> None:
     """A planner and its workers, run three ways on one KV budget: reserve-for-max, the paged
     engine alone, then kvgov."""
@@ -147,6 +157,10 @@ def demo(
         svg, png = result.memory_map
         console.print(f"memory map: {svg} and {png}")
         console.print(f"[dim]{result.memory_caption}[/]")
+    if show_twin:
+        from kvgov._demo_twin import second_act
+
+        second_act(console)
 
 
 @app.command()
@@ -332,10 +346,62 @@ def plan(
     json_lines: Annotated[
         bool, typer.Option("--json", help="Print one JSON object per row, nothing else.")
     ] = False,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Run the agents on the hardware twin of --device with --model: "
+            "reserve-for-max, the paged engine alone and kvgov, in virtual time.",
+        ),
+    ] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(help="--simulate: a device profile (rx9070xt, h100-sxm, ...) or file."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="--simulate: qwen3-8b, an engine preset, or a config.json."),
+    ] = None,
+    host_gb: Annotated[
+        float, typer.Option(help="--simulate: host memory for offloaded KV, GiB.")
+    ] = 16.0,
+    turns: Annotated[int, typer.Option(help="--simulate: tool calls each worker makes.")] = 8,
+    reply_tokens: Annotated[
+        int, typer.Option(help="--simulate: tokens each model call generates.")
+    ] = 256,
+    tool_scale: Annotated[
+        float,
+        typer.Option(help="--simulate: x the swarm benchmark's tool latencies (20: 3-10 s)."),
+    ] = 20.0,
+    seed: Annotated[int, typer.Option(help="--simulate: the workload's seed.")] = 1,
 ) -> None:
-    """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged."""
+    """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged; with
+    --simulate, run the agents on the hardware twin of a card and compare the schemes."""
     from governor.plan import plan_rows, render_plan
 
+    if simulate:
+        if preset is not None or config is not None or weights_gb is not None:
+            _fail(
+                "with --simulate, name the model with --model (its weights are counted) "
+                "and the card with --device; --preset, --config and --weights-gb are the "
+                "calculator's"
+            )
+        _plan_simulate(
+            device=device,
+            model=model,
+            quantize=quantize,
+            agents=agents,
+            ceiling=ceiling,
+            overhead_gb=overhead_gb,
+            host_gb=host_gb,
+            turns=turns,
+            reply_tokens=reply_tokens,
+            tool_scale=tool_scale,
+            block_size=block_size,
+            seed=seed,
+            json_lines=json_lines,
+        )
+        return
     if quantize is not None:
         weights_gb = _quantized_weights_gb(config, quantize, weights_gb)
     made = _make_plan(
@@ -360,6 +426,66 @@ def plan(
     console = Console()
     console.print(headline)
     print_table(console, table)
+
+
+def _plan_simulate(
+    *,
+    device: str | None,
+    model: str | None,
+    quantize: str | None,
+    agents: int,
+    ceiling: int,
+    overhead_gb: float,
+    host_gb: float,
+    turns: int,
+    reply_tokens: int,
+    tool_scale: float,
+    block_size: int,
+    seed: int,
+    json_lines: bool,
+) -> None:
+    import sys
+
+    from kvgov._extras import missing_for
+
+    if device is None or model is None:
+        _fail("--simulate needs --device (a profile such as rx9070xt) and --model (qwen3-8b)")
+    if (missing := missing_for("engine")) is not None:
+        _fail(missing)
+    from engine.errors import EngineError
+    from engine.twin.targets import target_model
+    from kvgov.simulate import Scenario, ScenarioError, simulate, simulation_table
+    from kvgov.twin import profile_named
+
+    try:
+        scenario = Scenario(
+            profile=profile_named(device),
+            target=target_model(model, quantize=quantize),
+            num_agents=agents,
+            ceiling_tokens=ceiling,
+            overhead_bytes=int(overhead_gb * 1e9),
+            host_bytes=int(host_gb * 2**30),
+            turns=turns,
+            reply_tokens=reply_tokens,
+            tool_scale=tool_scale,
+            block_size=block_size,
+            seed=seed,
+        )
+        progress = (
+            (lambda line: None)
+            if json_lines
+            else (lambda line: print(f"[plan --simulate] {line}", file=sys.stderr))
+        )
+        result = simulate(scenario, progress=progress)
+    except (EngineError, ScenarioError) as exc:
+        _fail(str(exc))
+    if json_lines:
+        for measurement in result.measurements():
+            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
+        return
+    console = Console()
+    console.print(f"Modelled on the hardware twin: {scenario.describe()}")
+    print_table(console, simulation_table(result))
 
 
 def _quantized_weights_gb(config: str | None, quantize: str, weights_gb: float | None) -> float:
@@ -527,6 +653,70 @@ def twin_fit(
     print_table(console, _table(result.measurements()))
     print_table(console, factor_table(result))
     console.print(f"profile written to {result.out}")
+
+
+@twin.command("check")
+def twin_check(
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="The swarm benchmark's quick workload and a quick grid."),
+    ] = False,
+    rounds: Annotated[
+        int, typer.Option(help="Real rounds per policy; their median is compared.")
+    ] = 3,
+    fraction: Annotated[
+        float, typer.Option(help="The KV budget, as a share of every agent's peak at once.")
+    ] = 0.33,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A policy to check (repeat for more) [default: all four].", show_default=False
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="A fitted cpu-here profile file [default: calibrate now].", show_default=False
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per figure, nothing else.")
+    ] = False,
+) -> None:
+    """Replay the swarm workload on the twin calibrated to this machine and on the real
+    engine, side by side; report the twin's error on every policy's figures."""
+    import sys
+    from pathlib import Path
+
+    from kvgov._extras import missing_for
+
+    if (missing := missing_for("engine")) is not None:
+        _fail(missing)
+
+    from engine.errors import EngineError
+    from kvgov.twin_check import CheckOptions, TwinCheckError, check_twin
+
+    options = CheckOptions(
+        quick=quick,
+        rounds=rounds,
+        fraction=fraction,
+        seed=seed,
+        profile=None if profile is None else Path(profile),
+        **({} if not policy else {"policies": tuple(policy)}),
+    )
+    try:
+        result = check_twin(
+            options, progress=lambda line: print(f"[twin check] {line}", file=sys.stderr)
+        )
+    except (EngineError, TwinCheckError) as exc:
+        _fail(str(exc))
+    measurements = list(result.measurements())
+    if json_lines:
+        for measurement in measurements:
+            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
+        return
+    print_table(Console(), _table(measurements))
 
 
 def _make_plan(

@@ -134,6 +134,10 @@ def parse_size(text: str) -> int:
 
 def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoResult:
     console = console or Console()
+    console.print(
+        "[bold]First act, real[/]: three runs on this machine's engine with the same KV "
+        "budget, engine settings and content policies: they differ in memory governance alone."
+    )
     console.print(f"[dim]{SCRIPTED}[/]")
     options.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, RunStats] = {}

@@ -41,6 +41,7 @@ __all__ = [
     "factor_table",
     "fit_twin",
     "model_label",
+    "profile_named",
 ]
 
 MEDIAN_ERROR_TARGET = 0.10  # issue 33: the fit's median step-time error on held-back points
@@ -131,7 +132,7 @@ def fit_twin(options: FitOptions) -> TwinFit:
     if options.grid is not None:
         grid = load_grid(options.grid)
         model, samples = _grid_samples(grid, options)
-        start = _profile(options.profile or grid.device)
+        start = profile_named(options.profile or grid.device)
         if start.name != grid.device:
             raise TwinFitError(
                 f"the grid {options.grid} was measured for profile {grid.device!r}, not "
@@ -142,7 +143,7 @@ def fit_twin(options: FitOptions) -> TwinFit:
     else:
         device = options.device or "cpu"
         model = options.model or DEFAULT_MODEL
-        start = _profile(options.profile or _default_profile_name(device))
+        start = profile_named(options.profile or _default_profile_name(device))
         samples, origin, saved = _measure(options, device=device, model=model, profile=start)
     fit_on, held_back = split_held_back(samples, options.held_back, options.seed)
     fitted = fit(fit_on, profile=start)
@@ -256,8 +257,8 @@ def _default_profile_name(device: str) -> str:
     )
 
 
-def _profile(name_or_file: str) -> DeviceProfile:
-    """A shipped profile by name, or a profile file (a fit's output) to start from."""
+def profile_named(name_or_file: str) -> DeviceProfile:
+    """A shipped profile by name, or a profile file (a fit's output)."""
     if name_or_file.endswith(".json") or os.path.isfile(name_or_file):
         return load_profile(name_or_file)
     return get_profile(name_or_file)

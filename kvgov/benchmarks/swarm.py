@@ -179,9 +179,12 @@ class Setup:
         )
         return cls(workload, model, scripts, prompts, full, largest)
 
-    def engine(self, fraction: float, *, device: str = "cpu") -> Engine:
+    def engine(
+        self, fraction: float, *, device: str = "cpu", adapt_cpu_threads: bool = True
+    ) -> Engine:
         """The engine a run at ``fraction`` of every peak at once gets (at least twice the
-        largest peak): recompute on preemption, a host swap space for every peak."""
+        largest peak): recompute on preemption, a host swap space for every peak.
+        ``adapt_cpu_threads=False`` keeps the caller's thread count (``EngineConfig``)."""
         num_blocks = max(math.ceil(self.full_blocks * fraction), 2 * self.largest_blocks)
         return Engine(
             EngineConfig(
@@ -190,6 +193,7 @@ class Setup:
                 num_blocks=num_blocks,
                 preemption_mode=PreemptionMode.RECOMPUTE,
                 swap_space_blocks=self.full_blocks,
+                adapt_cpu_threads=adapt_cpu_threads,
             )
         )
 

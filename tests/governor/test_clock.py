@@ -325,6 +325,7 @@ _REAL_TIME = {
     "process_time",
     "thread_time",
 }
+_REAL_DATE = {"now", "utcnow", "today"}
 _ALLOWED = {"clock.py", "deadlines.py"}  # the system clock, and the thread it runs on
 
 
@@ -342,9 +343,9 @@ def _real_time_reads(source: str) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
             continue
-        if node.value.id in modules and node.attr in _REAL_TIME:
-            found.append((node.lineno, f"{node.value.id}.{node.attr}"))
-        elif node.attr in ("now", "utcnow", "today") and node.value.id in ("datetime", "date"):
+        reads_time = node.value.id in modules and node.attr in _REAL_TIME
+        reads_date = node.value.id in ("datetime", "date") and node.attr in _REAL_DATE
+        if reads_time or reads_date:
             found.append((node.lineno, f"{node.value.id}.{node.attr}"))
     return sorted(found)
 

@@ -151,6 +151,12 @@ def test_the_cli_prints_the_table_the_footer_and_a_report(
     for label in ("agents active at once (peak)", "KV reserved (peak)", "model calls"):
         assert " ".join([label, *rows[label]]) in " ".join(result.stdout.replace("│", " ").split())
     assert " ".join(demo.memory_caption.split()) in " ".join(result.stdout.split())
+    # The second act: the reference user's scale on the twin, labelled as modelled.
+    flat = " ".join(result.stdout.replace("│", " ").split())
+    assert "Second act, modelled on the hardware twin" in flat
+    assert "8 agents" in flat and "qwen3-8b (int4) on rx9070xt" in flat
+    for title in ("reserve-for-max", "paged engine alone", "kvgov"):
+        assert title in flat
     for scheme in ("baseline", "paged", "kvgov"):
         trace = demo.traces[scheme]
         report = runner.invoke(app, ["report", str(trace)], env={"COLUMNS": "160"})

@@ -1,0 +1,336 @@
+"""``kvgov twin check``: the twin calibrated to this machine replays the swarm benchmark's
+workload on every policy, and its figures are compared with the real engine's, run side
+by side in the same process.
+
+Steps, in order, so that the calibration and the real runs see the same machine:
+
+1. calibrate: measure a step-time grid on the real engine here and fit the ``cpu-here``
+   profile to all of it (``kvgov twin fit``'s grid and fit; ``--profile`` reads a fitted
+   profile instead);
+2. run every policy on the twin of that engine (``_swarm_twin``): the same engine,
+   runners, policies and governor, the tiny model computing every token, times modelled
+   and virtual. The twin is deterministic: one run per policy;
+3. run every policy on the real engine, ``rounds`` times, each round in another order
+   (``kvgov bench swarm``'s rotation), and take each figure's median over the rounds.
+
+The device stays one device throughout: torch computes on one thread, and the engine
+keeps it (``adapt_cpu_threads=False``). On a 2-core host the agents' runtime (the
+governor, the tokenizer, the runners) takes the other core; with both on torch, each
+step's parallel regions wait whenever the runtime runs, and the engine's speed follows
+the program's own load, which no device profile models (it is this host's, not a
+device's). The profile is fitted to steps measured the same way.
+
+Per policy it reports the twin's and the real median's mean job time, prefill tokens,
+admissions (requests the engine took), blocks offloaded and preemptions, each with its
+relative error and the real rounds' spread. The headline figures are the largest errors
+over the policies: ``twin_jct_error_max`` (target 0.10) and ``twin_prefill_error_max``
+(target 0.05). Bad options raise ``TwinCheckError`` before anything runs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from engine.benchmarks import Direction, Measurement
+from engine.twin import DeviceProfile, ModelShape, fit, load_profile
+from kvgov.benchmarks._swarm_result import RunResult
+
+__all__ = [
+    "JCT_ERROR_TARGET",
+    "PREFILL_ERROR_TARGET",
+    "CheckOptions",
+    "PolicyCheck",
+    "TwinCheck",
+    "TwinCheckError",
+    "check_twin",
+]
+
+JCT_ERROR_TARGET = 0.10  # issue 33: per-policy mean job time
+PREFILL_ERROR_TARGET = 0.05  # issue 33: prefill tokens computed
+COUNT_ERROR_TARGET = 0.10  # offloads and preemptions
+_COUNTS = frozenset({"offloaded_blocks", "preemptions"})  # small counts: within one is none
+_BENCH = "twin"
+_MODEL = "tiny-random"
+
+
+class TwinCheckError(ValueError):
+    """Options of ``kvgov twin check`` that cannot work; the message says which."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckOptions:
+    quick: bool = False  # the swarm benchmark's quick workload, and a quick grid
+    rounds: int = 3  # real rounds per policy (the median is compared)
+    fraction: float = 0.33  # of every agent's peak context at once: the headline budget
+    policies: tuple[str, ...] = ("paged", "ttl-pin", "intercept", "kvgov")
+    profile: Path | None = None  # a fitted profile to use instead of calibrating now
+    seed: int = 0  # the workload's seed
+
+
+@dataclass(slots=True)
+class PolicyCheck:
+    """One policy: the twin's run and the real rounds."""
+
+    policy: str
+    twin: RunResult
+    real: list[RunResult]
+    twin_wall_s: float  # host seconds the twin run took
+
+    def _median(self, figure: Callable[[RunResult], float]) -> float:
+        return statistics.median(figure(r) for r in self.real)
+
+    def error(self, figure: Callable[[RunResult], float]) -> float:
+        """|twin - real median| / real median (0 where both are 0)."""
+        real, twin = self._median(figure), figure(self.twin)
+        if real == 0:
+            return 0.0 if twin == 0 else math.inf
+        return abs(twin - real) / real
+
+    def count_error(self, figure: Callable[[RunResult], float]) -> float:
+        """As ``error``, for a count that may be small: within 10% or within one."""
+        real, twin = self._median(figure), figure(self.twin)
+        if abs(twin - real) <= 1:
+            return 0.0
+        return abs(twin - real) / max(real, 1.0)
+
+    def spread(self, figure: Callable[[RunResult], float]) -> str:
+        values = [figure(r) for r in self.real]
+        return f"{min(values):.3g}..{max(values):.3g}"
+
+
+FIGURES: dict[str, Callable[[RunResult], float]] = {
+    "jct_mean": lambda r: r.jct_mean_s,
+    "prefill_tokens": lambda r: float(r.counters.prefill_tokens),
+    "admissions": lambda r: float(len(r.prompts)),
+    "offloaded_blocks": lambda r: float(r.counters.blocks_swapped_out),
+    "preemptions": lambda r: float(r.counters.preemptions),
+}
+
+
+@dataclass(slots=True)
+class TwinCheck:
+    options: CheckOptions
+    profile: DeviceProfile
+    calibration: str  # how the profile was had
+    what: str  # the workload and engine
+    checks: list[PolicyCheck] = field(default_factory=list)
+
+    def measurements(self) -> Iterator[Measurement]:
+        lower = Direction.LOWER_IS_BETTER
+        n = self.options.rounds
+        for c in self.checks:
+            for name, figure in FIGURES.items():
+                unit = "s" if name == "jct_mean" else "count"
+                error = c.count_error(figure) if name in _COUNTS else c.error(figure)
+                yield Measurement(
+                    _BENCH,
+                    f"{name}_error[{c.policy}]",
+                    error,
+                    "ratio",
+                    None,
+                    lower,
+                    note=f"twin {figure(c.twin):.4g} {unit} against the real median "
+                    f"{c._median(figure):.4g} (rounds {c.spread(figure)}, {n} rounds)",
+                )
+        jct = {c.policy: c.error(FIGURES["jct_mean"]) for c in self.checks}
+        prefill = {c.policy: c.error(FIGURES["prefill_tokens"]) for c in self.checks}
+        yield Measurement(
+            _BENCH,
+            "twin_jct_error_max",
+            max(jct.values()),
+            "ratio",
+            JCT_ERROR_TARGET,
+            lower,
+            note="largest |twin - real| / real mean job time over the policies ("
+            + ", ".join(f"{p} {e:.3f}" for p, e in jct.items())
+            + f"); real: median of {n} interleaved rounds; {self.calibration}; {self.what}",
+        )
+        yield Measurement(
+            _BENCH,
+            "twin_prefill_error_max",
+            max(prefill.values()),
+            "ratio",
+            PREFILL_ERROR_TARGET,
+            lower,
+            note="largest relative error of the prefill tokens the engine computed ("
+            + ", ".join(f"{p} {e:.3f}" for p, e in prefill.items())
+            + ")",
+        )
+        counts = max(
+            max(c.count_error(FIGURES[k]) for k in ("offloaded_blocks", "preemptions"))
+            for c in self.checks
+        )
+        yield Measurement(
+            _BENCH,
+            "twin_count_error_max",
+            counts,
+            "ratio",
+            COUNT_ERROR_TARGET,
+            lower,
+            note="largest relative error of blocks offloaded and preemptions (a difference "
+            "of one counts as none); admissions: "
+            + ", ".join(
+                f"{c.policy} {int(FIGURES['admissions'](c.twin))}/"
+                f"{int(c._median(FIGURES['admissions']))}"
+                for c in self.checks
+            ),
+        )
+        yield Measurement(
+            _BENCH,
+            "twin_wall_s",
+            sum(c.twin_wall_s for c in self.checks),
+            "s",
+            None,
+            lower,
+            note="host seconds the twin's runs took, every policy",
+        )
+
+
+def check_twin(
+    options: CheckOptions, progress: Callable[[str], None] = lambda line: None
+) -> TwinCheck:
+    """Calibrate, run the twin, run the real engine; see the module docstring."""
+
+    _validate(options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one device throughout: see the module docstring
+    try:
+        return _check(options, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
+    from kvgov.benchmarks import swarm
+    from kvgov.benchmarks._swarm_policies import measure_costs
+    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
+
+    workload = swarm.QUICK if options.quick else swarm.DEFAULT
+    if options.seed != workload.seed:
+        workload = replace(workload, seed=options.seed)
+    profile, calibration = _calibrate(options, progress)
+    setup = swarm.Setup.of(workload, _MODEL)
+    engine = setup.engine(options.fraction, adapt_cpu_threads=False)
+    shape = ModelShape.from_config(
+        engine.model_config,
+        name=_MODEL,
+        activation_bits=8 * engine.dtype.itemsize,
+    )
+    device = TwinDevice(profile, shape)
+    deadline_s = swarm._DEADLINE_S[options.quick]
+    real_costs = swarm._on_own_thread(lambda: measure_costs(engine))  # and warms it up
+    twin_costs = measure_twin_costs(engine, device)
+    capacity = engine.capacity()
+    what = (
+        f"{swarm._what(workload)}; {capacity.num_blocks} blocks "
+        f"({options.fraction:g} of every peak at once)"
+    )
+    result = TwinCheck(options, profile, calibration, what)
+    for policy in options.policies:
+        progress(f"twin: {policy} ...")
+        began = time.perf_counter()
+        run = run_twin_policy(
+            engine,
+            device,
+            policy,
+            options.fraction,
+            setup.scripts,
+            setup.prompts,
+            workload,
+            twin_costs,
+            deadline_s=deadline_s,
+        )
+        wall = time.perf_counter() - began
+        progress(
+            f"  {policy}: mean job {run.result.jct_mean_s:.3f} s (modelled), {wall:.1f} s here"
+        )
+        result.checks.append(PolicyCheck(policy, run.result, [], wall))
+    by_policy = {c.policy: c for c in result.checks}
+    policies = list(options.policies)
+    for round_ in range(options.rounds):
+        order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
+        for policy in order:
+            progress(f"real, round {round_ + 1}: {policy} ...")
+            real = swarm._one(
+                engine,
+                policy,
+                options.fraction,
+                setup.scripts,
+                setup.prompts,
+                workload,
+                real_costs,
+                deadline_s,
+            )
+            real.round = round_
+            progress(f"  {policy}: mean job {real.jct_mean_s:.3f} s")
+            by_policy[policy].real.append(real)
+    return result
+
+
+def _validate(options: CheckOptions) -> None:
+    from kvgov.benchmarks.swarm import POLICIES
+
+    if options.rounds < 1:
+        raise TwinCheckError(
+            f"--rounds {options.rounds}: run the real engine at least once (3 is the check's)"
+        )
+    if not 0 < options.fraction <= 1:
+        raise TwinCheckError(
+            f"--fraction {options.fraction} is outside (0, 1]: a share of every peak, such as 0.33"
+        )
+    unknown = sorted(set(options.policies) - set(POLICIES))
+    if unknown or not options.policies:
+        raise TwinCheckError(
+            f"unknown policies {unknown}; pick from {', '.join(POLICIES)}"
+            if unknown
+            else "no policy to check; pick from " + ", ".join(POLICIES)
+        )
+    if options.profile is not None and not options.profile.is_file():
+        raise TwinCheckError(
+            f"--profile {options.profile}: no such file; run kvgov twin fit first, or leave "
+            "it out to calibrate now"
+        )
+
+
+def _calibrate(options: CheckOptions, progress: Callable[[str], None]) -> tuple[DeviceProfile, str]:
+    if options.profile is not None:
+        return load_profile(options.profile), f"profile read from {options.profile}"
+    from engine.engine import Engine
+    from engine.twin import get_profile
+    from engine.twin.link_fit import fit_link, measure_link
+    from engine.twin.measure import default_points, grid_engine_config, measure_grid
+    from kvgov.twin import FULL_REPEATS, QUICK_REPEATS
+
+    points = default_points(quick=options.quick)
+    repeats = QUICK_REPEATS if options.quick else FULL_REPEATS
+    progress(f"calibrating: {len(points)} grid points, median of {repeats} ...")
+    began = time.perf_counter()
+    engine = Engine(grid_engine_config(model=_MODEL, device="cpu", points=points, repeats=repeats))
+    samples = measure_grid(
+        engine,
+        device="cpu-here",
+        points=points,
+        repeats=repeats,
+        seed=options.seed,
+        model_name=_MODEL,
+    )
+    link = fit_link(measure_link(engine))
+    del engine
+    profile = replace(
+        fit(samples, profile=get_profile("cpu-here")),
+        host_link_bandwidth_bytes_s=link.bandwidth_bytes_s,
+        host_link_latency_s=link.latency_s,
+    )
+    seconds = time.perf_counter() - began
+    return profile, (
+        f"cpu-here fitted here to {len(samples)} grid points (median of {repeats}) and "
+        f"timed swaps ({link.bandwidth_bytes_s / 1e9:.1f} GB/s after "
+        f"{link.latency_s * 1e6:.0f} us) measured just before, in {seconds:.0f} s"
+    )

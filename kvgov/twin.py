@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich import box
@@ -29,6 +29,7 @@ from engine.twin import (
     split_held_back,
 )
 from engine.twin.grid import StepGrid, load_grid, write_grid
+from engine.twin.link_fit import LinkSample, fit_link
 from engine.twin.profiles import FACTOR_FIELDS
 from engine.twin.shapes import StepSample
 
@@ -139,14 +140,26 @@ def fit_twin(options: FitOptions) -> TwinFit:
                 f"{start.name!r}: pass --profile {grid.device} (or a file of that profile)"
             )
         origin = f"grid read from {options.grid}"
-        saved = None
+        saved, link = None, grid.link
     else:
         device = options.device or "cpu"
         model = options.model or DEFAULT_MODEL
         start = profile_named(options.profile or _default_profile_name(device))
-        samples, origin, saved = _measure(options, device=device, model=model, profile=start)
+        samples, origin, saved, link = _measure(options, device=device, model=model, profile=start)
     fit_on, held_back = split_held_back(samples, options.held_back, options.seed)
     fitted = fit(fit_on, profile=start)
+    if link:  # the CPU's link is a memcpy: no specification, so fitted
+        fitted_link = fit_link(link)
+        fitted = replace(
+            fitted,
+            host_link_bandwidth_bytes_s=fitted_link.bandwidth_bytes_s,
+            host_link_latency_s=fitted_link.latency_s,
+        )
+        origin += (
+            f"; the link fitted to {len(link)} timed swaps: "
+            f"{fitted_link.bandwidth_bytes_s / 1e9:.1f} GB/s after "
+            f"{fitted_link.latency_s * 1e6:.0f} us"
+        )
     report = evaluate(held_back, fitted)
     out = options.out or default_profile_path(fitted.name)
     try:
@@ -215,12 +228,14 @@ def _grid_samples(grid: StepGrid, options: FitOptions) -> tuple[str, list[StepSa
 
 def _measure(
     options: FitOptions, *, device: str, model: str, profile: DeviceProfile
-) -> tuple[list[StepSample], str, Path | None]:
+) -> tuple[list[StepSample], str, Path | None, tuple[LinkSample, ...]]:
+    """The grid measured on ``device``; on a CPU also its link, from timed swaps."""
     from engine.engine import Engine
     from engine.twin.measure import (
         default_points,
         grid_engine_config,
         measure_grid,
+        measure_link,
         recorded_here,
     )
 
@@ -242,10 +257,11 @@ def _measure(
         f"{len(points)} points measured on {engine.device} ({engine.attention.name} attention, "
         f"{str(engine.dtype).removeprefix('torch.')}), median of {repeats}, in {seconds:.0f} s"
     )
+    link = tuple(measure_link(engine)) if engine.device.type == "cpu" else ()
     saved = None
     if options.save_grid is not None:
-        saved = write_grid(options.save_grid, samples, recorded=recorded_here(engine))
-    return samples, origin, saved
+        saved = write_grid(options.save_grid, samples, recorded=recorded_here(engine), link=link)
+    return samples, origin, saved, link
 
 
 def _default_profile_name(device: str) -> str:

@@ -304,8 +304,13 @@ def _calibrate(options: CheckOptions, progress: Callable[[str], None]) -> tuple[
         return load_profile(options.profile), f"profile read from {options.profile}"
     from engine.engine import Engine
     from engine.twin import get_profile
-    from engine.twin.link_fit import fit_link, measure_link
-    from engine.twin.measure import default_points, grid_engine_config, measure_grid
+    from engine.twin.link_fit import fit_link
+    from engine.twin.measure import (
+        default_points,
+        grid_engine_config,
+        measure_grid,
+        measure_link,
+    )
     from kvgov.twin import FULL_REPEATS, QUICK_REPEATS
 
     points = default_points(quick=options.quick)

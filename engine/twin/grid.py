@@ -3,7 +3,10 @@ JSON document that any machine can read and refit (a grid recorded on a GPU in a
 minutes is fitted later on a CPU).
 
     {"version": 1, "device": "cpu-here", "recorded": {...}, "models": {name: ModelShape},
-     "samples": [StepSample.to_json(), ...]}
+     "samples": [StepSample.to_json(), ...], "link": [LinkSample.to_json(), ...]}
+
+``link`` (optional) holds the host link's timed copies where the grid measured them
+(a CPU's, whose link is fitted), so a refit of the file fits the link as well.
 
 ``recorded`` says where and when the grid was taken (torch version, the device's name,
 dtype, attention backend, UTC time) and never the host's name. A sample names its model;
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.twin.link_fit import LinkSample
 from engine.twin.shapes import ModelShape, StepBatch, StepSample
 
 __all__ = ["GRID_VERSION", "GridError", "StepGrid", "load_grid", "read_grid", "write_grid"]
@@ -45,6 +49,7 @@ class StepGrid:
     device: str  # the profile name the samples were measured for
     samples: tuple[StepSample, ...]
     recorded: Mapping[str, Any] = field(default_factory=dict)
+    link: tuple[LinkSample, ...] = ()  # the host link's timed copies, where measured
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -52,7 +57,11 @@ class StepGrid:
 
 
 def write_grid(
-    path: str | Path, samples: Sequence[StepSample], *, recorded: Mapping[str, Any] | None = None
+    path: str | Path,
+    samples: Sequence[StepSample],
+    *,
+    recorded: Mapping[str, Any] | None = None,
+    link: Sequence[LinkSample] = (),
 ) -> Path:
     """Write ``samples`` (all of one device) as a grid document at ``path``; ``recorded``:
     where and when they were measured (``engine.twin.measure.recorded_here`` for a grid
@@ -74,6 +83,7 @@ def write_grid(
         "version": GRID_VERSION,
         "device": devices[0],
         "recorded": dict(recorded or {}),
+        **({"link": [sample.to_json() for sample in link]} if link else {}),
         "models": models,
         "samples": [sample.to_json() for sample in samples],
     }
@@ -144,4 +154,5 @@ def _parse(document: dict[str, Any]) -> StepGrid:
         device=device,
         samples=tuple(samples),
         recorded=recorded if isinstance(recorded, dict) else {},
+        link=tuple(LinkSample.from_json(item) for item in document.get("link", ())),
     )

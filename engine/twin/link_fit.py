@@ -1,30 +1,19 @@
-"""A device's host link fitted from timed copies on the real engine.
-
-``measure_link(engine)`` retains a context of each size, then times its offload to host
-memory and its restore (each copy waited for), ``repeats`` times; a sample is the median
-of one size and direction. ``fit_link(samples)`` fits ``latency + bytes / bandwidth``
-to them by least squares, the model ``HostLink`` charges. On a CPU the link is a memcpy
-plus the engine's own bookkeeping of a swap, which no specification publishes: the
-``cpu-here`` profile's link figures are fitted so (``kvgov twin fit``, ``kvgov twin
-check``). Every budget and block the measurement takes is given back.
+"""A device's host link fitted from timed copies: ``fit_link(samples)`` fits
+``latency + bytes / bandwidth``, the model ``HostLink`` charges, to copies timed on the
+real engine (``engine.twin.measure.measure_link``) by least squares. On a CPU the link is
+a memcpy plus the engine's own bookkeeping of a swap, which no specification publishes:
+the ``cpu-here`` profile's link figures are fitted so (``kvgov twin fit``, ``kvgov twin
+check``). Torch-free.
 """
 
 from __future__ import annotations
 
-import functools
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import torch
-
-from engine.engine import Engine
-from engine.sampling import SamplingParams
-
-__all__ = ["LinkFit", "LinkSample", "fit_link", "measure_link"]
-
-DEFAULT_SIZES = (8, 32, 128)  # blocks a copy moves
+__all__ = ["LinkFit", "LinkSample", "fit_link"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,48 +21,18 @@ class LinkSample:
     num_bytes: int
     seconds: float  # the median copy of this size
 
+    def to_json(self) -> dict[str, Any]:
+        return {"num_bytes": self.num_bytes, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LinkSample:
+        return cls(int(data["num_bytes"]), float(data["seconds"]))
+
 
 @dataclass(frozen=True, slots=True)
 class LinkFit:
     bandwidth_bytes_s: float
     latency_s: float
-
-
-def measure_link(
-    engine: Engine, *, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
-) -> list[LinkSample]:
-    """Median copy times of contexts of ``sizes`` blocks, out and back, on ``engine``."""
-    block_size = engine.config.block_size
-    bytes_per_block = engine.capacity().bytes_per_block
-    greedy = SamplingParams(max_tokens=1, temperature=0.0)
-    samples: list[LinkSample] = []
-    for num_blocks in sizes:
-        budget = f"twin-link-{num_blocks}"
-        engine.open_budget(budget, engine.capacity().num_blocks)
-        try:
-            prompt = [(i * 7919 + num_blocks) % 50_000 + 1 for i in range(num_blocks * block_size)]
-            engine.generate(prompt, greedy, budget=budget)
-            engine.retain(budget)
-            outs, ins = [], []
-            for _ in range(repeats):
-                outs.append(_timed(engine, functools.partial(engine.offload, budget=budget)))
-                ins.append(_timed(engine, functools.partial(engine.restore, budget=budget)))
-        finally:
-            engine.close_budget(budget)
-        copied = num_blocks * bytes_per_block
-        samples.append(LinkSample(copied, statistics.median(outs)))
-        samples.append(LinkSample(copied, statistics.median(ins)))
-    engine.reset_prefix_cache()
-    return samples
-
-
-def _timed(engine: Engine, copy: Callable[[], None]) -> float:
-    started = time.perf_counter()
-    copy()
-    engine.kv_cache.synchronize()
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)
-    return time.perf_counter() - started
 
 
 def fit_link(samples: Sequence[LinkSample]) -> LinkFit:

@@ -16,11 +16,13 @@ request the measurement adds is ended and forgotten before it returns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
 import platform
 import random
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,13 +37,16 @@ from engine.engine import Engine
 from engine.request import RequestStatus
 from engine.sampling import SamplingParams
 from engine.scheduler import ScheduledChunk
+from engine.twin.link_fit import LinkSample
 from engine.twin.shapes import ModelShape, SequenceWork, StepBatch, StepSample
 
 __all__ = [
+    "LINK_SIZES",
     "GridPoint",
     "default_points",
     "grid_engine_config",
     "measure_grid",
+    "measure_link",
     "model_shape",
     "recorded_here",
 ]
@@ -421,3 +426,52 @@ def _cpu_count() -> int | None:
     import os
 
     return os.cpu_count()
+
+
+LINK_SIZES = (8, 32, 128)  # blocks a timed copy moves
+
+
+def measure_link(
+    engine: Engine, *, sizes: Sequence[int] = LINK_SIZES, repeats: int = 5
+) -> list[LinkSample]:
+    """The host link timed on ``engine``: a context of each size in ``sizes`` blocks (those
+    that fit in half its device blocks and in its host swap space) retained, then its
+    offload to host memory and its restore timed, each waited for, ``repeats`` times; a
+    sample is the median of one size and direction. Every budget and block it takes is
+    given back."""
+    capacity = engine.capacity()
+    room = min(capacity.num_blocks // 2, capacity.num_host_blocks)
+    sizes = [n for n in sizes if n <= room]
+    if len(set(sizes)) < 2:  # a small engine: two sizes it has room for
+        sizes = [max(1, room // 4), max(2, room // 2)]
+    block_size = engine.config.block_size
+    bytes_per_block = engine.capacity().bytes_per_block
+    greedy = SamplingParams(max_tokens=1, temperature=0.0)
+    samples: list[LinkSample] = []
+    for num_blocks in sizes:
+        budget = f"twin-link-{num_blocks}"
+        engine.open_budget(budget, engine.capacity().num_blocks)
+        try:
+            prompt = [(i * 7919 + num_blocks) % 50_000 + 1 for i in range(num_blocks * block_size)]
+            engine.generate(prompt, greedy, budget=budget)
+            engine.retain(budget)
+            outs, ins = [], []
+            for _ in range(repeats):
+                outs.append(_timed(engine, functools.partial(engine.offload, budget=budget)))
+                ins.append(_timed(engine, functools.partial(engine.restore, budget=budget)))
+        finally:
+            engine.close_budget(budget)
+        copied = num_blocks * bytes_per_block
+        samples.append(LinkSample(copied, statistics.median(outs)))
+        samples.append(LinkSample(copied, statistics.median(ins)))
+    engine.reset_prefix_cache()
+    return samples
+
+
+def _timed(engine: Engine, copy: Callable[[], None]) -> float:
+    started = time.perf_counter()
+    copy()
+    engine.kv_cache.synchronize()
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    return time.perf_counter() - started

@@ -84,22 +84,24 @@ class GridPoint:
 
 def default_points(*, quick: bool = False) -> tuple[GridPoint, ...]:
     """The grid ``kvgov twin fit`` measures: decode steps of 1-16 sequences at contexts of
-    16-4,096 tokens, prefills of 16-2,048 tokens on 0-3,072 cached, and mixed batches (an
-    agent's next call is a long prefill on a long cached context beside others decoding).
-    ``quick`` keeps a corner-and-middle subset of each."""
+    16-4,096 tokens (and a few at 6,144), prefills of 16-2,048 tokens on 0-6,144 cached,
+    and mixed batches (an agent's next call is a long prefill on a long cached context
+    beside others decoding). ``quick`` keeps a corner-and-middle subset of each."""
     if quick:
-        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in (16, 256, 2048)] + [(4, 4096)]
+        decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in (16, 256, 2048)]
+        decode += [(4, 4096), (2, 6144)]
         prefill = [(p, c) for p in (16, 64, 256, 1024) for c in (0, 1024)]
-        prefill += [(1024, 3072), (2048, 2048)]
+        prefill += [(1024, 3072), (1024, 6144), (2048, 2048)]
         mixed = [(4, 256, 64), (16, 1024, 256), (2, 2048, 1024)]
     else:
         contexts = (16, 64, 128, 256, 512, 1024, 2048, 4096)
         decode = [(b, n) for b in (1, 2, 4, 8, 16) for n in contexts]
+        decode += [(1, 6144), (4, 6144)]
         chunks = (16, 32, 64, 128, 256, 512, 1024)
         prefill = [(p, c) for p in chunks for c in (0, 256, 1024, 3072)]
-        prefill += [(2048, 0), (2048, 2048)]
+        prefill += [(512, 6144), (1024, 6144), (2048, 0), (2048, 2048), (2048, 4096)]
         mixed = [(b, n, p) for b in (4, 16) for n in (256, 1024) for p in (64, 512)]
-        mixed += [(2, 2048, 1024), (4, 3072, 1024)]
+        mixed += [(2, 2048, 1024), (4, 3072, 1024), (2, 4096, 1024)]
     return (
         *(GridPoint(num_decode_seqs=b, num_decode_context_tokens=n) for b, n in decode),
         *(GridPoint(num_prefill_tokens=p, num_prefill_context_tokens=c) for p, c in prefill),

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from inspect import signature
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from governor import __version__
+from kvgov.cli_output import fail, host_figures, measurement_table
 from kvgov.serve_command import serve
-from kvgov.tables import MIN_NOTE, print_table
+from kvgov.tables import print_table
+from kvgov.twin_command import twin
 
 if TYPE_CHECKING:
     from engine.benchmarks import Measurement
@@ -69,10 +68,6 @@ app = typer.Typer(
 
 app.command()(serve)
 
-twin = typer.Typer(
-    help="The hardware twin: a model of how long engine steps take on a device.",
-    no_args_is_help=True,
-)
 app.add_typer(twin, name="twin")
 
 
@@ -128,7 +123,7 @@ def demo(
     from kvgov._extras import missing_for
 
     if (missing := missing_for("engine")) is not None:
-        _fail(missing)
+        fail(missing)
 
     from governor.errors import GovernorError
     from kvgov.demo import DemoOptions, parse_size, result_table, run_demo
@@ -147,9 +142,9 @@ def demo(
         )
         result = run_demo(options, console=console)
     except GovernorError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot write to {out}: {exc}")
+        fail(f"cannot write to {out}: {exc}")
     print_table(console, result_table(result))
     for scheme, trace in result.traces.items():
         console.print(f"trace ({scheme}): {trace}   [dim]kvgov report {trace}[/]")
@@ -224,7 +219,7 @@ def bench(
         try:
             model_label(model)  # a preset or a folder, before anything runs
         except TwinFitError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         options["model"] = model
         runs = _taking("model", runs, name, "it runs its own model")
     measurements = (
@@ -234,11 +229,11 @@ def bench(
     )
     if json_lines:
         for measurement in measurements:
-            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
+            typer.echo(json.dumps({**measurement.to_json(), **host_figures()}))
     else:
-        console, start = Console(), _host()
-        print_table(console, _table(measurements))
-        end = _host()
+        console, start = Console(), host_figures()
+        print_table(console, measurement_table(measurements))
+        end = host_figures()
         console.print(
             f"[dim]host: {end['cpus']} CPUs, 1-minute load average {start['load_1m']:.2f} at "
             f"the start, {end['load_1m']:.2f} at the end (ratios measured side by side hold "
@@ -250,14 +245,8 @@ def _taking(option: str, runs: dict[str, Any], name: str, why: str) -> dict[str,
     """The benchmarks of ``runs`` whose ``run`` takes ``option``: for ``all``, the others
     are left out; a benchmark named alone that does not take it is an error."""
     if name != "all" and option not in signature(runs[name]).parameters:
-        _fail(f"kvgov bench {name} takes no --{option}: {why}.")
+        fail(f"kvgov bench {name} takes no --{option}: {why}.")
     return {each: fn for each, fn in runs.items() if option in signature(fn).parameters}
-
-
-def _host() -> dict[str, Any]:
-    """What else the host was running, as figures printed beside each result: on a shared
-    machine a figure read under load is not one read on a quiet host."""
-    return {"load_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
 
 
 def _with_plot(fn: Any, options: dict[str, Any], plot: str | None) -> dict[str, Any]:
@@ -279,37 +268,6 @@ def _as_measurement(item: Measurement | Mapping[str, Any]) -> Measurement:
     fields = dict(item)
     fields["direction"] = Direction(fields.get("direction", "higher"))
     return Measurement(**fields)
-
-
-def _table(measurements: Iterable[Measurement]) -> Table:
-    from engine.benchmarks import Direction
-
-    # Figures never wrap or get cut; names fold and notes wrap to fit narrow terminals.
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("bench", overflow="fold")
-    table.add_column("metric", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
-    table.add_column("target", justify="right", no_wrap=True)
-    table.add_column("met", justify="center", no_wrap=True)
-    table.add_column("note", overflow="fold", ratio=1, min_width=MIN_NOTE)
-    for m in measurements:
-        target = ""
-        if m.target is not None:
-            sign = ">=" if m.direction is Direction.HIGHER_IS_BETTER else "<="
-            target = f"{sign} {_format_number(m.target)}"
-        met = {True: "[green]✓[/]", False: "[red]✗[/]", None: ""}[m.met]
-        table.add_row(m.bench, m.metric, _format_number(m.value), m.unit, target, met, m.note)
-    return table
-
-
-def _format_number(value: float) -> str:
-    """Thousands separators for large figures, three significant digits for small ones."""
-    if value != value:  # NaN: a figure that was skipped (its note says why)
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
 
 
 @app.command()
@@ -381,7 +339,7 @@ def plan(
 
     if simulate:
         if preset is not None or config is not None or weights_gb is not None:
-            _fail(
+            fail(
                 "with --simulate, name the model with --model (its weights are counted) "
                 "and the card with --device; --preset, --config and --weights-gb are the "
                 "calculator's"
@@ -449,9 +407,9 @@ def _plan_simulate(
     from kvgov._extras import missing_for
 
     if device is None or model is None:
-        _fail("--simulate needs --device (a profile such as rx9070xt) and --model (qwen3-8b)")
+        fail("--simulate needs --device (a profile such as rx9070xt) and --model (qwen3-8b)")
     if (missing := missing_for("engine")) is not None:
-        _fail(missing)
+        fail(missing)
     from engine.errors import EngineError
     from engine.twin.targets import target_model
     from kvgov.simulate import Scenario, ScenarioError, simulate, simulation_table
@@ -478,10 +436,10 @@ def _plan_simulate(
         )
         result = simulate(scenario, progress=progress)
     except (EngineError, ScenarioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if json_lines:
         for measurement in result.measurements():
-            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
+            typer.echo(json.dumps({**measurement.to_json(), **host_figures()}))
         return
     console = Console()
     console.print(f"Modelled on the hardware twin: {scenario.describe()}")
@@ -493,14 +451,14 @@ def _quantized_weights_gb(config: str | None, quantize: str, weights_gb: float |
     from governor.weights_size import weights_bytes_from_hf_config
 
     if config is None or weights_gb is not None:
-        _fail(
+        fail(
             "--quantize counts the weights from a config.json: pass --config PATH with it "
             "and leave out --weights-gb (or give --weights-gb alone)"
         )
     try:
         return weights_bytes_from_hf_config(config, quantize=quantize) / 1e9
     except GovernorError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @app.command("map")
@@ -529,7 +487,7 @@ def memory_map(
         try:
             memory = MemoryMap.load(record)
         except GovernorError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     else:
         plan = _make_plan(
             preset=preset or (None if config else "qwen3.5-9b"),
@@ -549,7 +507,7 @@ def memory_map(
     try:
         svg, png = memory.render(out)
     except OSError as exc:
-        _fail(f"cannot write the map to {out}: {exc}")
+        fail(f"cannot write the map to {out}: {exc}")
     typer.echo(memory.caption())
     typer.echo(f"wrote {svg} and {png}")
 
@@ -564,159 +522,6 @@ def report(
     from integrations.report import report_main
 
     raise typer.Exit(report_main(path))
-
-
-@twin.command("fit")
-def twin_fit(
-    device: Annotated[
-        str | None,
-        typer.Option(
-            help="Where to measure: cpu, cuda or cuda:N [default: cpu].", show_default=False
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="A preset such as llama-8b-random, or a local model folder [default: "
-            "tiny-random, or the grid's model].",
-            show_default=False,
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="The device profile to fit: a name (cpu-here, h100-sxm, ...) or a profile "
-            "file [default: cpu-here on cpu, or the grid's].",
-            show_default=False,
-        ),
-    ] = None,
-    grid: Annotated[
-        str | None,
-        typer.Option(help="Fit a recorded grid (a GPU run's) instead of measuring one."),
-    ] = None,
-    save_grid: Annotated[
-        str | None, typer.Option(help="Write the measured grid here, for later refits.")
-    ] = None,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            help="Write the fitted profile here [default: $XDG_CACHE_HOME/kvgov/twin/NAME.json].",
-            show_default=False,
-        ),
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option("--quick", help="A smaller grid and fewer repeats (about 30 s on 2 cores)."),
-    ] = False,
-    json_lines: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object per figure, nothing else.")
-    ] = False,
-    held_back: Annotated[
-        float, typer.Option(help="The fraction of the points held back from the fit, in (0, 1).")
-    ] = 0.25,
-    seed: Annotated[int, typer.Option(help="Picks the held-back points and the prompts.")] = 0,
-) -> None:
-    """Fit a device profile's step-time factors to a measured grid; report the error on
-    the points held back from the fit."""
-    from pathlib import Path
-
-    from kvgov._extras import missing_for
-
-    if (missing := missing_for("engine")) is not None:
-        _fail(missing)
-
-    from engine.errors import EngineError
-    from engine.twin.grid import GridError
-    from kvgov.twin import FitOptions, TwinFitError, factor_table, fit_twin
-
-    try:
-        result = fit_twin(
-            FitOptions(
-                device=device,
-                model=model,
-                profile=profile,
-                grid=None if grid is None else Path(grid),
-                save_grid=None if save_grid is None else Path(save_grid),
-                out=None if out is None else Path(out),
-                quick=quick,
-                held_back=held_back,
-                seed=seed,
-            )
-        )
-    except (EngineError, GridError, TwinFitError) as exc:
-        _fail(str(exc))
-    if json_lines:
-        for measurement in result.measurements():
-            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
-        return
-    console = Console()
-    print_table(console, _table(result.measurements()))
-    print_table(console, factor_table(result))
-    console.print(f"profile written to {result.out}")
-
-
-@twin.command("check")
-def twin_check(
-    quick: Annotated[
-        bool,
-        typer.Option("--quick", help="The swarm benchmark's quick workload and a quick grid."),
-    ] = False,
-    rounds: Annotated[
-        int, typer.Option(help="Real rounds per policy; their median is compared.")
-    ] = 3,
-    fraction: Annotated[
-        float, typer.Option(help="The KV budget, as a share of every agent's peak at once.")
-    ] = 0.33,
-    policy: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A policy to check (repeat for more) [default: all four].", show_default=False
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="A fitted cpu-here profile file [default: calibrate now].", show_default=False
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="The workload's seed.")] = 0,
-    json_lines: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object per figure, nothing else.")
-    ] = False,
-) -> None:
-    """Replay the swarm workload on the twin calibrated to this machine and on the real
-    engine, side by side; report the twin's error on every policy's figures."""
-    import sys
-    from pathlib import Path
-
-    from kvgov._extras import missing_for
-
-    if (missing := missing_for("engine")) is not None:
-        _fail(missing)
-
-    from engine.errors import EngineError
-    from kvgov.twin_check import CheckOptions, TwinCheckError, check_twin
-
-    options = CheckOptions(
-        quick=quick,
-        rounds=rounds,
-        fraction=fraction,
-        seed=seed,
-        profile=None if profile is None else Path(profile),
-        **({} if not policy else {"policies": tuple(policy)}),
-    )
-    try:
-        result = check_twin(
-            options, progress=lambda line: print(f"[twin check] {line}", file=sys.stderr)
-        )
-    except (EngineError, TwinCheckError) as exc:
-        _fail(str(exc))
-    measurements = list(result.measurements())
-    if json_lines:
-        for measurement in measurements:
-            typer.echo(json.dumps({**measurement.to_json(), **_host()}))
-        return
-    print_table(Console(), _table(measurements))
 
 
 def _make_plan(
@@ -755,7 +560,7 @@ def _make_plan(
             safety_factor=safety,
         )
     except GovernorError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _engine_presets() -> dict[str, Any]:
@@ -777,9 +582,3 @@ def _engine_presets() -> dict[str, Any]:
         )
         for name, p in PRESETS.items()
     }
-
-
-def _fail(message: str) -> NoReturn:
-    """A one-line error on stderr and exit code 2: bad input never prints a traceback."""
-    typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(code=2)

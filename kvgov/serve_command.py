@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvgov.cli_output import fail
+
 if TYPE_CHECKING:
     import uvicorn
 
@@ -106,7 +108,7 @@ def serve(
     from kvgov._extras import missing_for
 
     if (missing := missing_for("serve")) is not None:
-        _fail(missing)
+        fail(missing)
     import uvicorn
 
     from governor.errors import GovernorError
@@ -117,9 +119,9 @@ def serve(
     from kvgov.serve.security import load_api_keys
 
     if num_blocks is not None and kv_budget is not None:
-        _fail("pass --num-blocks or --kv-budget, not both")
+        fail("pass --num-blocks or --kv-budget, not both")
     if quantize not in (None, "int8", "int4"):
-        _fail(
+        fail(
             f"--quantize takes int8 or int4 (or leave it out for full precision), not {quantize!r}"
         )
     try:
@@ -148,7 +150,7 @@ def serve(
         if kv_budget is not None:
             config["kv_cache_bytes"] = parse_size(kv_budget)
     except (GovernorError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     failures: list[BaseException] = []
     servers: list[uvicorn.Server] = []  # the loader's callbacks run once the server exists
 
@@ -297,8 +299,3 @@ def engine_lines(
         if cap.weights_bytes
         else []
     )
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"Error: {message}", err=True)
-    raise typer.Exit(code=2)

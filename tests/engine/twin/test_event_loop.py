@@ -22,8 +22,7 @@ def test_half_an_hour_of_sleeps_passes_in_virtual_time_in_order_and_at_once() ->
             await asyncio.sleep(seconds)
             woke.append((name, loop.time()))
 
-        await asyncio.gather(sleeper("long", 1800.0), sleeper("short", 0.25),
-                             sleeper("mid", 3.0))  # fmt: skip
+        await asyncio.gather(sleeper("long", 1800.0), sleeper("short", 0.25), sleeper("mid", 3.0))
         return woke
 
     clock = VirtualClock()

@@ -22,9 +22,11 @@ from governor import LocalBackend
 from governor.backend import GenerationRequest
 
 TARGET = ModelShape.from_config(
-    get_preset("llama-8b-random").config, name="llama-8b-random", activation_bits=16,
+    get_preset("llama-8b-random").config,
+    name="llama-8b-random",
+    activation_bits=16,
     weight_bits=4,
-)  # fmt: skip
+)
 PROFILE = get_profile("rx9070xt")
 
 
@@ -130,9 +132,10 @@ def test_what_cannot_drive_a_twin_is_refused_with_what_to_do() -> None:
     with pytest.raises(TwinError, match="inside the coroutine that run_virtual runs"):
         TwinEngineLoop(twin)
     advancing = attach_twin(
-        Engine(EngineConfig(model="tiny-random", num_blocks=8)), profile=PROFILE,
+        Engine(EngineConfig(model="tiny-random", num_blocks=8)),
+        profile=PROFILE,
         model_shape=TARGET,
-    )  # fmt: skip
+    )
 
     async def main() -> None:
         with pytest.raises(TwinError, match="advance=False"):

@@ -385,14 +385,21 @@ class EngineLoop:
             self._drain(block=stalled or not self.engine.has_unfinished())
             if self._closed.is_set() or not self.engine.has_unfinished():
                 continue
-            try:
-                outputs = self.engine.step()
-            except BaseException as exc:  # an engine bug: fail every caller, free every block
-                self._abort_all(error=exc)
-                continue
-            self._num_steps += 1
-            stalled = self._deliver(outputs)
+            outputs = self._step()
+            if outputs is not None:
+                stalled = self._deliver(outputs)
         self._shut_down()
+
+    def _step(self) -> list[RequestOutput] | None:
+        """One engine step, counted; None when it raised (an engine bug: every caller is
+        failed and every block freed)."""
+        try:
+            outputs = self.engine.step()
+        except BaseException as exc:  # handed to every caller, as the step's error
+            self._abort_all(error=exc)
+            return None
+        self._num_steps += 1
+        return outputs
 
     def _deliver(self, outputs: list[RequestOutput]) -> bool:
         """Hand a step's outputs to their streams; True when the step stalled (nothing

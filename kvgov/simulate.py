@@ -40,6 +40,7 @@ from rich.table import Table
 from engine.benchmarks import Direction, Measurement
 from engine.twin import DeviceProfile
 from engine.twin.targets import TargetModel
+from kvgov.benchmarks._swarm_result import percentile
 from kvgov.benchmarks._swarm_workload import SwarmWorkload
 
 __all__ = [
@@ -213,7 +214,7 @@ class Simulation:
             title = TITLES[run.scheme]
             done = sorted(run.jct_s)
             p50 = statistics.median(done) if done else math.nan
-            p99 = _p99(done)
+            p99 = percentile(done, 99)
             figures = [
                 (
                     "agents_failed",
@@ -264,7 +265,7 @@ def simulation_table(simulation: Simulation) -> Table:
     for run in simulation.runs:
         done = sorted(run.jct_s)
         p50 = f"{statistics.median(done):.0f} s" if done else "-"
-        p99 = f"{_p99(done):.0f} s" if done else "-"
+        p99 = f"{percentile(done, 99):.0f} s" if done else "-"
         running = str(run.peak_running) + (f" of {run.num_slots} slots" if run.num_slots else "")
         table.add_row(
             TITLES[run.scheme],
@@ -278,13 +279,6 @@ def simulation_table(simulation: Simulation) -> Table:
         )
     table.caption = f"modelled ({simulation.wall_s:.0f} s here); {VALIDATION}"
     return table
-
-
-def _p99(values: Sequence[float]) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
 
 
 def simulate(

@@ -127,12 +127,9 @@ class TwinEngineLoop(EngineLoop):
                 self._wake.clear()
                 if self._closed.is_set() or not self.engine.has_unfinished():
                     continue
-            try:
-                outputs = self.engine.step()
-            except Exception as exc:  # an engine bug: fail every caller, free every block
-                self._abort_all(error=exc)
+            outputs = self._step()
+            if outputs is None:
                 continue
-            self._num_steps += 1
             delay = self.twin.busy_until - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -18,7 +18,7 @@ from typing import Any
 
 from engine import Engine, EngineMetrics
 
-__all__ = ["EngineCounters", "EngineTap", "RunResult", "p95"]
+__all__ = ["EngineCounters", "EngineTap", "RunResult", "p95", "percentile"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +94,17 @@ class RunResult:
         self.peak_blocks = max(self.peak_blocks, num_blocks_in_use)
 
 
-def p95(values: Sequence[float]) -> float:
-    """The 95th percentile, nearest rank (NaN for no values)."""
+def percentile(values: Sequence[float], percent: int) -> float:
+    """The ``percent``-th percentile, nearest rank (NaN for no values)."""
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]
+    return ordered[max(0, -(-percent * len(ordered) // 100) - 1)]
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile, nearest rank (NaN for no values)."""
+    return percentile(values, 95)
 
 
 class EngineTap:

@@ -4,6 +4,7 @@
     kvgov demo [--agents N] [--ceiling TOKENS] [--kv-budget SIZE] [--model PATH] [...]
     kvgov bench NAME [--json] [--quick] [--device DEVICE] [--model PRESET|PATH] [--plot DIR]
     kvgov plan (--preset NAME | --config PATH) --card-gb GB --weights-gb GB [...]
+    kvgov plan --simulate --device PROFILE --model MODEL [--trace RUN.jsonl] [...]
     kvgov map [plan's options | --record RUN.json] [--out PATH]
     kvgov report RUN.jsonl
     kvgov serve [--model PRESET|PATH] [--host] [--port] [--api-key KEY ...] [...]
@@ -272,6 +273,7 @@ def _as_measurement(item: Measurement | Mapping[str, Any]) -> Measurement:
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     preset: Annotated[
         str | None, typer.Option(help="A named model: qwen3.5-9b, or a bundled preset.")
     ] = None,
@@ -332,17 +334,38 @@ def plan(
         typer.Option(help="--simulate: x the swarm benchmark's tool latencies (20: 3-10 s)."),
     ] = 20.0,
     seed: Annotated[int, typer.Option(help="--simulate: the workload's seed.")] = 1,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            help="--simulate: replay a recorded run (a `kvgov report` trace) instead of the "
+            "swarm; --agents N then repeats its runs to N agents."
+        ),
+    ] = None,
 ) -> None:
     """Size a KV budget: contiguous reserve at the ceiling, at a lower cap, or paged; with
     --simulate, run the agents on the hardware twin of a card and compare the schemes."""
     from governor.plan import plan_rows, render_plan
 
+    def given(name: str) -> bool:
+        # By name: typer carries its own copy of click, and so of ParameterSource.
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    if trace is not None and not simulate:
+        fail("--trace is replayed on the hardware twin: add --simulate with --device and --model")
     if simulate:
         if preset is not None or config is not None or weights_gb is not None:
             fail(
                 "with --simulate, name the model with --model (its weights are counted) "
                 "and the card with --device; --preset, --config and --weights-gb are the "
                 "calculator's"
+            )
+        swarm_only = ["turns", "reply_tokens", "tool_scale", "seed", "ceiling"]
+        if trace is not None and (shaped := [name for name in swarm_only if given(name)]):
+            options = ", ".join("--" + name.replace("_", "-") for name in shaped)
+            fail(
+                f"{options} shape the swarm workload; a trace is replayed as recorded (its "
+                "calls, contexts and tool times): leave them out, or leave out --trace"
             )
         _plan_simulate(
             device=device,
@@ -358,6 +381,8 @@ def plan(
             block_size=block_size,
             seed=seed,
             json_lines=json_lines,
+            trace=trace,
+            trace_agents=agents if given("agents") else None,
         )
         return
     if quantize is not None:
@@ -401,6 +426,8 @@ def _plan_simulate(
     block_size: int,
     seed: int,
     json_lines: bool,
+    trace: str | None,
+    trace_agents: int | None,
 ) -> None:
     import sys
 
@@ -412,10 +439,18 @@ def _plan_simulate(
         fail(missing)
     from engine.errors import EngineError
     from engine.twin.targets import target_model
+    from integrations.jsonl import SpanFileError
+    from integrations.report import ReportError
     from kvgov.simulate import Scenario, ScenarioError, simulate, simulation_table
+    from kvgov.simulate_trace import read_trace
     from kvgov.twin import profile_named
 
     try:
+        workload = None
+        if trace is not None:
+            workload = read_trace(trace)
+            if trace_agents is not None:
+                workload = workload.cycled(trace_agents)
         scenario = Scenario(
             profile=profile_named(device),
             target=target_model(model, quantize=quantize),
@@ -428,6 +463,7 @@ def _plan_simulate(
             tool_scale=tool_scale,
             block_size=block_size,
             seed=seed,
+            trace=workload,
         )
         progress = (
             (lambda line: None)
@@ -435,14 +471,14 @@ def _plan_simulate(
             else (lambda line: print(f"[plan --simulate] {line}", file=sys.stderr))
         )
         result = simulate(scenario, progress=progress)
-    except (EngineError, ScenarioError) as exc:
-        fail(str(exc))
+    except (EngineError, ScenarioError, ReportError, SpanFileError) as exc:
+        fail(" ".join(str(exc).split()))  # one line, whatever the message held
     if json_lines:
         for measurement in result.measurements():
             typer.echo(json.dumps({**measurement.to_json(), **host_figures()}))
         return
     console = Console()
-    console.print(f"Modelled on the hardware twin: {scenario.describe()}")
+    console.print(f"Modelled on the hardware twin: {result.describe()}")
     print_table(console, simulation_table(result))
 
 

@@ -20,7 +20,9 @@ memory is what the card holds after the weights and ``overhead_bytes``, the host
 space ``host_bytes``. The workload is the swarm benchmark's (teams of a planner and
 workers; tool outputs from its corpus, tool latencies lognormal), scaled by the
 scenario: ``tool_scale`` times its latencies, ``turns`` tool calls a worker,
-``reply_tokens`` a call. Every figure is modelled.
+``reply_tokens`` a call. Or it is a recorded run's (``Scenario.trace``, read by
+``kvgov.simulate_trace``): every scheme replays the trace's agents, calls, contexts, tool
+times and fan-outs as recorded (``kvgov._trace_replay``). Every figure is modelled.
 
 Bad input raises ``ScenarioError`` (a card too small for the weights, a count that is
 not one) before anything runs.
@@ -33,6 +35,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -42,6 +45,12 @@ from engine.twin import DeviceProfile
 from engine.twin.targets import TargetModel
 from kvgov.benchmarks._swarm_result import percentile
 from kvgov.benchmarks._swarm_workload import SwarmWorkload
+
+if TYPE_CHECKING:
+    from engine import Engine
+    from kvgov._trace_prompts import PromptBook
+    from kvgov._trace_replay import AgentReplay
+    from kvgov.simulate_trace import TraceWorkload
 
 __all__ = [
     "SCHEMES",
@@ -85,6 +94,8 @@ class Scenario:
     host_bytes: int = 16 * 2**30  # host memory for offloaded KV
     block_size: int = 16
     seed: int = 1  # the workload's; the swarm benchmark tunes kvgov on seed 0
+    # A recorded run to replay instead of the swarm (the swarm's own settings unused).
+    trace: TraceWorkload | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -100,7 +111,7 @@ class Scenario:
                 raise ScenarioError(f"{name} must be an int >= 1, got {value!r}")
         if not (math.isfinite(self.tool_scale) and self.tool_scale > 0):
             raise ScenarioError(f"tool_scale must be > 0, got {self.tool_scale!r}")
-        if self.num_agents < 2:
+        if self.num_agents < 2 and self.trace is None:
             raise ScenarioError("a swarm is a planner and at least one worker: --agents 2 or more")
         if self.kv_bytes <= 0:
             raise ScenarioError(
@@ -109,11 +120,16 @@ class Scenario:
                 f"{self.profile.name} ({self.profile.memory_bytes / 1e9:.1f} GB): pick a "
                 "larger card or --quantize int4"
             )
-        if self.ceiling_tokens > self.target.context_tokens:
+        if self.ceiling_tokens > self.target.context_tokens and self.trace is None:
             raise ScenarioError(
                 f"the ceiling {self.ceiling_tokens:,} is past {self.target.label}'s context "
                 f"of {self.target.context_tokens:,} tokens: set --ceiling at most that"
             )
+
+    @property
+    def num_workload_agents(self) -> int:
+        """The agents the workload runs: the trace's, or ``num_agents`` of the swarm."""
+        return self.num_agents if self.trace is None else self.trace.num_agents
 
     @property
     def kv_bytes(self) -> int:
@@ -156,13 +172,19 @@ class Scenario:
 
     def describe(self) -> str:
         teams, workers = self.teams
-        return (
+        workload = (
             f"{self.num_agents} agents ({teams} team{'s' if teams > 1 else ''} of a planner "
             f"and {workers} workers, {self.turns} tool calls a worker, {self.reply_tokens} "
-            f"tokens a reply), {self.target.label} on {self.profile.name}: "
+            f"tokens a reply)"
+            if self.trace is None
+            else self.trace.describe()
+        )
+        seed = f"; seed {self.seed}" if self.trace is None else ""
+        return (
+            f"{workload}; {self.target.label} on {self.profile.name}: "
             f"{self.kv_bytes / 1e9:.1f} GB of KV ({self.kv_blocks:,} blocks) after "
             f"{self.target.weights_bytes / 1e9:.1f} GB of weights, "
-            f"{self.host_bytes / 2**30:.0f} GiB of host memory for offloads; seed {self.seed}"
+            f"{self.host_bytes / 2**30:.0f} GiB of host memory for offloads{seed}"
         )
 
 
@@ -181,6 +203,9 @@ class SchemeRun:
     preemptions: int
     num_slots: int | None  # reserve-for-max: requests that fit at once
     wall_s: float  # host seconds the run took
+    # A replayed trace's agents: what each did (its calls' tokens as the engine counted
+    # them, its tools' times, when it started); empty for the swarm workload.
+    agents: dict[str, AgentReplay] = field(default_factory=dict)
 
     @property
     def limit(self) -> str:
@@ -206,10 +231,20 @@ class Simulation:
     scenario: Scenario
     runs: list[SchemeRun] = field(default_factory=list)
     wall_s: float = 0.0
+    num_rounded_calls: int = 0  # a trace's calls sent longer than recorded (see describe)
+
+    def describe(self) -> str:
+        rounded = (
+            f"; {self.num_rounded_calls} calls shorter than the stand-in's chat template "
+            "allows were sent at its least"
+            if self.num_rounded_calls
+            else ""
+        )
+        return self.scenario.describe() + rounded
 
     def measurements(self) -> Iterator[Measurement]:
         lower = Direction.LOWER_IS_BETTER
-        note = f"modelled: {self.scenario.describe()}"
+        note = f"modelled: {self.describe()}"
         for run in self.runs:
             title = TITLES[run.scheme]
             done = sorted(run.jct_s)
@@ -264,12 +299,12 @@ def simulation_table(simulation: Simulation) -> Table:
     block_bytes = simulation.scenario.block_bytes
     for run in simulation.runs:
         done = sorted(run.jct_s)
-        p50 = f"{statistics.median(done):.0f} s" if done else "-"
-        p99 = f"{percentile(done, 99):.0f} s" if done else "-"
+        p50 = _seconds(statistics.median(done)) if done else "-"
+        p99 = _seconds(percentile(done, 99)) if done else "-"
         running = str(run.peak_running) + (f" of {run.num_slots} slots" if run.num_slots else "")
         table.add_row(
             TITLES[run.scheme],
-            f"{len(run.failed)} of {simulation.scenario.num_agents}",
+            f"{len(run.failed)} of {simulation.scenario.num_workload_agents}",
             p50,
             p99,
             running,
@@ -278,7 +313,23 @@ def simulation_table(simulation: Simulation) -> Table:
             run.limit,
         )
     table.caption = f"modelled ({simulation.wall_s:.0f} s here); {VALIDATION}"
+    trace = simulation.scenario.trace
+    if trace is not None:
+        what = (
+            "kvgov's reduced tool outputs"
+            if trace.num_summarized or trace.num_compacted
+            else "tool outputs as they came"
+        )
+        table.caption = (
+            f"every scheme replayed {trace.source}'s recorded contexts ({what}), "
+            f"{trace.num_calls} calls of {trace.num_agents} agents; " + table.caption
+        )
     return table
+
+
+def _seconds(value: float) -> str:
+    """Whole seconds for a swarm's jobs; a replayed CPU trace's may take a fraction of one."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
 
 
 def simulate(
@@ -295,9 +346,18 @@ def simulate(
 
     began = time.perf_counter()
     simulation = Simulation(scenario)
+    book = None
+    if scenario.trace is not None:
+        progress("sizing the trace's prompts ...")
+        book = _prompt_book(scenario.trace)
+        simulation.num_rounded_calls = book.num_rounded
     setups: dict[bool, Setup] = {}
     for scheme in schemes:
         governed = scheme == "kvgov"
+        if book is not None:
+            progress(f"{TITLES[scheme]} ...")
+            simulation.runs.append(_replay(scenario, scheme, book))
+            continue
         if governed not in setups:
             progress(f"building the {'governed' if governed else 'raw'} workload ...")
             setups[governed] = Setup.of(scenario.workload(governed=governed), _STANDIN)
@@ -307,12 +367,10 @@ def simulate(
     return simulation
 
 
-def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
+def _engine(scenario: Scenario, scheme: str) -> tuple[Engine, int | None]:
+    """The stand-in engine a scheme runs on, and reserve-for-max's slots (None: paged)."""
     from engine import Engine, EngineConfig, PreemptionMode
-    from kvgov.benchmarks._swarm_twin import TwinDevice, run_twin_policy
-    from kvgov.benchmarks.swarm import Setup
 
-    assert isinstance(setup, Setup)
     context_blocks = math.ceil(scenario.target.context_tokens / scenario.block_size)
     slots = max(1, scenario.kv_blocks // context_blocks) if scheme == "reserve" else None
     engine = Engine(
@@ -327,6 +385,15 @@ def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
             **({} if slots is None else {"max_num_seqs": slots}),
         )
     )
+    return engine, slots
+
+
+def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
+    from kvgov.benchmarks._swarm_twin import TwinDevice, run_twin_policy
+    from kvgov.benchmarks.swarm import Setup
+
+    assert isinstance(setup, Setup)
+    engine, slots = _engine(scenario, scheme)
     device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
     began = time.perf_counter()
     run = run_twin_policy(
@@ -355,4 +422,45 @@ def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
         preemptions=result.counters.preemptions,
         num_slots=slots,
         wall_s=time.perf_counter() - began,
+    )
+
+
+def _prompt_book(trace: TraceWorkload) -> PromptBook:
+    from engine.presets import PRESETS
+    from engine.tokenizer import load_tokenizer
+    from kvgov._trace_prompts import PromptBook
+
+    return PromptBook.of(trace, load_tokenizer(PRESETS[_STANDIN].tokenizer))
+
+
+def _replay(scenario: Scenario, scheme: str, book: PromptBook) -> SchemeRun:
+    from kvgov._trace_replay import replay
+
+    assert scenario.trace is not None
+    engine, slots = _engine(scenario, scheme)
+    run = replay(
+        engine,
+        scheme,
+        scenario.trace,
+        book,
+        profile=scenario.profile,
+        model_shape=scenario.target.shape,
+        deadline_s=_DEADLINE_S,
+    )
+    result = run.result
+    return SchemeRun(
+        scheme=scheme,
+        jct_s=list(result.jct_s.values()),
+        failed=list(result.failed),
+        makespan_s=result.makespan_s,
+        peak_blocks=result.peak_blocks,
+        peak_running=run.peak_running,
+        link_bytes=run.link_bytes,
+        blocks_copied=result.counters.blocks_swapped_out + result.counters.blocks_swapped_in,
+        compute_s=run.compute_s,
+        stall_s=run.stall_s,
+        preemptions=result.counters.preemptions,
+        num_slots=slots,
+        wall_s=run.wall_s,
+        agents=run.agents,
     )

@@ -90,3 +90,63 @@ def test_the_table_is_whole_at_80_columns_and_piped(columns: str) -> None:
     for name in ("contiguous, ceiling", "contiguous, cap", "paged", "admitted", "max_conc",
                  "on demand", "17.8 GB", "4 of 8", "71,792"):  # fmt: skip
         assert any(name in line for line in lines), name
+
+
+# -- --simulate --trace: a recorded run replayed on the twin --------------------------------
+TWIN = ["plan", "--simulate", "--device", "rx9070xt", "--model", "qwen3-8b", "--quantize", "int4"]
+
+
+def test_plan_simulate_replays_a_recorded_trace(tmp_path: Path) -> None:
+    from tests.kvgov.test_simulate_trace import SwarmRecording
+
+    recorded = SwarmRecording(tmp_path / "run.jsonl", num_workers=1, turns=1)  # real, short
+    rows = _rows([*TWIN, "--trace", str(recorded.path)])
+    metrics = {row["metric"]: row for row in rows}
+    for scheme in ("reserve", "paged", "kvgov"):
+        assert metrics[f"agents_failed[{scheme}]"]["value"] == 0
+        assert f"jct_p50[{scheme}]" in metrics and f"host_link[{scheme}]" in metrics
+    note = metrics["simulated_wall_s"]["note"]
+    assert note.startswith(f"modelled: the recorded trace {tmp_path / 'run.jsonl'}: 3 agents")
+    assert "4 model calls, 1 tool calls" in note
+
+
+def _span(operation: str, **attributes: object) -> str:
+    """One span line of ``operation`` with these attributes besides its operation name."""
+    span = {
+        "name": operation,
+        "trace_id": "0" * 32,
+        "span_id": "1" * 16,
+        "parent_span_id": None,
+        "start_ns": 1,
+        "end_ns": 2,
+        "attributes": {"gen_ai.operation.name": operation, **attributes},
+    }
+    return json.dumps(span)
+
+
+@pytest.mark.parametrize(
+    ("lines", "args", "message"),
+    [
+        (None, [], "cannot read"),
+        (["{not json"], [], "line 1: not JSON"),
+        ([_span("chat")], [], "no kvgov agent span"),
+        ([_span("invoke_agent", **{"kvgov.lease.id": "0"})], [], "no model call with its token"),
+        ([], ["--turns", "3"], "--turns shape the swarm workload"),
+    ],
+)
+def test_plan_simulate_a_bad_trace_is_one_line_and_exit_two(
+    tmp_path: Path, lines: list[str] | None, args: list[str], message: str
+) -> None:
+    path = tmp_path / "run.jsonl"
+    if lines is not None:
+        path.write_text("".join(line + "\n" for line in lines))
+    result = runner.invoke(app, [*TWIN, "--trace", str(path), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_trace_needs_simulate() -> None:
+    result = runner.invoke(app, [*DESIGN, "--trace", "run.jsonl"])
+    assert result.exit_code == 2 and "add --simulate" in result.stderr

@@ -49,7 +49,7 @@ class PromptBook:
         sizer = _Sizer(tokenizer)
         prefixes = {
             kind: sizer.sized("system", f"[{kind}]", tokens, generation=False)[0]
-            for kind, tokens in workload.prefix_tokens.items()
+            for kind, tokens in workload.prefix_tokens
         }
         book = cls(prefixes)
         for agent in workload.agents:

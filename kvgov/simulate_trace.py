@@ -32,8 +32,9 @@ Errors, each with what to do::
     ├── SpanFileError (integrations.jsonl)   a line that is not a span
     ├── ReportError (integrations.report)    no kvgov agent span in the file
     └── ScenarioError (kvgov.simulate)
-        └── TraceError   a file that cannot be read, no model call with its token counts,
-                         or an agent count that is not whole runs of the trace
+        └── TraceError   a file that cannot be read, a token count that is not one, no
+                         model call with its token counts, or an agent count that is
+                         not whole runs of the trace
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Phase:
     children it fanned out, then the wait for them where its next call waited."""
 
     tool: str | None  # the first tool it ran; None: no tool span in the phase
+    num_tools: int  # tool spans in the phase, replayed as one wait of ``tool_s``
     tool_s: float  # the tools' recorded time, overlapping runs counted once
     idle_s: float  # the recorded gap, where it ran no tool and waited for no child
     children: tuple[tuple[str, float], ...]  # (child, its delay after the phase began)
@@ -103,14 +105,14 @@ class TracedAgent:
 class TraceWorkload:
     source: str
     agents: tuple[TracedAgent, ...]  # in the order they were requested
-    prefix_tokens: Mapping[str, int]  # kind -> its shared prefix's tokens (none: absent)
+    prefix_tokens: tuple[tuple[str, int], ...]  # (kind, its shared prefix's tokens)
     prefix_recorded: bool  # the prefixes are pinned blocks the trace recorded
     duration_s: float  # from its first request to its last release
     num_summarized: int  # tool outputs the recording's governor reduced
     num_compacted: int  # histories it compacted at a ceiling
     num_calls_left_out: int  # failed calls: no token counts to replay
     num_agents_left_out: int  # leases with no call and no child (never admitted, ...)
-    copies: int = 1  # of the recorded runs, when cycled to an agent count
+    num_copies: int = 1  # of the recorded runs, when cycled to an agent count
 
     @property
     def num_agents(self) -> int:
@@ -121,8 +123,8 @@ class TraceWorkload:
         return sum(len(a.calls) for a in self.agents)
 
     @property
-    def num_tool_phases(self) -> int:
-        return sum(p.tool is not None for a in self.agents for p in a.phases)
+    def num_tools(self) -> int:
+        return sum(p.num_tools for a in self.agents for p in a.phases)
 
     def cycled(self, num_agents: int) -> TraceWorkload:
         """The recorded runs repeated, in order, to ``num_agents`` agents; every copy starts
@@ -149,19 +151,19 @@ class TraceWorkload:
                 "replay the trace as recorded"
             )
         agents.sort(key=lambda a: (a.start_s, a.unit))
-        copies = -(-len(counts) // len(order))
-        return replace(self, agents=tuple(agents), copies=copies)
+        num_copies = -(-len(counts) // len(order))
+        return replace(self, agents=tuple(agents), num_copies=num_copies)
 
     def describe(self) -> str:
         kinds: dict[str, int] = {}
         for agent in self.agents:
             kinds[agent.kind] = kinds.get(agent.kind, 0) + 1
         mix = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
-        shared = ", ".join(f"{kind} {tokens:,}" for kind, tokens in self.prefix_tokens.items())
+        shared = ", ".join(f"{kind} {tokens:,}" for kind, tokens in self.prefix_tokens)
         how = "pinned blocks as recorded" if self.prefix_recorded else "first calls' cache hits"
         reduced = (
-            f"kvgov's reduced tool outputs ({self.num_summarized} summarized, "
-            f"{self.num_compacted} compacted)"
+            f"kvgov's reduced tool outputs ({self.num_summarized} summarized and "
+            f"{self.num_compacted} histories compacted in the recording)"
             if self.num_summarized or self.num_compacted
             else "tool outputs as they came (none reduced)"
         )
@@ -175,9 +177,9 @@ class TraceWorkload:
         ]
         return (
             f"the recorded trace {self.source}"
-            + (f" cycled to {self.num_agents} agents" if self.copies > 1 else "")
+            + (f" cycled to {self.num_agents} agents" if self.num_copies > 1 else "")
             + f": {self.num_agents} agents ({mix}), {self.num_calls} model calls, "
-            f"{self.num_tool_phases} tool calls, recorded over {self.duration_s:.1f} s; every "
+            f"{self.num_tools} tool calls, recorded over {self.duration_s:.1f} s; every "
             f"scheme replays its contexts, with {reduced}; shared prefixes: "
             + (f"{shared} tokens ({how})" if shared else "none recorded")
             + ("; " + ", ".join(left) if left else "")
@@ -196,6 +198,16 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
         ) from None
     except UnicodeDecodeError:
         raise TraceError(f"{source} is not a text file of JSON lines: pass a span file") from None
+    try:
+        return _workload(source, spans)
+    except _NotACount as exc:
+        raise TraceError(
+            f"{source} holds a kvgov span whose {exc} is not a count: pass a file that a "
+            "JsonLinesSpanExporter wrote"
+        ) from None
+
+
+def _workload(source: str, spans: Sequence[SpanRecord]) -> TraceWorkload:
     leases = [s for s in spans if _op(s) == "invoke_agent" and n.LEASE_ID in s.attributes]
     if not leases:
         raise ReportError(
@@ -209,11 +221,15 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
             under.setdefault(span.parent_span_id, []).append(span)
     t0 = leases[0].start_ns
     calls = {s.span_id: _calls(s, under.get(s.span_id, []), t0) for s in leases}
+    # A failed call recorded no usage: nothing to replay it with.
     left_out = sum(
-        1
+        _op(c) == "chat" and n.INPUT_TOKENS not in c.attributes
         for s in leases
         for c in under.get(s.span_id, [])
-        if _op(c) == "chat" and n.INPUT_TOKENS not in c.attributes
+    ) + sum(
+        e.name == n.EVENT_CALL and n.INPUT_TOKENS not in e.attributes
+        for s in leases
+        for e in s.events
     )
     if not any(calls.values()):
         raise TraceError(
@@ -254,7 +270,7 @@ def read_trace(path: str | os.PathLike[str]) -> TraceWorkload:
     return TraceWorkload(
         source=source,
         agents=tuple(agents),
-        prefix_tokens=prefix,
+        prefix_tokens=tuple(sorted(prefix.items())),
         prefix_recorded=recorded,
         duration_s=(max(s.end_ns for s in leases) - t0) * _NS,
         num_summarized=sum(e.name == n.EVENT_SUMMARIZED for e in events),
@@ -275,18 +291,32 @@ def _calls(lease: SpanRecord, under: list[SpanRecord], t0: int) -> list[TracedCa
     for event in lease.events:
         a = event.attributes
         if event.name == n.EVENT_CALL and n.INPUT_TOKENS in a:
-            elapsed = int(float(a.get(n.ELAPSED_S, 0.0)) / _NS)
+            elapsed_s = a.get(n.ELAPSED_S, 0.0)
+            if not isinstance(elapsed_s, (int, float)) or not 0 <= elapsed_s < 1e9:
+                raise _NotACount(n.ELAPSED_S)
+            elapsed = int(elapsed_s / _NS)
             found.append((event.time_ns - elapsed, event.time_ns, a))
     return [
         TracedCall(
-            prompt_tokens=int(a[n.INPUT_TOKENS]),
-            output_tokens=int(a.get(n.OUTPUT_TOKENS, 0)),
-            cached_tokens=int(a.get(n.CACHED_TOKENS, 0)),
+            prompt_tokens=_count(a, n.INPUT_TOKENS),
+            output_tokens=_count(a, n.OUTPUT_TOKENS),
+            cached_tokens=_count(a, n.CACHED_TOKENS),
             start_s=(start - t0) * _NS,
             end_s=(end - t0) * _NS,
         )
         for start, end, a in sorted(found, key=lambda f: (f[0], f[1]))
     ]
+
+
+class _NotACount(ValueError):
+    """An attribute that should hold a count holds something else; its name is the message."""
+
+
+def _count(attributes: Mapping[str, object], name: str, default: int = 0) -> int:
+    value = attributes.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _NotACount(name)
+    return value
 
 
 def _phases(
@@ -323,6 +353,7 @@ def _phases(
         phases.append(
             Phase(
                 tool=mine[0][2] if mine else None,
+                num_tools=len(mine),
                 tool_s=tool_s,
                 idle_s=0.0 if mine or waits or last else max(0.0, end - start),
                 children=tuple((name, max(0.0, at - start)) for at, _, name in fanned),
@@ -449,7 +480,7 @@ def _prefixes(
     """Each kind's shared prefix in tokens, and whether pinned blocks were recorded."""
     block_size = next(
         (
-            int(s.attributes[n.BLOCK_SIZE])
+            _count(s.attributes, n.BLOCK_SIZE)
             for s in spans
             if _op(s) == "invoke_workflow" and n.BLOCK_SIZE in s.attributes
         ),
@@ -459,7 +490,7 @@ def _prefixes(
     hits: dict[str, int] = {}
     for span in leases:
         kind = _kind(span)
-        blocks = int(span.attributes.get(n.PREFIX_BLOCKS, 0))
+        blocks = _count(span.attributes, n.PREFIX_BLOCKS)
         if blocks:
             pinned[kind] = max(pinned.get(kind, 0), blocks * block_size)
         first = calls[span.span_id][:1]

@@ -200,7 +200,7 @@ def test_prompts_grow_as_recorded_and_share_only_the_recorded_prefix(
     workload: TraceWorkload,
 ) -> None:
     book = PromptBook.of(workload, TOKENIZER)
-    assert workload.prefix_tokens == {"worker": 96} and workload.prefix_recorded  # 6 blocks
+    assert workload.prefix_tokens == (("worker", 96),) and workload.prefix_recorded  # 6 blocks
     firsts = []
     for agent in workload.agents:
         prompts = [TOKENIZER.encode_chat(m) for m in book.messages[agent.name]]
@@ -228,7 +228,7 @@ def test_the_note_says_what_was_replayed(workload: TraceWorkload, replayed: Simu
 
 def test_runs_are_cycled_whole_to_an_agent_count(workload: TraceWorkload) -> None:
     doubled = workload.cycled(10)
-    assert (doubled.num_agents, doubled.num_calls, doubled.copies) == (10, 22, 2)
+    assert (doubled.num_agents, doubled.num_calls, doubled.num_copies) == (10, 22, 2)
     copy = {a.name: a for a in doubled.agents}["2:planner-4"]
     assert copy.after == ("2:worker-1", "2:worker-2", "2:worker-3")  # its own copy's
     with pytest.raises(TraceError, match="pick a count such as 5 or 10"):
@@ -338,3 +338,8 @@ def test_bad_traces_are_typed_errors_that_say_what_to_do(
     broken.write_text(recording.path.read_text() + '{"name": "half a span\n')
     with pytest.raises(SpanFileError, match=rf"line {len(spans) + 1}: not JSON"):
         read_trace(broken)
+    for span in spans:
+        if span["attributes"].get("gen_ai.operation.name") == "chat":
+            span["attributes"]["gen_ai.usage.input_tokens"] = "a few"
+    with pytest.raises(TraceError, match="gen_ai.usage.input_tokens is not a count"):
+        read_trace(_write(tmp_path / "words.jsonl", spans))

@@ -9,15 +9,24 @@ that warm-up adds to each context), so the recorded ``StepBatch`` is read from t
 chunks the model runner computed in the timed step, each with its request's
 ``num_computed_tokens`` as it stood before the step: what ran, not what was asked.
 
-Each point is warmed up, then timed ``repeats`` times; its sample is the step with the
-median time (the lower median for an even count), with that step's own batch. Every
-request the measurement adds is ended and forgotten before it returns.
+Each point is warmed up, then timed until ``repeats`` of its steps ran quiet, or
+``MAX_TRIES_PER_REPEAT`` times ``repeats`` steps were timed; its sample is the quiet step
+with the median time (the lower median for an even count), with that step's own batch.
+A step runs quiet when the kernel took a core from the process (an involuntary context
+switch) no more than a timer tick's worth of times (``quiet_switches``): on a CPU a step
+is a few hundred OpenMP parallel regions that each wait for every thread, so beside
+another busy process each preempted thread stalls the whole step (a 6 ms decode then
+takes 10-400 ms), and the time measures the other process, not the device. Where no
+step of a point ran quiet, its sample is the fastest, the least disturbed, and
+``measure_grid`` logs how many points were. Every request the measurement adds is ended
+and forgotten before it returns.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import math
 import os
 import platform
@@ -28,6 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -42,16 +52,38 @@ from engine.twin.shapes import ModelShape, SequenceWork, StepBatch, StepSample
 
 __all__ = [
     "LINK_SIZES",
+    "MAX_TRIES_PER_REPEAT",
     "GridPoint",
     "default_points",
     "grid_engine_config",
     "measure_grid",
     "measure_link",
     "model_shape",
+    "quiet_switches",
     "recorded_here",
 ]
 
+logger = logging.getLogger(__name__)
+
+resource: ModuleType | None
+try:
+    import resource  # counts context switches; Unix only
+except ImportError:  # pragma: no cover: Windows
+    resource = None
+
 _WEIGHT_BITS = {"int8": 8, "int4": 4}
+MAX_TRIES_PER_REPEAT = 3  # a point's timed steps, at most, per quiet step it asks for
+# A quiet host still preempts a step now and then: kernel threads and timers, a few
+# microseconds each. Measured on the 2-core development machine: 0-4 involuntary
+# switches in a quiet 6-45 ms step, 7-11 in a quiet 300 ms one; beside one busy
+# process, 250 a second of step (each costing the step a scheduler slice of ~4 ms).
+_QUIET_SWITCHES = 2
+_QUIET_SWITCHES_PER_S = 40
+
+
+def quiet_switches(seconds: float) -> int:
+    """The most involuntary context switches a step of ``seconds`` has on a quiet host."""
+    return _QUIET_SWITCHES + math.floor(_QUIET_SWITCHES_PER_S * seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,16 +155,22 @@ def grid_engine_config(
     dtype: str | None = None,
 ) -> EngineConfig:
     """An engine sized for measuring ``points``: a chunk budget that prefills each point in
-    one step, KV for the largest point as it grows through its group's steps, and the
-    caller's thread count throughout (``adapt_cpu_threads=False``: a probe on one thread
-    inside a timed step would mix two thread counts in one grid point)."""
+    one step, KV for the largest point as it grows through its group's steps (every try
+    of every point), and the caller's thread count throughout (``adapt_cpu_threads=False``:
+    a probe on one thread inside a timed step would mix two thread counts in one grid
+    point)."""
     block_size = EngineConfig().block_size
     max_num_batched_tokens = max(
         2048,
         max(p.num_decode_seqs + p.num_prefill_tokens for p in points),
         max(p.num_prefill_context_tokens for p in points),
     )
-    growth = _decode_growth(points, repeats=repeats, warmup=warmup, chunk=max_num_batched_tokens)
+    growth = _decode_growth(
+        points,
+        num_timed=MAX_TRIES_PER_REPEAT * repeats,
+        warmup=warmup,
+        chunk=max_num_batched_tokens,
+    )
     most_tokens = max(
         p.num_tokens + p.num_decode_seqs * growth.get(p.num_decode_context_tokens, 0)
         for p in points
@@ -174,22 +212,61 @@ def measure_grid(
     shape = model_shape(engine, name=model_name)
     run = _GridRun(engine, random.Random(seed))
     samples: dict[int, StepSample] = {}
+    num_disturbed = 0
     with run.recording():
         run.warm_up()
-        for i, (timed, batch) in run.measure(points, repeats=repeats, warmup=warmup):
-            seconds, batch = sorted(zip(timed, batch, strict=True), key=lambda t: t[0])[
-                (len(timed) - 1) // 2
-            ]
+        for i, timed in run.measure(points, repeats=repeats, warmup=warmup):
+            chosen = _pick(timed)
+            num_disturbed += not chosen.quiet
             samples[i] = StepSample(
                 device=device,
                 model=shape,
-                batch=batch,
-                seconds=seconds,
+                batch=chosen.batch,
+                seconds=chosen.seconds,
                 attention=engine.attention.name,
             )
             if progress is not None:
                 progress(len(samples), len(points))
+    if num_disturbed:
+        logger.warning(
+            "%d of %d step-time grid points never ran quiet (another process held a core "
+            "through all %d of their tries); their times are too long: measure the grid "
+            "again on a quieter host",
+            num_disturbed,
+            len(points),
+            MAX_TRIES_PER_REPEAT * repeats,
+        )
     return [samples[i] for i in range(len(points))]
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """One timed step: how long it took, what it computed, and how often the kernel took
+    a core from the process meanwhile."""
+
+    seconds: float
+    batch: StepBatch
+    num_switches: int
+
+    @property
+    def quiet(self) -> bool:
+        return self.num_switches <= quiet_switches(self.seconds)
+
+
+def _pick(timed: Sequence[_Timed]) -> _Timed:
+    """The quiet step of median time (the lower median); where none ran quiet, the fastest."""
+    quiet = sorted((t for t in timed if t.quiet), key=lambda t: t.seconds)
+    if quiet:
+        return quiet[(len(quiet) - 1) // 2]
+    return min(timed, key=lambda t: t.seconds)
+
+
+def _involuntary_switches() -> int:
+    """The process's involuntary context switches so far, every thread's (0 where the
+    platform does not count them: each step is then taken as quiet)."""
+    if resource is None:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
 def model_shape(engine: Engine, *, name: str | None = None) -> ModelShape:
@@ -253,7 +330,7 @@ class _GridRun:
 
     def measure(
         self, points: Sequence[GridPoint], *, repeats: int, warmup: int
-    ) -> Iterator[tuple[int, tuple[list[float], list[StepBatch]]]]:
+    ) -> Iterator[tuple[int, list[_Timed]]]:
         order = sorted(
             range(len(points)),
             key=lambda i: (points[i].num_decode_context_tokens, -points[i].num_decode_seqs),
@@ -264,13 +341,16 @@ class _GridRun:
             members = list(group)
             if context == 0:
                 for i in members:
-                    yield i, self.prefills(points[i], repeats=repeats, warmup=warmup)
+                    point = points[i]
+                    yield i, self.repeat(
+                        lambda p=point: self.prefill_step(p), repeats=repeats, warmup=warmup
+                    )
             else:
                 yield from self.decode_group(points, members, repeats=repeats, warmup=warmup)
 
     def decode_group(
         self, points: Sequence[GridPoint], members: list[int], *, repeats: int, warmup: int
-    ) -> Iterator[tuple[int, tuple[list[float], list[StepBatch]]]]:
+    ) -> Iterator[tuple[int, list[_Timed]]]:
         """Points sharing one decode context, most sequences first: the sequences are
         prefilled once, and ended one by one down to each point's count."""
         context = points[members[0]].num_decode_context_tokens
@@ -287,34 +367,38 @@ class _GridRun:
                 point = points[i]
                 while len(decoding) > point.num_decode_seqs:
                     self.end(decoding.pop())
-                timed: tuple[list[float], list[StepBatch]] = ([], [])
-                for n in range(warmup + repeats):
-                    prefill = None
-                    if point.num_prefill_tokens:
-                        prefill = self.cached_prefill(point)
-                    seconds, batch = self.timed_step()
-                    if n >= warmup:
-                        timed[0].append(seconds)
-                        timed[1].append(batch)
-                    if prefill is not None:
-                        self.end(prefill)
-                yield i, timed
+                yield i, self.repeat(
+                    lambda p=point: self.decode_step(p), repeats=repeats, warmup=warmup
+                )
         finally:
             for rid in decoding:
                 self.end(rid)
 
-    def prefills(
-        self, point: GridPoint, *, repeats: int, warmup: int
-    ) -> tuple[list[float], list[StepBatch]]:
-        """Fresh prompts, each timed in the step that prefills it."""
-        timed: tuple[list[float], list[StepBatch]] = ([], [])
-        for n in range(warmup + repeats):
-            rid = self.cached_prefill(point)
-            seconds, batch = self.timed_step()
-            if n >= warmup:
-                timed[0].append(seconds)
-                timed[1].append(batch)
-            self.step_until_done([rid])
+    def repeat(self, step: Callable[[], _Timed], *, repeats: int, warmup: int) -> list[_Timed]:
+        """``warmup`` untimed calls of ``step``, then timed ones until ``repeats`` ran quiet
+        or ``MAX_TRIES_PER_REPEAT * repeats`` were timed."""
+        for _ in range(warmup):
+            step()
+        timed: list[_Timed] = []
+        num_quiet = 0
+        while num_quiet < repeats and len(timed) < MAX_TRIES_PER_REPEAT * repeats:
+            timed.append(step())
+            num_quiet += timed[-1].quiet
+        return timed
+
+    def decode_step(self, point: GridPoint) -> _Timed:
+        """The group's decodes, beside a fresh prefill where the point is mixed."""
+        prefill = self.cached_prefill(point) if point.num_prefill_tokens else None
+        timed = self.timed_step()
+        if prefill is not None:
+            self.end(prefill)
+        return timed
+
+    def prefill_step(self, point: GridPoint) -> _Timed:
+        """A fresh prompt, timed in the step that prefills it."""
+        rid = self.cached_prefill(point)
+        timed = self.timed_step()
+        self.step_until_done([rid])
         return timed
 
     def cached_prefill(self, point: GridPoint) -> str:
@@ -325,15 +409,17 @@ class _GridRun:
             self.step_until_done([self.add(context, max_tokens=1)])
         return self.add(context + self.prompt(point.num_prefill_tokens), max_tokens=1)
 
-    def timed_step(self) -> tuple[float, StepBatch]:
+    def timed_step(self) -> _Timed:
         self.last_batch = None
         self.sync()
+        switches = _involuntary_switches()
         start = time.perf_counter()
         self.engine.step()
         self.sync()
         seconds = time.perf_counter() - start
+        num_switches = _involuntary_switches() - switches
         assert self.last_batch, "the timed step computed nothing: the point's requests ended"
-        return seconds, self.last_batch
+        return _Timed(seconds, self.last_batch, num_switches)
 
     def prompt(self, num_tokens: int) -> list[int]:
         # Random ids: no two prompts share a prefix the cache could serve.
@@ -399,18 +485,19 @@ class _Recording:
 
 
 def _decode_growth(
-    points: Sequence[GridPoint], *, repeats: int, warmup: int, chunk: int
+    points: Sequence[GridPoint], *, num_timed: int, warmup: int, chunk: int
 ) -> dict[int, int]:
-    """Per decode context, how many tokens its group's sequences grow by: the decodes
-    the first of them run while the last still prefill (chunked by ``chunk`` tokens a
-    step), then every step of every point in the group."""
+    """Per decode context, how many tokens its group's sequences grow by at most: the
+    decodes the first of them run while the last still prefill (chunked by ``chunk``
+    tokens a step), then every step of every point in the group (``warmup`` and up to
+    ``num_timed`` timed ones each)."""
     growth: dict[int, int] = {}
     for p in points:
         context = p.num_decode_context_tokens
         if context == 0:
             continue
         lag = math.ceil(p.num_decode_seqs * context / chunk) + 1
-        growth[context] = max(growth.get(context, 0), lag) + warmup + repeats
+        growth[context] = max(growth.get(context, 0), lag) + warmup + num_timed
     return growth
 
 

@@ -227,7 +227,7 @@ class _Program:
             async with self._lease(agent, parent) as lease:
                 try:
                     for index, phase in enumerate(agent.phases):
-                        spawned += await self._phase(agent, phase, lease)
+                        await self._phase(agent, phase, lease, spawned)
                         if index < len(agent.calls):
                             await self._call(agent, index, lease)
                 except Exception as exc:  # the job fails; the replay goes on and counts it
@@ -262,14 +262,19 @@ class _Program:
                 yield lease
 
     async def _phase(
-        self, agent: TracedAgent, phase: Phase, lease: Lease | None
-    ) -> list[asyncio.Task[None]]:
-        """Its tools, its children fanned out, and the wait for them or the recorded gap;
-        the children it fanned out."""
+        self,
+        agent: TracedAgent,
+        phase: Phase,
+        lease: Lease | None,
+        spawned: list[asyncio.Task[None]],
+    ) -> None:
+        """Its tools, its children fanned out (each at its delay; added to ``spawned``),
+        and the wait for them or the recorded gap."""
         children = [
             asyncio.ensure_future(self._child(self.agents[name], lease, delay))
             for name, delay in phase.children
         ]
+        spawned += children
         if phase.tool is not None:
             started = self._now()
             await self._tool(phase, lease)
@@ -279,7 +284,6 @@ class _Program:
             await asyncio.sleep(phase.post_wait_s)
         elif phase.idle_s:
             await asyncio.sleep(phase.idle_s)
-        return children
 
     async def _tool(self, phase: Phase, lease: Lease | None) -> None:
         assert phase.tool is not None

@@ -4,6 +4,13 @@ profile's factors on the rest, and report the fit's relative error on the points
 back. The fitted profile is written as JSON (``DeviceProfile.save``), by default under
 the user's cache folder (``$XDG_CACHE_HOME/kvgov/twin/<profile>.json``).
 
+On a CPU the device is one core: torch computes on one thread while the grid is measured
+(``one_device_thread``), as ``kvgov twin check`` runs the real engine, whose other core
+runs the agents' runtime (the governor, the tokenizer, the runners). With torch on both
+cores of a 2-core host every parallel region waits whenever anything else runs, and the
+grid's points scatter by 10-30% with the host's load: a profile of the host's load, not
+of a device.
+
 Bad input raises ``TwinFitError`` (or the engine's and the twin's own typed errors),
 before anything is measured wherever it can be told up front.
 """
@@ -12,6 +19,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,6 +51,7 @@ __all__ = [
     "factor_table",
     "fit_twin",
     "model_label",
+    "one_device_thread",
     "profile_named",
 ]
 
@@ -179,6 +189,23 @@ def fit_twin(options: FitOptions) -> TwinFit:
     )
 
 
+@contextmanager
+def one_device_thread(device: str = "cpu") -> Iterator[None]:
+    """On a CPU, torch on one thread while inside (see the module docstring); on a GPU,
+    nothing changes."""
+    if not device.startswith("cpu"):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def model_label(model: str) -> str:
     """The name a model goes by in a grid: a preset's name, or a local folder's own name."""
     from engine.presets import PRESETS
@@ -244,23 +271,28 @@ def _measure(
     config = grid_engine_config(model=model, device=device, points=points, repeats=repeats)
     began = time.perf_counter()
     engine = Engine(config)
-    samples = measure_grid(
-        engine,
-        device=profile.name,
-        points=points,
-        repeats=repeats,
-        seed=options.seed,
-        model_name=model_label(model),
-    )
+    with one_device_thread(device):
+        samples = measure_grid(
+            engine,
+            device=profile.name,
+            points=points,
+            repeats=repeats,
+            seed=options.seed,
+            model_name=model_label(model),
+        )
+        link = tuple(measure_link(engine)) if engine.device.type == "cpu" else ()
+        recorded = recorded_here(engine)  # inside: it records the thread count measured on
     seconds = time.perf_counter() - began
+    on_cpu = engine.device.type == "cpu"
     origin = (
-        f"{len(points)} points measured on {engine.device} ({engine.attention.name} attention, "
-        f"{str(engine.dtype).removeprefix('torch.')}), median of {repeats}, in {seconds:.0f} s"
+        f"{len(points)} points measured on {engine.device}"
+        + (" (one core: torch on 1 thread)" if on_cpu else "")
+        + f" ({engine.attention.name} attention, {str(engine.dtype).removeprefix('torch.')}), "
+        f"median of {repeats}, in {seconds:.0f} s"
     )
-    link = tuple(measure_link(engine)) if engine.device.type == "cpu" else ()
     saved = None
     if options.save_grid is not None:
-        saved = write_grid(options.save_grid, samples, recorded=recorded_here(engine), link=link)
+        saved = write_grid(options.save_grid, samples, recorded=recorded, link=link)
     return samples, origin, saved, link
 
 

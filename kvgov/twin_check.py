@@ -2,27 +2,36 @@
 workload on every policy, and its figures are compared with the real engine's, run side
 by side in the same process.
 
-Steps, in order, so that the calibration and the real runs see the same machine:
+Steps, in order:
 
-1. calibrate: measure a step-time grid on the real engine here and fit the ``cpu-here``
-   profile to all of it (``kvgov twin fit``'s grid and fit; ``--profile`` reads a fitted
-   profile instead);
-2. run every policy on the twin of that engine (``_swarm_twin``): the same engine,
+1. for each of ``rounds`` rounds: measure a slice of ``kvgov twin fit``'s step-time grid
+   on the real engine here (a third of its points for 3 rounds), then run every policy
+   on the real engine, each round in another order (``kvgov bench swarm``'s rotation),
+   timing every step the engine takes;
+2. fit the ``cpu-here`` profile to every slice, and the link to timed swaps
+   (``--profile`` reads a fitted profile instead). The grid is measured across the same
+   minutes as the real runs: a shared host's speed drifts by more than the check's
+   tolerance over ten minutes, and a profile measured before the real runs predicts the
+   machine of its own minutes;
+3. run every policy on the twin of that engine (``_swarm_twin``): the same engine,
    runners, policies and governor, the tiny model computing every token, times modelled
-   and virtual. The twin is deterministic: one run per policy;
-3. run every policy on the real engine, ``rounds`` times, each round in another order
-   (``kvgov bench swarm``'s rotation), and take each figure's median over the rounds.
+   and virtual. The twin is deterministic: one run per policy. Each figure is compared
+   with the median of the real rounds.
 
-The device stays one device throughout: torch computes on one thread, and the engine
-keeps it (``adapt_cpu_threads=False``). On a 2-core host the agents' runtime (the
-governor, the tokenizer, the runners) takes the other core; with both on torch, each
-step's parallel regions wait whenever the runtime runs, and the engine's speed follows
-the program's own load, which no device profile models (it is this host's, not a
-device's). The profile is fitted to steps measured the same way.
+The device stays one device throughout: torch computes on one thread
+(``kvgov.twin.one_device_thread``), and the engine keeps it (``adapt_cpu_threads=False``).
+On a 2-core host the agents' runtime (the governor, the tokenizer, the runners) takes the
+other core; with both on torch, each step's parallel regions wait whenever the runtime
+runs, and the engine's speed follows the program's own load, which no device profile
+models (it is this host's, not a device's). The profile is fitted to steps measured the
+same way.
 
 Per policy it reports the twin's and the real median's mean job time, prefill tokens,
 admissions (requests the engine took), blocks offloaded and preemptions, each with its
-relative error and the real rounds' spread. The headline figures are the largest errors
+relative error and the real rounds' spread, and the step-time model's own error on the
+steps the real rounds took (``twin_step_error_max``): a policy whose decisions follow the
+order of events (paged's recompute follows LRU's order) amplifies a step-time error
+several times in its job times and prefill. The headline figures are the largest errors
 over the policies: ``twin_jct_error_max`` (target 0.10) and ``twin_prefill_error_max``
 (target 0.05). Bad options raise ``TwinCheckError`` before anything runs.
 """
@@ -32,14 +41,25 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
-
 from engine.benchmarks import Direction, Measurement
-from engine.twin import DeviceProfile, ModelShape, fit, load_profile
+from engine.engine import Engine
+from engine.outputs import RequestOutput
+from engine.scheduler import ScheduledChunk
+from engine.twin import (
+    DeviceProfile,
+    ModelShape,
+    SequenceWork,
+    StepBatch,
+    StepSample,
+    StepTimeModel,
+    fit,
+    load_profile,
+)
+from engine.twin.measure import GridPoint
 from kvgov.benchmarks._swarm_result import RunResult
 
 __all__ = [
@@ -82,6 +102,18 @@ class PolicyCheck:
     twin: RunResult
     real: list[RunResult]
     twin_wall_s: float  # host seconds the twin run took
+    # The steps the real rounds took, their seconds as the twin's profile predicts them
+    # and as measured: the step-time model's error where it matters, apart from the
+    # order of events (two runs that took different steps cannot be told apart by it).
+    predicted_step_s: float = 0.0
+    measured_step_s: float = 0.0
+
+    @property
+    def step_error(self) -> float:
+        """(predicted - measured) / measured over the real rounds' steps: signed."""
+        if self.measured_step_s == 0:
+            return 0.0
+        return self.predicted_step_s / self.measured_step_s - 1
 
     def _median(self, figure: Callable[[RunResult], float]) -> float:
         return statistics.median(figure(r) for r in self.real)
@@ -182,6 +214,19 @@ class TwinCheck:
                 for c in self.checks
             ),
         )
+        steps = {c.policy: c.step_error for c in self.checks}
+        yield Measurement(
+            _BENCH,
+            "twin_step_error_max",
+            max(abs(e) for e in steps.values()),
+            "ratio",
+            None,
+            lower,
+            note="largest |predicted - measured| / measured summed step time over the steps "
+            "the real rounds took, per policy, signed ("
+            + ", ".join(f"{p} {e:+.3f}" for p, e in steps.items())
+            + "): the step-time model's own error, in place",
+        )
         yield Measurement(
             _BENCH,
             "twin_wall_s",
@@ -196,15 +241,12 @@ class TwinCheck:
 def check_twin(
     options: CheckOptions, progress: Callable[[str], None] = lambda line: None
 ) -> TwinCheck:
-    """Calibrate, run the twin, run the real engine; see the module docstring."""
+    """Calibrate, run the real engine, run the twin; see the module docstring."""
+    from kvgov.twin import one_device_thread
 
     _validate(options)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one device throughout: see the module docstring
-    try:
+    with one_device_thread():  # one device throughout: see the module docstring
         return _check(options, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
@@ -215,7 +257,6 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
     workload = swarm.QUICK if options.quick else swarm.DEFAULT
     if options.seed != workload.seed:
         workload = replace(workload, seed=options.seed)
-    profile, calibration = _calibrate(options, progress)
     setup = swarm.Setup.of(workload, _MODEL)
     engine = setup.engine(options.fraction, adapt_cpu_threads=False)
     shape = ModelShape.from_config(
@@ -223,20 +264,51 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         name=_MODEL,
         activation_bits=8 * engine.dtype.itemsize,
     )
-    device = TwinDevice(profile, shape)
     deadline_s = swarm._DEADLINE_S[options.quick]
     real_costs = swarm._on_own_thread(lambda: measure_costs(engine))  # and warms it up
+    calibration = _Calibration.start(options, progress)
+    real: dict[str, list[RunResult]] = {policy: [] for policy in options.policies}
+    steps: dict[str, list[tuple[StepBatch, float]]] = {p: [] for p in options.policies}
+    policies = list(options.policies)
+    for round_ in range(options.rounds):
+        if calibration is not None:
+            calibration.measure_slice(round_)
+        order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
+        for policy in order:
+            progress(f"real, round {round_ + 1}: {policy} ...")
+            with _StepTimer(engine) as timer:
+                run = swarm._one(
+                    engine,
+                    policy,
+                    options.fraction,
+                    setup.scripts,
+                    setup.prompts,
+                    workload,
+                    real_costs,
+                    deadline_s,
+                )
+            run.round = round_
+            steps[policy] += timer.steps
+            progress(f"  {policy}: mean job {run.jct_mean_s:.3f} s")
+            real[policy].append(run)
+    if calibration is None:
+        assert options.profile is not None
+        profile, how = load_profile(options.profile), f"profile read from {options.profile}"
+    else:
+        profile, how = calibration.fit()
+    device = TwinDevice(profile, shape)
     twin_costs = measure_twin_costs(engine, device)
     capacity = engine.capacity()
     what = (
         f"{swarm._what(workload)}; {capacity.num_blocks} blocks "
         f"({options.fraction:g} of every peak at once)"
     )
-    result = TwinCheck(options, profile, calibration, what)
+    result = TwinCheck(options, profile, how, what)
+    model = StepTimeModel(profile)
     for policy in options.policies:
         progress(f"twin: {policy} ...")
         began = time.perf_counter()
-        run = run_twin_policy(
+        twin = run_twin_policy(
             engine,
             device,
             policy,
@@ -249,29 +321,128 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         )
         wall = time.perf_counter() - began
         progress(
-            f"  {policy}: mean job {run.result.jct_mean_s:.3f} s (modelled), {wall:.1f} s here"
+            f"  {policy}: mean job {twin.result.jct_mean_s:.3f} s (modelled), {wall:.1f} s here"
         )
-        result.checks.append(PolicyCheck(policy, run.result, [], wall))
-    by_policy = {c.policy: c for c in result.checks}
-    policies = list(options.policies)
-    for round_ in range(options.rounds):
-        order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
-        for policy in order:
-            progress(f"real, round {round_ + 1}: {policy} ...")
-            real = swarm._one(
-                engine,
-                policy,
-                options.fraction,
-                setup.scripts,
-                setup.prompts,
-                workload,
-                real_costs,
-                deadline_s,
-            )
-            real.round = round_
-            progress(f"  {policy}: mean job {real.jct_mean_s:.3f} s")
-            by_policy[policy].real.append(real)
+        predicted = sum(model.seconds(shape, batch) for batch, _ in steps[policy])
+        measured = sum(seconds for _, seconds in steps[policy])
+        result.checks.append(
+            PolicyCheck(policy, twin.result, real[policy], wall, predicted, measured)
+        )
     return result
+
+
+class _StepTimer:
+    """While open, each engine step's batch (what the model runner computed) and its
+    seconds on the wall clock, whoever steps the engine; on close, the engine as it was."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._runner = engine.runner
+        self.steps: list[tuple[StepBatch, float]] = []
+        self._batch: StepBatch | None = None
+
+    def __enter__(self) -> _StepTimer:
+        engine, runner = self._engine, self._runner
+        self._previous = (engine.__dict__.get("step"), runner.__dict__.get("execute"))
+        step, execute = engine.step, runner.execute
+
+        def recorded(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
+            self._batch = StepBatch(
+                tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
+            )
+            return execute(chunks)
+
+        def timed() -> list[RequestOutput]:
+            self._batch = None
+            began = time.perf_counter()
+            outputs = step()
+            seconds = time.perf_counter() - began
+            if self._batch is not None and self._batch.sequences:
+                self.steps.append((self._batch, seconds))
+            return outputs
+
+        engine.step = timed  # type: ignore[method-assign]
+        runner.execute = recorded  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, name, previous in (
+            (self._engine, "step", self._previous[0]),
+            (self._runner, "execute", self._previous[1]),
+        ):
+            if previous is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, previous)
+
+
+@dataclass(slots=True)
+class _Calibration:
+    """The ``cpu-here`` grid, measured in one slice before each real round, so that the
+    profile is fitted to the machine of the same minutes as the real runs it predicts."""
+
+    engine: Engine
+    slices: list[tuple[GridPoint, ...]]
+    repeats: int
+    seed: int
+    progress: Callable[[str], None]
+    samples: list[StepSample] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @classmethod
+    def start(cls, options: CheckOptions, progress: Callable[[str], None]) -> _Calibration | None:
+        if options.profile is not None:
+            return None
+        from engine.twin.measure import default_points, grid_engine_config
+        from kvgov.twin import FULL_REPEATS, QUICK_REPEATS
+
+        points = default_points(quick=options.quick)
+        repeats = QUICK_REPEATS if options.quick else FULL_REPEATS
+        config = grid_engine_config(model=_MODEL, device="cpu", points=points, repeats=repeats)
+        rounds = options.rounds
+        return cls(
+            Engine(config),
+            [points[i::rounds] for i in range(rounds)],
+            repeats,
+            options.seed,
+            progress,
+        )
+
+    def measure_slice(self, index: int) -> None:
+        from engine.twin.measure import measure_grid
+
+        points = self.slices[index]
+        self.progress(f"calibrating: {len(points)} grid points, median of {self.repeats} ...")
+        began = time.perf_counter()
+        self.samples += measure_grid(
+            self.engine,
+            device="cpu-here",
+            points=points,
+            repeats=self.repeats,
+            seed=self.seed,
+            model_name=_MODEL,
+        )
+        self.seconds += time.perf_counter() - began
+
+    def fit(self) -> tuple[DeviceProfile, str]:
+        from engine.twin import get_profile
+        from engine.twin.link_fit import fit_link
+        from engine.twin.measure import measure_link
+
+        began = time.perf_counter()
+        link = fit_link(measure_link(self.engine))
+        self.seconds += time.perf_counter() - began
+        profile = replace(
+            fit(self.samples, profile=get_profile("cpu-here")),
+            host_link_bandwidth_bytes_s=link.bandwidth_bytes_s,
+            host_link_latency_s=link.latency_s,
+        )
+        return profile, (
+            f"cpu-here fitted here to {len(self.samples)} grid points (median of "
+            f"{self.repeats}), measured in {len(self.slices)} slices, one before each real "
+            f"round, and timed swaps ({link.bandwidth_bytes_s / 1e9:.1f} GB/s after "
+            f"{link.latency_s * 1e6:.0f} us), in {self.seconds:.0f} s"
+        )
 
 
 def _validate(options: CheckOptions) -> None:
@@ -297,45 +468,3 @@ def _validate(options: CheckOptions) -> None:
             f"--profile {options.profile}: no such file; run kvgov twin fit first, or leave "
             "it out to calibrate now"
         )
-
-
-def _calibrate(options: CheckOptions, progress: Callable[[str], None]) -> tuple[DeviceProfile, str]:
-    if options.profile is not None:
-        return load_profile(options.profile), f"profile read from {options.profile}"
-    from engine.engine import Engine
-    from engine.twin import get_profile
-    from engine.twin.link_fit import fit_link
-    from engine.twin.measure import (
-        default_points,
-        grid_engine_config,
-        measure_grid,
-        measure_link,
-    )
-    from kvgov.twin import FULL_REPEATS, QUICK_REPEATS
-
-    points = default_points(quick=options.quick)
-    repeats = QUICK_REPEATS if options.quick else FULL_REPEATS
-    progress(f"calibrating: {len(points)} grid points, median of {repeats} ...")
-    began = time.perf_counter()
-    engine = Engine(grid_engine_config(model=_MODEL, device="cpu", points=points, repeats=repeats))
-    samples = measure_grid(
-        engine,
-        device="cpu-here",
-        points=points,
-        repeats=repeats,
-        seed=options.seed,
-        model_name=_MODEL,
-    )
-    link = fit_link(measure_link(engine))
-    del engine
-    profile = replace(
-        fit(samples, profile=get_profile("cpu-here")),
-        host_link_bandwidth_bytes_s=link.bandwidth_bytes_s,
-        host_link_latency_s=link.latency_s,
-    )
-    seconds = time.perf_counter() - began
-    return profile, (
-        f"cpu-here fitted here to {len(samples)} grid points (median of {repeats}) and "
-        f"timed swaps ({link.bandwidth_bytes_s / 1e9:.1f} GB/s after "
-        f"{link.latency_s * 1e6:.0f} us) measured just before, in {seconds:.0f} s"
-    )

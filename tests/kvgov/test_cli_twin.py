@@ -14,6 +14,7 @@ import math
 import random
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from engine.presets import PRESETS
@@ -147,6 +148,7 @@ def test_measuring_runs_the_engine_and_saves_a_grid_that_refits_alike(
     tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setattr("engine.twin.measure.default_points", lambda *, quick: FEW_POINTS)
+    threads = torch.get_num_threads()
     saved, first, again = tmp_path / "grid.json", tmp_path / "a.json", tmp_path / "b.json"
     args = ["twin", "fit", "--quick", "--json", "--save-grid", str(saved), "--out", str(first)]
     result = runner.invoke(app, args)
@@ -157,6 +159,10 @@ def test_measuring_runs_the_engine_and_saves_a_grid_that_refits_alike(
     assert math.isfinite(measured["twin_fit_median_error"]["value"])
     recorded = json.loads(saved.read_text())["recorded"]
     assert recorded["device_type"] == "cpu" and recorded["attention"] == "paged"
+    # The CPU device is one core, as the twin check runs the engine; the caller's
+    # thread count is back after.
+    assert recorded["num_threads"] == 1 and "one core" in measured["twin_fit_median_error"]["note"]
+    assert torch.get_num_threads() == threads
     refit = runner.invoke(app, ["twin", "fit", "--grid", str(saved), "--json", "--out", str(again)])
     assert refit.exit_code == 0, refit.output
     assert load_profile(again) == load_profile(first)

@@ -42,8 +42,36 @@ def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: Twi
         assert check.error(FIGURES["jct_mean"]) <= 0.25, (check.policy, twin.jct_s, real.jct_s)
     figures = {m.metric: m for m in short.measurements()}
     assert figures["twin_jct_error_max"].target == 0.10
+    assert "one before each real round" in figures["twin_jct_error_max"].note
     assert figures["twin_prefill_error_max"].target == 0.05
     assert "fitted here" in figures["twin_jct_error_max"].note
+
+
+def test_the_step_time_model_is_held_to_the_steps_the_real_rounds_took(short: TwinCheck) -> None:
+    # Every real step was timed and predicted: a timer that missed the steps, or a
+    # prediction at another model's shape, would be far off (the bound is loose for a
+    # shared runner; the full check's figures are in the README).
+    for check in short.checks:
+        assert check.measured_step_s > 0.2 * check.real[0].makespan_s, check.policy
+        assert abs(check.step_error) < 0.5, (check.policy, check.step_error)
+    figures = {m.metric: m for m in short.measurements()}
+    worst = max(abs(c.step_error) for c in short.checks)
+    assert figures["twin_step_error_max"].value == pytest.approx(worst)
+
+
+def test_the_step_timer_gives_the_engine_back_as_it_was() -> None:
+    from engine import Engine, EngineConfig, SamplingParams
+    from kvgov.twin_check import _StepTimer
+
+    engine = Engine(EngineConfig(model="tiny-random", device="cpu", num_blocks=64))
+    with _StepTimer(engine) as timer:
+        engine.add_request("hello there", SamplingParams(max_tokens=3))
+        while engine.has_unfinished():
+            engine.step()
+    assert len(timer.steps) == 3  # one prefill, two decodes
+    assert [b.num_tokens for b, _ in timer.steps][1:] == [1, 1]
+    assert all(seconds > 0 for _, seconds in timer.steps)
+    assert "step" not in engine.__dict__ and "execute" not in engine.runner.__dict__
 
 
 def test_the_twin_is_not_the_tools_alone(short: TwinCheck) -> None:

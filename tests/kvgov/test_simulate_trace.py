@@ -15,6 +15,7 @@ same, since its wait was the recording's governance, not its work).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -205,7 +206,7 @@ def test_prompts_grow_as_recorded_and_share_only_the_recorded_prefix(
     for agent in workload.agents:
         prompts = [TOKENIZER.encode_chat(m) for m in book.messages[agent.name]]
         assert [len(p) for p in prompts] == [c.prompt_tokens for c in agent.calls]
-        for before, after in zip(prompts, prompts[1:], strict=False):
+        for before, after in itertools.pairwise(prompts):
             assert after[: len(before)] == before  # each call extends the one before
         firsts.append((agent.kind, prompts[0]))
     pinned = TOKENIZER.encode_chat([book.prefixes["worker"]], add_generation_prompt=False)
@@ -341,5 +342,5 @@ def test_bad_traces_are_typed_errors_that_say_what_to_do(
     for span in spans:
         if span["attributes"].get("gen_ai.operation.name") == "chat":
             span["attributes"]["gen_ai.usage.input_tokens"] = "a few"
-    with pytest.raises(TraceError, match="gen_ai.usage.input_tokens is not a count"):
+    with pytest.raises(TraceError, match=r"gen_ai\.usage\.input_tokens is not a count"):
         read_trace(_write(tmp_path / "words.jsonl", spans))

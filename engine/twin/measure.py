@@ -341,10 +341,8 @@ class _GridRun:
             members = list(group)
             if context == 0:
                 for i in members:
-                    point = points[i]
-                    yield i, self.repeat(
-                        lambda p=point: self.prefill_step(p), repeats=repeats, warmup=warmup
-                    )
+                    step = functools.partial(self.prefill_step, points[i])
+                    yield i, self.repeat(step, repeats=repeats, warmup=warmup)
             else:
                 yield from self.decode_group(points, members, repeats=repeats, warmup=warmup)
 
@@ -367,9 +365,8 @@ class _GridRun:
                 point = points[i]
                 while len(decoding) > point.num_decode_seqs:
                     self.end(decoding.pop())
-                yield i, self.repeat(
-                    lambda p=point: self.decode_step(p), repeats=repeats, warmup=warmup
-                )
+                step = functools.partial(self.decode_step, point)
+                yield i, self.repeat(step, repeats=repeats, warmup=warmup)
         finally:
             for rid in decoding:
                 self.end(rid)

@@ -165,14 +165,8 @@ class Contention:
             shape = tuple(c.num_tokens for c in chunks)
             self.seen[shape] += 1
             if 2 <= self.seen[shape] <= 1 + self.num_disturbed:
-                self.disturbed.append(
-                    StepBatch(
-                        tuple(
-                            SequenceWork(c.num_tokens, c.request.num_computed_tokens)
-                            for c in chunks
-                        )
-                    )
-                )
+                works = (SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
+                self.disturbed.append(StepBatch(tuple(works)))
                 time.sleep(self.STALL_S)
                 self.switches += self.SWITCHES
         return self.execute(chunks)

@@ -53,6 +53,7 @@ FACTOR_FIELDS = (
     "step_overhead_s",
     "sequence_overhead_s",
     "token_overhead_s",
+    "prefill_context_passes",
 )
 
 
@@ -123,6 +124,9 @@ class DeviceProfile:
     token_overhead_s: float
     sources: tuple[Source, ...]
     fitted: tuple[str, ...]
+    # Last, with a default: profile files written before it existed still load, and a
+    # profile that leaves it at 0 predicts what it did before it existed.
+    prefill_context_passes: float = 0.0
 
     def __post_init__(self) -> None:
         names = {f.name for f in dataclasses.fields(self)}
@@ -185,6 +189,7 @@ _NON_NEGATIVE_FIELDS = (
     "step_overhead_s",
     "sequence_overhead_s",
     "token_overhead_s",
+    "prefill_context_passes",
 )
 _FIGURE_FIELDS = (
     "memory_bytes",
@@ -246,6 +251,9 @@ _ASSUMED_GPU_FACTORS = {
     "step_overhead_s": 2e-3,  # a Python engine step: scheduling and kernel launches
     "sequence_overhead_s": 1e-4,  # per sequence: block tables, sampling, detokenizing
     "token_overhead_s": 0.0,  # per token: elementwise work, small beside a GPU's bandwidth
+    # A GPU's attention kernel hides its re-reads of a prefill's cached K/V behind the
+    # chunk's arithmetic: none beyond the roofline's.
+    "prefill_context_passes": 0.0,
 }
 
 
@@ -473,6 +481,7 @@ CPU_HERE = DeviceProfile(
     step_overhead_s=1e-3,
     sequence_overhead_s=1e-4,
     token_overhead_s=1e-5,
+    prefill_context_passes=0.0,
     sources=(
         *(
             Source(

@@ -1,11 +1,13 @@
 """The step-time model: how long one engine step takes on a device, from its batch, and the
 fit of the model's efficiency factors to a measured step-time grid.
 
-A step is a roofline over two kernels' worth of work plus fixed costs::
+A step is a roofline over two kernels' worth of work, plus fixed costs and a prefill's
+re-reads of its cache that a CPU's kernel does not hide::
 
     t = c0 + c1 * num_sequences + c2 * num_tokens
         + max(dense_flops / (e_c * P), weight_bytes / (e_m * W))
         + max(attention_flops / P, kv_bytes / W) / e_a
+        + n_p * prefill_context_bytes / W
 
     P  the device's dense peak for the activations' width (DeviceProfile.flops_s); the
        engine's quantization is weight-only, so its matmuls run at the activations' width
@@ -17,15 +19,28 @@ A step is a roofline over two kernels' worth of work plus fixed costs::
     attention_flops  4 x layers x heads x head_dim x new tokens x attended tokens, causal
                      within the new chunk: per sequence new * context + new * (new + 1) / 2
     kv_bytes         K and V of every layer: context + new tokens read, new tokens written
+    prefill_context_bytes
+                     the K and V of every prefill chunk's cached context, once per query
+                     head (heads / kv_heads times over): a decode folds the query heads that
+                     share a KV head into one kernel call's rows, so kv_bytes reads each KV
+                     head once; a prefill chunk's kernel (torch's CPU flash attention) streams
+                     its KV head's cache for each query head, and a chunk of a few rows does
+                     too little arithmetic per key to hide that read. On this CPU (one
+                     thread) a 16-token chunk on 3,072 cached tokens cost 2.6 times a decode
+                     per cached token, and without the term such a chunk was predicted
+                     17-35% fast in each of the four grids that hold one: the swarm's
+                     shape, a tool's output appended to a long context
     c0, c1           step_overhead_s, sequence_overhead_s: scheduling, sampling, Python
     c2               token_overhead_s: the elementwise work beside the matmuls (embedding,
                      norms, rotary, activations, residuals), which scales with the tokens;
                      on a CPU it is a tenth of a step (without it prefills fit ~10% fast)
     e_c, e_m, e_a    compute_efficiency, memory_efficiency, attention_efficiency
+    n_p              prefill_context_passes: those reads, counted in passes at the full
+                     bandwidth beyond the roofline; 0 on a GPU, whose kernels hide them
 
-``fit`` finds c0, c1, c2, e_c, e_m and e_a minimizing the squared relative error over the
-samples: for a fixed ratio e_m / e_c the model is linear in (c0, c1, c2, 1/e_m, 1/e_a), solved
-as non-negative least squares; the ratio is searched on a log grid and refined.
+``fit`` finds c0, c1, c2, e_c, e_m, e_a and n_p minimizing the squared relative error over
+the samples: for a fixed ratio e_m / e_c the model is linear in (c0, c1, c2, 1/e_m, 1/e_a,
+n_p), solved as non-negative least squares; the ratio is searched on a log grid and refined.
 
 Errors (caller input)::
 
@@ -62,7 +77,7 @@ __all__ = [
 ]
 
 QUANTIZATION_GROUP_SIZE = 128  # engine.quantization.scheme.DEFAULT_GROUP_SIZE, torch-free here
-MIN_SAMPLES = 8  # six factors, and enough over them that a held-back error means something
+MIN_SAMPLES = 8  # seven factors and one over them: fewer leave the fit undetermined
 MAX_EFFICIENCY = 1e6  # a term the samples never exercise fits to ~0 cost: held finite for JSON
 
 
@@ -80,6 +95,7 @@ class StepWork:
     weight_bytes: float
     attention_flops: float
     kv_bytes: float
+    prefill_context_bytes: float
 
 
 def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
@@ -98,6 +114,8 @@ def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
     )
     attention_flops = 4 * model.num_layers * model.num_heads * model.head_dim * attended
     kv_tokens = sum(s.num_context_tokens + 2 * s.num_new_tokens for s in batch.sequences)
+    cached = sum(s.num_context_tokens for s in batch.sequences if not s.is_decode)
+    query_heads_per_kv_head = model.num_heads / model.num_kv_heads
     return StepWork(
         num_sequences=batch.num_sequences,
         num_tokens=batch.num_tokens,
@@ -105,6 +123,7 @@ def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
         weight_bytes=float(weight_bytes),
         attention_flops=float(attention_flops),
         kv_bytes=float(kv_tokens * model.kv_bytes_per_token),
+        prefill_context_bytes=float(cached * query_heads_per_kv_head * model.kv_bytes_per_token),
     )
 
 
@@ -116,6 +135,7 @@ class StepTime:
     dense_compute_s: float
     dense_memory_s: float
     attention_s: float
+    prefill_context_s: float = 0.0  # the prefill chunks' reads of their cached K/V
 
     @property
     def dense_bound(self) -> str:
@@ -124,7 +144,8 @@ class StepTime:
 
     @property
     def seconds(self) -> float:
-        return self.overhead_s + max(self.dense_compute_s, self.dense_memory_s) + self.attention_s
+        dense = max(self.dense_compute_s, self.dense_memory_s)
+        return self.overhead_s + dense + self.attention_s + self.prefill_context_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +167,7 @@ class StepTimeModel:
             dense_compute_s=work.dense_flops / (p.compute_efficiency * peak),
             dense_memory_s=work.weight_bytes / (p.memory_efficiency * bandwidth),
             attention_s=attention / p.attention_efficiency,
+            prefill_context_s=p.prefill_context_passes * work.prefill_context_bytes / bandwidth,
         )
 
     def seconds(self, model: ModelShape, batch: StepBatch) -> float:
@@ -207,7 +229,7 @@ def split_held_back(
 
 
 def fit(samples: Sequence[StepSample], *, profile: DeviceProfile) -> DeviceProfile:
-    """``profile`` with its six factors fitted to ``samples`` (measured on that device) and
+    """``profile`` with its seven factors fitted to ``samples`` (measured on that device) and
     named in ``fitted``; its published figures are kept as they are."""
     _check_samples(samples, profile, minimum=MIN_SAMPLES)
     columns = _columns(samples, profile)
@@ -226,7 +248,7 @@ def fit(samples: Sequence[StepSample], *, profile: DeviceProfile) -> DeviceProfi
     best = grid[0]
     step = math.log(1e3 / 1e-3) / 60
     best = _golden_min(lambda r: solve(r)[0], best - step, best + step, tie=best)
-    _, (c0, c1, c2, k_m, k_a) = solve(best)
+    _, (c0, c1, c2, k_m, k_a, n_p) = solve(best)
     k_c = k_m * math.exp(best)
     factors = {
         "step_overhead_s": c0,
@@ -235,6 +257,7 @@ def fit(samples: Sequence[StepSample], *, profile: DeviceProfile) -> DeviceProfi
         "memory_efficiency": _efficiency(k_m),
         "compute_efficiency": _efficiency(k_c),
         "attention_efficiency": _efficiency(k_a),
+        "prefill_context_passes": n_p,
     }
     note = Source(
         field="",
@@ -283,6 +306,7 @@ class _Columns:
     dense_compute: np.ndarray
     dense_memory: np.ndarray
     attention: np.ndarray
+    prefill_context: np.ndarray
 
 
 def _columns(samples: Sequence[StepSample], profile: DeviceProfile) -> _Columns:
@@ -299,20 +323,28 @@ def _columns(samples: Sequence[StepSample], profile: DeviceProfile) -> _Columns:
                 work.dense_flops / peak,
                 work.weight_bytes / bandwidth,
                 max(work.attention_flops / peak, work.kv_bytes / bandwidth),
+                work.prefill_context_bytes / bandwidth,
             )
         )
     table = np.asarray(rows, dtype=float)
-    return _Columns(*(table[:, i] for i in range(6)))
+    return _Columns(*(table[:, i] for i in range(7)))
 
 
 def _nnls_relative(columns: _Columns, ratio: float) -> tuple[float, np.ndarray]:
-    """Non-negative (c0, c1, c2, k_m, k_a) minimizing the summed squared relative error,
-    with the dense term k_m * max(ratio * compute, memory); and that sum. Five unknowns:
-    every subset of them held at zero is solved and the best feasible one kept, which is
-    exact."""
+    """Non-negative (c0, c1, c2, k_m, k_a, n_p) minimizing the summed squared relative
+    error, with the dense term k_m * max(ratio * compute, memory); and that sum. Six
+    unknowns: every subset of them held at zero is solved and the best feasible one kept,
+    which is exact."""
     dense = np.maximum(ratio * columns.dense_compute, columns.dense_memory)
     design = np.stack(
-        [np.ones_like(dense), columns.num_sequences, columns.num_tokens, dense, columns.attention],
+        [
+            np.ones_like(dense),
+            columns.num_sequences,
+            columns.num_tokens,
+            dense,
+            columns.attention,
+            columns.prefill_context,
+        ],
         1,
     )
     design = design / columns.seconds[:, None]

@@ -91,10 +91,39 @@ def test_json_round_trip(name, tmp_path):
 
 def test_a_refitted_profile_round_trips(tmp_path):
     refit = dataclasses.replace(
-        get_profile("rx9070xt"), memory_efficiency=0.713, step_overhead_s=0.0042
+        get_profile("rx9070xt"),
+        memory_efficiency=0.713,
+        step_overhead_s=0.0042,
+        prefill_context_passes=2.25,
     )
     refit.save(tmp_path / "refit.json")
     assert load_profile(tmp_path / "refit.json") == refit
+
+
+def test_a_profile_file_from_before_the_prefill_reread_factor_loads_without_it(tmp_path):
+    # Files fitted before the factor existed predict as they did: no re-read beyond the
+    # roofline. The factor is listed with the others a fit sets.
+    assert "prefill_context_passes" in FACTOR_FIELDS
+    fitted = dataclasses.replace(get_profile("cpu-here"), attention_efficiency=0.4)
+    data = fitted.to_json()
+    del data["prefill_context_passes"]
+    loaded = load_profile(_write(tmp_path, json.dumps(data)))
+    assert loaded.prefill_context_passes == 0.0 and loaded == fitted
+
+
+@pytest.mark.parametrize("name", GPUS)
+def test_a_gpu_profile_assumes_no_prefill_rereads_and_says_so(name):
+    profile = get_profile(name)
+    assert profile.prefill_context_passes == 0.0
+    cited = [s.title for s in profile.sources if s.field == "prefill_context_passes"]
+    assert cited == ["assumed until fitted"]
+
+
+def test_a_negative_number_of_passes_is_refused(tmp_path):
+    data = get_profile("cpu-here").to_json()
+    data["prefill_context_passes"] = -0.5
+    with pytest.raises(ProfileFileError, match="prefill_context_passes must be finite"):
+        load_profile(_write(tmp_path, json.dumps(data)))
 
 
 def test_unknown_name_lists_the_shipped_ones():

@@ -249,9 +249,7 @@ class _Program:
             self.result.jct_s[agent.name] = end - entry.started_s
 
     @contextlib.asynccontextmanager
-    async def _lease(
-        self, agent: TracedAgent, parent: Lease | None
-    ) -> AsyncIterator[Lease | None]:
+    async def _lease(self, agent: TracedAgent, parent: Lease | None) -> AsyncIterator[Lease | None]:
         if self.governor is None:
             yield None
         elif parent is None:

@@ -513,8 +513,7 @@ def _copied(agent: TracedAgent, copy: int, unit: int) -> TracedAgent:
         name=renamed(agent.name),
         parent=None if agent.parent is None else renamed(agent.parent),
         phases=tuple(
-            replace(p, children=tuple((renamed(c), d) for c, d in p.children))
-            for p in agent.phases
+            replace(p, children=tuple((renamed(c), d) for c, d in p.children)) for p in agent.phases
         ),
         after=tuple(renamed(a) for a in agent.after),
         unit=unit,

@@ -118,7 +118,7 @@ def twin_check(
     ] = False,
     rounds: Annotated[
         int, typer.Option(help="Real rounds per policy; their median is compared.")
-    ] = 3,
+    ] = 5,
     fraction: Annotated[
         float, typer.Option(help="The KV budget, as a share of every agent's peak at once.")
     ] = 0.33,

@@ -54,6 +54,7 @@ def metrics(engine: Engine) -> EngineMetrics:
         num_recomputed_tokens=engine.prefill.num_recomputed_tokens,
         num_blocks_swapped_out=engine.block_manager.swap_space.num_blocks_swapped_out,
         num_blocks_swapped_in=engine.block_manager.swap_space.num_blocks_swapped_in,
+        num_swap_outs=engine.block_manager.swap_space.num_swap_outs,
         num_holds_reclaimed=engine.retained.num_reclaimed,
         tokens_per_sequence={
             rid: r.num_tokens for rid, r in engine._requests.items() if not r.is_finished

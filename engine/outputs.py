@@ -86,6 +86,7 @@ class EngineMetrics:
     num_blocks_swapped_out: int = 0  # device -> host copies since the start
     num_blocks_swapped_in: int = 0  # host -> device copies since the start
     num_holds_reclaimed: int = 0  # holds moved or ended for a running request, since the start
+    num_swap_outs: int = 0  # sequences moved device -> host since the start (each many blocks)
 
     @property
     def kv_cache_usage(self) -> float:

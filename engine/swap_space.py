@@ -20,7 +20,13 @@ _FITS = Fit()
 
 
 class SwapSpace:
-    __slots__ = ("device_pool", "host_pool", "num_blocks_swapped_in", "num_blocks_swapped_out")
+    __slots__ = (
+        "device_pool",
+        "host_pool",
+        "num_blocks_swapped_in",
+        "num_blocks_swapped_out",
+        "num_swap_outs",
+    )
 
     def __init__(self, *, device_pool: BlockPool, host_pool: BlockPool) -> None:
         self.device_pool = device_pool
@@ -29,6 +35,9 @@ class SwapSpace:
         # swaps returned, which is what a benchmark of offload and restore must have moved.
         self.num_blocks_swapped_out = 0
         self.num_blocks_swapped_in = 0
+        # Sequences swapped out since the start: one per offload, hold moved to host or
+        # preemption by swap, however many blocks it moved.
+        self.num_swap_outs = 0
 
     def can_swap_out(self, table: BlockTable) -> Fit:
         needed, available = len(table.blocks), self.host_pool.num_free_blocks
@@ -49,6 +58,7 @@ class SwapSpace:
         table.blocks = host_blocks
         table.state = SequenceState.SWAPPED
         self.num_blocks_swapped_out += len(moves)
+        self.num_swap_outs += 1
         return moves
 
     def can_swap_in(self, table: BlockTable, num_extra_blocks: int = 0) -> Fit:

@@ -27,9 +27,10 @@ models (it is this host's, not a device's). The profile is fitted to steps measu
 same way.
 
 Per policy it reports the twin's and the real median's mean job time, prefill tokens,
-admissions (requests the engine took), blocks offloaded and preemptions, each with its
-relative error and the real rounds' spread, and the step-time model's own error on the
-steps the real rounds took (``twin_step_error_max``): a policy whose decisions follow the
+admissions (requests the engine took), offloads (sequences moved to host), the blocks
+they moved and preemptions, each with its relative error and the real rounds' spread,
+and the step-time model's own error on the steps the real rounds took
+(``twin_step_error_max``): a policy whose decisions follow the
 order of events (paged's recompute follows LRU's order) amplifies a step-time error
 several times in its job times and prefill. The headline figures are the largest errors
 over the policies: ``twin_jct_error_max`` (target 0.10) and ``twin_prefill_error_max``
@@ -75,7 +76,11 @@ __all__ = [
 JCT_ERROR_TARGET = 0.10  # issue 33: per-policy mean job time
 PREFILL_ERROR_TARGET = 0.05  # issue 33: prefill tokens computed
 COUNT_ERROR_TARGET = 0.10  # offloads and preemptions
-_COUNTS = frozenset({"offloaded_blocks", "preemptions"})  # small counts: within one is none
+# Small counts, held to COUNT_ERROR_TARGET (a difference of one is none): the offloads
+# (sequences moved to host) and the preemptions. The blocks those offloads moved are
+# reported, not held: each offload moves a whole context (150-870 blocks under ttl-pin),
+# so one context more or less moves their sum by 10-30% while the count moves by one.
+_COUNTS = frozenset({"offloads", "preemptions"})
 _BENCH = "twin"
 _MODEL = "tiny-random"
 
@@ -145,6 +150,7 @@ FIGURES: dict[str, Callable[[RunResult], float]] = {
     "jct_mean": lambda r: r.jct_mean_s,
     "prefill_tokens": lambda r: float(r.counters.prefill_tokens),
     "admissions": lambda r: float(len(r.prompts)),
+    "offloads": lambda r: float(r.counters.swap_outs),
     "offloaded_blocks": lambda r: float(r.counters.blocks_swapped_out),
     "preemptions": lambda r: float(r.counters.preemptions),
 }
@@ -199,10 +205,7 @@ class TwinCheck:
             + ", ".join(f"{p} {e:.3f}" for p, e in prefill.items())
             + ")",
         )
-        counts = max(
-            max(c.count_error(FIGURES[k]) for k in ("offloaded_blocks", "preemptions"))
-            for c in self.checks
-        )
+        counts = max(max(c.count_error(FIGURES[k]) for k in sorted(_COUNTS)) for c in self.checks)
         yield Measurement(
             _BENCH,
             "twin_count_error_max",
@@ -210,8 +213,9 @@ class TwinCheck:
             "ratio",
             COUNT_ERROR_TARGET,
             lower,
-            note="largest relative error of blocks offloaded and preemptions (a difference "
-            "of one counts as none); admissions: "
+            note="largest relative error of the offloads (sequences moved to host) and "
+            "preemptions (a difference of one counts as none); blocks offloaded are reported "
+            "per policy, not held (each offload moves a whole context); admissions: "
             + ", ".join(
                 f"{c.policy} {int(FIGURES['admissions'](c.twin))}/"
                 f"{int(c._median(FIGURES['admissions']))}"

@@ -28,6 +28,7 @@ class EngineCounters:
     preemptions: int
     blocks_swapped_out: int
     blocks_swapped_in: int
+    swap_outs: int = 0  # sequences moved to host memory: offloads, not their blocks
 
     @classmethod
     def of(cls, metrics: EngineMetrics) -> EngineCounters:
@@ -37,6 +38,7 @@ class EngineCounters:
             metrics.num_preemptions,
             metrics.num_blocks_swapped_out,
             metrics.num_blocks_swapped_in,
+            metrics.num_swap_outs,
         )
 
     def __sub__(self, other: EngineCounters) -> EngineCounters:
@@ -46,6 +48,7 @@ class EngineCounters:
             self.preemptions - other.preemptions,
             self.blocks_swapped_out - other.blocks_swapped_out,
             self.blocks_swapped_in - other.blocks_swapped_in,
+            self.swap_outs - other.swap_outs,
         )
 
 

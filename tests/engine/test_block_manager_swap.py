@@ -31,6 +31,19 @@ def test_swap_out_moves_every_block_to_the_host_and_frees_the_device() -> None:
     assert (stats.num_in_use, stats.num_swapped) == (1, 3)
 
 
+def test_swap_outs_count_sequences_and_their_blocks_apart() -> None:
+    m = manager(num_blocks=8, num_host_blocks=6)
+    m.allocate("a", toks(10))
+    m.allocate("b", toks(4, start=100))
+    m.swap_out("a")
+    m.swap_out("b")
+    swaps = m.swap_space
+    assert (swaps.num_swap_outs, swaps.num_blocks_swapped_out) == (2, 4)
+    m.swap_in("a")
+    m.swap_out("a")  # the same sequence again: another offload
+    assert (swaps.num_swap_outs, swaps.num_blocks_swapped_out) == (3, 7)
+
+
 def test_swap_in_copies_back_blocks_that_were_never_cached() -> None:
     m = manager(num_blocks=6, num_host_blocks=4)
     m.allocate("a", toks(10))

@@ -289,6 +289,7 @@ def test_a_hold_moved_after_its_next_request_arrived_comes_back_in_its_turn(
     assert engine.pop_completion(mine).token_ids == expected
     after = engine.metrics()
     assert after.num_holds_reclaimed - before.num_holds_reclaimed == 1  # moved for `ahead`
+    assert after.num_swap_outs - before.num_swap_outs == 1  # one offload, of its 5 blocks
     # Back from the host: the blocks ``ahead`` evicted (the others were still cached).
     assert 0 < after.num_blocks_swapped_in - before.num_blocks_swapped_in <= 5
     # Only the previous turn's last, partial block (10 of its 90 computed positions).

@@ -43,6 +43,11 @@ def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: Twi
     figures = {m.metric: m for m in short.measurements()}
     assert figures["twin_jct_error_max"].target == 0.10
     assert "one before each real round" in figures["twin_jct_error_max"].note
+    # The held count is the offloads (sequences moved to host), not the blocks they moved.
+    counts = max(
+        c.count_error(FIGURES[k]) for c in short.checks for k in ("offloads", "preemptions")
+    )
+    assert figures["twin_count_error_max"].value == pytest.approx(counts)
     assert figures["twin_prefill_error_max"].target == 0.05
     assert "fitted here" in figures["twin_jct_error_max"].note
 
@@ -96,7 +101,8 @@ def test_the_cli_prints_the_figures_as_json_lines(
     result = runner.invoke(app, ["twin", "check", "--quick", "--json"])
     assert result.exit_code == 0, result.output
     rows = {json.loads(line)["metric"]: json.loads(line) for line in result.stdout.splitlines()}
-    for name in ("twin_jct_error_max", "twin_prefill_error_max", "jct_mean_error[kvgov]"):
+    names = ("twin_jct_error_max", "twin_prefill_error_max", "jct_mean_error[kvgov]")
+    for name in (*names, "offloads_error[kvgov]", "offloaded_blocks_error[kvgov]"):
         assert name in rows and rows[name]["value"] is not None
 
 

@@ -53,7 +53,6 @@ from engine.scheduler import ScheduledChunk
 from engine.twin import (
     DeviceProfile,
     ModelShape,
-    SequenceWork,
     StepBatch,
     StepSample,
     StepTimeModel,
@@ -355,9 +354,7 @@ class _StepTimer:
         step, execute = engine.step, runner.execute
 
         def recorded(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
-            self._batch = StepBatch(
-                tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
-            )
+            self._batch = StepBatch.of_chunks(chunks)
             return execute(chunks)
 
         def timed() -> list[RequestOutput]:

@@ -48,7 +48,7 @@ from engine.request import RequestStatus
 from engine.sampling import SamplingParams
 from engine.scheduler import ScheduledChunk
 from engine.twin.link_fit import LinkSample
-from engine.twin.shapes import ModelShape, SequenceWork, StepBatch, StepSample
+from engine.twin.shapes import ModelShape, StepBatch, StepSample
 
 __all__ = [
     "LINK_SIZES",
@@ -317,10 +317,7 @@ class _GridRun:
         return _Recording(self)
 
     def record(self, chunks: Sequence[ScheduledChunk]) -> None:
-        # Read before the runner computes: the engine advances num_computed_tokens after.
-        self.last_batch = StepBatch(
-            tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
-        )
+        self.last_batch = StepBatch.of_chunks(chunks)
 
     def warm_up(self) -> None:
         """A prefill and a few decodes first: the first steps pay for allocations, and

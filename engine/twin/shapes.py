@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from engine.model_config import ModelConfig
+    from engine.scheduler import ScheduledChunk
 
 __all__ = ["ModelShape", "SequenceWork", "StepBatch", "StepSample"]
 
@@ -97,6 +100,12 @@ class StepBatch:
 
     def to_json(self) -> list[list[int]]:
         return [[s.num_new_tokens, s.num_context_tokens] for s in self.sequences]
+
+    @classmethod
+    def of_chunks(cls, chunks: Sequence[ScheduledChunk]) -> StepBatch:
+        """What the model runner is about to compute for ``chunks``: read before it runs,
+        since the engine advances each request's ``num_computed_tokens`` after."""
+        return cls(tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks))
 
     @classmethod
     def from_json(cls, data: list[list[int]]) -> StepBatch:

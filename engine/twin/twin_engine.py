@@ -54,7 +54,7 @@ from engine.scheduler import ScheduledChunk
 from engine.twin.clock import VirtualClock
 from engine.twin.link import Direction, HostLink
 from engine.twin.profiles import DeviceProfile
-from engine.twin.shapes import ModelShape, SequenceWork, StepBatch
+from engine.twin.shapes import ModelShape, StepBatch
 from engine.twin.step_time import StepTimeModel
 
 __all__ = ["RequestTimes", "TwinEngine", "TwinError", "attach_twin"]
@@ -159,10 +159,7 @@ class TwinEngine:
             times.finish_s = self.clock.now()
 
     def _record(self, chunks: Sequence[ScheduledChunk]) -> None:
-        # Read before the runner computes: the engine advances num_computed_tokens after.
-        self._batch = StepBatch(
-            tuple(SequenceWork(c.num_tokens, c.request.num_computed_tokens) for c in chunks)
-        )
+        self._batch = StepBatch.of_chunks(chunks)
 
     def _copy(self, pairs: BlockPairs, direction: Direction) -> None:
         at = max(self.clock.now(), self.busy_until)  # between steps, or after this one

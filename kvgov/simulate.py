@@ -49,7 +49,8 @@ from kvgov.benchmarks._swarm_workload import SwarmWorkload
 if TYPE_CHECKING:
     from engine import Engine
     from kvgov._trace_prompts import PromptBook
-    from kvgov._trace_replay import AgentReplay
+    from kvgov._trace_replay import AgentReplay, Replay
+    from kvgov.benchmarks._swarm_twin import TwinRun
     from kvgov.simulate_trace import TraceWorkload
 
 __all__ = [
@@ -206,6 +207,35 @@ class SchemeRun:
     # A replayed trace's agents: what each did (its calls' tokens as the engine counted
     # them, its tools' times, when it started); empty for the swarm workload.
     agents: dict[str, AgentReplay] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        scheme: str,
+        run: TwinRun | Replay,
+        *,
+        num_slots: int | None,
+        wall_s: float,
+        agents: dict[str, AgentReplay] | None = None,
+    ) -> SchemeRun:
+        """The figures of one twin run, the swarm's or a replayed trace's."""
+        result, counters = run.result, run.result.counters
+        return cls(
+            scheme=scheme,
+            jct_s=list(result.jct_s.values()),
+            failed=list(result.failed),
+            makespan_s=result.makespan_s,
+            peak_blocks=result.peak_blocks,
+            peak_running=run.peak_running,
+            link_bytes=run.link_bytes,
+            blocks_copied=counters.blocks_swapped_out + counters.blocks_swapped_in,
+            compute_s=run.compute_s,
+            stall_s=run.stall_s,
+            preemptions=counters.preemptions,
+            num_slots=num_slots,
+            wall_s=wall_s,
+            agents=dict(agents or {}),
+        )
 
     @property
     def limit(self) -> str:
@@ -407,22 +437,7 @@ def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
         None,
         deadline_s=_DEADLINE_S,
     )
-    result = run.result
-    return SchemeRun(
-        scheme=scheme,
-        jct_s=list(result.jct_s.values()),
-        failed=list(result.failed),
-        makespan_s=result.makespan_s,
-        peak_blocks=result.peak_blocks,
-        peak_running=run.peak_running,
-        link_bytes=run.link_bytes,
-        blocks_copied=result.counters.blocks_swapped_out + result.counters.blocks_swapped_in,
-        compute_s=run.compute_s,
-        stall_s=run.stall_s,
-        preemptions=result.counters.preemptions,
-        num_slots=slots,
-        wall_s=time.perf_counter() - began,
-    )
+    return SchemeRun.of(scheme, run, num_slots=slots, wall_s=time.perf_counter() - began)
 
 
 def _prompt_book(trace: TraceWorkload) -> PromptBook:
@@ -447,20 +462,4 @@ def _replay(scenario: Scenario, scheme: str, book: PromptBook) -> SchemeRun:
         model_shape=scenario.target.shape,
         deadline_s=_DEADLINE_S,
     )
-    result = run.result
-    return SchemeRun(
-        scheme=scheme,
-        jct_s=list(result.jct_s.values()),
-        failed=list(result.failed),
-        makespan_s=result.makespan_s,
-        peak_blocks=result.peak_blocks,
-        peak_running=run.peak_running,
-        link_bytes=run.link_bytes,
-        blocks_copied=result.counters.blocks_swapped_out + result.counters.blocks_swapped_in,
-        compute_s=run.compute_s,
-        stall_s=run.stall_s,
-        preemptions=result.counters.preemptions,
-        num_slots=slots,
-        wall_s=run.wall_s,
-        agents=run.agents,
-    )
+    return SchemeRun.of(scheme, run, num_slots=slots, wall_s=run.wall_s, agents=run.agents)

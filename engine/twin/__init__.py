@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.twin.clock import ClockError, VirtualClock
 from engine.twin.grid import GRID_VERSION, GridError, StepGrid, load_grid, read_grid, write_grid
 from engine.twin.link import Direction, HostLink, LinkError, LinkTotals
+from engine.twin.noise import NoiseError, StepNoise
 from engine.twin.profiles import (
     PROFILES,
     DeviceProfile,
@@ -44,12 +45,14 @@ __all__ = [
     "LinkError",
     "LinkTotals",
     "ModelShape",
+    "NoiseError",
     "ProfileError",
     "ProfileFileError",
     "SequenceWork",
     "Source",
     "StepBatch",
     "StepGrid",
+    "StepNoise",
     "StepSample",
     "StepTime",
     "StepTimeModel",

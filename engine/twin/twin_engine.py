@@ -7,8 +7,9 @@ own (its model computes them, the tiny-random one on this CPU); only time is the
 - each ``engine.step()`` advances the virtual clock by ``StepTimeModel(profile).seconds(
   model_shape, batch)``, for the batch the model runner computed in that step (read from
   ``engine.runner.execute``, as ``engine.twin.measure`` reads it), where ``model_shape`` is
-  the *target* model's (the one the profile's device would run), not the engine's; a step
-  that computes nothing costs nothing;
+  the *target* model's (the one the profile's device would run), not the engine's, times
+  ``noise``'s next factor where one is given (``engine.twin.noise``); a step that computes
+  nothing costs nothing;
 - each KV copy between device and host (``kv_cache.swap_out``/``swap_in``: offloads and
   restores, preemption swaps, retained contexts moved out and back) is charged to the
   ``HostLink`` at the target model's size: blocks x block size x the target's
@@ -53,6 +54,7 @@ from engine.outputs import RequestOutput
 from engine.scheduler import ScheduledChunk
 from engine.twin.clock import VirtualClock
 from engine.twin.link import Direction, HostLink
+from engine.twin.noise import StepNoise
 from engine.twin.profiles import DeviceProfile
 from engine.twin.shapes import ModelShape, StepBatch
 from engine.twin.step_time import StepTimeModel
@@ -84,6 +86,7 @@ class TwinEngine:
     link: HostLink
     advance: bool = True
     forward: bool = True
+    noise: StepNoise | None = None  # a factor on each step's modelled compute
     busy_until: float = 0.0  # the end of the latest step (virtual seconds)
     times: dict[str, RequestTimes] = field(default_factory=dict)
     num_steps: int = 0
@@ -122,6 +125,8 @@ class TwinEngine:
         compute = 0.0
         if batch is not None and batch.sequences:
             compute = self._model.seconds(self.model_shape, batch)
+            if self.noise is not None:
+                compute *= self.noise.factor()
             self.peak_sequences = max(self.peak_sequences, batch.num_sequences)
         copies_done = max(start, self.link.free_at)
         if self.profile.copies_overlap_compute:
@@ -201,11 +206,12 @@ def attach_twin(
     link: HostLink | None = None,
     advance: bool = True,
     forward: bool = True,
+    noise: StepNoise | None = None,
 ) -> TwinEngine:
     """Put ``engine`` on ``profile``'s device running ``model_shape``'s model, in virtual
     time on ``clock`` (a new one at 0.0 unless given), copies queued on ``link`` (a new one
     for ``profile`` unless given). The engine's callers keep calling ``engine.step()``;
-    ``advance`` and ``forward`` as in the module docstring."""
+    ``advance``, ``forward`` and ``noise`` as in the module docstring."""
     if not isinstance(engine, Engine):
         raise TwinError(f"attach_twin wraps an engine.Engine, got {type(engine).__name__}")
     if isinstance(engine.kv_cache, _TwinKVCache):
@@ -223,6 +229,7 @@ def attach_twin(
         link=HostLink(profile=profile) if link is None else link,
         advance=advance,
         forward=forward,
+        noise=noise,
     )
     twin._kv_cache_class = type(engine.kv_cache)
     twin._previous = {

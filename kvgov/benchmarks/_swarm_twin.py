@@ -9,7 +9,9 @@ to the tool's return); kvgov runs ``kvgov_program`` on a virtual-time event loop
 ``TwinEngineLoop``, the governor on that loop's clock. The research policies price their
 choices with ``Costs`` measured on the twin, in its time, as the real runs measure theirs
 on the real engine. Every figure is the same ``RunResult`` the real runs give, in virtual
-seconds; with ``forward=True`` every token is the model's, as in the real run.
+seconds; with ``forward=True`` every token is the model's, as in the real run. With
+``noise`` each step's modelled time is scattered as a real device's (``StepNoise``, drawn
+anew from its seed in each run), for runs compared with real rounds as a distribution.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine import Engine
-from engine.twin import DeviceProfile, Direction, HostLink, ModelShape, VirtualClock
+from engine.twin import (
+    DeviceProfile,
+    Direction,
+    HostLink,
+    ModelShape,
+    StepNoise,
+    VirtualClock,
+)
 from engine.twin.event_loop import run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
@@ -66,7 +75,9 @@ class _TwinClock:
         self._clock.advance(seconds)
 
 
-def _attach(engine: Engine, device: TwinDevice, *, advance: bool) -> TwinEngine:
+def _attach(
+    engine: Engine, device: TwinDevice, *, advance: bool, noise: StepNoise | None = None
+) -> TwinEngine:
     return attach_twin(
         engine,
         profile=device.profile,
@@ -75,6 +86,7 @@ def _attach(engine: Engine, device: TwinDevice, *, advance: bool) -> TwinEngine:
         link=HostLink(profile=device.profile),
         advance=advance,
         forward=device.forward,
+        noise=noise,
     )
 
 
@@ -102,9 +114,11 @@ def run_twin_policy(
     costs: Costs | None,
     *,
     deadline_s: float,
+    noise: StepNoise | None = None,
 ) -> TwinRun:
     """``policy`` on ``engine``'s twin, from a cold prefix cache; ``deadline_s`` is virtual.
-    ``costs`` prices the research policies' choices (paged and kvgov take none)."""
+    ``costs`` prices the research policies' choices (paged and kvgov take none); ``noise``
+    scatters the steps' times, drawn from its seed (the same seed, the same run)."""
     cold = engine.reset_prefix_cache()
     assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
     capacity = engine.capacity()
@@ -112,7 +126,8 @@ def run_twin_policy(
         policy, fraction, capacity.num_blocks, capacity.bytes_per_block, capacity.num_host_blocks
     )
     before = EngineCounters.of(engine.metrics())
-    twin = _attach(engine, device, advance=policy != "kvgov")
+    fresh = None if noise is None else noise.fresh(noise.seed)
+    twin = _attach(engine, device, advance=policy != "kvgov", noise=fresh)
     try:
         if policy == "kvgov":
             names: dict[str, str] = {}

@@ -17,11 +17,16 @@ Steps, in order:
    runners, policies and governor, the tiny model computing every token, times modelled
    and virtual, as many twin rounds as real ones. Each twin round scatters its steps'
    times as the real steps scattered around the model (``engine.twin.StepNoise``,
-   measured from the real rounds' timed steps, seeded by the round): where a policy's
+   measured from the real rounds' timed steps, seeded by the round), and kvgov's tool
+   waits return as late as they did in its real rounds (drawn from those, seeded alike:
+   a busy event loop returns a tool a few milliseconds late, which moves the tools that
+   take about the governor's ``park_after_s`` across the park). Where a policy's
    decisions hang on the order of close events, its real rounds go one of several ways
-   (ttl-pin's pins under pressure: 48-50k or 54-60k prefill tokens), and one
+   (ttl-pin's pins under pressure: 49-50k or 54-60k prefill tokens), and one
    deterministic twin run is one of those ways, not their median. Each figure is the
-   median of the twin's rounds against the median of the real rounds.
+   median of the twin's rounds against the median of the real rounds. The twin runs
+   without the forward pass (``forward=False``): the same figures, a hundred times
+   faster.
 
 The device stays one device throughout: torch computes on one thread
 (``kvgov.twin.one_device_thread``), and the engine keeps it (``adapt_cpu_threads=False``).
@@ -164,12 +169,27 @@ FIGURES: dict[str, Callable[[RunResult], float]] = {
 
 @dataclass(slots=True)
 class TwinCheck:
+    """Every policy's check, and what the twin was given: the profile, the step noise and
+    the tools' lateness, each measured here."""
+
     options: CheckOptions
     profile: DeviceProfile
     calibration: str  # how the profile was had
     what: str  # the workload and engine
     noise: StepNoise  # the twin rounds' step scatter, measured from the real steps
+    # How late the real kvgov rounds' tool waits returned; the twin's kvgov draws from it.
+    tool_lateness_s: list[float] = field(default_factory=list)
     checks: list[PolicyCheck] = field(default_factory=list)
+
+    def _lateness(self) -> str:
+        late = sorted(self.tool_lateness_s)
+        if not late:
+            return ""
+        p90 = late[min(len(late) - 1, (9 * len(late)) // 10)]
+        return (
+            f", kvgov's tool waits returning late by the real rounds' ({len(late)} waits: "
+            f"median {1e3 * statistics.median(late):.1f} ms, p90 {1e3 * p90:.1f} ms)"
+        )
 
     def measurements(self) -> Iterator[Measurement]:
         lower = Direction.LOWER_IS_BETTER
@@ -202,7 +222,7 @@ class TwinCheck:
             + ", ".join(f"{p} {e:.3f}" for p, e in jct.items())
             + f"); real: median of {n} interleaved rounds; twin: median of as many rounds, "
             f"its steps scattered by sigma {self.noise.sigma:.3f} (measured from the real "
-            f"steps); {self.calibration}; {self.what}",
+            f"steps){self._lateness()}; {self.calibration}; {self.what}",
         )
         yield Measurement(
             _BENCH,
@@ -314,7 +334,11 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         profile, how = load_profile(options.profile), f"profile read from {options.profile}"
     else:
         profile, how = calibration.fit()
-    device = TwinDevice(profile, shape)
+    # Bookkeeping only: with every prompt fixed up front and every reply as long as its
+    # sampling asks, what the engine decides does not hang on the tokens' values, and a
+    # twin run with the forward pass gives the same figures to the last bit
+    # (tests/kvgov/test_swarm_twin.py), a hundred times slower.
+    device = TwinDevice(profile, shape, forward=False)
     twin_costs = measure_twin_costs(engine, device)
     model = StepTimeModel(profile)
     timed = [
@@ -323,12 +347,13 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         for batch, seconds in steps[policy]
     ]
     noise = StepNoise.measured(timed)
+    lateness = [late for run in real.get("kvgov", []) for late in run.tool_lateness_s]
     capacity = engine.capacity()
     what = (
         f"{swarm._what(workload)}; {capacity.num_blocks} blocks "
         f"({options.fraction:g} of every peak at once)"
     )
-    result = TwinCheck(options, profile, how, what, noise)
+    result = TwinCheck(options, profile, how, what, noise, lateness)
     for policy in options.policies:
         twins: list[RunResult] = []
         began = time.perf_counter()
@@ -345,6 +370,7 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
                 twin_costs,
                 deadline_s=deadline_s,
                 noise=noise.fresh(round_),
+                tool_lateness_s=lateness,
             )
             twin.result.round = round_
             twins.append(twin.result)

@@ -13,7 +13,11 @@ them, so they change nothing here and every policy sends the same requests.
 
 One program (``kvgov_program``) runs both ways: ``run_kvgov`` on a real event loop over
 the engine's ``EngineLoop`` thread; on the hardware twin (``_swarm_twin``) on a
-virtual-time loop over a ``TwinEngineLoop``, the governor on that loop's clock.
+virtual-time loop over a ``TwinEngineLoop``, the governor on that loop's clock. Each tool
+wait records how late it returned (``RunResult.tool_lateness_s``): on a real loop busy
+with other agents a tool returns a few milliseconds after its time, which moves a tool
+that takes about ``park_after_s`` across the park; the twin's loop is punctual unless
+``tool_delay`` adds such lateness.
 
 The engine is the one the baselines ran on (same blocks, same settings), wrapped in an
 ``EngineLoop`` for the run and left as it was after.
@@ -96,10 +100,12 @@ async def kvgov_program(
     on_call: Callable[[], None] = lambda: None,
     config: GovernorConfig = KVGOV_CONFIG,
     clock: Clock | None = None,
+    tool_delay: Callable[[], float] = lambda: 0.0,
 ) -> None:
     """Every agent of ``scripts`` under one governor over ``backend``, on the running loop
     and its time; ``names`` hears each lease's budget -> agent; ``clock`` is the
-    governor's (the real one unless given)."""
+    governor's (the real one unless given); ``tool_delay()`` is added to each tool's
+    wait."""
     policies = Policies(
         tool_output=ExtractiveSummarizer(backend.counter),
         ceiling=SummarizeOldest(summary_tokens=160),
@@ -143,7 +149,9 @@ async def kvgov_program(
                     await call(lease, script, index)
                     if turn.tool is not None:
                         async with governor.tool_call(lease, turn.tool, expected_s=turn.expected_s):
-                            await asyncio.sleep(turn.tool_s)
+                            began = loop.time()
+                            await asyncio.sleep(turn.tool_s + tool_delay())
+                            result.tool_lateness_s.append(loop.time() - began - turn.tool_s)
         except Exception as exc:  # the job fails; the run goes on and counts it
             error = exc
         finished(script, started, error)

@@ -67,6 +67,9 @@ class RunResult:
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (s, blocks in use)
     prompts: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> digest
     round: int = 0  # of the benchmark's rounds (each runs every policy once)
+    # How much later than asked each tool's wait returned to its agent (the runtime's
+    # event loop, busy with the other agents): kvgov's runs only, whose agents are tasks.
+    tool_lateness_s: list[float] = field(default_factory=list)
 
     @property
     def jct_mean_s(self) -> float:

@@ -11,12 +11,15 @@ choices with ``Costs`` measured on the twin, in its time, as the real runs measu
 on the real engine. Every figure is the same ``RunResult`` the real runs give, in virtual
 seconds; with ``forward=True`` every token is the model's, as in the real run. With
 ``noise`` each step's modelled time is scattered as a real device's (``StepNoise``, drawn
-anew from its seed in each run), for runs compared with real rounds as a distribution.
+anew from its seed in each run), and with ``tool_lateness_s`` each of kvgov's tool waits
+returns late by one of those seconds (drawn with the same seed), as a real runtime's
+busy event loop returns them; both for runs compared with real rounds as a distribution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine import Engine
@@ -115,10 +118,12 @@ def run_twin_policy(
     *,
     deadline_s: float,
     noise: StepNoise | None = None,
+    tool_lateness_s: Sequence[float] = (),
 ) -> TwinRun:
     """``policy`` on ``engine``'s twin, from a cold prefix cache; ``deadline_s`` is virtual.
     ``costs`` prices the research policies' choices (paged and kvgov take none); ``noise``
-    scatters the steps' times, drawn from its seed (the same seed, the same run)."""
+    scatters the steps' times and ``tool_lateness_s`` kvgov's tool returns, drawn from
+    the noise's seed (the same seed, the same run)."""
     cold = engine.reset_prefix_cache()
     assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
     capacity = engine.capacity()
@@ -133,8 +138,10 @@ def run_twin_policy(
             names: dict[str, str] = {}
             tap = EngineTap(engine, result, lambda budget: names.get(budget, budget))
             try:
+                late = _draws(tool_lateness_s, 0 if noise is None else noise.seed)
                 run_virtual(
-                    _kvgov(twin, scripts, workload, result, names, deadline_s), clock=twin.clock
+                    _kvgov(twin, scripts, workload, result, names, deadline_s, late),
+                    clock=twin.clock,
                 )
             finally:
                 tap.close()
@@ -170,6 +177,7 @@ async def _kvgov(
     result: RunResult,
     names: dict[str, str],
     deadline_s: float,
+    tool_delay: Callable[[], float],
 ) -> None:
     import asyncio
 
@@ -177,7 +185,22 @@ async def _kvgov(
     backend = LocalBackend(TwinEngineLoop(twin))
     try:
         await kvgov_program(
-            backend, scripts, workload, result, names=names, deadline_s=deadline_s, clock=loop
-        )  # type: ignore[arg-type]
+            backend,
+            scripts,
+            workload,
+            result,
+            names=names,
+            deadline_s=deadline_s,
+            clock=loop,  # type: ignore[arg-type]
+            tool_delay=tool_delay,
+        )
     finally:
         backend.close()
+
+
+def _draws(samples: Sequence[float], seed: int) -> Callable[[], float]:
+    """Draws from ``samples`` (none below zero: a loop may wake a hair early), seeded."""
+    if not samples:
+        return lambda: 0.0
+    rng, pool = random.Random(seed), [max(0.0, s) for s in samples]
+    return lambda: rng.choice(pool)

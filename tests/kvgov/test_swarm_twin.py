@@ -8,11 +8,12 @@ same figures to the last bit on a second run, and the engine left as it was foun
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
-from engine.twin import get_profile
+from engine.twin import StepNoise, get_profile
 from engine.twin.targets import target_model
 from kvgov.benchmarks._swarm_policies import Costs
 from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
@@ -131,3 +132,72 @@ def test_a_twin_run_past_its_virtual_deadline_stops_and_frees_every_block(setup:
             )
         assert engine.block_manager.pool.num_in_use == 0
         assert not engine.has_unfinished()
+
+
+def test_without_the_forward_pass_the_twin_gives_the_same_figures(setup: Setup) -> None:
+    # What twin check relies on to run its twin rounds a hundred times faster: with every
+    # prompt fixed up front, no decision hangs on the tokens' values. At 0.33, where the
+    # policies preempt, hold, offload and recompute, with the steps and tools scattered.
+    engine = setup.engine(0.33)
+    bookkeeping = dataclasses.replace(DEVICE, forward=False)
+    costs = measure_twin_costs(engine, DEVICE)
+    assert measure_twin_costs(engine, bookkeeping) == costs
+    for policy in POLICIES:
+        first, second = (
+            run_twin_policy(
+                engine,
+                device,
+                policy,
+                0.33,
+                setup.scripts,
+                setup.prompts,
+                TINY,
+                costs,
+                deadline_s=600.0,
+                noise=StepNoise(0.1, seed=3),
+                tool_lateness_s=(0.004, 0.009),
+            )
+            for device in (DEVICE, bookkeeping)
+        )
+        assert _figures(first) == _figures(second), policy
+
+
+def test_the_twins_scatter_is_drawn_from_its_seed(setup: Setup) -> None:
+    engine = setup.engine(0.33)
+    device = dataclasses.replace(DEVICE, forward=False)
+
+    def run(noise: StepNoise | None, late: tuple[float, ...] = ()) -> object:
+        return run_twin_policy(
+            engine,
+            device,
+            "kvgov",
+            0.33,
+            setup.scripts,
+            setup.prompts,
+            TINY,
+            None,
+            deadline_s=600.0,
+            noise=noise,
+            tool_lateness_s=late,
+        )
+
+    a, b, c = (run(StepNoise(0.1, seed=s), (0.004, -0.001)) for s in (1, 1, 2))
+    plain = run(None)
+    assert _figures(a) == _figures(b)
+    assert a.compute_s != c.compute_s != plain.compute_s  # type: ignore[attr-defined]
+    tools = sum(1 for s in setup.scripts if not s.planner for t in s.turns if t.tool)
+    # Each tool wait returned late by one of the samples (none below zero); the plain
+    # twin's loop is punctual.
+    for late in (a.result.tool_lateness_s, plain.result.tool_lateness_s):  # type: ignore[attr-defined]
+        assert len(late) == tools
+    assert {round(x, 9) for x in a.result.tool_lateness_s} == {0.004, 0.0}  # type: ignore[attr-defined]
+    assert max(plain.result.tool_lateness_s) == pytest.approx(0.0, abs=1e-9)  # type: ignore[attr-defined]
+
+
+def test_a_real_kvgov_run_records_how_late_its_tools_returned(setup: Setup) -> None:
+    engine = setup.engine(1.0)
+    real = _one(engine, "kvgov", 1.0, setup.scripts, setup.prompts, TINY, Costs(1e-4, 1e-5), 120.0)
+    tools = sum(1 for s in setup.scripts if not s.planner for t in s.turns if t.tool)
+    assert len(real.tool_lateness_s) == tools
+    # A real loop returns a sleeper at its time or after it, never a tool's length late.
+    assert all(-0.002 < late < 0.5 for late in real.tool_lateness_s), real.tool_lateness_s

@@ -289,8 +289,8 @@ def check_twin(
 
 def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
     from kvgov.benchmarks import swarm
-    from kvgov.benchmarks._swarm_policies import measure_costs
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
+    from kvgov.benchmarks.baselines import measure_costs
 
     workload = swarm.QUICK if options.quick else swarm.DEFAULT
     if options.seed != workload.seed:

@@ -117,7 +117,10 @@ def twin_check(
         typer.Option("--quick", help="The swarm benchmark's quick workload and a quick grid."),
     ] = False,
     rounds: Annotated[
-        int, typer.Option(help="Real rounds per policy; their median is compared.")
+        int,
+        typer.Option(
+            help="Real rounds per policy, and as many twin rounds; their medians are compared."
+        ),
     ] = 5,
     fraction: Annotated[
         float, typer.Option(help="The KV budget, as a share of every agent's peak at once.")

@@ -7,7 +7,7 @@ request is unfinished, and otherwise sleeps until the next tool returns. Tool la
 are real seconds on the wall clock, as in the kvgov run, so a policy that holds KV
 through a long tool holds it that long. What each policy decides about an agent's KV
 while it waits on a tool, and the priority of its calls, is the policy's
-(``_swarm_policies``); the runner only calls it at the points an engine integration
+(``baselines``); the runner only calls it at the points an engine integration
 would: when a call ends in a tool call, before the next call, and between steps.
 
 A planner waits on its workers as on a tool (``fanout``) whose expected length is the
@@ -97,6 +97,9 @@ class KVPolicy(Protocol):
     name: str
 
     def priority(self, agent: Agent) -> int: ...
+    # When the agent's next call counts as having arrived, in the run's seconds, for its
+    # order within its priority (the engine's ``order_time``); None: when it is sent.
+    def order_time(self, agent: Agent) -> float | None: ...
     def on_idle(self, engine: Engine, agent: Agent, now: float) -> None: ...
     def before_call(self, engine: Engine, agent: Agent) -> None: ...
     def tick(self, engine: Engine, now: float) -> None: ...
@@ -137,7 +140,7 @@ class SwarmRunner:
                     raise SwarmTimeout(f"{self.policy.name}: past {deadline_s:.0f} s")
                 for agent in self.agents:
                     if agent.state is AgentState.READY and agent.ready_at <= now:
-                        self._submit(agent, result)
+                        self._submit(agent, result, now)
                 if engine.has_unfinished():
                     outputs = engine.step()
                     now = clock.now() - t0
@@ -159,14 +162,18 @@ class SwarmRunner:
     def _start(self, agent: Agent, at: float) -> None:
         agent.state, agent.ready_at, agent.started_at = AgentState.READY, at, at
 
-    def _submit(self, agent: Agent, result: RunResult) -> None:
+    def _submit(self, agent: Agent, result: RunResult, now: float) -> None:
         self.policy.before_call(self.engine, agent)
+        at = self.policy.order_time(agent)
+        # The run's seconds on the engine's clock: as many seconds before its now.
+        order_time = None if at is None else self.engine.clock() - (now - at)
         try:
             agent.request_id = self.engine.add_request(
                 self.prompts[(agent.script.name, agent.turn)],
                 self.sampling,
                 budget=agent.budget,
                 priority=self.policy.priority(agent),
+                order_time=order_time,
             )
         except Exception as exc:  # the engine refused it: the job fails, the run goes on
             self._fail(agent, type(exc).__name__, result, agent.ready_at)

@@ -36,10 +36,10 @@ from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
 from governor import LocalBackend
 from kvgov.benchmarks._swarm_kvgov import kvgov_program
-from kvgov.benchmarks._swarm_policies import Costs, Intercept, Paged, TtlPin, measure_costs
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+from kvgov.benchmarks.baselines import Costs, make_baseline, measure_costs
 
 __all__ = ["TwinDevice", "TwinRun", "measure_twin_costs", "run_twin_policy"]
 
@@ -146,13 +146,11 @@ def run_twin_policy(
             finally:
                 tap.close()
         else:
-            chosen = {"paged": Paged, "ttl-pin": TtlPin, "intercept": Intercept}[policy]
-            assert chosen is Paged or costs is not None, f"{policy} prices its choices: give costs"
             runner = SwarmRunner(
                 engine,
                 scripts,
                 prompts,
-                chosen() if chosen is Paged else chosen(costs),  # type: ignore[operator]
+                make_baseline(policy, costs),
                 reply_tokens=workload.reply_tokens,
                 clock=_TwinClock(twin.clock),
             )

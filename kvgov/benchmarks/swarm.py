@@ -9,7 +9,7 @@ once, times 1.0, 0.5, 0.33 and 0.25. At each budget one engine is built and the 
 policies run on it in turn, each from a cold prefix cache (checked):
 
 1. ``paged``: vLLM's policy; 2. ``ttl-pin``: Continuum; 3. ``intercept``: InferCept
-   (``_swarm_policies``, through ``_swarm_runner``, without the governor);
+   (``baselines``, through ``_swarm_runner``, without the governor);
 4. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (``_swarm_kvgov``).
 
 Per policy and budget: mean and p95 job completion time (an agent's job: a planner's
@@ -46,10 +46,10 @@ from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from governor import TokenCounter
 from kvgov.benchmarks._swarm_kvgov import run_kvgov
-from kvgov.benchmarks._swarm_policies import Costs, Intercept, Paged, TtlPin, measure_costs
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
+from kvgov.benchmarks.baselines import BASELINES, Costs, make_baseline, measure_costs
 
 __all__ = [
     "DEFAULT",
@@ -66,7 +66,7 @@ T = TypeVar("T")
 _BENCH = "swarm"
 FRACTIONS = (1.0, 0.5, 0.33, 0.25)
 HEADLINE = 0.33
-POLICIES = ("paged", "ttl-pin", "intercept", "kvgov")
+POLICIES = (*BASELINES, "kvgov")
 DEFAULT = SwarmWorkload()
 QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2,
                       tool_scale=0.5)  # fmt: skip
@@ -217,10 +217,13 @@ def _one(
     if policy == "kvgov":
         run_kvgov(engine, scripts, workload, result, deadline_s=deadline_s)
     else:
-        chosen = {"paged": Paged, "ttl-pin": TtlPin, "intercept": Intercept}[policy]
-        runner = SwarmRunner(engine, scripts, prompts,
-                             chosen() if chosen is Paged else chosen(costs),  # type: ignore[operator]
-                             reply_tokens=workload.reply_tokens)  # fmt: skip
+        runner = SwarmRunner(
+            engine,
+            scripts,
+            prompts,
+            make_baseline(policy, costs),
+            reply_tokens=workload.reply_tokens,
+        )
         tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
         try:
             _on_own_thread(lambda: runner.drive(result, deadline_s=deadline_s))

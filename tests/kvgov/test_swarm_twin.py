@@ -15,9 +15,9 @@ import pytest
 
 from engine.twin import StepNoise, get_profile
 from engine.twin.targets import target_model
-from kvgov.benchmarks._swarm_policies import Costs
 from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
 from kvgov.benchmarks._swarm_workload import SwarmWorkload
+from kvgov.benchmarks.baselines import Costs
 from kvgov.benchmarks.swarm import POLICIES, Setup, _one
 
 TINY = SwarmWorkload(
@@ -98,7 +98,7 @@ def test_the_twin_computes_the_real_runs_tokens_and_prefill(setup: Setup) -> Non
 
 def test_a_policy_that_prices_its_choices_needs_costs(setup: Setup) -> None:
     engine = setup.engine(1.0)
-    with pytest.raises(AssertionError, match="give costs"):
+    with pytest.raises(ValueError, match="give costs"):
         run_twin_policy(
             engine,
             DEVICE,

@@ -1,0 +1,33 @@
+"""The memory policies kvgov is measured against, each on the bundled engine as it is.
+
+Each policy decides what happens to an agent's KV while the agent waits on a tool, and
+the priority of its calls; the engine (``SwarmRunner``) does the rest, with the same
+settings for all: prefix caching with LRU eviction, recompute on preemption, the same
+blocks and the same host swap space. The two research policies price their choices with
+``Costs`` measured on this engine before the runs, as their papers profile their GPUs.
+One module per policy: ``paged`` (vLLM), ``continuum`` (Continuum's TTL pins, named
+``ttl-pin``) and ``infercept`` (InferCept's min-waste choice, named ``intercept``).
+"""
+
+from __future__ import annotations
+
+from kvgov.benchmarks._swarm_runner import KVPolicy
+from kvgov.benchmarks.baselines.continuum import TtlPin
+from kvgov.benchmarks.baselines.costs import Costs, measure_costs
+from kvgov.benchmarks.baselines.infercept import Intercept
+from kvgov.benchmarks.baselines.paged import Paged
+
+__all__ = ["BASELINES", "Costs", "Intercept", "Paged", "TtlPin", "make_baseline", "measure_costs"]
+
+BASELINES = ("paged", "ttl-pin", "intercept")  # kvgov's runs go through the governor
+
+
+def make_baseline(name: str, costs: Costs | None) -> KVPolicy:
+    """The baseline called ``name``, its choices priced by ``costs`` where it prices them."""
+    if name == "paged":
+        return Paged()
+    if name not in ("ttl-pin", "intercept"):
+        raise ValueError(f"no baseline {name!r}; pick from {', '.join(BASELINES)}")
+    if costs is None:
+        raise ValueError(f"{name} prices its choices: give costs (measure_costs)")
+    return TtlPin(costs) if name == "ttl-pin" else Intercept(costs)

@@ -264,3 +264,29 @@ def test_under_pressure_the_longest_remaining_tool_is_moved_first(engine: Engine
         assert engine.retained.held_budgets() == {soon.budget}
     finally:
         close(engine, *budgets)
+
+
+def test_a_context_is_re_weighed_with_its_tools_remaining_time(engine: Engine) -> None:
+    """Kept for a 0.4 s tool beside a 20-block batch (5.2 block-s kept < 0.204 x 33 = 6.7
+    to recompute); the batch ends and a request is short. 0.3 s on, the tool has 0.1 s
+    left: 1.3 block-s kept < 0.204 x 13 = 2.65 to recompute, so it stays (priced on the
+    whole 0.4 s it would be discarded)."""
+    soon = agent("soon", 0, expected_s=0.4)
+    call_ended(engine, soon, tokens(200, 60))
+    engine.open_budget("agent-other", 48)
+    engine.open_budget("agent-waiting", 48)
+    budgets = [soon.budget, "agent-other", "agent-waiting"]
+    policy = Intercept(Costs(prefill_s_per_token=1e-3, swap_s_per_block=1.0))
+    other = engine.add_request(tokens(300, 61), SamplingParams(max_tokens=50), budget="agent-other")
+    engine.step()
+    try:
+        policy.on_idle(engine, soon, now=0.0)
+        assert policy.decisions == {"keep": 1}
+        engine.abort(other)
+        engine.pop_completion(other)
+        engine.add_request(tokens(640, 62), SAMPLING, budget="agent-waiting")  # 4 short
+        policy.tick(engine, now=0.3)
+        assert policy.decisions == {"keep": 1}
+        assert engine.retained.held_budgets() == {soon.budget}
+    finally:
+        close(engine, *budgets)

@@ -62,13 +62,13 @@ class Intercept:
       at no waste; one beyond it is preserved or discarded by its waste, and may be
       swapped in a later iteration (below). The step's seconds are ``step_s`` or the
       running mean of the intervals between the runner's ticks around a step (the
-      runner's clock: virtual on the twin); until one is timed the limit is 0. The
-      swap back in comes with the next call, beside that iteration's compute in the same
-      way. Copies overlap compute where
-      ``copies_overlap`` says so, by default on CUDA, where the engine copies on a side
-      stream; on the CPU a copy is a memcpy between two steps, overlapping nothing, so
-      the limit is 0 blocks and the paper's rule with no overlap remains: swap only when
-      its full waste is the least of the three.
+      runner's clock: virtual on the twin); until one is timed the limit is 0. The swap
+      back in comes with the next call, beside that iteration's compute in the same way.
+      Copies overlap compute where ``copies_overlap`` says so, by default on CUDA, where
+      the engine copies on a side stream (on the twin, pass the modelled device's
+      ``copies_overlap_compute``); on the CPU a copy is a memcpy between two steps,
+      overlapping nothing, so the limit is 0 blocks and the paper's rule with no overlap
+      remains: swap only when its full waste is the least of the three.
     - Chunked recomputation: a discarded context comes back through the engine's chunked
       prefill (``engine.scheduler``): its next request is admitted with blocks for all of
       its tokens and computed ``max_num_batched_tokens`` at a time beside the running
@@ -96,13 +96,15 @@ class Intercept:
     step_s: float | None = field(default=None, kw_only=True)  # None: measured per step
     decisions: dict[str, int] = field(default_factory=dict)
     swapped_blocks: list[int] = field(default_factory=list)
-    _preserved: dict[str, _Paused] = field(default_factory=dict)
-    _swapped: set[str] = field(default_factory=set)
-    _swap_left: int | None = None  # blocks this iteration may still swap out
-    _swapped_now: int = 0  # blocks swapped out in this iteration
-    _measured_step_s: float | None = None
-    _last_tick: float | None = None
-    _stepping: bool = False  # requests were unfinished at the last tick: a step follows
+    _preserved: dict[str, _Paused] = field(default_factory=dict, init=False, repr=False)
+    _swapped: set[str] = field(default_factory=set, init=False, repr=False)
+    # Blocks this iteration may still swap out, and those it has.
+    _swap_left: int | None = field(default=None, init=False, repr=False)
+    _swapped_now: int = field(default=0, init=False, repr=False)
+    _measured_step_s: float | None = field(default=None, init=False, repr=False)
+    _last_tick: float | None = field(default=None, init=False, repr=False)
+    # Requests were unfinished at the last tick: the runner steps before the next one.
+    _stepping: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.step_s is not None and not (
@@ -114,7 +116,7 @@ class Intercept:
                 f"step_s is one iteration's compute in seconds, a positive number; got "
                 f"{self.step_s!r} (leave it None to time the engine's steps)"
             )
-        if self.copies_overlap not in (None, True, False):
+        if not (self.copies_overlap is None or isinstance(self.copies_overlap, bool)):
             raise ValueError(
                 f"copies_overlap must be True, False or None (None: on CUDA), got "
                 f"{self.copies_overlap!r}"
@@ -229,12 +231,12 @@ class Intercept:
             if choice == "keep":
                 continue
             del self._preserved[paused.budget]
+            num_short -= engine.retained.num_host_blocks_needed(paused.budget)  # on device
             if choice == "swap" and self._swap(engine, paused.budget):
                 self._count("swap later")
             else:
                 engine.release_retained(paused.budget)
                 self._count("discard later")
-            num_short -= paused.num_blocks
 
     def _swap(self, engine: Engine, budget: str) -> bool:
         """Offload the budget's held context; False when the host has no room for it."""

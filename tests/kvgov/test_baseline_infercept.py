@@ -25,9 +25,9 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    """48 blocks, and room for one running request: whichever the scheduler's order puts
-    first runs first."""
-    return Engine(EngineConfig(num_blocks=48, max_num_seqs=1))
+    """On the CPU (its copies overlap nothing), 48 blocks, and room for one running
+    request: whichever the scheduler's order puts first runs first."""
+    return Engine(EngineConfig(device="cpu", num_blocks=48, max_num_seqs=1))
 
 
 def tokens(n: int, seed: int) -> list[int]:
@@ -162,6 +162,15 @@ def test_on_the_cpu_no_copy_is_hidden_and_a_swap_is_priced_in_full(engine: Engin
         assert policy.decisions == {"swap": 1}
     finally:
         close(engine, a.budget)
+
+
+@pytest.mark.gpu
+def test_on_cuda_an_iterations_compute_hides_its_swaps() -> None:
+    """The engine copies on a side stream there: by default a 20 ms step hides 20 blocks
+    of 1 ms each."""
+    cuda = Engine(EngineConfig(device="cuda", num_blocks=48))
+    policy = Intercept(Costs(prefill_s_per_token=1e-3, swap_s_per_block=1e-3), step_s=0.02)
+    assert policy.overlaps(cuda) and policy.swap_limit(cuda) == 20
 
 
 def test_a_step_is_timed_between_the_runners_ticks(engine: Engine) -> None:

@@ -150,16 +150,27 @@ def test_one_iteration_swaps_out_no_more_than_its_compute_hides(engine: Engine) 
         close(engine, *(a.budget for a in agents))
 
 
-def test_on_the_cpu_no_copy_is_hidden_and_a_swap_is_priced_in_full(engine: Engine) -> None:
+@pytest.mark.parametrize(
+    ("overlap", "step_s"),
+    [(None, 0.02), (True, None)],
+    ids=["on the CPU", "no step timed yet"],
+)
+def test_where_no_copy_is_hidden_a_swap_is_priced_in_full(
+    engine: Engine, overlap: bool | None, step_s: float | None
+) -> None:
+    """The CPU's copies are a memcpy between steps; where copies overlap, none is known
+    hidden before a step is timed. Either way the limit is 0 and a swap is one choice
+    among three, at its full waste."""
     costs = Costs(prefill_s_per_token=1e-3, swap_s_per_block=1e-3)
-    assert Intercept(costs, step_s=0.02).swap_limit(engine) == 0  # a memcpy between steps
+    policy = Intercept(costs, copies_overlap=overlap, step_s=step_s)
+    assert policy.swap_limit(engine) == 0
     a = agent("a", 0, expected_s=30.0)
     call_ended(engine, a, tokens(200, 20))
-    policy = Intercept(costs, step_s=0.02)
     try:
         # 2 x 13 ms x 13 blocks = 0.34 block-s to swap; 2.65 to recompute; 390 to keep.
         policy.on_idle(engine, a, now=0.0)
         assert policy.decisions == {"swap": 1}
+        assert engine.retained.is_offloaded(a.budget)
     finally:
         close(engine, a.budget)
 

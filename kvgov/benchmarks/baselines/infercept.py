@@ -62,13 +62,13 @@ class Intercept:
       at no waste; one beyond it is preserved or discarded by its waste, and may be
       swapped in a later iteration (below). The step's seconds are ``step_s`` or the
       running mean of the intervals between the runner's ticks around a step (the
-      runner's clock: virtual on the twin); until one is timed the limit is 0. The swap
-      back in comes with the next call, beside that iteration's compute in the same way.
-      Copies overlap compute where ``copies_overlap`` says so, by default on CUDA, where
-      the engine copies on a side stream (on the twin, pass the modelled device's
-      ``copies_overlap_compute``); on the CPU a copy is a memcpy between two steps,
-      overlapping nothing, so the limit is 0 blocks and the paper's rule with no overlap
-      remains: swap only when its full waste is the least of the three.
+      runner's clock: virtual on the twin). The swap back in comes with the next call,
+      beside that iteration's compute in the same way. Copies overlap compute where
+      ``copies_overlap`` says so, by default on CUDA, where the engine copies on a side
+      stream (on the twin, pass the modelled device's ``copies_overlap_compute``); on the
+      CPU a copy is a memcpy between two steps, overlapping nothing, so the limit is 0
+      blocks. Where the limit is 0 (no overlap, or no step timed yet) the paper's rule
+      with no overlap remains: swap only when its full waste is the least of the three.
     - Chunked recomputation: a discarded context comes back through the engine's chunked
       prefill (``engine.scheduler``): its next request is admitted with blocks for all of
       its tokens and computed ``max_num_batched_tokens`` at a time beside the running
@@ -180,7 +180,7 @@ class Intercept:
         )
         if engine.block_manager.host_pool.num_free_blocks < paused.num_blocks:
             del waste["swap"]
-        elif self.overlaps(engine):
+        elif self.swap_limit(engine) > 0:
             if self._limit_left(engine) >= paused.num_blocks:
                 waste["swap"] = 0.0  # hidden behind this iteration's compute
             else:  # it would stall the batch: preserve or discard it for now

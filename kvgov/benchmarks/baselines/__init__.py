@@ -16,8 +16,18 @@ from kvgov.benchmarks.baselines.continuum import TtlPin
 from kvgov.benchmarks.baselines.costs import Costs, measure_costs
 from kvgov.benchmarks.baselines.infercept import Intercept
 from kvgov.benchmarks.baselines.paged import Paged
+from kvgov.benchmarks.baselines.paged_offload import PagedOffload
 
-__all__ = ["BASELINES", "Costs", "Intercept", "Paged", "TtlPin", "make_baseline", "measure_costs"]
+__all__ = [
+    "BASELINES",
+    "Costs",
+    "Intercept",
+    "Paged",
+    "PagedOffload",
+    "TtlPin",
+    "make_baseline",
+    "measure_costs",
+]
 
 BASELINES = ("paged", "ttl-pin", "intercept")  # kvgov's runs go through the governor
 
@@ -26,8 +36,11 @@ def make_baseline(name: str, costs: Costs | None) -> KVPolicy:
     """The baseline called ``name``, its choices priced by ``costs`` where it prices them."""
     if name == "paged":
         return Paged()
+    if name == "paged+offload":  # not in BASELINES: the swarm benchmark does not run it yet
+        return PagedOffload()
     if name not in ("ttl-pin", "intercept"):
-        raise ValueError(f"no baseline {name!r}; pick from {', '.join(BASELINES)}")
+        names = ", ".join((*BASELINES, "paged+offload"))
+        raise ValueError(f"no baseline {name!r}; pick from {names}")
     if costs is None:
         raise ValueError(f"{name} prices its choices: give costs (measure_costs)")
     return TtlPin(costs) if name == "ttl-pin" else Intercept(costs)

@@ -198,8 +198,9 @@ def test_an_expired_pin_goes_to_host_and_comes_back_before_the_next_call(
     engine.reset_prefix_cache()  # its device copies are gone: only the host has it
     agent.ready_at = 30.0
     swapped_in = engine.metrics().num_blocks_swapped_in
-    submit(engine, policy, agent, [*context, 5], now=30.0)
-    assert not engine.retained.is_offloaded(agent.budget)  # restored before the call
+    policy.before_call(engine, agent)
+    assert not engine.retained.is_offloaded(agent.budget)  # restored before the call is sent
+    agent.request_id = engine.add_request([*context, 5], SAMPLING, budget=agent.budget)
     assert engine.metrics().num_blocks_swapped_in - swapped_in == 12
     recomputed = engine.metrics().num_recomputed_tokens
     finish(engine, policy, agent, now=31.0)

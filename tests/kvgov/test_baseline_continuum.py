@@ -97,9 +97,9 @@ def test_the_ttl_grows_with_the_queueing_delay_evicted_calls_saw(engine: Engine)
     agent = make_agent(engine, "a", expected_s=1.0)
     submit(engine, policy, agent, PROMPT, now=0.0)
     context = finish(engine, policy, agent, now=1.0)
-    # A reload of 1.3 ms is not worth a second of the pool: nothing pinned.
+    # A reload of 1.3 ms is not worth a second of the pool: no pin, to host at once.
     assert policy.queue_delay_s == 0.0
-    assert engine.retained.held_budgets() == frozenset()
+    assert engine.retained.is_offloaded(agent.budget)
     before = policy.ttl(engine, agent)
     assert before == 0.0
     # Its tool returns at 2.0; the call, its context let go, waits in the queue until the
@@ -116,6 +116,7 @@ def test_the_ttl_grows_with_the_queueing_delay_evicted_calls_saw(engine: Engine)
     after = policy.ttl(engine, agent)
     assert after > 0.5
     assert engine.retained.held_budgets() == {agent.budget}
+    assert not engine.retained.is_offloaded(agent.budget)  # pinned on the device
 
 
 def test_the_tool_durations_are_a_prior_each_record_moves() -> None:
@@ -167,7 +168,8 @@ def test_calls_keep_their_programs_arrival_and_a_pinned_call_goes_first(
     # A call whose pin is resident goes before the older program's unpinned one.
     pinned = TtlPin(Costs(prefill_s_per_token=1e-3, swap_s_per_block=1.0))
     pinned.on_idle(engine, new, now=8.0)
-    assert engine.retained.held_budgets() == {new.budget}
+    assert new.budget in engine.retained.held_budgets()
+    assert not engine.retained.is_offloaded(new.budget)
     new.ready_at = 8.1
     submit(engine, pinned, new, PROMPT, now=8.1)
     submit(engine, pinned, old, PROMPT[:100], now=8.2)

@@ -100,12 +100,14 @@ class TtlPin:
       program-level first come first served: every call of an agent keeps its program's
       arrival (``order_time``: the agent's start). Unlike the paper's waiting-queue key,
       the priority also keeps a pinned call's request from being preempted first.
-    - Expiry (§5.2): a pin whose TTL runs out is offloaded to host memory when the host
-      has room (Continuum with DRAM offloading, §6: LMCache under the paper's runs) and
-      restored before the agent's next call; only when the host is full is it dropped to
-      the prefix cache, evictable. Under pressure the engine takes pins back before
-      preempting a running request (the paper unpins the latest program's first; the
-      engine's ``reclaim`` picks the oldest hold no queued request takes over).
+    - Expiry (§5.2): a pin whose TTL runs out, or a context given none (tau* = 0), is
+      offloaded to host memory when the host has room (Continuum with DRAM offloading,
+      §6: LMCache under the paper's runs keeps every context in DRAM, which is what
+      Prefill-Reload prices) and restored before the agent's next call; only when the
+      host is full is it dropped to the prefix cache, evictable. Under pressure the
+      engine takes pins back before preempting a running request (the paper unpins the
+      latest program's first; the engine's ``reclaim`` picks the oldest hold no queued
+      request takes over).
     """
 
     costs: Costs
@@ -114,8 +116,8 @@ class TtlPin:
     prior_mean_s: float = 1.0  # the cold start's exponential, for a tool of unknown mean
     queue_window: int = 100  # calls in T's sliding window
     name: str = "ttl-pin"
-    num_offloaded: int = 0  # pins offloaded to host on expiry
-    num_dropped: int = 0  # pins dropped on expiry, the host full
+    num_offloaded: int = 0  # contexts offloaded to host on expiry (or with no pin)
+    num_dropped: int = 0  # contexts dropped on expiry, the host full
     durations: ToolDurations = field(init=False)
     _queue_delays: deque[float] = field(init=False)
     _expiry: dict[str, float] = field(default_factory=dict)  # budget -> run time
@@ -172,8 +174,12 @@ class TtlPin:
         self._pinned_calls.discard(agent.budget)
         self._idle_since[agent.budget] = (agent.script.turns[agent.turn].tool or "", now)
         tau = self.ttl(engine, agent)
-        if tau > 0 and engine.retain(agent.budget):
+        if not engine.retain(agent.budget):
+            return  # nothing of it is cached any more
+        if tau > 0:
             self._expiry[agent.budget] = now + tau
+        else:  # no pin: expired at once, to host as every context is under DRAM offload
+            self._expire(engine, agent.budget)
 
     def before_call(self, engine: Engine, agent: Agent) -> None:
         budget, retained = agent.budget, engine.retained

@@ -14,7 +14,13 @@ from kvgov.benchmarks._swarm_result import RunResult
 
 __all__ = ["footnote", "plot"]
 
-_COLORS = {"paged": "#d62728", "ttl-pin": "#ff7f0e", "intercept": "#9467bd", "kvgov": "#2ca02c"}
+_COLORS = {
+    "paged": "#d62728",
+    "paged+offload": "#8c564b",
+    "ttl-pin": "#ff7f0e",
+    "intercept": "#9467bd",
+    "kvgov": "#2ca02c",
+}
 
 
 def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str) -> list[Path]:

@@ -150,7 +150,7 @@ def run_twin_policy(
                 engine,
                 scripts,
                 prompts,
-                make_baseline(policy, costs),
+                make_baseline(policy, costs, copies_overlap=device.profile.copies_overlap_compute),
                 reply_tokens=workload.reply_tokens,
                 clock=_TwinClock(twin.clock),
             )

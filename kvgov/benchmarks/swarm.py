@@ -5,12 +5,13 @@ turn, tool latencies heavy-tailed, every prompt fixed up front), one engine (the
 one, ``tiny-random`` on the CPU unless ``--model``/``--device`` say otherwise, recompute
 on preemption, prefix caching, a host swap space that holds every agent's peak context)
 and one KV budget at a time: the blocks every agent's peak context needs at
-once, times 1.0, 0.5, 0.33 and 0.25. At each budget one engine is built and the four
+once, times 1.0, 0.5, 0.33 and 0.25. At each budget one engine is built and the five
 policies run on it in turn, each from a cold prefix cache (checked):
 
-1. ``paged``: vLLM's policy; 2. ``ttl-pin``: Continuum; 3. ``intercept``: InferCept
-   (``baselines``, through ``_swarm_runner``, without the governor);
-4. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (``_swarm_kvgov``).
+1. ``paged``: vLLM's policy; 2. ``paged+offload``: vLLM with CPU KV offloading;
+   3. ``ttl-pin``: Continuum; 4. ``intercept``: InferCept (``baselines``, through
+   ``_swarm_runner``, without the governor);
+5. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (``_swarm_kvgov``).
 
 Per policy and budget: mean and p95 job completion time (an agent's job: a planner's
 from its arrival, a worker's from its planner's fan-out, to its last call's end),

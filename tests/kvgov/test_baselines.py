@@ -45,20 +45,25 @@ def test_paged_holds_nothing_for_an_idle_agent(engine: Engine) -> None:
         engine.close_budget(agent.budget)
 
 
-def test_ttl_pin_pins_for_its_ttl_and_then_lets_go(engine: Engine) -> None:
+def test_ttl_pin_pins_for_its_ttl_and_then_moves_it_to_host(engine: Engine) -> None:
     agent = idle_agent(engine, tool_s=0.2, expected_s=0.2)
-    policy = TtlPin(COSTS)
+    # A swap dearer than the recompute: the reload the pin saves is the recompute's.
+    policy = TtlPin(Costs(prefill_s_per_token=1e-3, swap_s_per_block=0.1))
     try:
-        # Reload: 204 tokens x 1 ms = 0.204 s; memory price: 13 of 64 blocks per second.
-        # Pinning through the expected 0.2 s gains 0.204 - 0.2 x 13/64 > 0.
-        assert policy.ttl(engine, agent) == pytest.approx(0.2)
+        # Continuum's TTL over the prior (the runtime's 0.2 s expected, exponential):
+        # the tau where the chance the tool is back, times the reload, stops paying for
+        # the time held (the rules themselves: tests/kvgov/test_baseline_continuum.py).
+        ttl = policy.ttl(engine, agent)
+        assert 0.2 < ttl < 0.5
         policy.on_idle(engine, agent, now=10.0)
         assert engine.retained.held_budgets() == {agent.budget}
-        assert engine.metrics().num_blocks_in_use == 12  # its full blocks
-        policy.tick(engine, now=10.1)
-        assert engine.retained.held_budgets() == {agent.budget}  # within the TTL
-        policy.tick(engine, now=10.25)
-        assert engine.retained.held_budgets() == frozenset()
+        assert engine.metrics().num_blocks_in_use == 12  # its full blocks, on the device
+        policy.tick(engine, now=10.0 + ttl / 2)
+        assert engine.metrics().num_blocks_in_use == 12  # within the TTL
+        policy.tick(engine, now=10.0 + ttl + 0.01)
+        # Expired with room on the host: moved there, still held, the device's blocks free.
+        assert engine.retained.held_budgets() == {agent.budget}
+        assert engine.retained.is_offloaded(agent.budget)
         assert engine.metrics().num_blocks_in_use == 0
     finally:
         engine.close_budget(agent.budget)

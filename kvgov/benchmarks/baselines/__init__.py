@@ -5,8 +5,9 @@ the priority of its calls; the engine (``SwarmRunner``) does the rest, with the 
 settings for all: prefix caching with LRU eviction, recompute on preemption, the same
 blocks and the same host swap space. The two research policies price their choices with
 ``Costs`` measured on this engine before the runs, as their papers profile their GPUs.
-One module per policy: ``paged`` (vLLM), ``continuum`` (Continuum's TTL pins, named
-``ttl-pin``) and ``infercept`` (InferCept's min-waste choice, named ``intercept``).
+One module per policy: ``paged`` (vLLM), ``paged_offload`` (vLLM with CPU KV offloading,
+named ``paged+offload``), ``continuum`` (Continuum's TTL pins, named ``ttl-pin``) and
+``infercept`` (InferCept's min-waste choice, named ``intercept``).
 """
 
 from __future__ import annotations
@@ -29,18 +30,24 @@ __all__ = [
     "measure_costs",
 ]
 
-BASELINES = ("paged", "ttl-pin", "intercept")  # kvgov's runs go through the governor
+# kvgov's runs go through the governor, not through a baseline
+BASELINES = ("paged", "paged+offload", "ttl-pin", "intercept")
 
 
-def make_baseline(name: str, costs: Costs | None) -> KVPolicy:
-    """The baseline called ``name``, its choices priced by ``costs`` where it prices them."""
+def make_baseline(
+    name: str, costs: Costs | None, *, copies_overlap: bool | None = None
+) -> KVPolicy:
+    """The baseline called ``name``, its choices priced by ``costs`` where it prices them;
+    ``copies_overlap``: whether the device's KV copies run beside its compute (None: as
+    the engine's device does; the twin passes its modelled device's)."""
     if name == "paged":
         return Paged()
-    if name == "paged+offload":  # not in BASELINES: the swarm benchmark does not run it yet
+    if name == "paged+offload":
         return PagedOffload()
-    if name not in ("ttl-pin", "intercept"):
-        names = ", ".join((*BASELINES, "paged+offload"))
-        raise ValueError(f"no baseline {name!r}; pick from {names}")
+    if name not in BASELINES:
+        raise ValueError(f"no baseline {name!r}; pick from {', '.join(BASELINES)}")
     if costs is None:
         raise ValueError(f"{name} prices its choices: give costs (measure_costs)")
-    return TtlPin(costs) if name == "ttl-pin" else Intercept(costs)
+    if name == "ttl-pin":
+        return TtlPin(costs)
+    return Intercept(costs, copies_overlap=copies_overlap)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
-from engine.block_results import Shortfall
+from engine.block_results import Fit, Shortfall
 from engine.errors import OutOfSwapSpaceError
 from engine.kv_cache import KVCache
 from engine.request import FinishReason, Request, RequestStatus
@@ -188,15 +188,7 @@ class Scheduler:
                 return
             if request.held:
                 continue
-            num_known = -(-request.num_tokens // self.manager.block_size)
-            fit = self.manager.can_allocate(
-                request.token_ids,
-                budget=request.budget,
-                ceiling_tokens=request.ceiling_tokens,
-                cache_salt=request.cache_salt,
-                num_shared_blocks=request.num_shared_blocks,
-                num_reserve_blocks=self._num_reserve_blocks(request, num_known),
-            )
+            fit = self.admission_fit(request)
             if not fit:
                 if fit.shortfall is Shortfall.POOL:
                     return  # first come, first served within a priority: no overtaking
@@ -218,6 +210,19 @@ class Scheduler:
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
             out.chunks.append(ScheduledChunk(request, num_new))
             budget -= num_new
+
+    def admission_fit(self, request: Request) -> Fit:
+        """Whether a waiting ``request`` fits now, as admission asks it: its blocks, and
+        the reserve a request joining the running ones must leave."""
+        num_known = -(-request.num_tokens // self.manager.block_size)
+        return self.manager.can_allocate(
+            request.token_ids,
+            budget=request.budget,
+            ceiling_tokens=request.ceiling_tokens,
+            cache_salt=request.cache_salt,
+            num_shared_blocks=request.num_shared_blocks,
+            num_reserve_blocks=self._num_reserve_blocks(request, num_known),
+        )
 
     def _num_reserve_blocks(self, request: Request, num_blocks: int) -> int:
         """Free blocks a request joining the running ones must leave beyond the

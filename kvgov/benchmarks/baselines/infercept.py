@@ -279,13 +279,7 @@ def _num_short_blocks(engine: Engine) -> int:
     if not waiting:
         return 0
     head = min(waiting, key=lambda request: request.sort_key())
-    fit = engine.block_manager.can_allocate(
-        head.token_ids,
-        budget=head.budget,
-        ceiling_tokens=head.ceiling_tokens,
-        cache_salt=head.cache_salt,
-        num_shared_blocks=head.num_shared_blocks,
-    )
+    fit = engine.scheduler.admission_fit(head)
     if fit or fit.shortfall is not Shortfall.POOL:
         return 0
     return fit.needed - fit.available

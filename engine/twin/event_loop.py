@@ -14,9 +14,13 @@ are tasks on it, and its clock jumps to the next timer whenever every task waits
   bring: ``TwinStalledError``, rather than a hang.
 
 Everything runs on the loop's one thread, so the same program gives the same figures to
-the last bit: ``run_in_executor`` (and so ``asyncio.to_thread``) runs the call inline and
-hands back a finished future (a blocking call would block the whole simulation; in a twin
-run every call into the engine is a quick, in-process one). Callbacks from other threads
+the last bit: ``run_in_executor`` (and so ``asyncio.to_thread``) runs the call inline (a
+blocking call would block the whole simulation; in a twin run every call into the engine
+is a quick, in-process one). The future it hands back is settled at once, or, where the
+call asked the engine something while a step was in progress (``reply_at``, which
+``TwinEngineLoop`` calls), when that step ends: a worker thread waiting on a real engine
+hears back between its steps, and that wait is time the caller really loses (a tool
+call's start, a restore before a call). Callbacks from other threads
 (``call_soon_threadsafe``) still work, for code that uses them on the loop's own thread.
 
 Errors (caller input)::
@@ -31,13 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from engine.errors import InvalidRequestError
 from engine.twin.clock import VirtualClock
 
-__all__ = ["WALL_EPOCH_S", "TwinStalledError", "VirtualTimeLoop", "run_virtual"]
+__all__ = ["WALL_EPOCH_S", "ThreadClock", "TwinStalledError", "VirtualTimeLoop", "run_virtual"]
 
 T = TypeVar("T")
 
@@ -89,6 +94,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         super().__init__(selector=_VirtualSelector(clock))
         self.clock = clock
         self.wall_epoch_s = wall_epoch_s
+        self._reply_at: float | None = None  # while run_in_executor runs a call: see reply_at
 
     def time(self) -> float:
         return self.clock.now()
@@ -99,17 +105,124 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def wall(self) -> float:
         return self.wall_epoch_s + self.clock.now()
 
+    def replying_at(self) -> float | None:
+        """Where the call ``run_in_executor`` is running stands in virtual time: when its
+        latest call into the engine was answered (its start before any); None outside
+        such a call."""
+        return self._reply_at
+
+    def reply_at(self, at: float) -> None:
+        """The call ``run_in_executor`` is running hears back at virtual time ``at`` at
+        the earliest (a worker thread's call waits for the engine's step in progress).
+        Outside such a call, nothing: code on the loop itself never waits on the engine."""
+        if self._reply_at is not None:
+            self._reply_at = max(self._reply_at, at)
+
     def run_in_executor(  # type: ignore[override]
         self, executor: object, func: Callable[..., T], *args: Any
     ) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
+        self.run_as_thread(future, func, *args)
+        return future
+
+    def run_as_thread(self, future: asyncio.Future[T], func: Callable[..., T], *args: Any) -> float:
+        """Run ``func(*args)`` inline as a worker thread's call: settle ``future`` with
+        its result or error when it hears back (see ``reply_at``); that virtual time."""
+        outer, self._reply_at = self._reply_at, self.time()
         try:
-            future.set_result(func(*args))
+            try:
+                result: T = func(*args)
+            finally:
+                at, self._reply_at = self._reply_at, outer
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # handed to the awaiting task, as a thread's would be
-            future.set_exception(exc)
-        return future
+            self._settle_at(at, future, None, exc)
+        else:
+            self._settle_at(at, future, result, None)
+        if outer is not None:  # a nested call: the outer one hears back no earlier
+            self.reply_at(at)
+        return at
+
+    def _settle_at(
+        self, at: float, future: asyncio.Future[T], result: T | None, error: BaseException | None
+    ) -> None:
+        def settle() -> None:
+            if future.cancelled():
+                return
+            if error is None:
+                future.set_result(result)  # type: ignore[arg-type]
+            else:
+                future.set_exception(error)
+
+        if at > self.time():
+            self.call_at(at, settle)
+        else:
+            settle()
+
+
+class ThreadClock:
+    """A governor's clock on a ``VirtualTimeLoop`` whose callbacks run as under
+    ``SystemClock``: one at a time, on one deadline thread. Each runs as that thread's
+    call (``run_as_thread``), so what it asks the engine is answered between steps, and
+    the next callback waiting for the thread starts when it has heard back. (With the
+    loop itself as the clock, callbacks run on the loop and are answered at once.)"""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        self.loop = loop
+        self._free_at = 0.0  # when the thread is done with its latest callback
+        self._due: deque[tuple[_ThreadTimer, Callable[..., None], tuple[object, ...]]] = deque()
+
+    def now(self) -> float:
+        return self.loop.now()
+
+    def wall(self) -> float:
+        return self.loop.wall()
+
+    def call_later(self, seconds: float, fn: Callable[..., None], *args: object) -> _ThreadTimer:
+        timer = _ThreadTimer()
+        timer.handle = self.loop.call_later(seconds, self._fire, timer, fn, args)
+        return timer
+
+    def _fire(self, timer: _ThreadTimer, fn: Callable[..., None], args: tuple[object, ...]) -> None:
+        """Due: run now, or after the callbacks due before it, in the order they fell due."""
+        self._due.append((timer, fn, args))
+        if len(self._due) == 1:
+            self._run_due()
+
+    def _run_due(self) -> None:
+        loop = self.loop
+        while self._due:
+            if self._free_at > loop.time():  # still waiting on what it asked the engine
+                loop.call_at(self._free_at, self._run_due)
+                return
+            timer, fn, args = self._due.popleft()
+            if timer.cancelled:
+                continue
+            done: asyncio.Future[None] = loop.create_future()
+            done.add_done_callback(_report)
+            self._free_at = loop.run_as_thread(done, fn, *args)
+
+
+class _ThreadTimer:
+    __slots__ = ("cancelled", "handle")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.handle: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.handle is not None:
+            self.handle.cancel()
+
+
+def _report(done: asyncio.Future[None]) -> None:
+    """A callback's error, where the deadline thread would warn of it: the loop's handler."""
+    if not done.cancelled() and done.exception() is not None:
+        done.get_loop().call_exception_handler(
+            {"message": "a deadline callback raised", "exception": done.exception()}
+        )
 
 
 def run_virtual(main: Coroutine[Any, Any, T], *, clock: VirtualClock | None = None) -> T:

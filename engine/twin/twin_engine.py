@@ -88,6 +88,7 @@ class TwinEngine:
     forward: bool = True
     noise: StepNoise | None = None  # a factor on each step's modelled compute
     busy_until: float = 0.0  # the end of the latest step (virtual seconds)
+    last_step_s: float = 0.0  # how long the latest step took, copies it waited for included
     times: dict[str, RequestTimes] = field(default_factory=dict)
     num_steps: int = 0
     peak_sequences: int = 0  # sequences computed in one step, at most
@@ -139,6 +140,7 @@ class TwinEngine:
         self.compute_s += compute
         self.stall_s += stall
         self.busy_until = end
+        self.last_step_s = end - start
         if self.advance:
             self.clock.advance_to(end)
         now = end

@@ -14,8 +14,10 @@ who runs the engine and when:
   the caller's turn on the loop, and its future is settled before it returns. On the real
   loop it would wait for the step in progress to end; the engine state it finds is the
   same (a step's state changes are made as it starts here, and it hands out its outputs
-  as it ends), only the caller hears back earlier, by at most one step. Copies it asks
-  for start when that step ends (``TwinEngine._copy``);
+  as it ends). A caller on a worker thread (``asyncio.to_thread``: the governor's hold,
+  restore and release) hears back when that step ends, as on the real loop: the command
+  tells the virtual loop (``VirtualTimeLoop.reply_at``), which settles that call's future
+  then. Copies it asks for start when that step ends (``TwinEngine._copy``);
 - nothing blocks: ``generate`` and ``submit`` (a caller waiting for the engine's answer)
   work, since the answer is ready when ``call`` returns, but a stream's ``result()``
   before the request ends would wait forever; twin runs use the async calls.
@@ -49,6 +51,7 @@ from engine.engine_loop import (
     _Command,
 )
 from engine.loop_snapshot import take
+from engine.twin.event_loop import VirtualTimeLoop
 from engine.twin.twin_engine import TwinEngine, TwinError
 
 __all__ = ["TwinEngineLoop"]
@@ -79,6 +82,8 @@ class TwinEngineLoop(EngineLoop):
             _CLAIMS[engine] = self
         self.engine = engine
         self.twin = twin
+        self._loop = loop
+        self._lane_free_at = 0.0  # when the latest worker thread's command was answered
         self._idle_wait_s = idle_wait_s
         self._streams = {}
         self._lock = threading.Lock()
@@ -108,9 +113,32 @@ class TwinEngineLoop(EngineLoop):
         with self._lock:
             if self._closed.is_set():
                 raise EngineLoopClosedError()
+        loop = self._loop if isinstance(self._loop, VirtualTimeLoop) else None
+        sent = None if loop is None else loop.replying_at()
         _Command(fn, args, kwargs, future).run(self._publish)
         self._wake.set()  # an idle or stalled driver looks again
+        if loop is not None and sent is not None:
+            loop.reply_at(self._answered(sent))
         return future
+
+    def _answered(self, sent: float) -> float:
+        """When a worker thread's command sent at ``sent`` hears back: worker threads
+        call the engine one at a time (the governor's backend lock), each answered
+        between the engine's steps, once the step in progress (the latest one, or else
+        the next, as long as the last) has ended, and on a device whose copies do not
+        overlap compute, once the copies it asked for are done."""
+        twin = self.twin
+        sent = max(sent, self._lane_free_at)
+        if twin.busy_until > sent:
+            answered = twin.busy_until
+        elif self.engine.has_unfinished():
+            answered = sent + twin.last_step_s
+        else:
+            answered = sent
+        if not twin.profile.copies_overlap_compute:
+            answered = max(answered, twin.link.free_at)
+        self._lane_free_at = answered
+        return answered
 
     # -- the driver -----------------------------------------------------------------
     async def _drive(self) -> None:

@@ -31,7 +31,7 @@ from engine.twin import (
     StepNoise,
     VirtualClock,
 )
-from engine.twin.event_loop import run_virtual
+from engine.twin.event_loop import ThreadClock, VirtualTimeLoop, run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
 from governor import LocalBackend
@@ -180,6 +180,7 @@ async def _kvgov(
     import asyncio
 
     loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop)
     backend = LocalBackend(TwinEngineLoop(twin))
     try:
         await kvgov_program(
@@ -189,7 +190,7 @@ async def _kvgov(
             result,
             names=names,
             deadline_s=deadline_s,
-            clock=loop,  # type: ignore[arg-type]
+            clock=ThreadClock(loop),  # deadlines on a thread, as under SystemClock
             tool_delay=tool_delay,
         )
     finally:

@@ -100,6 +100,46 @@ def test_a_request_made_during_a_step_waits_for_the_next_one() -> None:
     assert 0 < arrived < step_end < done  # it ran after the step in progress ended
 
 
+def test_a_worker_threads_commands_hear_back_between_steps_one_at_a_time() -> None:
+    """On the real loop a worker thread's command (the governor's hold, restore, release)
+    is answered between the engine's steps, and the next one it sends waits for the step
+    after; an idle engine answers at once."""
+    twin = twin_engine()
+
+    async def main() -> tuple[float, float, float, float, float, float]:
+        loop = asyncio.get_running_loop()
+        engine_loop = TwinEngineLoop(twin)
+        backend = LocalBackend(engine_loop)
+        try:
+            idle_at = loop.time()
+            await asyncio.to_thread(engine_loop.call, twin.engine.metrics)
+            idle_answered = loop.time()
+            running = asyncio.create_task(
+                backend.agenerate(GenerationRequest(prompt=prompt(3), max_tokens=40))
+            )
+            await asyncio.sleep(0.001)  # mid-step
+            sent, step_end, step_s = loop.time(), twin.busy_until, twin.last_step_s
+
+            def twice() -> None:
+                engine_loop.call(twin.engine.metrics)
+                engine_loop.call(twin.engine.metrics)
+
+            await asyncio.to_thread(twice)
+            answered = loop.time()
+            await running
+            return idle_at, idle_answered, sent, step_end, answered, step_s
+        finally:
+            backend.close()
+
+    idle_at, idle_answered, sent, step_end, answered, step_s = run_virtual(main(), clock=twin.clock)
+    assert idle_answered == idle_at  # nothing running: answered at once
+    assert sent < step_end
+    # The first command waited for the step in progress, the second for one more step
+    # (the twin charges the next step as long as the last, not knowing it yet).
+    assert answered == pytest.approx(step_end + step_s)
+    assert step_s > 0
+
+
 def test_a_cancelled_call_and_close_return_every_block() -> None:
     twin = twin_engine()
 

@@ -119,7 +119,7 @@ def twin_check(
     rounds: Annotated[
         int,
         typer.Option(
-            help="Real rounds per policy, and as many twin rounds; their medians are compared."
+            help="Real rounds per policy (the twin runs four times as many); medians compared."
         ),
     ] = 5,
     fraction: Annotated[

@@ -1,5 +1,6 @@
 """``kvgov twin check``, the short form CI runs: the twin calibrated here replays the quick
-swarm workload on two policies (paged and kvgov), against one real round of each.
+swarm workload on two policies (paged and kvgov), four twin rounds against one real
+round of each.
 
 The full check (five real rounds, the benchmark's workload, every policy) is measured
 against the issue's tolerances (job time within 10%, prefill tokens within 5%; its figures
@@ -35,9 +36,10 @@ def short() -> TwinCheck:
 def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: TwinCheck) -> None:
     assert [c.policy for c in short.checks] == ["paged", "kvgov"]
     for check in short.checks:
-        (real,), (twin,) = check.real, check.twin  # one round each
-        assert twin.failed == real.failed == []
-        assert twin.prompts == real.prompts  # the same program sent the same requests
+        (real,) = check.real  # one real round, four twin rounds
+        for twin in check.twin:
+            assert twin.failed == real.failed == []
+            assert twin.prompts == real.prompts  # the same program sent the same requests
         bound = 0.05 if check.policy == "kvgov" else 0.15
         assert check.error(FIGURES["prefill_tokens"]) <= bound, check.policy
         # Held to 0.25 beyond how far the machine strayed, during the real round, from the
@@ -74,7 +76,10 @@ def test_the_twins_rounds_scatter_as_the_real_steps_did(short: TwinCheck) -> Non
     # steps: a shared host's is a few percent to a few tens of percent, never none.
     assert 0.005 < short.noise.sigma < 0.5, short.noise
     note = {m.metric: m for m in short.measurements()}["twin_jct_error_max"].note
-    assert f"sigma {short.noise.sigma:.3f}" in note and "twin: median of as many rounds" in note
+    assert f"sigma {short.noise.sigma:.3f}" in note and "twin: median of 4 rounds" in note
+    # Four twin rounds for each real one, each its own seed: the twin's median is of them.
+    for check in short.checks:
+        assert [r.round for r in check.twin] == [0, 1, 2, 3], check.policy
 
 
 def test_the_step_timer_gives_the_engine_back_as_it_was() -> None:

@@ -84,8 +84,12 @@ def run_kvgov(
 def _ceiling(peers: Sequence[AgentScript], workload: SwarmWorkload, backend: LocalBackend) -> int:
     """The ceiling a user sets for an agent kind: its largest context and a reply, with a
     block to spare (at most the workload's own ceiling, at which it compacts)."""
-    peak = max(backend.counter.count_messages(list(t.messages)) for s in peers for t in s.turns)
-    needed = peak + workload.reply_tokens + 16
+    needed = 16 + max(
+        backend.counter.count_messages(list(t.messages))
+        + (workload.reply_tokens if t.reply_tokens is None else t.reply_tokens)
+        for s in peers
+        for t in s.turns
+    )
     return needed if workload.ceiling_tokens is None else min(workload.ceiling_tokens, needed)
 
 
@@ -131,7 +135,8 @@ async def kvgov_program(
 
     async def call(lease: Lease, script: AgentScript, index: int) -> None:
         turn = script.turns[index]
-        await governor.acomplete(lease, list(turn.messages), max_tokens=workload.reply_tokens)
+        tokens = workload.reply_tokens if turn.reply_tokens is None else turn.reply_tokens
+        await governor.acomplete(lease, list(turn.messages), max_tokens=tokens)
         on_call()
 
     def finished(script: AgentScript, started: float, error: BaseException | None) -> None:

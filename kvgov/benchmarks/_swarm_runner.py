@@ -168,9 +168,13 @@ class SwarmRunner:
         # The run's seconds on the engine's clock: as many seconds before its now.
         order_time = None if at is None else self.engine.clock() - (now - at)
         try:
+            turn = agent.script.turns[agent.turn]
+            sampling = self.sampling
+            if turn.reply_tokens is not None:
+                sampling = SamplingParams(max_tokens=turn.reply_tokens, temperature=0.0)
             agent.request_id = self.engine.add_request(
                 self.prompts[(agent.script.name, agent.turn)],
-                self.sampling,
+                sampling,
                 budget=agent.budget,
                 priority=self.policy.priority(agent),
                 order_time=order_time,

@@ -78,6 +78,7 @@ class Turn:
     tool: str | None  # the tool the turn ends in; None for the last turn
     tool_s: float  # how long that tool takes, drawn up front
     expected_s: float  # the tool's mean latency: what a runtime can know in advance
+    reply_tokens: int | None = None  # the call's output tokens; None: the workload's
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class AgentScript:
     planner: bool
     turns: tuple[Turn, ...]  # a planner's: plan (ends in the fan-out), then synthesize
     arrival_s: float  # a planner's arrival; a worker starts when its planner fans out
+    tenant: str = ""  # whose agent it is, where a workload serves several tenants
 
     @property
     def system(self) -> Message:

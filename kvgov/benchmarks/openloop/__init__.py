@@ -1,0 +1,7 @@
+"""The swarm benchmark under open-loop load (issue 34): teams arriving as a Poisson
+process, tenants of different sizes, long agents and heavy-tailed tools, every policy
+at its papers' best, many seeds and paired confidence bands.
+
+- ``workload``: the workload and its prompts, fixed up front for every policy;
+- ``stats``: paired bootstrap intervals over seeds, goodput.
+"""

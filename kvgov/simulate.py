@@ -62,6 +62,7 @@ __all__ = [
     "Simulation",
     "simulate",
     "simulation_table",
+    "stand_in_engine",
 ]
 
 SCHEMES = ("reserve", "paged", "kvgov")
@@ -400,23 +401,37 @@ def simulate(
 
 def _engine(scenario: Scenario, scheme: str) -> tuple[Engine, int | None]:
     """The stand-in engine a scheme runs on, and reserve-for-max's slots (None: paged)."""
-    from engine import Engine, EngineConfig, PreemptionMode
-
     context_blocks = math.ceil(scenario.target.context_tokens / scenario.block_size)
     slots = max(1, scenario.kv_blocks // context_blocks) if scheme == "reserve" else None
-    engine = Engine(
+    return stand_in_engine(scenario, max_num_seqs=slots), slots
+
+
+def stand_in_engine(
+    scenario: Scenario,
+    *,
+    num_blocks: int | None = None,
+    host_blocks: int | None = None,
+    max_num_seqs: int | None = None,
+) -> Engine:
+    """The engine whose decisions the twin times at ``scenario``'s target size: the
+    stand-in model's, with the card's KV blocks and host blocks (or ``num_blocks`` and
+    ``host_blocks``), recompute on preemption and prefix caching, as a user of the paged
+    engine runs it; ``max_num_seqs`` caps the requests in one step (reserve-for-max's
+    slots)."""
+    from engine import Engine, EngineConfig, PreemptionMode
+
+    return Engine(
         EngineConfig(
             model=_STANDIN,
             device="cpu",
-            num_blocks=scenario.kv_blocks,
+            num_blocks=scenario.kv_blocks if num_blocks is None else num_blocks,
             block_size=scenario.block_size,
-            swap_space_blocks=scenario.host_blocks,
+            swap_space_blocks=scenario.host_blocks if host_blocks is None else host_blocks,
             preemption_mode=PreemptionMode.RECOMPUTE,
             max_model_len=scenario.target.context_tokens,
-            **({} if slots is None else {"max_num_seqs": slots}),
+            **({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}),
         )
     )
-    return engine, slots
 
 
 def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:

@@ -17,6 +17,9 @@ own (its model computes them, the tiny-random one on this CPU); only time is the
   and then computes; with it, copies run beside the compute and delay the step only by
   what they take beyond it. A copy issued between steps (``engine.offload``) starts then,
   and the next step waits for the link as above;
+- a prefill outside a step (``engine.runner.forward``: ``pin_prefix`` computing a shared
+  prefix) is charged as a step of its own, at the target's size, after the step in
+  progress (``prefill``), and with ``forward=False`` it is not computed either;
 - each request's virtual arrival (``add_request``), first token and finish (the end of
   the step that produced them, or the time of an ``abort``) are recorded by request id;
 - the engine reads the virtual clock (``Engine.clock``): its requests' arrival, finish
@@ -56,7 +59,7 @@ from engine.twin.clock import VirtualClock
 from engine.twin.link import Direction, HostLink
 from engine.twin.noise import StepNoise
 from engine.twin.profiles import DeviceProfile
-from engine.twin.shapes import ModelShape, StepBatch
+from engine.twin.shapes import ModelShape, SequenceWork, StepBatch
 from engine.twin.step_time import StepTimeModel
 
 __all__ = ["RequestTimes", "TwinEngine", "TwinError", "attach_twin"]
@@ -154,6 +157,24 @@ class TwinEngine:
                 times.finish_s = now
         return outputs
 
+    def prefill(self, items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]) -> None:
+        """Charge a forward pass outside a step (``runner.forward``'s items: token ids,
+        start, tokens, blocks) as a step of its own: the device computes it after the
+        step in progress, and the next step starts after it."""
+        batch = StepBatch(tuple(SequenceWork(num, start) for _, start, num, _ in items))
+        if not batch.sequences:
+            return
+        start = max(self.clock.now(), self.busy_until)
+        if not self.profile.copies_overlap_compute:  # it waits for the copies, as a step
+            start = max(start, self.link.free_at)
+        compute = self._model.seconds(self.model_shape, batch)
+        if self.noise is not None:
+            compute *= self.noise.factor()
+        self.compute_s += compute
+        self.busy_until = start + compute
+        if self.advance:
+            self.clock.advance_to(self.busy_until)
+
     def add_request(self, *args: Any, **kwargs: Any) -> str:
         request_id: str = self._add_request(*args, **kwargs)
         self.times[request_id] = RequestTimes(arrival_s=self.clock.now())
@@ -196,6 +217,7 @@ def _wrapped_attributes(engine: Engine) -> tuple[tuple[object, str], ...]:
         (engine, "abort"),
         (engine, "clock"),
         (engine.runner, "execute"),
+        (engine.runner, "forward"),
     )
 
 
@@ -238,7 +260,7 @@ def attach_twin(
         (id(owner), name): owner.__dict__.get(name) for owner, name in _wrapped_attributes(engine)
     }
     step, add_request, abort = engine.step, engine.add_request, engine.abort
-    runner_execute = engine.runner.execute
+    runner_execute, runner_forward = engine.runner.execute, engine.runner.forward
 
     fixed_token = _fixed_token(engine)
 
@@ -248,8 +270,15 @@ def attach_twin(
             return runner_execute(chunks)
         return [fixed_token if chunk.completes else None for chunk in chunks]
 
+    def forward(items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]) -> Any:
+        twin.prefill(items)
+        if twin.forward:
+            return runner_forward(items)
+        return None  # its one caller, pin_prefix, reads no hidden states
+
     twin._step, twin._add_request, twin._abort = step, add_request, abort
     engine.runner.execute = execute  # type: ignore[method-assign]
+    engine.runner.forward = forward  # type: ignore[method-assign]
     engine.step = twin.step  # type: ignore[method-assign]
     engine.add_request = twin.add_request  # type: ignore[method-assign]
     engine.abort = twin.abort  # type: ignore[method-assign]

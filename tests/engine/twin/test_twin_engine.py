@@ -183,6 +183,35 @@ def test_the_same_run_twice_gives_the_same_virtual_times_bit_for_bit() -> None:
     assert run() == first
 
 
+@pytest.mark.parametrize("forward", [True, False])
+def test_a_pinned_prefix_is_charged_its_prefill_and_computed_only_with_the_forward_pass(
+    forward: bool,
+) -> None:
+    """``pin_prefix`` prefills outside a step (``runner.forward``): the device spends that
+    time too, after the step in progress, and without the forward pass nothing runs."""
+    engine, _ = make_engine()
+    ran: list[int] = []
+    real_forward = engine.runner.forward
+
+    def counted(items):  # type: ignore[no-untyped-def]
+        ran.append(len(items))
+        return real_forward(items)
+
+    engine.runner.forward = counted  # type: ignore[method-assign]
+    twin = attach_twin(engine, profile=OVERLAPPED, model_shape=TARGET, forward=forward)
+    prefix = PROMPT[:48]
+    engine.pin_prefix(prefix)
+    expected = StepTimeModel(OVERLAPPED).seconds(TARGET, StepBatch((SequenceWork(48, 0),)))
+    assert twin.clock.now() == twin.busy_until == pytest.approx(expected)
+    assert twin.compute_s == pytest.approx(expected)
+    assert ran == ([1] if forward else [])
+    # The pin's blocks serve a request as computed ones either way.
+    [done] = engine.generate([*prefix, 9, 9], GREEDY)
+    assert done.num_cached_tokens == 48
+    twin.detach()
+    assert engine.runner.forward is counted
+
+
 def test_detach_gives_the_engine_back_as_it_was() -> None:
     engine, _ = make_engine()
     spy = engine.runner.execute

@@ -31,6 +31,7 @@ from kvgov.benchmarks.openloop.workload import (
     describe,
     prompts,
 )
+from kvgov.benchmarks.openloop.workload import _LineIds as LineIds
 from policies import build_corpus
 
 SMALL = OpenLoopWorkload(
@@ -157,6 +158,32 @@ def test_tool_latencies_are_clipped_lognormals_and_expected_is_their_mean() -> N
         assert statistics.mean(sample) == pytest.approx(tool.mean_s, rel=0.03), tool.name
 
 
+# The middle 80% of each tool's latency (seconds) and its output sizes (tokens), as its
+# mix's comment cites them.
+_BANDS = {
+    "open_file": (0.005, 0.15, 400, 2_500),
+    "search": (0.03, 0.6, 100, 1_500),
+    "edit": (0.005, 0.1, 1, 300),
+    "run_tests": (2.0, 30.0, 300, 4_000),
+    "run_repro": (0.4, 6.0, 100, 2_000),
+    "api_get": (0.04, 1.0, 100, 600),
+    "api_post": (0.04, 1.0, 100, 600),
+    "web_search": (0.3, 3.0, 200, 1_500),
+    "fetch_page": (0.4, 6.0, 500, 3_000),
+}
+
+
+def test_each_tool_s_latency_and_output_lie_in_the_band_it_models() -> None:
+    rng = random.Random(1)
+    tools = [t for mix in MIXES.values() for t in mix]
+    assert {t.name for t in tools} == _BANDS.keys()
+    for tool in tools:
+        low_s, high_s, low_tokens, high_tokens = _BANDS[tool.name]
+        draws = sorted(tool.draw_s(rng) for _ in range(2_000))
+        assert low_s <= draws[200] and draws[1_800] <= high_s, tool.name
+        assert low_tokens <= tool.min_tokens <= tool.max_tokens <= high_tokens, tool.name
+
+
 def test_the_swe_mix_spans_milliseconds_to_tens_of_seconds(tokenizer: Tokenizer) -> None:
     swe_only = dataclasses.replace(SMALL, tenants=SMALL.tenants[:1], duration_s=30.0)
     scripts = build(swe_only, counter_for(tokenizer))
@@ -251,6 +278,19 @@ def test_prompts_are_the_chat_template_ids(tokenizer: Tokenizer, small: tuple[An
     for s in small:
         for i, turn in enumerate(s.turns):
             assert ids[(s.name, i)] == tokenizer.encode_chat(list(turn.messages))
+
+
+def test_a_prompt_s_lines_encoded_apart_are_its_ids(
+    tokenizer: Tokenizer, small: tuple[Any, ...]
+) -> None:
+    """The fast path ``prompts`` and ``counter_for`` take for tiktoken: exact on every
+    prompt, not only through their fallback."""
+    lines = LineIds(tokenizer)
+    tricky = {"role": "user", "content": "a.\n\n  b\t\n\nc:\n- d\n\u00e9t\u00e9 42\n"}
+    for s in small:
+        for turn in s.turns:
+            messages = [*turn.messages, tricky]
+            assert lines.encode_chat(messages) == tokenizer.encode_chat(messages)
 
 
 class _MarkedTokenizer:

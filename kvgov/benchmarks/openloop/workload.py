@@ -657,8 +657,10 @@ class _Corpus:
 
 # A line starts after a newline and at a character that is not white space: tiktoken's
 # and byte-level BPE's pre-tokenizers never join a piece across such a point, so a text's
-# ids are its lines' ids joined (``counter_for`` and ``prompts`` check it).
-_LINE_START = re.compile(r"(?<=\n)(?=\S)")
+# ids are its lines' ids joined (``counter_for`` and ``prompts`` check it). The split
+# takes the newline that ends each line but the last (seven times faster on a prompt
+# than a split between two lookarounds).
+_LINE_END = re.compile(r"\n(?=\S)")
 
 
 class _LineIds:
@@ -668,16 +670,22 @@ class _LineIds:
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.name = tokenizer.name
-        self.ids: dict[str, list[int]] = {}
+        self.ids: dict[str, list[int]] = {}  # a line -> the ids of it and its newline
+        self.tails: dict[str, list[int]] = {}  # a text's last line -> its ids
 
     def encode(self, text: str) -> list[int]:
+        encode = self.tokenizer.encode
+        *lines, tail = _LINE_END.split(text)
         out: list[int] = []
-        for line in _LINE_START.split(text):
+        for line in lines:
             ids = self.ids.get(line)
             if ids is None:
-                ids = self.ids[line] = self.tokenizer.encode(line)
+                ids = self.ids[line] = encode(line + "\n")
             out += ids
-        return out
+        ids = self.tails.get(tail)
+        if ids is None:
+            ids = self.tails[tail] = encode(tail)
+        return out + ids
 
     def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         return self.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))

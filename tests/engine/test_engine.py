@@ -246,6 +246,9 @@ def test_token_ids_outside_the_vocabulary_are_refused(llama_dir: Path) -> None:
         engine.add_request([1, 512], GREEDY)
     with pytest.raises(InvalidRequestError, match="vocabulary is larger"):
         engine.add_request("hello there", GREEDY)  # cl100k ids do not fit a 512-token model
+    for bad in ([1, -1, 2], [1, True, 2], [1, 2.0, 3], [1, "2"]):
+        with pytest.raises(InvalidRequestError, match=r"ints in 0\.\.511"):
+            engine.add_request(bad, GREEDY)
     assert_released(engine)
 
 

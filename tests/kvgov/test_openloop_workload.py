@@ -361,6 +361,22 @@ def test_bad_tenant_fields_say_what_to_change(change: dict[str, Any], says: str)
     assert issubclass(OpenLoopWorkloadError, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"median_s": 0.0}, "median_s"),
+        ({"sigma": math.inf}, "sigma"),
+        ({"min_tokens": 0}, "min_tokens"),
+        ({"max_tokens": 10}, "min_tokens <= max_tokens"),
+        ({"category": "source_code"}, "names no corpus category"),
+        ({"weight": -1.0}, "weight"),
+    ],
+)
+def test_bad_tool_fields_say_what_to_change(change: dict[str, Any], says: str) -> None:
+    with pytest.raises(OpenLoopWorkloadError, match=says):
+        dataclasses.replace(MIXES["swe"][0], **change)
+
+
 def test_describe_says_what_ran() -> None:
     line = describe(CPU)
     assert "\n" not in line

@@ -37,6 +37,7 @@ from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
 from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus
+from policies.benchmarks.corpus import Category
 
 __all__ = [
     "CPU",
@@ -60,6 +61,7 @@ _SUMMARY_TOKENS = 160  # SummarizeOldest's summary of what it folds, as the swar
 # A ceiling must hold the system prompt, the task, one reply and room to compact into.
 _MIN_ROOM_TOKENS = 512
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
+_CATEGORIES = frozenset(c.value for c in Category)
 
 
 class OpenLoopWorkloadError(ValueError):
@@ -101,6 +103,28 @@ class Tool:
     max_tokens: int
     category: str  # a corpus ``Category`` value: "test_log", "json_api", ...
     weight: float
+
+    def __post_init__(self) -> None:
+        if not (_positive(self.median_s) and _positive(self.sigma)):
+            raise OpenLoopWorkloadError(
+                f"tool {self.name}: median_s and sigma of its lognormal latency must be "
+                f"finite numbers > 0, got {self.median_s!r} and {self.sigma!r}"
+            )
+        if not _span((self.min_tokens, self.max_tokens), 1):
+            raise OpenLoopWorkloadError(
+                f"tool {self.name}: its output is min_tokens-max_tokens tokens, ints with "
+                f"1 <= min_tokens <= max_tokens, got {self.min_tokens!r}-{self.max_tokens!r}"
+            )
+        if self.category not in _CATEGORIES:
+            raise OpenLoopWorkloadError(
+                f"tool {self.name}: category {self.category!r} names no corpus category; "
+                f"use one of {sorted(_CATEGORIES)}"
+            )
+        if not _positive(self.weight):
+            raise OpenLoopWorkloadError(
+                f"tool {self.name}: weight is its share of its mix's calls, a finite number "
+                f"> 0, got {self.weight!r}"
+            )
 
     @property
     def mean_s(self) -> float:
@@ -396,9 +420,9 @@ def prompts(
         last = len(s.turns) - 1
         if ids[(s.name, last)] != tokenizer.encode_chat(list(s.turns[last].messages)):
             return {
-                (s.name, i): tokenizer.encode_chat(list(t.messages))
-                for s in scripts
-                for i, t in enumerate(s.turns)
+                (agent.name, i): tokenizer.encode_chat(list(t.messages))
+                for agent in scripts
+                for i, t in enumerate(agent.turns)
             }
     return ids
 

@@ -160,3 +160,25 @@ def test_check_topology_counts_a_shared_prefix_once_and_what_it_calls_fit_runs(
         governor.unregister_prefix("team")
     assert governor.admission.ledger() == (0, 0, 0, 0)
     assert backend.metrics().num_blocks_in_use == 0
+
+
+def test_a_lease_alone_is_admitted_though_its_context_leaves_no_headroom(
+    backend: LocalBackend,
+) -> None:
+    """Overcommit holds ``headroom_ratio`` back for the growth of the leases it runs at
+    once. A lease alone, its context within the limit but not with the headroom on top,
+    must still run: nothing else can make room for it. Held out, it waited forever (the
+    open-loop swarm on a small card stalled with five such leases queued and none active)."""
+    governor = Governor(backend, config=_config())
+    limit = governor.admission.limit_blocks
+    blocks = math.floor(limit / 1.25) + 4  # x 1.25 past the limit, alone within it
+    governor.register_agent(AgentSpec(name="agent", ceiling_tokens=(limit - 2) * BLOCK))
+    task = _task(backend, blocks, "task")
+    with governor.lease("agent") as lease:
+        governor.complete(lease, task, max_tokens=4)
+        assert lease.blocks_charged * 1.25 > limit >= lease.blocks_charged
+        with governor.tool_call(lease, "build"):
+            assert lease.state is LeaseState.PARKED
+        governor.complete(lease, task, max_tokens=4)  # resumed, not held out till timeout
+        assert lease.state is LeaseState.ACTIVE
+    assert governor.admission.counts()[:2] == (0, 0)

@@ -1,0 +1,197 @@
+"""The figures of one panel's runs: job times against arrival rate, each policy over its
+own unconstrained run, goodput, and kvgov against the best baseline, every one a median
+over the evaluation seeds with its paired 95% bootstrap interval (``stats``).
+
+Goodput is per job (``stats.goodput_per_min``): a job counts when it finished within the
+SLO, which is twice the p99 job time of the seed's unloaded run, the paged engine with
+room for every context at the lowest rate swept (memory never binds there and compute
+barely does; the same SLO for every policy, so goodputs compare). The best baseline is
+picked once, on its median over the evaluation seeds (``stats.best_of``), then compared
+with kvgov seed by seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from engine.benchmarks import Direction, Measurement
+from kvgov.benchmarks._swarm_result import RunResult, percentile
+from kvgov.benchmarks.openloop import stats
+from kvgov.benchmarks.openloop.panel import PanelRuns
+
+__all__ = ["PanelFigures"]
+
+_BENCH = "swarm"
+_LOWER, _HIGHER = Direction.LOWER_IS_BETTER, Direction.HIGHER_IS_BETTER
+
+
+@dataclass(slots=True)
+class PanelFigures:
+    """The figures of ``runs`` over ``rates`` and ``seeds``, in the panel's ``suffix``
+    (``twin`` for the reference card's twin, ``cpu`` for the CPU panel)."""
+
+    runs: PanelRuns
+    rates: Sequence[float]
+    seeds: Sequence[int]
+    policies: Sequence[str]
+    window_s: float  # the arrival window, for jobs per minute
+    suffix: str
+
+    def slo_s(self, seed: int) -> float:
+        """2x the p99 job time of the seed's unloaded run (see the module docstring)."""
+        unloaded = self.runs.result("paged", min(self.rates), seed, unconstrained=True)
+        return stats.slo_s_of(list(unloaded.jct_s.values()))
+
+    def goodput(self, result: RunResult, seed: int) -> float:
+        return stats.goodput_per_min(
+            result.jct_s, len(result.failed), self.window_s, self.slo_s(seed)
+        )
+
+    def per_seed(self, policy: str, rate: float, figure: str) -> dict[int, float]:
+        """``figure`` (``jct_mean``, ``jct_p99``, ``goodput``, ``recomputed``, ``failed``,
+        ``jct_mean_unconstrained``) of ``policy`` at ``rate``, by seed."""
+        out = {}
+        for seed in self.seeds:
+            unconstrained = figure == "jct_mean_unconstrained"
+            result = self.runs.result(policy, rate, seed, unconstrained=unconstrained)
+            out[seed] = _FIGURES[figure](self, result, seed)
+        return out
+
+    def best_baseline(self, rate: float, figure: str, *, lower_is_better: bool) -> str:
+        baselines = [p for p in self.policies if p != "kvgov"]
+        return stats.best_of(
+            {p: self.per_seed(p, rate, figure) for p in baselines},
+            lower_is_better=lower_is_better,
+        )
+
+    def measurements(self) -> Iterator[Measurement]:
+        panel = self.runs.panel
+        n = len(self.seeds)
+        where = f"{panel.title}; {n} evaluation seeds ({_span(self.seeds)})"
+        for rate in self.rates:
+            at = f"{rate:g}/min"
+            for policy in self.policies:
+                for figure, unit, direction in (
+                    ("jct_mean", "s", _LOWER),
+                    ("jct_p99", "s", _LOWER),
+                    ("goodput", "jobs/min", _HIGHER),
+                ):
+                    interval = stats.median_interval(self.per_seed(policy, rate, figure))
+                    yield Measurement(
+                        _BENCH,
+                        f"{figure}[{policy}]@{at}_{self.suffix}",
+                        interval.value,
+                        unit,
+                        None,
+                        direction,
+                        note=f"modelled; median and 95% band {interval}; {where}",
+                    )
+                own = stats.paired_ratio(
+                    self.per_seed(policy, rate, "jct_mean"),
+                    self.per_seed(policy, rate, "jct_mean_unconstrained"),
+                )
+                yield Measurement(
+                    _BENCH,
+                    f"jct_mean_over_unconstrained[{policy}]@{at}_{self.suffix}",
+                    own.value,
+                    "ratio",
+                    None,
+                    _LOWER,
+                    note=f"modelled; its own run with room for every context, seed by seed: {own}",
+                )
+            if "kvgov" in self.policies and len(self.policies) > 1:
+                yield from self._against_best(rate, where)
+        yield Measurement(
+            _BENCH,
+            f"jobs_failed_{self.suffix}",
+            float(
+                sum(
+                    sum(self.per_seed(p, r, "failed").values())
+                    for p in self.policies
+                    for r in self.rates
+                )
+            ),
+            "jobs",
+            0.0,
+            _LOWER,
+            note="every policy, rate and seed: "
+            + ", ".join(
+                f"{p} {sum(sum(self.per_seed(p, r, 'failed').values()) for r in self.rates):g}"
+                for p in self.policies
+            ),
+        )
+
+    def _against_best(self, rate: float, where: str) -> Iterator[Measurement]:
+        at = f"{rate:g}/min"
+        best = self.best_baseline(rate, "goodput", lower_is_better=False)
+        ratio = (
+            stats.paired_ratio(
+                self.per_seed("kvgov", rate, "goodput"), self.per_seed(best, rate, "goodput")
+            )
+            if _positive(self.per_seed(best, rate, "goodput"))
+            else None
+        )
+        name = f"goodput_kvgov_over_best@{at}_{self.suffix}"
+        if ratio is not None:
+            yield Measurement(
+                _BENCH,
+                name,
+                ratio.value,
+                "ratio",
+                None,
+                _HIGHER,
+                note=f"modelled; kvgov over {best} (best by goodput), {ratio}; {where}",
+            )
+            yield Measurement(
+                _BENCH,
+                name + "_lower95",
+                ratio.low,
+                "ratio",
+                None,
+                _HIGHER,
+                note=f"the paired interval's lower bound: {ratio}",
+            )
+        if "paged" in self.policies:
+            paged = stats.paired_ratio(
+                self.per_seed("paged", rate, "jct_mean"), self.per_seed("kvgov", rate, "jct_mean")
+            )
+            yield Measurement(
+                _BENCH,
+                f"jct_mean_paged_over_kvgov@{at}_{self.suffix}",
+                paged.value,
+                "ratio",
+                None,
+                _HIGHER,
+                note=f"modelled; {paged}",
+            )
+            recomputed = self.per_seed("paged", rate, "recomputed")
+            if _positive(recomputed):
+                share = stats.paired_ratio(self.per_seed("kvgov", rate, "recomputed"), recomputed)
+                yield Measurement(
+                    _BENCH,
+                    f"recomputed_tokens_kvgov_over_paged@{at}_{self.suffix}",
+                    share.value,
+                    "ratio",
+                    0.25,
+                    _LOWER,
+                    note=f"modelled; {share}",
+                )
+
+
+def _positive(values: dict[int, float]) -> bool:
+    return all(v > 0 for v in values.values())
+
+
+def _span(seeds: Sequence[int]) -> str:
+    return f"{min(seeds)}-{max(seeds)}" if len(seeds) > 1 else str(seeds[0])
+
+
+_FIGURES = {
+    "jct_mean": lambda f, r, s: r.jct_mean_s,
+    "jct_mean_unconstrained": lambda f, r, s: r.jct_mean_s,
+    "jct_p99": lambda f, r, s: percentile(list(r.jct_s.values()), 99),
+    "goodput": lambda f, r, s: f.goodput(r, s),
+    "recomputed": lambda f, r, s: float(r.counters.recomputed_tokens),
+    "failed": lambda f, r, s: float(len(r.failed)),
+}

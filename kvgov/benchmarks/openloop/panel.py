@@ -1,0 +1,195 @@
+"""One panel of the open-loop benchmark: every policy on one modelled device, over
+arrival rates and evaluation seeds, each run beside the same policy's unconstrained run.
+
+A panel is a ``kvgov.simulate.Scenario`` (the device profile, the target model, the KV
+memory the card holds after the weights, the host memory bounded at ``host_ratio`` times
+the device's KV) and the stand-in engine the twin times at the target's size (the
+``tiny-random`` engine's decisions without its forward pass, as ``kvgov plan
+--simulate`` runs it). Every figure is modelled, in virtual seconds.
+
+For each (rate, seed) the workload is built once, so every policy sends the same
+prompts; each policy runs on the panel's engine (its KV budget) and on an unconstrained
+one (room for every agent's peak context at once, and as much host memory), so each
+policy is divided by its own unconstrained run: what memory policy costs it, apart from
+the compute every policy shares. Runs start from a cold prefix cache (checked by
+``run_twin_policy``), and the research policies price their choices with costs measured
+on the same twin (``measure_twin_costs``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvgov.benchmarks._swarm_result import RunResult
+from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+from kvgov.simulate import Scenario, stand_in_engine
+
+if TYPE_CHECKING:
+    from engine import Engine
+    from kvgov.benchmarks._swarm_twin import TwinDevice
+    from kvgov.benchmarks.baselines import Costs
+
+__all__ = ["Cell", "Panel", "PanelRuns", "WorkloadSetup", "reference_card", "run_panel"]
+
+_STANDIN = "tiny-random"  # the stand-in engine's model (stand_in_engine): its tokenizer
+_DEADLINE_S = 24 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Panel:
+    name: str
+    scenario: Scenario  # the device, the target model, device KV and host memory
+
+    @property
+    def title(self) -> str:
+        s = self.scenario
+        return (
+            f"{s.target.label} on {s.profile.name}: {s.kv_bytes / 1e9:.1f} GB of KV "
+            f"({s.kv_blocks:,} blocks), {s.host_bytes / 1e9:.1f} GB of host memory for KV"
+        )
+
+
+def reference_card(*, host_ratio: float = 3.0) -> Panel:
+    """The seed's case: an RX 9070 XT (16 GB, PCIe 5.0 x16) with Qwen3-8B in int4, host
+    memory for KV at ``host_ratio`` times the device's (the issue asks 2-4x)."""
+    from engine.twin import get_profile
+    from engine.twin.targets import target_model
+
+    profile, target = get_profile("rx9070xt"), target_model("qwen3-8b", quantize="int4")
+    sized = Scenario(profile=profile, target=target)
+    host = int(host_ratio * sized.kv_bytes)
+    return Panel(
+        name="twin-rx9070xt", scenario=Scenario(profile=profile, target=target, host_bytes=host)
+    )
+
+
+@dataclass(slots=True)
+class WorkloadSetup:
+    """One (rate, seed)'s workload: its scripts and every call's prompt ids, shared by
+    every policy, and the blocks every agent's peak context takes at once."""
+
+    workload: OpenLoopWorkload
+    scripts: tuple[AgentScript, ...]
+    prompts: dict[tuple[str, int], list[int]]
+    peak_blocks: int
+
+    @classmethod
+    def of(cls, workload: OpenLoopWorkload, *, block_size: int) -> WorkloadSetup:
+        from engine.presets import PRESETS
+        from engine.tokenizer import load_tokenizer
+        from kvgov.benchmarks.openloop import workload as openloop
+
+        tokenizer = load_tokenizer(PRESETS[_STANDIN].tokenizer)
+        scripts = openloop.build(workload, openloop.counter_for(tokenizer))
+        prompts = openloop.prompts(scripts, tokenizer)
+        peak = 0
+        for script in scripts:
+            peak += max(
+                math.ceil((len(prompts[(script.name, i)]) + (turn.reply_tokens or 0)) / block_size)
+                for i, turn in enumerate(script.turns)
+            )
+        return cls(workload, scripts, prompts, peak)
+
+    @property
+    def swarm_workload(self) -> SwarmWorkload:
+        """What the kvgov program reads of a workload: its reducer, its ceiling, and a
+        reply length for calls that name none (every open-loop turn names its own)."""
+        w = self.workload
+        return SwarmWorkload(
+            reply_tokens=w.reply_tokens[1],
+            tool_output_tokens=w.tool_output_tokens,
+            ceiling_tokens=w.ceiling_tokens,
+            seed=w.seed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    policy: str
+    rate_per_min: float
+    seed: int
+    unconstrained: bool
+
+
+@dataclass(slots=True)
+class PanelRuns:
+    panel: Panel
+    results: dict[Cell, RunResult] = field(default_factory=dict)
+    wall_s: float = 0.0  # host seconds, every run
+
+    def result(
+        self, policy: str, rate_per_min: float, seed: int, *, unconstrained: bool = False
+    ) -> RunResult:
+        return self.results[Cell(policy, rate_per_min, seed, unconstrained)]
+
+
+def run_panel(
+    panel: Panel,
+    workloads: Iterable[OpenLoopWorkload],
+    policies: Iterable[str],
+    *,
+    progress: Callable[[str], None] = lambda line: None,
+) -> PanelRuns:
+    """Every policy on every workload (one per rate and seed), constrained and not."""
+    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
+
+    began = time.perf_counter()
+    runs = PanelRuns(panel)
+    scenario = panel.scenario
+    policies = tuple(policies)
+    device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
+    constrained = stand_in_engine(scenario)
+    costs = measure_twin_costs(constrained, device)
+    for workload in workloads:
+        setup = WorkloadSetup.of(workload, block_size=scenario.block_size)
+        room = max(setup.peak_blocks, scenario.kv_blocks)
+        roomy = stand_in_engine(scenario, num_blocks=room, host_blocks=room)
+        roomy_costs = measure_twin_costs(roomy, device)
+        for policy in policies:
+            for unconstrained in (False, True):
+                engine = roomy if unconstrained else constrained
+                progress(
+                    f"{panel.name}: {policy} at {workload.rate_per_min:g} teams/min, seed "
+                    f"{workload.seed}{' (unconstrained)' if unconstrained else ''} ..."
+                )
+                result = _run(
+                    engine,
+                    device,
+                    policy,
+                    setup,
+                    roomy_costs if unconstrained else costs,
+                    fraction=engine.capacity().num_blocks / max(1, setup.peak_blocks),
+                )
+                cell = Cell(policy, workload.rate_per_min, workload.seed, unconstrained)
+                runs.results[cell] = result
+    runs.wall_s = time.perf_counter() - began
+    return runs
+
+
+def _run(
+    engine: Engine,
+    device: TwinDevice,
+    policy: str,
+    setup: WorkloadSetup,
+    costs: Costs,
+    *,
+    fraction: float,
+) -> RunResult:
+    from kvgov.benchmarks._swarm_twin import run_twin_policy
+
+    return run_twin_policy(
+        engine,
+        device,
+        policy,
+        fraction,
+        setup.scripts,
+        setup.prompts,
+        setup.swarm_workload,
+        None if policy in ("paged", "kvgov") else costs,
+        deadline_s=_DEADLINE_S,
+    ).result

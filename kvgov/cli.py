@@ -56,6 +56,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "replicas": "kvgov.benchmarks.replicas",
         "context": "kvgov.benchmarks.context",
         "swarm": "kvgov.benchmarks.swarm",
+        "openloop": "kvgov.benchmarks.openloop.bench",
     }
 )
 

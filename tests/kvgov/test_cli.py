@@ -126,8 +126,9 @@ def test_every_benchmark_module_is_listed() -> None:
     listed, or run by a listed one (``yield from offload.run(...)``)."""
     root = Path(__file__).resolve().parents[2]
     sources = {
-        f"{path.parent.parent.name}.benchmarks.{path.stem}": path.read_text(encoding="utf-8")
-        for path in root.glob("*/benchmarks/*.py")
+        ".".join(path.relative_to(root).with_suffix("").parts): path.read_text(encoding="utf-8")
+        for path in root.glob("*/benchmarks/**/*.py")
+        if path.name != "__init__.py"
     }
     listed = set(cli.BENCHMARKS.values())
     assert listed <= set(sources)

@@ -95,3 +95,14 @@ def test_the_reference_card_holds_host_memory_at_three_times_its_kv() -> None:
     scenario = reference_card().scenario
     assert scenario.host_bytes == pytest.approx(3 * scenario.kv_bytes, rel=1e-9)
     assert 9e9 < scenario.kv_bytes < 10e9  # 16 GB less Qwen3-8B in int4 and overhead
+
+
+def test_the_tuning_seed_is_never_an_evaluation_seed() -> None:
+    from kvgov.benchmarks.openloop import bench
+    from kvgov.cli import BENCHMARKS
+
+    assert bench.TUNING_SEED not in bench.EVALUATION_SEEDS
+    assert bench.TUNING_SEED not in bench._QUICK_SEEDS
+    with pytest.raises(ValueError, match="seed 0 is the tuning seed"):
+        next(bench.measure([0, 1], [1.0], ("paged",), window_s=10.0))
+    assert BENCHMARKS["openloop"] == "kvgov.benchmarks.openloop.bench"

@@ -37,6 +37,7 @@ class PanelFigures:
     policies: Sequence[str]
     window_s: float  # the arrival window, for jobs per minute
     suffix: str
+    what: str = ""  # the workload, for the notes
 
     def slo_s(self, seed: int) -> float:
         """2x the p99 job time of the seed's unloaded run (see the module docstring)."""
@@ -69,6 +70,8 @@ class PanelFigures:
         panel = self.runs.panel
         n = len(self.seeds)
         where = f"{panel.title}; {n} evaluation seeds ({_span(self.seeds)})"
+        if self.what:
+            where += f"; {self.what}"
         for rate in self.rates:
             at = f"{rate:g}/min"
             for policy in self.policies:

@@ -1,0 +1,76 @@
+"""``kvgov bench openloop``: the swarm under open-loop load on the twin of the reference
+card (issue 34), every policy at its papers' best, on evaluation seeds with paired 95%
+intervals.
+
+Teams arrive as a Poisson process (``workload``: three tenants, 20-40 tool calls a
+worker, 100-300-token replies, tools from milliseconds to 30 s, contexts to the 16k
+ceiling) at each rate of ``RATES``, on the twin of an RX 9070 XT running Qwen3-8B in
+int4 with host memory for KV at three times the card's (``panel.reference_card``). Each
+policy runs on the card's KV and with room for every context, and is divided by that
+run of its own (``figures``). Every figure is modelled: decisions are the real engine's,
+governor's and policies'; times and bytes are the twin's (its validation against the real
+engine: README, ``kvgov twin check``).
+
+Seeds: ``TUNING_SEED`` (0) is the seed any knob is tuned on, and no figure reported here
+comes from it; the figures are medians over ``EVALUATION_SEEDS``. What this first form
+leaves for later (issue 34): the knob grid itself, the CPU panel and the real engine's
+short form beside it, the whole-system comparison, goodput against the KV budget, the
+breakdown of job time, plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Iterator, Sequence
+
+from engine.benchmarks import Measurement
+from kvgov.benchmarks.baselines import BASELINES
+from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.figures import PanelFigures
+from kvgov.benchmarks.openloop.panel import reference_card, run_panel
+
+__all__ = ["EVALUATION_SEEDS", "POLICIES", "RATES", "TUNING_SEED", "run"]
+
+TUNING_SEED = 0
+EVALUATION_SEEDS = (1, 2, 3, 4, 5)
+RATES = (1.0, 2.0, 3.0)  # teams a minute
+POLICIES = (*BASELINES, "kvgov")
+WINDOW_S = 300.0  # teams arrive over the first five minutes
+_QUICK_SEEDS = (1, 2)
+_QUICK_RATES = (2.0,)
+_QUICK_WINDOW_S = 60.0
+
+
+def run(*, quick: bool = False) -> Iterator[Measurement]:
+    seeds = _QUICK_SEEDS if quick else EVALUATION_SEEDS
+    rates = _QUICK_RATES if quick else RATES
+    window = _QUICK_WINDOW_S if quick else WINDOW_S
+    yield from measure(seeds, rates, POLICIES, window_s=window)
+
+
+def measure(
+    seeds: Sequence[int], rates: Sequence[float], policies: Sequence[str], *, window_s: float
+) -> Iterator[Measurement]:
+    if TUNING_SEED in seeds:
+        raise ValueError(
+            f"seed {TUNING_SEED} is the tuning seed: no reported figure comes from it; "
+            "evaluate on other seeds"
+        )
+    workloads = [
+        dataclasses.replace(openloop.TWIN, rate_per_min=rate, duration_s=window_s, seed=seed)
+        for rate in rates
+        for seed in seeds
+    ]
+    runs = run_panel(reference_card(), workloads, policies, progress=_progress)
+    _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s of host time")
+    every_rate = "teams at " + ", ".join(f"{rate:g}" for rate in rates) + "/min (Poisson)"
+    what = re.sub(r"teams at \S+/min \(Poisson\)", every_rate, openloop.describe(workloads[0]))
+    what = re.sub(r", seed \d+", "", what)
+    figures = PanelFigures(runs, rates, seeds, policies, window_s, "twin", what=what)
+    yield from figures.measurements()
+
+
+def _progress(line: str) -> None:
+    print(f"[openloop] {line}", file=sys.stderr, flush=True)

@@ -7,7 +7,8 @@ An agent waits on a tool call, or on the children it fanned out to. While it wai
 2. its context's KV is held (``Backend.retain``) for up to ``retain_s``, so its next call
    reuses it instead of recomputing it; a tool expected to run longer than ``retain_s``
    (``expected_s``, else the median of that tool's last calls: ``ToolDurations``) is not
-   worth holding for, and its KV is left to the prefix cache;
+   worth device blocks, and its KV is held on host memory at once (offloaded as the
+   hold is made; with no host room, left to the prefix cache);
 3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
    starts and before every model call), the pressure policy picks whose held KV to
    offload to host memory; with no host room it is dropped to the prefix cache. The
@@ -142,7 +143,13 @@ class IdleKeeper:
         hook) never does; otherwise the hold is made here."""
         config = self.config
         worth_holding = hold_kv and (expected_s is None or expected_s <= config.retain_s)
-        hold = worth_holding and self.needs_backend(lease, budget_open=budget_open)
+        # A wait expected past retain_s is not worth device blocks, but its context is
+        # still worth host memory: restored before the next call, it is not computed again
+        # (a 16k-token context is a second or more of prefill on a consumer card, and a
+        # copy of tens of milliseconds over PCIe). With no host room it is dropped, as
+        # every hold is that cannot be offloaded.
+        to_host = hold_kv and not worth_holding
+        hold = (worth_holding or to_host) and self.needs_backend(lease, budget_open=budget_open)
         with self._lock:
             self._end_locked(lease)
             idle = _Idle(reason)
@@ -153,9 +160,11 @@ class IdleKeeper:
                 idle.timers.append(self._timer(config.park_after_s, self._park_idle, lease, idle))
         held = False
         if hold and defer_hold:
-            self._timer(0, self._hold, lease, idle, True)
+            self._timer(0, self._hold, lease, idle, True, to_host)
         elif hold:
             held = self._hold(lease, idle, False)
+            if held and to_host:
+                self._to_host(lease, self._long_wait)
         elif lease.retained_at_finish and self.needs_backend(lease, budget_open=budget_open):
             if defer_hold:  # the last call's hold, not kept: ended
                 self._timer(0, self._end_hold_at_finish, lease, True)
@@ -323,7 +332,31 @@ class IdleKeeper:
         return freed
 
     # -- holds (under _backend) ---------------------------------------------------------
-    def _hold(self, lease: Lease, idle: _Idle, deferred: bool) -> bool:
+    @property
+    def _long_wait(self) -> str:
+        return f"its wait is expected past retain_s={self.config.retain_s:g} s"
+
+    def _to_host(self, lease: Lease, reason: str) -> None:
+        """Offload the lease's hold now, for ``reason``; with no host room, drop it to
+        the prefix cache."""
+        with self._backend:
+            with self._lock:
+                resident = lease in self._holding and not lease.kv_offloaded
+                blocks = lease.num_retained_blocks if resident else 0
+            if not blocks:
+                return
+            try:
+                self.backend.offload(budget=lease.budget)
+            except BackendError as exc:  # no host room: let the prefix cache keep it
+                self._drop(lease, f"{reason}; not offloaded: {exc}")
+                return
+            with self._lock:
+                if lease in self._holding:
+                    lease.kv_offloaded = True
+                    self._held(lease, 0)
+        self._publish("offloaded", lease, blocks=blocks, reason=reason)
+
+    def _hold(self, lease: Lease, idle: _Idle, deferred: bool, to_host: bool = False) -> bool:
         """Hold the lease's KV for this idle period, unless the period is over already;
         True when held. Deferred (on the deadline thread), a hold the backend refuses is
         not made (it saves a recompute, nobody waits for it; its error is counted in
@@ -353,7 +386,9 @@ class IdleKeeper:
                         self._held(lease, lease.num_retained_blocks)
             if recorded:
                 self._publish("retained", lease, tokens=tokens)
-                if deferred:
+                if deferred and to_host:
+                    self._to_host(lease, self._long_wait)
+                elif deferred:
                     self.relieve()
             return recorded
         finally:
@@ -389,18 +424,20 @@ class IdleKeeper:
 
     def _expire(self, lease: Lease, number: int) -> None:
         """``retain_s`` is up, whether or not the tool has returned: a hold still on the
-        device goes back to the prefix cache (an offloaded one costs no device blocks and
-        waits for the next call). A lease parked after its tool, queued behind others,
-        must not keep blocks the running ones need."""
+        device goes to host memory, or with no host room back to the prefix cache (an
+        offloaded one costs no device blocks and waits for the next call). A lease parked
+        after its tool, queued behind others, must not keep blocks the running ones need;
+        its context is still worth a copy rather than a prefill again (Continuum's
+        reading of a TTL's end, with host memory)."""
         with self._backend:
             with self._lock:
                 expiry = self._expiry.get(lease)
                 if lease not in self._holding or expiry is None or expiry[1] != number:
                     return
                 self._expiry.pop(lease, None)
-                drop = not lease.kv_offloaded and lease.released_at is None
-            if drop:
-                self._drop(lease, f"held for retain_s={self.config.retain_s:g} s")
+                move = not lease.kv_offloaded and lease.released_at is None
+            if move:
+                self._to_host(lease, f"held for retain_s={self.config.retain_s:g} s")
 
     # -- under _lock ----------------------------------------------------------------------
     def _clear_hold(self, lease: Lease) -> None:

@@ -241,7 +241,9 @@ def test_offload_under_pressure_and_restore_keep_greedy_outputs(backend: Served)
     _assert_released(backend)
 
 
-def test_a_hold_ends_after_retain_s(backend: Served) -> None:
+def test_a_hold_goes_to_host_after_retain_s(backend: Served) -> None:
+    """retain_s is up while the tool still runs: the context leaves the device for host
+    memory (a copy, not a prefill again, when the next call comes)."""
     config = GovernorConfig(park_after_s=0, retain_s=0.05, pressure_watermark=1.0)
     governor = Governor(backend, config=config, agents=[AGENT])
     events = _recorder(governor)
@@ -249,25 +251,42 @@ def test_a_hold_ends_after_retain_s(backend: Served) -> None:
         governor.complete(lease, TASK, max_tokens=12)
         with governor.tool_call(lease, "sleep"):
             deadline = time.monotonic() + 5
-            while "dropped" not in _kinds(events):
+            while "offloaded" not in _kinds(events):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-        assert lease.num_retained_tokens == 0
-        _assert_released(backend)  # the hold is gone while the lease lives on
-    dropped = next(e for e in events if e.kind == "dropped")
-    assert "retain_s=0.05" in dropped.attributes["reason"]
+            assert lease.num_retained_tokens > 0 and lease.kv_offloaded
+            m = backend.metrics()
+            assert m.num_blocks_in_use == m.num_blocks_pinned and m.num_blocks_swapped > 0
+    _assert_released(backend)  # released with the lease, host copy included
+    offloaded = next(e for e in events if e.kind == "offloaded")
+    assert "retain_s=0.05" in offloaded.attributes["reason"]
 
 
-def test_a_tool_expected_to_run_long_holds_nothing(backend: Served) -> None:
-    config = GovernorConfig(park_after_s=0, retain_s=2)
+def test_a_tool_expected_to_run_long_holds_its_context_on_host(backend: Served) -> None:
+    """A wait expected past retain_s is not worth device blocks but is worth host memory:
+    the context is offloaded as it is held, and the next call restores it instead of
+    computing it again."""
+    config = GovernorConfig(park_after_s=0, retain_s=2, pressure_watermark=1.0)
     governor = Governor(backend, config=config, agents=[AGENT])
+    events = _recorder(governor)
     with governor.lease("agent") as lease:
         governor.complete(lease, TASK, max_tokens=12)
         with governor.tool_call(lease, "build", expected_s=60):
-            assert lease.num_retained_tokens == 0
-            _assert_released(backend)  # nor does the engine (a hold made at finish ended)
+            assert lease.num_retained_tokens > 0 and lease.kv_offloaded
+            m = backend.metrics()
+            assert m.num_blocks_in_use == m.num_blocks_pinned  # none on the device
+            assert m.num_blocks_swapped > 0  # on host
+        offloaded = [e for e in events if e.kind == "offloaded"]
+        assert (
+            len(offloaded) == 1 and "expected past retain_s=2" in offloaded[0].attributes["reason"]
+        )
+        hits = backend.metrics().prefix_cache_hits
+        governor.complete(lease, [*TASK, {"role": "user", "content": "And?"}], max_tokens=4)
+        # Restored, not computed again: the next call found its context's full blocks.
+        assert backend.metrics().prefix_cache_hits - hits >= 16
+        assert "restored" in _kinds(events)
         with governor.tool_call(lease, "ls", expected_s=0.1):
-            assert lease.num_retained_tokens > 0
+            assert lease.num_retained_tokens > 0 and not lease.kv_offloaded
     _assert_released(backend)
 
 

@@ -3,5 +3,8 @@ process, tenants of different sizes, long agents and heavy-tailed tools, every p
 at its papers' best, many seeds and paired confidence bands.
 
 - ``workload``: the workload and its prompts, fixed up front for every policy;
-- ``stats``: paired bootstrap intervals over seeds, goodput.
+- ``stats``: paired bootstrap intervals over seeds, goodput;
+- ``panel``: every policy on one modelled device, each beside its own unconstrained run;
+- ``figures``: a panel's figures, medians over the evaluation seeds with their intervals;
+- ``bench``: ``kvgov bench openloop``, the reference card's panel.
 """

@@ -16,6 +16,7 @@ import pytest
 from engine.presets import PRESETS
 from engine.tokenizer import Tokenizer, load_tokenizer
 from governor import TokenCounter
+from kvgov.benchmarks.openloop.chat_ids import LineIds
 from kvgov.benchmarks.openloop.workload import (
     CPU,
     MIXES,
@@ -31,7 +32,6 @@ from kvgov.benchmarks.openloop.workload import (
     describe,
     prompts,
 )
-from kvgov.benchmarks.openloop.workload import _LineIds as LineIds
 from policies import build_corpus
 
 SMALL = OpenLoopWorkload(

@@ -36,6 +36,7 @@ from typing import Any
 from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
 from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
+from kvgov.benchmarks.openloop.chat_ids import LineIds
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus
 from policies.benchmarks.corpus import Category
 
@@ -412,7 +413,7 @@ def prompts(
     messages. Encoded line by line with each line's ids kept (a history repeats every line
     of the turn before); every agent's last prompt is checked against ``encode_chat``, and
     where one differs every prompt is encoded whole."""
-    lines = _LineIds(tokenizer)
+    lines = LineIds(tokenizer)
     ids = {
         (s.name, i): lines.encode_chat(t.messages) for s in scripts for i, t in enumerate(s.turns)
     }
@@ -431,7 +432,7 @@ def counter_for(tokenizer: Tokenizer) -> TokenCounter:
     """A ``TokenCounter`` for ``build`` that counts a chat as ``len(encode_chat(...))``,
     a line's ids encoded once; the tokenizer itself where its encoding does not split at
     line starts (checked on the corpus)."""
-    lines = _LineIds(tokenizer)
+    lines = LineIds(tokenizer)
     probe = [
         {"role": "system", "content": "Be terse.\n\n  Keep the error lines.\t\n"},
         *({"role": "user", "content": d.text[:6_000]} for d in build_corpus(num_documents=5)),
@@ -677,45 +678,6 @@ class _Corpus:
         return self.counter.truncate("\n".join(taken), tokens), dict(
             self.arguments[tool.category][index]
         )
-
-
-# A line starts after a newline and at a character that is not white space: tiktoken's
-# and byte-level BPE's pre-tokenizers never join a piece across such a point, so a text's
-# ids are its lines' ids joined (``counter_for`` and ``prompts`` check it). The split
-# takes the newline that ends each line but the last (seven times faster on a prompt
-# than a split between two lookarounds).
-_LINE_END = re.compile(r"\n(?=\S)")
-
-
-class _LineIds:
-    """``encode_chat`` with each line's ids kept: a history's prompt repeats every line of
-    the one before, and compaction counts the same history many times."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.name = tokenizer.name
-        self.ids: dict[str, list[int]] = {}  # a line -> the ids of it and its newline
-        self.tails: dict[str, list[int]] = {}  # a text's last line -> its ids
-
-    def encode(self, text: str) -> list[int]:
-        encode = self.tokenizer.encode
-        *lines, tail = _LINE_END.split(text)
-        out: list[int] = []
-        for line in lines:
-            ids = self.ids.get(line)
-            if ids is None:
-                ids = self.ids[line] = encode(line + "\n")
-            out += ids
-        ids = self.tails.get(tail)
-        if ids is None:
-            ids = self.tails[tail] = encode(tail)
-        return out + ids
-
-    def encode_chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return self.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-
-    def count_chat_tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        return len(self.encode_chat(messages))
 
 
 _AREAS = ("billing", "search", "ingest", "auth", "storage", "notifications")

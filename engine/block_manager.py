@@ -23,7 +23,7 @@ changes the k of later sequences.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from engine.block_pool import BlockPool
 from engine.block_results import (
@@ -338,6 +338,27 @@ class BlockManager:
             table.budget.num_blocks += num_new_blocks
         table.token_ids.extend(token_ids)
         return AppendResult(new_block_ids=new_ids, copies=copies)
+
+    def can_append_together(self, appends: Mapping[Hashable, int]) -> bool:
+        """Whether every resident sequence in ``appends`` can take its number of new tokens,
+        appended one sequence after another, with no copy on write, within its ceiling,
+        and within the pool and each budget summed over all of them: what ``append``
+        checks one call at a time, for a batch of calls made together."""
+        num_from_pool = 0
+        from_budgets: dict[int, int] = {}
+        for seq_id, num_new_tokens in appends.items():
+            table = self._resident(seq_id, "append to")
+            fit, copy_on_write, num_new_blocks = self._plan_append(table, num_new_tokens)
+            if not fit or copy_on_write:
+                return False
+            num_from_pool += num_new_blocks
+            budget = table.budget
+            if budget is not None and num_new_blocks:
+                key = id(budget)
+                from_budgets[key] = from_budgets.get(key, 0) + num_new_blocks
+                if from_budgets[key] > budget.num_free_blocks:
+                    return False
+        return num_from_pool <= self.pool.num_free_blocks
 
     def _plan_append(self, table: BlockTable, num_new_tokens: int) -> tuple[Fit, bool, int]:
         require_int("num_new_tokens", num_new_tokens, minimum=0)

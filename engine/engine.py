@@ -15,12 +15,13 @@ from dataclasses import fields, replace
 
 import torch
 
-from engine import introspection
+from engine import decode_run, introspection
 from engine.attention.select import get_attention_backend
 from engine.block_manager import BlockManager
 from engine.block_results import PinnedPrefix
 from engine.budget import BudgetInfo
 from engine.config import EngineConfig, PreemptionMode
+from engine.decode_run import DecodeRun
 from engine.device import default_dtype, resolve_device
 from engine.errors import (
     BudgetExceededError,
@@ -48,7 +49,7 @@ from engine.prefill_counter import PrefillCounter
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import RetainedContexts
 from engine.sampling import SamplingParams, request_generator
-from engine.scheduler import ScheduledChunk, Scheduler
+from engine.scheduler import Scheduler
 from engine.step_threads import StepThreads
 from engine.stop import TokenStopChecker
 from engine.validation import monotonic_or_now
@@ -236,7 +237,7 @@ class Engine:
             self.pending.try_restore(self.scheduler.waiting)
         scheduled = self.scheduler.schedule()
         if self.retained.held_budgets():
-            self._hand_over_retained(scheduled.chunks)
+            self._hand_over_retained([chunk.request for chunk in scheduled.chunks])
             scheduler = self.scheduler
             queued = (*scheduler.waiting, *scheduler.swapped)
             stalled = not scheduled.chunks and not scheduler.running
@@ -270,6 +271,30 @@ class Engine:
             outputs.append(self._final_output(request, ()))
         return outputs
 
+    def plan_decode_run(self, token: int) -> DecodeRun | None:
+        """The steps ahead in which every running request only decodes, each sampling
+        ``token``, and nothing else can happen; None when the next step is not one. For a
+        run that knows its tokens before they are sampled (``engine.decode_run``)."""
+        return decode_run.plan(self.scheduler, self._stops, token, pending=bool(self.pending))
+
+    def take_decode_run(self, run: DecodeRun, num_steps: int, token: int) -> list[RequestOutput]:
+        """Make ``num_steps`` of ``run``'s steps in one pass, as that many ``step()`` calls
+        would (``engine.decode_run``); each request's new tokens in one output."""
+
+        def hand_over(requests: Sequence[Request]) -> None:
+            if self.retained.held_budgets():
+                self._hand_over_retained(requests)
+
+        return decode_run.take(
+            run,
+            num_steps,
+            token,
+            manager=self.block_manager,
+            prefill=self.prefill,
+            stops=self._stops,
+            hand_over=hand_over,
+        )
+
     def _reclaim_hold(self, *, stalled: bool = False) -> bool:
         """A request is short of blocks: a hold gives its blocks back before any running
         request is preempted (``RetainedContexts.reclaim``: to host memory when there is
@@ -285,12 +310,12 @@ class Engine:
             self.pending.moved(budget, self.scheduler.waiting)  # type: ignore[arg-type]
         return budget is not None
 
-    def _hand_over_retained(self, chunks: Sequence[ScheduledChunk]) -> None:
+    def _hand_over_retained(self, requests: Sequence[Request]) -> None:
         """A retained context's hold ends once its budget's next request is allocated:
         that request holds the blocks now."""
         held = self.retained.held_budgets()
-        for chunk in chunks:
-            budget = chunk.request.budget
+        for request in requests:
+            budget = request.budget
             if budget in held:
                 self.retained.release(budget)
 

@@ -170,7 +170,7 @@ class Scheduler:
                 continue
             rid = request.request_id
             num_held = len(self.manager.block_ids(rid))
-            if not self.manager.can_swap_in(rid, self._num_reserve_blocks(request, num_held)):
+            if not self.manager.can_swap_in(rid, self.num_reserve_blocks(request, num_held)):
                 break
             self.kv_cache.swap_in(self.manager.swap_in(rid))
             self.swapped.remove(request)
@@ -221,10 +221,10 @@ class Scheduler:
             ceiling_tokens=request.ceiling_tokens,
             cache_salt=request.cache_salt,
             num_shared_blocks=request.num_shared_blocks,
-            num_reserve_blocks=self._num_reserve_blocks(request, num_known),
+            num_reserve_blocks=self.num_reserve_blocks(request, num_known),
         )
 
-    def _num_reserve_blocks(self, request: Request, num_blocks: int) -> int:
+    def num_reserve_blocks(self, request: Request, num_blocks: int) -> int:
         """Free blocks a request joining the running ones must leave beyond the
         ``num_blocks`` it will hold: its next sampled token's, and the watermark."""
         if not self.running:
@@ -251,7 +251,7 @@ class Scheduler:
         rid = request.request_id
         if request.status is not RequestStatus.SWAPPED:
             return
-        reserve = self._num_reserve_blocks(request, len(self.manager.block_ids(rid)))
+        reserve = self.num_reserve_blocks(request, len(self.manager.block_ids(rid)))
         if self.manager.can_swap_in(rid, reserve):
             self.kv_cache.swap_in(self.manager.swap_in(rid))
             self.swapped.remove(request)

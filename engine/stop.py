@@ -152,6 +152,11 @@ class TokenStopChecker:
     def stopped(self) -> bool:
         return self._last is not None
 
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The tokens that end the request (end-of-sequence and ``stop_token_ids``)."""
+        return self._stop_ids
+
     def push(self, token_id: int) -> StopResult:
         """Add the next sampled token; returns the text it releases and whether to stop."""
         if self._last is not None:

@@ -34,6 +34,7 @@ Torch-free.
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -104,6 +105,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def wall(self) -> float:
         return self.wall_epoch_s + self.clock.now()
+
+    def next_event_at(self) -> float:
+        """When the loop next runs anything besides its caller: now when a callback is
+        ready, else its earliest timer (infinity with none)."""
+        if self._ready:  # type: ignore[attr-defined]
+            return self.time()
+        timers = self._scheduled  # type: ignore[attr-defined]
+        return min((t.when() for t in timers if not t.cancelled()), default=math.inf)
 
     def replying_at(self) -> float | None:
         """Where the call ``run_in_executor`` is running stands in virtual time: when its

@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.decode_run import DecodeRun
 from engine.engine import Engine
 from engine.errors import InvalidRequestError
 from engine.kv_cache import BlockPairs, KVCache
@@ -94,6 +95,12 @@ class TwinEngine:
     last_step_s: float = 0.0  # how long the latest step took, copies it waited for included
     times: dict[str, RequestTimes] = field(default_factory=dict)
     num_steps: int = 0
+    # Set by a virtual-time driver before a step: the time of the next event on its loop.
+    # With forward=False the engine's decode-only steps up to then are taken in one pass
+    # (``_decode_run``). None: one step.
+    fold_until: float | None = None
+    fixed_token: int = 0  # what a step without a forward pass samples (attach_twin)
+    steps_ended: tuple[float, ...] = ()  # when each step of the latest step() call ended
     peak_sequences: int = 0  # sequences computed in one step, at most
     compute_s: float = 0.0  # modelled compute of every step so far
     stall_s: float = 0.0  # what steps waited for copies beyond their compute
@@ -122,28 +129,19 @@ class TwinEngine:
 
     def step(self) -> list[RequestOutput]:
         """The engine's real step, timed on the clock (see the module docstring)."""
+        until, self.fold_until = self.fold_until, None
+        if until is not None and not self.forward and self.noise is None:
+            run = self.engine.plan_decode_run(self.fixed_token)
+            if run is not None:
+                outputs = self._decode_run(run, until)
+                if outputs is not None:
+                    return outputs
         start = max(self.clock.now(), self.busy_until)
         self._batch = None
         outputs = self._step()
         batch, self._batch = self._batch, None
-        compute = 0.0
-        if batch is not None and batch.sequences:
-            compute = self._model.seconds(self.model_shape, batch)
-            if self.noise is not None:
-                compute *= self.noise.factor()
-            self.peak_sequences = max(self.peak_sequences, batch.num_sequences)
-        copies_done = max(start, self.link.free_at)
-        if self.profile.copies_overlap_compute:
-            end = max(start + compute, copies_done)
-            stall = max(0.0, copies_done - (start + compute))
-        else:
-            end = copies_done + compute
-            stall = copies_done - start
-        self.num_steps += 1
-        self.compute_s += compute
-        self.stall_s += stall
-        self.busy_until = end
-        self.last_step_s = end - start
+        end = self._time_step(start, batch)
+        self.steps_ended = (end,)
         if self.advance:
             self.clock.advance_to(end)
         now = end
@@ -156,6 +154,70 @@ class TwinEngine:
             if output.finished and times.finish_s is None:
                 times.finish_s = now
         return outputs
+
+    def _decode_run(self, run: DecodeRun, until: float) -> list[RequestOutput] | None:
+        """The engine's decode-only steps ahead (``engine.decode_run``), each timed as a
+        step of its own, taken together as far as they end before ``until``: whatever
+        happens then finds the engine, and the outputs it has been handed, as after the
+        same steps taken one by one. No first token and no finish happens in them, so no
+        request's times change. None when not even the first ends before ``until``."""
+        end = max(self.clock.now(), self.busy_until)
+        computes: list[tuple[float, int]] = []  # each step's compute and its batch's size
+        while len(computes) < run.num_steps:
+            contexts = run.contexts(len(computes))
+            compute = self._compute_s(StepBatch(tuple(SequenceWork(1, c) for c in contexts)))
+            step_end = self._step_end(end, compute)[0]
+            if step_end >= until:
+                break
+            computes.append((compute, len(contexts)))
+            end = step_end
+        if not computes:
+            return None
+        ends = []
+        end = max(self.clock.now(), self.busy_until)
+        for compute, num_sequences in computes:
+            end = self._charge(end, compute, num_sequences)
+            ends.append(end)
+        self.steps_ended = tuple(ends)
+        outputs = self.engine.take_decode_run(run, len(computes), self.fixed_token)
+        if self.advance:
+            self.clock.advance_to(end)
+        return outputs
+
+    def _time_step(self, start: float, batch: StepBatch | None) -> float:
+        """Charge one step computing ``batch`` from ``start``: its end, after the copies
+        it waits for (see the module docstring)."""
+        compute = 0.0
+        num_sequences = 0
+        if batch is not None and batch.sequences:
+            compute = self._compute_s(batch)
+            if self.noise is not None:
+                compute *= self.noise.factor()
+            num_sequences = batch.num_sequences
+        return self._charge(start, compute, num_sequences)
+
+    def _charge(self, start: float, compute: float, num_sequences: int) -> float:
+        """Count one step of ``compute`` seconds over ``num_sequences`` from ``start``;
+        its end."""
+        end, stall = self._step_end(start, compute)
+        self.num_steps += 1
+        self.compute_s += compute
+        self.stall_s += stall
+        self.peak_sequences = max(self.peak_sequences, num_sequences)
+        self.busy_until = end
+        self.last_step_s = end - start
+        return end
+
+    def _compute_s(self, batch: StepBatch) -> float:
+        return self._model.seconds(self.model_shape, batch)
+
+    def _step_end(self, start: float, compute: float) -> tuple[float, float]:
+        """When a step computing for ``compute`` seconds from ``start`` ends, and how long
+        it stalls on copies beyond its compute."""
+        copies_done = max(start, self.link.free_at)
+        if self.profile.copies_overlap_compute:
+            return max(start + compute, copies_done), max(0.0, copies_done - (start + compute))
+        return copies_done + compute, copies_done - start
 
     def prefill(self, items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]) -> None:
         """Charge a forward pass outside a step (``runner.forward``'s items: token ids,
@@ -262,7 +324,7 @@ def attach_twin(
     step, add_request, abort = engine.step, engine.add_request, engine.abort
     runner_execute, runner_forward = engine.runner.execute, engine.runner.forward
 
-    fixed_token = _fixed_token(engine)
+    twin.fixed_token = fixed_token = _fixed_token(engine)
 
     def execute(chunks: Sequence[ScheduledChunk]) -> list[int | None]:
         twin._record(chunks)

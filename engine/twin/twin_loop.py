@@ -155,6 +155,8 @@ class TwinEngineLoop(EngineLoop):
                 self._wake.clear()
                 if self._closed.is_set() or not self.engine.has_unfinished():
                     continue
+            if isinstance(loop, VirtualTimeLoop):
+                self.twin.fold_until = loop.next_event_at()
             outputs = self._step()
             if outputs is None:
                 continue

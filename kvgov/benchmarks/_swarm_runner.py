@@ -78,6 +78,12 @@ class Agent:
 class RunnerClock(Protocol):
     def now(self) -> float: ...  # seconds since the run's clock started
     def sleep(self, seconds: float) -> None: ...
+    # Before a step: the next time (on this clock) at which the runner or its policy
+    # acts. A clock whose engine may take several decode steps in one call (the twin's,
+    # ``engine.decode_run``) takes none that ends at or after it.
+    def next_event(self, at: float) -> None: ...
+    # After a step: when each step the engine's last call made ended, in order.
+    def steps_ended(self) -> Sequence[float]: ...
 
 
 class WallClock:
@@ -92,6 +98,12 @@ class WallClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def next_event(self, at: float) -> None:
+        return None  # a real engine takes one step a call
+
+    def steps_ended(self) -> Sequence[float]:
+        return (self.now(),)
+
 
 class KVPolicy(Protocol):
     name: str
@@ -103,6 +115,10 @@ class KVPolicy(Protocol):
     def on_idle(self, engine: Engine, agent: Agent, now: float) -> None: ...
     def before_call(self, engine: Engine, agent: Agent) -> None: ...
     def tick(self, engine: Engine, now: float) -> None: ...
+    # Until when (the run's seconds) ``tick`` does nothing that decode steps taken in
+    # one call would change (``RunnerClock.next_event``): ``now`` when it must see every
+    # step's engine state, infinity when it never acts on its own.
+    def quiet_until(self, now: float) -> float: ...
 
 
 class SwarmRunner:
@@ -142,11 +158,16 @@ class SwarmRunner:
                     if agent.state is AgentState.READY and agent.ready_at <= now:
                         self._submit(agent, result, now)
                 if engine.has_unfinished():
+                    due = [a.ready_at for a in self.agents if a.state is AgentState.READY]
+                    clock.next_event(t0 + min([self.policy.quiet_until(now), *due]))
                     outputs = engine.step()
                     now = clock.now() - t0
                     for output in outputs:
                         if output.finished:
                             self._finished(self._by_request.pop(output.request_id), now, result)
+                    # One tick after each step, as between steps taken one at a time.
+                    for ended in clock.steps_ended()[:-1]:
+                        self.policy.tick(engine, ended - t0)
                 else:
                     due = [a.ready_at for a in self.agents if a.state is AgentState.READY]
                     clock.sleep(max(0.0, min([_IDLE_S, *(d - now for d in due)])))

@@ -66,16 +66,24 @@ class TwinRun:
 
 
 class _TwinClock:
-    """``SwarmRunner``'s clock on a twin: engine steps move it; a sleep jumps ahead."""
+    """``SwarmRunner``'s clock on a twin: engine steps move it; a sleep jumps ahead; the
+    engine's decode-only steps before the runner's next event are taken in one call."""
 
-    def __init__(self, clock: VirtualClock) -> None:
-        self._clock = clock
+    def __init__(self, twin: TwinEngine) -> None:
+        self._twin = twin
+        self._clock = twin.clock
 
     def now(self) -> float:
         return self._clock.now()
 
     def sleep(self, seconds: float) -> None:
         self._clock.advance(seconds)
+
+    def next_event(self, at: float) -> None:
+        self._twin.fold_until = at
+
+    def steps_ended(self) -> Sequence[float]:
+        return self._twin.steps_ended
 
 
 def _attach(
@@ -152,7 +160,7 @@ def run_twin_policy(
                 prompts,
                 make_baseline(policy, costs, copies_overlap=device.profile.copies_overlap_compute),
                 reply_tokens=workload.reply_tokens,
-                clock=_TwinClock(twin.clock),
+                clock=_TwinClock(twin),
             )
             tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
             try:

@@ -197,6 +197,11 @@ class TtlPin:
         if held and retained.is_offloaded(budget):
             engine.restore(budget=budget)
 
+    def quiet_until(self, now: float) -> float:
+        """The next TTL to run out; the queue's bookkeeping changes only with admissions,
+        which decode steps taken together never make."""
+        return min(self._expiry.values(), default=math.inf)
+
     def tick(self, engine: Engine, now: float) -> None:
         for budget, deadline in list(self._expiry.items()):
             if deadline <= now:

@@ -205,6 +205,11 @@ class Intercept:
             self._swapped.discard(agent.budget)
             engine.restore(budget=agent.budget)
 
+    def quiet_until(self, now: float) -> float:
+        """Preserved contexts are decided again under pressure at every step, which needs
+        each step's engine state; without any, a tick only times the steps."""
+        return now if self._preserved else math.inf
+
     def tick(self, engine: Engine, now: float) -> None:
         if self._stepping and self._last_tick is not None:
             seen = now - self._last_tick

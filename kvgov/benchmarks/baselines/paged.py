@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from engine import Engine
 from kvgov.benchmarks._swarm_runner import Agent
 
@@ -30,3 +32,6 @@ class Paged:
 
     def tick(self, engine: Engine, now: float) -> None:
         return None
+
+    def quiet_until(self, now: float) -> float:
+        return math.inf

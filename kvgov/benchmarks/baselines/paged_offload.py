@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from engine import Engine
@@ -77,3 +78,6 @@ class PagedOffload:
 
     def tick(self, engine: Engine, now: float) -> None:
         return None
+
+    def quiet_until(self, now: float) -> float:
+        return math.inf

@@ -13,7 +13,9 @@ one (room for every agent's peak context at once, and as much host memory), so e
 policy is divided by its own unconstrained run: what memory policy costs it, apart from
 the compute every policy shares. Runs start from a cold prefix cache (checked by
 ``run_twin_policy``), and the research policies price their choices with costs measured
-on the same twin (``measure_twin_costs``).
+on the same twin (``measure_twin_costs``). Each job's unloaded time, what its goodput
+SLO is a multiple of, comes from its team run alone (``unloaded``), once per seed for
+every rate.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
 from kvgov.simulate import Scenario, stand_in_engine
 
@@ -120,12 +123,18 @@ class Cell:
 class PanelRuns:
     panel: Panel
     results: dict[Cell, RunResult] = field(default_factory=dict)
+    # (rate, seed) -> each job (agent) of that workload -> its unloaded time, seconds
+    unloaded_s: dict[tuple[float, int], dict[str, float]] = field(default_factory=dict)
     wall_s: float = 0.0  # host seconds, every run
 
     def result(
         self, policy: str, rate_per_min: float, seed: int, *, unconstrained: bool = False
     ) -> RunResult:
         return self.results[Cell(policy, rate_per_min, seed, unconstrained)]
+
+    def unloaded(self, rate_per_min: float, seed: int) -> dict[str, float]:
+        """Each job of the (rate, seed) workload -> its time run alone (``unloaded``)."""
+        return self.unloaded_s[(rate_per_min, seed)]
 
 
 def run_panel(
@@ -135,7 +144,8 @@ def run_panel(
     *,
     progress: Callable[[str], None] = lambda line: None,
 ) -> PanelRuns:
-    """Every policy on every workload (one per rate and seed), constrained and not."""
+    """Every policy on every workload (one per rate and seed), constrained and not, and
+    every job's unloaded time."""
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
 
     began = time.perf_counter()
@@ -145,8 +155,14 @@ def run_panel(
     device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
     constrained = stand_in_engine(scenario)
     costs = measure_twin_costs(constrained, device)
+    unloaded = UnloadedTimes(scenario=scenario, device=device, deadline_s=_DEADLINE_S)
     for workload in workloads:
         setup = WorkloadSetup.of(workload, block_size=scenario.block_size)
+        progress(
+            f"{panel.name}: each team alone at {workload.rate_per_min:g} teams/min, seed "
+            f"{workload.seed} ..."
+        )
+        runs.unloaded_s[(workload.rate_per_min, workload.seed)] = unloaded.of(setup)
         room = max(setup.peak_blocks, scenario.kv_blocks)
         roomy = stand_in_engine(scenario, num_blocks=room, host_blocks=room)
         roomy_costs = measure_twin_costs(roomy, device)

@@ -91,6 +91,33 @@ def test_each_policy_is_divided_by_its_own_unconstrained_run(runs: PanelRuns) ->
     assert "modelled" in best.note and "2 evaluation seeds" in best.note
 
 
+def test_goodput_judges_each_job_by_twice_its_own_unloaded_time(runs: PanelRuns) -> None:
+    # On the small card no job is slowed to twice its unloaded time, so every job would
+    # count under any SLO. Halving each planner's unloaded time sets its SLO at its real
+    # unloaded time: a planner the load slowed at all misses it while its workers meet
+    # theirs, though it finished well within twice a worker's time (a threshold shared
+    # by every job would count it).
+    tight = {
+        key: {job: t / 2 if job.endswith("-planner") else t for job, t in unloaded.items()}
+        for key, unloaded in runs.unloaded_s.items()
+    }
+    figures = PanelFigures(
+        dataclasses.replace(runs, unloaded_s=tight), [RATE], list(SEEDS), POLICIES, WINDOW_S, "twin"
+    )
+    by_name = {m.metric: m for m in figures.measurements()}
+    for policy in POLICIES:
+        own, shared = [], []
+        for seed in SEEDS:
+            slo = {job: 2 * t for job, t in tight[(RATE, seed)].items()}
+            jct = runs.result(policy, RATE, seed).jct_s
+            own.append(60 * sum(t <= slo[job] for job, t in jct.items()) / WINDOW_S)
+            shared.append(60 * sum(t <= max(slo.values()) for t in jct.values()) / WINDOW_S)
+        assert all(0 < a < b for a, b in zip(own, shared, strict=True)), (policy, own, shared)
+        figure = by_name[f"goodput[{policy}]@{RATE:g}/min_twin"]
+        assert figure.value == pytest.approx(sum(own) / 2)  # the median of two
+        assert "within 2x their own unloaded time" in figure.note
+
+
 def test_the_reference_card_holds_host_memory_at_three_times_its_kv() -> None:
     scenario = reference_card().scenario
     assert scenario.host_bytes == pytest.approx(3 * scenario.kv_bytes, rel=1e-9)

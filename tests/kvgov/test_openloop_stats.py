@@ -1,5 +1,5 @@
 """Issue 34's statistics: paired bootstrap intervals over seeds, the best baseline, goodput
-and its SLO. Synthetic figures with known answers; no engine runs."""
+and each job's SLO. Synthetic figures with known answers; no engine runs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from kvgov.benchmarks.openloop.stats import (
+    SLO_FACTOR,
     CurveLengthError,
     FigureValueError,
     Interval,
+    MissingSloError,
     SeedMismatchError,
     StatsInputError,
     StatsSettingError,
@@ -27,7 +29,7 @@ from kvgov.benchmarks.openloop.stats import (
     median_interval,
     paired_ratio,
     run_goodput_per_min,
-    slo_s_of,
+    slo_s_by_job,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,30 +144,52 @@ def test_best_of_picks_by_median_over_seeds_and_breaks_ties_by_name() -> None:
     assert best_of(tied, lower_is_better=False) == "a"
 
 
+def _slo(seconds: float, *jobs: str) -> dict[str, float]:
+    return dict.fromkeys(jobs, seconds)
+
+
 def test_goodput_counts_jobs_within_the_slo_and_never_a_failed_job() -> None:
     jct = {"a": 10.0, "b": 20.0, "c": 25.0, "d": 40.0}  # c is at the SLO: it counts
-    assert goodput_per_min(jct, 0, 60.0, 25.0) == 3.0
-    assert goodput_per_min(jct, 5, 60.0, 25.0) == 3.0  # failed jobs did not finish
-    assert goodput_per_min(jct, 0, 120.0, 25.0) == 1.5
-    assert goodput_per_min({}, 3, 60.0, 25.0) == 0.0
+    slo = _slo(25.0, *jct)
+    assert goodput_per_min(jct, 0, 60.0, slo) == 3.0
+    assert goodput_per_min(jct, 5, 60.0, slo) == 3.0  # failed jobs did not finish
+    assert goodput_per_min(jct, 0, 120.0, slo) == 1.5
+    assert goodput_per_min({}, 3, 60.0, slo) == 0.0
+
+
+def test_a_job_is_good_at_exactly_twice_its_own_unloaded_time_and_not_above() -> None:
+    assert SLO_FACTOR == 2.0
+    unloaded = {"at": 1.7, "above": 1.7, "small": 4.0, "large": 400.0}
+    jct = {
+        "at": 3.4,  # 2 x 1.7, exactly
+        "above": math.nextafter(3.4, math.inf),  # the next float past it
+        # Each job is held to its own size: a short job twice as slow as alone misses,
+        # though it finished long before the large job's SLO (800 s).
+        "small": 10.0,
+        "large": 700.0,
+    }
+    slo = slo_s_by_job(unloaded)
+    assert slo == {"at": 3.4, "above": 3.4, "small": 8.0, "large": 800.0}
+    good = goodput_per_min(jct, 0, 60.0, slo)
+    assert good == 2.0  # "at" and "large"
+    assert goodput_per_min({"at": 3.4}, 2, 60.0, slo) == 1.0  # failed jobs never count
+    assert slo_s_by_job(unloaded, factor=3.0)["small"] == 12.0
 
 
 def test_run_goodput_is_all_finished_jobs_or_nothing_by_the_runs_p99() -> None:
     jct = {"a": 10.0, "b": 20.0, "c": 25.0}
-    assert run_goodput_per_min(jct, 0, 60.0, 25.0) == 3.0
-    assert run_goodput_per_min(jct, 0, 60.0, 24.0) == 0.0  # the p99 (c, 25 s) misses
-    assert run_goodput_per_min(jct, 1, 60.0, 25.0) == 0.0  # a failed job never finished
+    assert run_goodput_per_min(jct, 0, 60.0, _slo(25.0, *jct)) == 3.0
+    # The p99 of each job over its own SLO: c at 25 s against 24 s misses.
+    assert run_goodput_per_min(jct, 0, 60.0, _slo(24.0, *jct)) == 0.0
+    assert run_goodput_per_min(jct, 0, 60.0, {"a": 5.0, "b": 20.0, "c": 25.0}) == 0.0
+    assert run_goodput_per_min(jct, 1, 60.0, _slo(25.0, *jct)) == 0.0  # a failed job
     # With 200 jobs the p99 is the 198th: one failure among them leaves it in time.
     many = {f"j{i}": 1.0 for i in range(199)}
-    assert run_goodput_per_min(many, 1, 60.0, 2.0) == 199.0
-    assert run_goodput_per_min(many, 3, 60.0, 2.0) == 0.0
+    assert run_goodput_per_min(many, 1, 60.0, _slo(2.0, *many)) == 199.0
+    assert run_goodput_per_min(many, 3, 60.0, _slo(2.0, *many)) == 0.0
 
 
-def test_the_slo_is_twice_the_unloaded_p99() -> None:
-    unloaded = [float(t) for t in range(100, 0, -1)]  # the p99 by nearest rank is 99
-    assert slo_s_of(unloaded) == 198.0
-    assert slo_s_of(unloaded, factor=3.0) == 297.0
-    assert slo_s_of([4.0, 1.0, 2.0]) == 8.0  # under 100 jobs, the p99 is the slowest
+_A = {"a": 2.0}  # job a's SLO
 
 
 @pytest.mark.parametrize(
@@ -190,14 +214,22 @@ def test_the_slo_is_twice_the_unloaded_p99() -> None:
             "'a' and 'b'",
         ),
         (lambda: best_of({"a": {0: math.nan}}, lower_is_better=True), FigureValueError, "'a'"),
-        (lambda: goodput_per_min({"a": 1.0}, -1, 60.0, 2.0), StatsSettingError, "num_failed"),
-        (lambda: goodput_per_min({"a": 1.0}, 0, 0.0, 2.0), StatsSettingError, "window_s"),
-        (lambda: goodput_per_min({"a": 1.0}, 0, 60.0, math.nan), StatsSettingError, "slo_s"),
-        (lambda: goodput_per_min({"a": math.inf}, 0, 60.0, 2.0), FigureValueError, "num_failed"),
-        (lambda: run_goodput_per_min({"a": -1.0}, 0, 60.0, 2.0), FigureValueError, "job 'a'"),
-        (lambda: slo_s_of([]), StatsSettingError, "unloaded run"),
-        (lambda: slo_s_of([1.0, math.nan]), StatsSettingError, "unloaded_jct[1]"),
-        (lambda: slo_s_of([1.0], factor=0.0), StatsSettingError, "factor"),
+        (lambda: goodput_per_min({"a": 1.0}, -1, 60.0, _A), StatsSettingError, "num_failed"),
+        (lambda: goodput_per_min({"a": 1.0}, 0, 0.0, _A), StatsSettingError, "window_s"),
+        (lambda: goodput_per_min({"a": 1.0}, 0, 60.0, 2.0), StatsSettingError, "slo_s_by_job"),
+        (
+            lambda: goodput_per_min({"a": 1.0}, 0, 60.0, {"a": math.nan}),
+            StatsSettingError,
+            "slo_s['a']",
+        ),
+        (lambda: goodput_per_min({"a": 1.0, "b": 1.0}, 0, 60.0, _A), MissingSloError, "['b']"),
+        (lambda: goodput_per_min({"a": math.inf}, 0, 60.0, _A), FigureValueError, "num_failed"),
+        (lambda: run_goodput_per_min({"a": -1.0}, 0, 60.0, _A), FigureValueError, "job 'a'"),
+        (lambda: run_goodput_per_min({"b": 1.0}, 0, 60.0, _A), MissingSloError, "unloaded"),
+        (lambda: slo_s_by_job({}), StatsSettingError, "unloaded time"),
+        (lambda: slo_s_by_job({"a": 1.0, "b": math.nan}), StatsSettingError, "unloaded_s['b']"),
+        (lambda: slo_s_by_job({"a": 0.0}), StatsSettingError, "> 0"),
+        (lambda: slo_s_by_job({"a": 1.0}, factor=0.0), StatsSettingError, "factor"),
     ],
 )
 def test_bad_input_gets_a_typed_error_that_says_what_to_do(call, error, says) -> None:
@@ -218,7 +250,7 @@ def test_the_statistics_import_and_run_without_torch() -> None:
         "sys.meta_path.insert(0, Refuse())\n"
         "from kvgov.benchmarks.openloop import stats\n"
         "print(stats.paired_ratio({0: 2.0, 1: 4.0}, {0: 1.0, 1: 2.0}, resamples=10))\n"
-        "print(stats.goodput_per_min({'a': 1.0}, 0, 60.0, 2.0))\n"
+        "print(stats.goodput_per_min({'a': 1.0}, 0, 60.0, stats.slo_s_by_job({'a': 1.0})))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=60

@@ -3,9 +3,12 @@
 Every reported figure is a median over evaluation seeds with a percentile bootstrap
 interval that resamples seeds with replacement. A ratio of two policies is taken per seed
 first (both ran the same workload on that seed), so a resample keeps each seed's pair
-together and the seed-to-seed spread of the workload cancels out of the ratio. Pure
-Python and deterministic for a given ``seed``; it imports without torch (``slo_s_of``
-reads the swarm benchmark's percentile, which lives beside the engine, lazily).
+together and the seed-to-seed spread of the workload cancels out of the ratio. Goodput
+judges each job against its own SLO, ``SLO_FACTOR`` times its own unloaded time
+(``slo_s_by_job``), so a short job and a long one are each held to their own size. Pure
+Python and deterministic for a given ``seed``; it imports without torch
+(``run_goodput_per_min`` reads the swarm benchmark's percentile, which lives beside the
+engine, lazily).
 
 Errors, all raised for caller input::
 
@@ -15,6 +18,7 @@ Errors, all raised for caller input::
           ├── TooFewSeedsError    fewer than 2 seeds: no spread to resample
           ├── FigureValueError    a non-finite figure, or a ratio's denominator <= 0
           ├── CurveLengthError    per-seed curves without the same x points
+          ├── MissingSloError     finished jobs with no SLO (no unloaded time) to judge them by
           └── StatsSettingError   resamples, level, window, SLO, factor or count out of range
 """
 
@@ -27,9 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "SLO_FACTOR",
     "CurveLengthError",
     "FigureValueError",
     "Interval",
+    "MissingSloError",
     "SeedMismatchError",
     "StatsInputError",
     "StatsSettingError",
@@ -40,8 +46,12 @@ __all__ = [
     "median_interval",
     "paired_ratio",
     "run_goodput_per_min",
-    "slo_s_of",
+    "slo_s_by_job",
 ]
+
+# A job meets its SLO when it finishes within this many times its own unloaded time
+# (issue 34: "within 2x unloaded").
+SLO_FACTOR = 2.0
 
 
 class StatsInputError(ValueError):
@@ -84,6 +94,15 @@ class CurveLengthError(StatsInputError):
         super().__init__(
             f"per-seed curves need the same x points on every seed, got lengths by seed "
             f"{self.lengths}: measure every seed at the same arrival rates (or budgets)"
+        )
+
+
+class MissingSloError(StatsInputError):
+    def __init__(self, *, jobs: Sequence[str]) -> None:
+        self.jobs = sorted(jobs)
+        super().__init__(
+            f"finished jobs {self.jobs} have no SLO: give slo_s an SLO for every job of the "
+            "run, from the unloaded times of the same workload (slo_s_by_job)"
         )
 
 
@@ -228,30 +247,38 @@ def best_of(candidates: Mapping[str, Mapping[int, float]], *, lower_is_better: b
 
 
 def goodput_per_min(
-    jct_by_job: Mapping[str, float], num_failed: int, window_s: float, slo_s: float
+    jct_by_job: Mapping[str, float],
+    num_failed: int,
+    window_s: float,
+    slo_s: Mapping[str, float],
 ) -> float:
-    """Jobs per minute of ``window_s`` that finished within ``slo_s``; a failed job did
-    not finish, so it never counts (``num_failed`` is checked, never added).
+    """Jobs per minute of ``window_s`` that finished within their own SLO (``slo_s``, job
+    -> seconds: ``slo_s_by_job``); a job at exactly its SLO counts. A failed job did not
+    finish, so it never counts (``num_failed`` is checked, never added).
 
     The per-job reading of issue 34's "goodput (jobs per minute finishing with p99 job
-    time within 2x unloaded)": each job meets or misses its SLO, the SLO being 2x the
-    unloaded run's p99 job time (``slo_s_of``). This is the request goodput that
-    ``vllm bench serve --goodput`` reports after DistServe (requests meeting their latency
-    SLO per second). It degrades smoothly as load grows and stays positive while any job
+    time within 2x unloaded)": each job meets or misses its SLO, ``SLO_FACTOR`` times its
+    own time with the machine to itself. This is the request goodput that ``vllm bench
+    serve --goodput`` reports after DistServe (requests meeting their latency SLO per
+    second), with each request's SLO scaled to its own size as InferCept's normalized
+    latency is. It degrades smoothly as load grows and stays positive while any job
     makes its SLO, so a ratio of two policies' goodput is defined on every seed.
     ``run_goodput_per_min`` is the run-level reading.
     """
     jcts = _check_jobs(jct_by_job, num_failed, window_s, slo_s)
-    return 60.0 * sum(1 for t in jcts if t <= slo_s) / window_s
+    return 60.0 * sum(1 for job, t in jcts.items() if t <= slo_s[job]) / window_s
 
 
 def run_goodput_per_min(
-    jct_by_job: Mapping[str, float], num_failed: int, window_s: float, slo_s: float
+    jct_by_job: Mapping[str, float],
+    num_failed: int,
+    window_s: float,
+    slo_s: Mapping[str, float],
 ) -> float:
-    """Finished jobs per minute of ``window_s`` if the run's p99 job time is within
-    ``slo_s``, else 0: the run-level reading of issue 34's goodput, a gate on the tail as
-    in Sarathi-Serve's capacity (the highest load at which its P99 latency stays within
-    the SLO).
+    """Finished jobs per minute of ``window_s`` if the run's p99 of each job's time over
+    its own SLO is within 1, else 0: the run-level reading of issue 34's goodput, a gate
+    on the tail as in Sarathi-Serve's capacity (the highest load at which its P99 latency
+    stays within the SLO).
 
     A failed job counts in the p99 as a job that never finished (an infinite job time),
     so with fewer than 100 jobs one failure fails the gate. The figure jumps from the
@@ -261,29 +288,29 @@ def run_goodput_per_min(
     from kvgov.benchmarks._swarm_result import percentile  # beside the engine: torch
 
     jcts = _check_jobs(jct_by_job, num_failed, window_s, slo_s)
-    p99 = percentile([*jcts, *[math.inf] * num_failed], 99)
-    return 60.0 * len(jcts) / window_s if p99 <= slo_s else 0.0
+    over = [t / slo_s[job] for job, t in jcts.items()]
+    p99 = percentile([*over, *[math.inf] * num_failed], 99)
+    return 60.0 * len(jcts) / window_s if p99 <= 1.0 else 0.0
 
 
-def slo_s_of(unloaded_jct: Sequence[float], factor: float = 2.0) -> float:
-    """The job-time SLO: ``factor`` x the p99 of the unloaded run's job times (nearest
-    rank, ``_swarm_result.percentile``, as the benchmark's other percentiles)."""
-    from kvgov.benchmarks._swarm_result import percentile  # beside the engine: torch
-
-    if not unloaded_jct:
+def slo_s_by_job(unloaded_s: Mapping[str, float], factor: float = SLO_FACTOR) -> dict[str, float]:
+    """Each job's SLO: ``factor`` times its own unloaded time (``unloaded_s``, job ->
+    seconds, as ``unloaded.UnloadedTimes`` measures it), never a threshold shared by
+    jobs of different sizes."""
+    if not unloaded_s:
         raise StatsSettingError(
-            name="unloaded_jct",
-            value=list(unloaded_jct),
-            expected="the job times of an unloaded run that finished at least one job",
+            name="unloaded_s",
+            value=dict(unloaded_s),
+            expected="each job's unloaded time in seconds, for at least one job",
         )
-    for i, t in enumerate(unloaded_jct):
-        if not (math.isfinite(t) and t > 0):
+    for job, t in unloaded_s.items():
+        if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
             raise StatsSettingError(
-                name=f"unloaded_jct[{i}]", value=t, expected="a finite job time > 0 seconds"
+                name=f"unloaded_s[{job!r}]", value=t, expected="a finite job time > 0 seconds"
             )
-    if not (math.isfinite(factor) and factor > 0):
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
         raise StatsSettingError(name="factor", value=factor, expected="a finite number > 0")
-    return factor * percentile(list(unloaded_jct), 99)
+    return {job: factor * t for job, t in unloaded_s.items()}
 
 
 def _bootstrap(
@@ -347,8 +374,11 @@ def _check_finite(value: object, *, what: str, seed: int) -> None:
 
 
 def _check_jobs(
-    jct_by_job: Mapping[str, float], num_failed: int, window_s: float, slo_s: float
-) -> list[float]:
+    jct_by_job: Mapping[str, float],
+    num_failed: int,
+    window_s: float,
+    slo_s: Mapping[str, float],
+) -> Mapping[str, float]:
     if isinstance(num_failed, bool) or not isinstance(num_failed, int) or num_failed < 0:
         raise StatsSettingError(
             name="num_failed", value=num_failed, expected="an int >= 0 (len(RunResult.failed))"
@@ -357,8 +387,12 @@ def _check_jobs(
         raise StatsSettingError(
             name="window_s", value=window_s, expected="a finite span > 0 seconds"
         )
-    if not (math.isfinite(slo_s) and slo_s > 0):
-        raise StatsSettingError(name="slo_s", value=slo_s, expected="a finite time > 0 (slo_s_of)")
+    if not isinstance(slo_s, Mapping):
+        raise StatsSettingError(
+            name="slo_s",
+            value=slo_s,
+            expected="a mapping of each job to its SLO in seconds (slo_s_by_job)",
+        )
     for job, t in jct_by_job.items():
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
             raise FigureValueError(
@@ -368,4 +402,13 @@ def _check_jobs(
                 why="a finished job's time is a finite number of seconds >= 0; list a job "
                 "that did not finish in num_failed instead",
             )
-    return list(jct_by_job.values())
+    missing = [job for job in jct_by_job if job not in slo_s]
+    if missing:
+        raise MissingSloError(jobs=missing)
+    for job in jct_by_job:
+        slo = slo_s[job]
+        if not (isinstance(slo, (int, float)) and math.isfinite(slo) and slo > 0):
+            raise StatsSettingError(
+                name=f"slo_s[{job!r}]", value=slo, expected="a finite time > 0 (slo_s_by_job)"
+            )
+    return jct_by_job

@@ -40,7 +40,7 @@ __all__ = [
     "WallClock",
 ]
 
-_IDLE_S = 0.02  # the longest sleep between two looks at the clock
+_IDLE_S = 0.02  # the longest real sleep between two looks at the clock
 _OK = (FinishReason.LENGTH, FinishReason.STOP)
 
 
@@ -77,7 +77,8 @@ class Agent:
 
 class RunnerClock(Protocol):
     def now(self) -> float: ...  # seconds since the run's clock started
-    def sleep(self, seconds: float) -> None: ...
+    # Nothing runs: wait for the next event, ``seconds`` ahead (infinity: none is known).
+    def wait(self, seconds: float) -> None: ...
     # Before a step: the next time (on this clock) at which the runner or its policy
     # acts. A clock whose engine may take several decode steps in one call (the twin's,
     # ``engine.decode_run``) takes none that ends at or after it.
@@ -95,8 +96,8 @@ class WallClock:
     def now(self) -> float:
         return time.perf_counter() - self._t0
 
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+    def wait(self, seconds: float) -> None:
+        time.sleep(max(0.0, min(_IDLE_S, seconds)))  # a look at the clock now and then
 
     def next_event(self, at: float) -> None:
         return None  # a real engine takes one step a call
@@ -170,7 +171,7 @@ class SwarmRunner:
                         self.policy.tick(engine, ended - t0)
                 else:
                     due = [a.ready_at for a in self.agents if a.state is AgentState.READY]
-                    clock.sleep(max(0.0, min([_IDLE_S, *(d - now for d in due)])))
+                    clock.wait(min([self.policy.quiet_until(now), *due]) - now)
                 self.policy.tick(engine, clock.now() - t0)
             result.makespan_s = clock.now() - t0
         finally:

@@ -18,6 +18,7 @@ busy event loop returns them; both for runs compared with real rounds as a distr
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,9 +66,14 @@ class TwinRun:
     peak_running: int  # sequences in one step, at most
 
 
+_NO_EVENT_S = 0.02  # how far a wait with no event in sight looks ahead
+
+
 class _TwinClock:
-    """``SwarmRunner``'s clock on a twin: engine steps move it; a sleep jumps ahead; the
-    engine's decode-only steps before the runner's next event are taken in one call."""
+    """``SwarmRunner``'s clock on a twin: engine steps move it; a wait jumps to the next
+    event (nothing can happen before it: the runner's own events and the policy's are
+    all it waits for); the engine's decode-only steps before the next event are taken
+    in one call."""
 
     def __init__(self, twin: TwinEngine) -> None:
         self._twin = twin
@@ -76,8 +82,8 @@ class _TwinClock:
     def now(self) -> float:
         return self._clock.now()
 
-    def sleep(self, seconds: float) -> None:
-        self._clock.advance(seconds)
+    def wait(self, seconds: float) -> None:
+        self._clock.advance(max(0.0, seconds if math.isfinite(seconds) else _NO_EVENT_S))
 
     def next_event(self, at: float) -> None:
         self._twin.fold_until = at

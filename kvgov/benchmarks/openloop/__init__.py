@@ -4,6 +4,7 @@ at its papers' best, many seeds and paired confidence bands.
 
 - ``workload``: the workload and its prompts, fixed up front for every policy;
 - ``stats``: paired bootstrap intervals over seeds, goodput;
+- ``unloaded``: each job's time with the machine to itself, what its SLO is twice;
 - ``panel``: every policy on one modelled device, each beside its own unconstrained run;
 - ``figures``: a panel's figures, medians over the evaluation seeds with their intervals;
 - ``bench``: ``kvgov bench openloop``, the reference card's panel.

@@ -157,12 +157,22 @@ class BlockManager:
         extra_keys: Sequence[ExtraKey] = (),
         num_reserve_blocks: int = 0,
         num_shared_blocks: int = 0,
+        prompt_hashes: Sequence[bytes] | None = None,
     ) -> Fit:
         """``num_reserve_blocks``: the pool must keep this many free after (a scheduler's
-        reserve for what runs next; never charged to the budget)."""
+        reserve for what runs next; never charged to the budget). ``prompt_hashes``: what
+        ``prompt_hashes`` returned for the same tokens and keys, where the caller keeps
+        it (a request that waits is asked again at every step)."""
         reserve = require_int("num_reserve_blocks", num_reserve_blocks, minimum=0)
         return self._plan_allocate(
-            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, num_shared_blocks, reserve
+            token_ids,
+            budget,
+            ceiling_tokens,
+            cache_salt,
+            extra_keys,
+            num_shared_blocks,
+            reserve,
+            prompt_hashes=prompt_hashes,
         ).fit
 
     def allocate(
@@ -175,17 +185,25 @@ class BlockManager:
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
         num_shared_blocks: int = 0,
+        prompt_hashes: Sequence[bytes] | None = None,
     ) -> Allocation:
         """Give a new sequence blocks for ``token_ids``, reusing its longest cached prefix.
 
         The cached prefix stops short of the last token: the caller must compute at
         least one token to get logits. ``num_shared_blocks``: the k of the module
         docstring (``num_shared_blocks(token_ids)``); 0 salts every block.
+        ``prompt_hashes``: as in ``can_allocate``.
         """
         if seq_id in self._tables:
             raise DuplicateSequenceError(seq_id)
         plan = self._plan_allocate(
-            token_ids, budget, ceiling_tokens, cache_salt, extra_keys, num_shared_blocks
+            token_ids,
+            budget,
+            ceiling_tokens,
+            cache_salt,
+            extra_keys,
+            num_shared_blocks,
+            prompt_hashes=prompt_hashes,
         )
         group = self.budgets.get(budget) if budget is not None else None
         if not plan.fit:
@@ -254,6 +272,49 @@ class BlockManager:
         )
         return num_tokens
 
+    def prompt_hashes(
+        self,
+        token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        extra_keys: Sequence[ExtraKey] = (),
+        num_shared_blocks: int = 0,
+    ) -> list[bytes]:
+        """The hashes by which an allocation of ``token_ids`` looks its prefix up in the
+        cache: its full blocks before the last token (validated as ``allocate`` would)."""
+        extra = self._check_prompt(token_ids, cache_salt, extra_keys, num_shared_blocks)
+        return self._prompt_hashes(token_ids, cache_salt, num_shared_blocks, extra)
+
+    def _check_prompt(
+        self,
+        token_ids: Sequence[int],
+        cache_salt: str | None,
+        extra_keys: Sequence[ExtraKey],
+        num_shared_blocks: int,
+    ) -> bytes:
+        require_token_ids(token_ids, allow_empty=False)
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidRequestError(f"cache_salt must be a str or None, got {cache_salt!r}")
+        require_int("num_shared_blocks", num_shared_blocks, minimum=0)
+        try:
+            return encode_extra_keys(extra_keys)
+        except TypeError as exc:
+            raise InvalidRequestError(str(exc)) from None
+
+    def _prompt_hashes(
+        self, token_ids: Sequence[int], cache_salt: str | None, num_shared_blocks: int, extra: bytes
+    ) -> list[bytes]:
+        if not self.enable_prefix_caching:
+            return []
+        # Only full blocks before the last token may come from the cache.
+        return hash_chain(
+            token_ids[: len(token_ids) - 1],
+            self.block_size,
+            cache_salt=cache_salt,
+            num_shared_blocks=num_shared_blocks,
+            extra=extra,
+        )
+
     def _plan_allocate(
         self,
         token_ids: Sequence[int],
@@ -263,17 +324,15 @@ class BlockManager:
         extra_keys: Sequence[ExtraKey],
         num_shared_blocks: int = 0,
         num_reserve_blocks: int = 0,
+        *,
+        prompt_hashes: Sequence[bytes] | None = None,
     ) -> AllocationPlan:
-        require_token_ids(token_ids, allow_empty=False)
+        if prompt_hashes is None:  # else checked when they were made (prompt_hashes)
+            extra = self._check_prompt(token_ids, cache_salt, extra_keys, num_shared_blocks)
+        else:
+            extra = encode_extra_keys(extra_keys)
         if ceiling_tokens is not None:
             require_int("ceiling_tokens", ceiling_tokens, minimum=1)
-        if cache_salt is not None and not isinstance(cache_salt, str):
-            raise InvalidRequestError(f"cache_salt must be a str or None, got {cache_salt!r}")
-        require_int("num_shared_blocks", num_shared_blocks, minimum=0)
-        try:
-            extra = encode_extra_keys(extra_keys)
-        except TypeError as exc:
-            raise InvalidRequestError(str(exc)) from None
         group = self.budgets.get(budget) if budget is not None else None
         num_tokens = len(token_ids)
         if ceiling_tokens is not None and num_tokens > ceiling_tokens:
@@ -282,24 +341,17 @@ class BlockManager:
         if group is not None and num_blocks > group.num_free_blocks:
             fit = Fit(Shortfall.BUDGET, num_blocks, group.num_free_blocks)
             return AllocationPlan(fit, [], [])
-        # Only full blocks before the last token may come from the cache.
         hashes = (
-            hash_chain(
-                token_ids[: num_tokens - 1],
-                self.block_size,
-                cache_salt=cache_salt,
-                num_shared_blocks=num_shared_blocks,
-                extra=extra,
-            )
-            if self.enable_prefix_caching
-            else []
+            prompt_hashes
+            if prompt_hashes is not None
+            else self._prompt_hashes(token_ids, cache_salt, num_shared_blocks, extra)
         )
         hits = self.pool.match(hashes)
         num_free_hits = sum(1 for block in hits if block.ref_cnt == 0)
         needed = num_blocks - len(hits) + num_free_hits + num_reserve_blocks
         if needed > self.pool.num_free_blocks:
             return AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
-        return AllocationPlan(_FITS, hits, hashes[: len(hits)], extra)
+        return AllocationPlan(_FITS, hits, list(hashes[: len(hits)]), extra)
 
     # -- append -------------------------------------------------------------------------
     def can_append(self, seq_id: Hashable, num_new_tokens: int = 1) -> Fit:

@@ -36,6 +36,7 @@ class BlockPool:
         "num_blocks",
         "num_cached",
         "num_pinned",
+        "num_room_changes",
     )
 
     def __init__(self, *, num_blocks: int, enable_caching: bool = True) -> None:
@@ -50,6 +51,10 @@ class BlockPool:
         self.cached: dict[bytes, KVCacheBlock] = {}  # hash -> its one canonical block
         self.num_cached = 0  # free blocks that still hold cached content
         self.num_pinned = 0  # blocks with at least one pin
+        # Bumped whenever a block returns to the free queue or content enters the cache:
+        # between two bumps a check for room that failed still fails (allocations and
+        # touches only take free blocks and hits away), so it need not be made again.
+        self.num_room_changes = 0
 
     # -- counts ---------------------------------------------------------------------
     @property
@@ -167,6 +172,7 @@ class BlockPool:
             self._free_queue.extendleft(empty)
             self._free_queue.extend(cached)
             self.num_cached += len(cached)
+            self.num_room_changes += 1
 
     def free(self, block: KVCacheBlock) -> None:
         """Drop one table's reference; at zero the block joins the free queue."""
@@ -176,6 +182,7 @@ class BlockPool:
         ref -= 1
         block.ref_cnt = ref
         if ref == 0:
+            self.num_room_changes += 1
             if block.block_hash is None:
                 self._free_queue.appendleft(block)
                 self._empty[block.block_id] = 1
@@ -225,6 +232,7 @@ class BlockPool:
         if block_hash not in self.cached:
             self.cached[block_hash] = block
             block.block_hash = block_hash
+            self.num_room_changes += 1
 
     def _evict(self, block: KVCacheBlock) -> None:
         # Called on a block just taken out of the free queue.

@@ -27,9 +27,9 @@ Why nothing else can happen in the planned steps:
   stop strings (a run with either is not planned);
 - every append fits, all together (``BlockManager.can_append_together``): no reclaim,
   no preemption, no copy on write;
-- nothing waiting could be admitted and nothing swapped could come back now, checked
-  as the scheduler checks it; appends only take blocks, so neither can become possible
-  during the run, and no restore is pending.
+- nothing waiting could be admitted, nothing swapped could come back, and no context
+  waiting to be restored could be, now, each checked as the step would check it;
+  appends only take blocks, so none can become possible during the run.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def plan(
     scheduler: Scheduler, stops: Mapping[str, TokenStopChecker], token: int, *, pending: bool
 ) -> DecodeRun | None:
     """The decode steps ahead of the engine, each sampling ``token``; None when the next
-    step is not one (see the module docstring). ``pending``: a restore waits."""
+    step is not one (see the module docstring). ``pending``: the next step would bring a
+    context back, or let a request waiting for one go (``PendingRestores.would_restore``)."""
     running = scheduler.running
     if pending or not running or len(running) > scheduler.max_num_batched_tokens:
         return None

@@ -275,7 +275,8 @@ class Engine:
         """The steps ahead in which every running request only decodes, each sampling
         ``token``, and nothing else can happen; None when the next step is not one. For a
         run that knows its tokens before they are sampled (``engine.decode_run``)."""
-        return decode_run.plan(self.scheduler, self._stops, token, pending=bool(self.pending))
+        pending = self.pending.would_restore(self.scheduler.waiting)
+        return decode_run.plan(self.scheduler, self._stops, token, pending=pending)
 
     def take_decode_run(self, run: DecodeRun, num_steps: int, token: int) -> list[RequestOutput]:
         """Make ``num_steps`` of ``run``'s steps in one pass, as that many ``step()`` calls

@@ -67,6 +67,17 @@ class PendingRestores:
                 still.append((budget, request))
         self._waiting = still
 
+    def would_restore(self, queue: Sequence[Request] = ()) -> bool:
+        """Whether ``try_restore(queue)`` would change anything now: bring a context
+        back, or let a request that stopped waiting go. It changes nothing."""
+        held = self._retained.held_budgets()
+        for budget, request in self._waiting:
+            if request.is_finished or budget not in held:
+                return True
+            if _its_turn(request, queue) and self._retained.can_restore(budget):
+                return True
+        return False
+
     def give_up_oldest(self) -> bool:
         """End the oldest pending restore's hold (its request computes the context again);
         False when none is pending."""

@@ -58,6 +58,9 @@ class Request:
     first_token_time: float | None = None
     arrival_time: float = 0.0
     finish_time: float | None = None
+    # Its prompt's prefix-cache hashes while it waits (``Scheduler``), by the number of
+    # tokens they were computed for: a request waiting many steps is asked each step.
+    prompt_hashes: tuple[int, list[bytes]] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -111,15 +111,18 @@ class RetainedContexts:
             raise OutOfSwapSpaceError(fit.needed, fit.available)
         self.kv_cache.swap_out(self.manager.swap_out(seq_id))
 
+    def can_restore(self, budget: str) -> bool:
+        """Whether ``restore`` would bring the context back now (or it is not on the host)."""
+        return not self.is_offloaded(budget) or bool(self.manager.can_swap_in(_seq_id(budget)))
+
     def restore(self, budget: str) -> bool:
         """Bring an offloaded context back into the prefix cache when the device has room;
         False when it must stay on the host for now."""
         if not self.is_offloaded(budget):
             return True
-        seq_id = _seq_id(budget)
-        if not self.manager.can_swap_in(seq_id):
+        if not self.can_restore(budget):
             return False
-        self.kv_cache.swap_in(self.manager.swap_in(seq_id))
+        self.kv_cache.swap_in(self.manager.swap_in(_seq_id(budget)))
         return True
 
     def release(self, budget: str) -> None:

@@ -200,7 +200,9 @@ class Scheduler:
                 ceiling_tokens=request.ceiling_tokens,
                 cache_salt=request.cache_salt,
                 num_shared_blocks=request.num_shared_blocks,
+                prompt_hashes=self._prompt_hashes(request),
             )
+            request.prompt_hashes = None  # it runs now; its tokens will grow
             if request.num_preemptions == 0:
                 request.num_cached_tokens = allocation.num_cached_tokens
             request.num_computed_tokens = allocation.num_cached_tokens
@@ -222,7 +224,22 @@ class Scheduler:
             cache_salt=request.cache_salt,
             num_shared_blocks=request.num_shared_blocks,
             num_reserve_blocks=self.num_reserve_blocks(request, num_known),
+            prompt_hashes=self._prompt_hashes(request),
         )
+
+    def _prompt_hashes(self, request: Request) -> list[bytes]:
+        """The request's prefix-cache hashes (``BlockManager.prompt_hashes``), made once
+        for as many steps as it waits with the same tokens."""
+        kept = request.prompt_hashes
+        if kept is not None and kept[0] == request.num_tokens:
+            return kept[1]
+        hashes = self.manager.prompt_hashes(
+            request.token_ids,
+            cache_salt=request.cache_salt,
+            num_shared_blocks=request.num_shared_blocks,
+        )
+        request.prompt_hashes = (request.num_tokens, hashes)
+        return hashes
 
     def num_reserve_blocks(self, request: Request, num_blocks: int) -> int:
         """Free blocks a request joining the running ones must leave beyond the

@@ -21,6 +21,8 @@ _FITS = Fit()
 
 class SwapSpace:
     __slots__ = (
+        "_refused",
+        "_refused_at",
         "device_pool",
         "host_pool",
         "num_blocks_swapped_in",
@@ -38,6 +40,12 @@ class SwapSpace:
         # Sequences swapped out since the start: one per offload, hold moved to host or
         # preemption by swap, however many blocks it moved.
         self.num_swap_outs = 0
+        # Swap-ins refused since the device pool's room last changed (its
+        # ``num_room_changes``): by table, with the extra blocks asked and the refusal. A
+        # context waiting to come back is asked at every step; until room changes the
+        # answer stays no, and finding it costs a cache lookup a block.
+        self._refused: dict[int, tuple[BlockTable, int, Fit]] = {}
+        self._refused_at = -1
 
     def can_swap_out(self, table: BlockTable) -> Fit:
         needed, available = len(table.blocks), self.host_pool.num_free_blocks
@@ -62,8 +70,19 @@ class SwapSpace:
         return moves
 
     def can_swap_in(self, table: BlockTable, num_extra_blocks: int = 0) -> Fit:
-        """Room to bring the sequence back with ``num_extra_blocks`` more left free."""
-        return self._plan_swap_in(table, num_extra_blocks)[0]
+        """Room to bring the sequence back with ``num_extra_blocks`` more left free. A
+        refusal repeated before room changed carries the figures it was found with."""
+        room = self.device_pool.num_room_changes
+        if room != self._refused_at:
+            self._refused.clear()
+            self._refused_at = room
+        refused = self._refused.get(id(table))
+        if refused is not None and refused[0] is table and refused[1] == num_extra_blocks:
+            return refused[2]
+        fit = self._plan_swap_in(table, num_extra_blocks)[0]
+        if not fit:
+            self._refused[id(table)] = (table, num_extra_blocks, fit)
+        return fit
 
     def swap_in(self, table: BlockTable) -> tuple[BlockMove, ...]:
         """(host, device) moves for the blocks the prefix cache no longer holds."""

@@ -97,7 +97,7 @@ class WallClock:
         return time.perf_counter() - self._t0
 
     def wait(self, seconds: float) -> None:
-        time.sleep(max(0.0, min(_IDLE_S, seconds)))  # a look at the clock now and then
+        time.sleep(min(_IDLE_S, seconds) if seconds > 0 else _IDLE_S)  # a look now and then
 
     def next_event(self, at: float) -> None:
         return None  # a real engine takes one step a call

@@ -66,7 +66,7 @@ class TwinRun:
     peak_running: int  # sequences in one step, at most
 
 
-_NO_EVENT_S = 0.02  # how far a wait with no event in sight looks ahead
+_NO_EVENT_S = 0.02  # how far an idle runner looks ahead with no event in sight
 
 
 class _TwinClock:
@@ -83,7 +83,8 @@ class _TwinClock:
         return self._clock.now()
 
     def wait(self, seconds: float) -> None:
-        self._clock.advance(max(0.0, seconds if math.isfinite(seconds) else _NO_EVENT_S))
+        # No event ahead, or a policy that looks at every step: look again a little later.
+        self._clock.advance(seconds if 0 < seconds < math.inf else _NO_EVENT_S)
 
     def next_event(self, at: float) -> None:
         self._twin.fold_until = at

@@ -168,3 +168,31 @@ def test_swap_in_of_a_resident_sequence_is_refused() -> None:
     with pytest.raises(SequenceStateError, match="while it is resident; swap it out first") as err:
         m.swap_in("a")
     assert (err.value.seq_id, err.value.action) == ("a", "swap in")
+
+
+def test_a_refused_swap_in_is_asked_again_once_blocks_are_freed() -> None:
+    # A refusal is kept until the pool's room changes (a context waiting to come back
+    # is asked at every step); a free changes it.
+    m = manager(num_blocks=4, num_host_blocks=4)
+    m.allocate("a", toks(10))
+    m.swap_out("a")
+    m.allocate("b", toks(16, start=100))
+    assert not m.can_swap_in("a")
+    assert not m.can_swap_in("a")  # asked again with nothing changed: still no
+    m.free("b")
+    assert m.can_swap_in("a")
+
+
+def test_a_refused_swap_in_is_asked_again_once_its_content_is_cached() -> None:
+    # Another sequence computes the swapped context's first blocks: they are hits now,
+    # and the swap-in needs only its partial block, though no block was freed.
+    m = manager(num_blocks=6, num_host_blocks=4)
+    computed(m, "a", toks(10))
+    m.swap_out("a")
+    m.allocate("x", toks(24, start=100))  # evicts a's cached blocks
+    m.free("x")
+    m.allocate("d", toks(8))  # a's first two blocks' content, not computed yet
+    m.allocate("y", toks(12, start=200))
+    assert m.can_swap_in("a") == Fit(Shortfall.POOL, needed=3, available=1)
+    m.mark_computed("d", 8)
+    assert m.can_swap_in("a")

@@ -35,7 +35,13 @@ step, at its own time. A copy asked for while a step is in progress starts when 
 ``forward=False`` skips the model's forward pass: every chunk that completes its
 request's tokens samples one fixed token (never end-of-sequence), so a modelled run at a
 large model's scale (16k-token prompts, thousands of blocks) costs the host only the
-engine's bookkeeping. Decisions stay the engine's; only the tokens are no model's.
+engine's bookkeeping. Decisions stay the engine's; only the tokens are no model's. Its
+driver may also say when the next event falls (``fold_until``: a virtual-time loop's
+next timer, the swarm runner's next tool return or policy deadline): the engine's
+decode-only steps that end before it are then taken in one pass (``engine.decode_run``),
+each charged as a step of its own (``steps_ended``), the engine left as after the same
+steps one by one. Not with ``noise``: finding how many steps end before the event
+would draw factors for a step then taken alone.
 
 Errors (caller input)::
 

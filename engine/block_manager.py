@@ -88,12 +88,17 @@ class BlockManager:
         num_shared_blocks: int = 0,
     ) -> list[bytes]:
         """The chained hashes of the full blocks of ``token_ids``."""
+        return self._hashes(token_ids, cache_salt, num_shared_blocks, encode_extra_keys(extra_keys))
+
+    def _hashes(
+        self, token_ids: Sequence[int], cache_salt: str | None, num_shared_blocks: int, extra: bytes
+    ) -> list[bytes]:
         return hash_chain(
             token_ids,
             self.block_size,
             cache_salt=cache_salt,
             num_shared_blocks=num_shared_blocks,
-            extra=encode_extra_keys(extra_keys),
+            extra=extra,
         )
 
     def num_shared_blocks(
@@ -307,13 +312,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         # Only full blocks before the last token may come from the cache.
-        return hash_chain(
-            token_ids[: len(token_ids) - 1],
-            self.block_size,
-            cache_salt=cache_salt,
-            num_shared_blocks=num_shared_blocks,
-            extra=extra,
-        )
+        return self._hashes(token_ids[: len(token_ids) - 1], cache_salt, num_shared_blocks, extra)
 
     def _plan_allocate(
         self,

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from engine import Engine
 from engine.twin import (
@@ -35,8 +36,8 @@ from engine.twin import (
 from engine.twin.event_loop import ThreadClock, VirtualTimeLoop, run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
-from governor import LocalBackend
-from kvgov.benchmarks._swarm_kvgov import kvgov_program
+from governor import GovernorConfig, LocalBackend
+from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, kvgov_program
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
@@ -134,11 +135,15 @@ def run_twin_policy(
     deadline_s: float,
     noise: StepNoise | None = None,
     tool_lateness_s: Sequence[float] = (),
+    knobs: Mapping[str, Any] | None = None,
 ) -> TwinRun:
     """``policy`` on ``engine``'s twin, from a cold prefix cache; ``deadline_s`` is virtual.
     ``costs`` prices the research policies' choices (paged and kvgov take none); ``noise``
     scatters the steps' times and ``tool_lateness_s`` kvgov's tool returns, drawn from
-    the noise's seed (the same seed, the same run)."""
+    the noise's seed (the same seed, the same run). ``knobs`` set the policy's tunable
+    settings: a baseline's keyword arguments (``make_baseline``), kvgov's
+    ``GovernorConfig`` fields over ``KVGOV_CONFIG``."""
+    knobs = dict(knobs or {})
     cold = engine.reset_prefix_cache()
     assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
     capacity = engine.capacity()
@@ -155,7 +160,16 @@ def run_twin_policy(
             try:
                 late = _draws(tool_lateness_s, 0 if noise is None else noise.seed)
                 run_virtual(
-                    _kvgov(twin, scripts, workload, result, names, deadline_s, late),
+                    _kvgov(
+                        twin,
+                        scripts,
+                        workload,
+                        result,
+                        names,
+                        deadline_s,
+                        late,
+                        replace(KVGOV_CONFIG, **knobs),
+                    ),
                     clock=twin.clock,
                 )
             finally:
@@ -165,7 +179,9 @@ def run_twin_policy(
                 engine,
                 scripts,
                 prompts,
-                make_baseline(policy, costs, copies_overlap=device.profile.copies_overlap_compute),
+                make_baseline(
+                    policy, costs, copies_overlap=device.profile.copies_overlap_compute, **knobs
+                ),
                 reply_tokens=workload.reply_tokens,
                 clock=_TwinClock(twin),
             )
@@ -191,6 +207,7 @@ async def _kvgov(
     names: dict[str, str],
     deadline_s: float,
     tool_delay: Callable[[], float],
+    config: GovernorConfig,
 ) -> None:
     import asyncio
 
@@ -207,6 +224,7 @@ async def _kvgov(
             deadline_s=deadline_s,
             clock=ThreadClock(loop),  # deadlines on a thread, as under SystemClock
             tool_delay=tool_delay,
+            config=config,
         )
     finally:
         backend.close()

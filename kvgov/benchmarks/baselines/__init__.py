@@ -12,6 +12,8 @@ named ``paged+offload``), ``continuum`` (Continuum's TTL pins, named ``ttl-pin``
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvgov.benchmarks._swarm_runner import KVPolicy
 from kvgov.benchmarks.baselines.continuum import TtlPin
 from kvgov.benchmarks.baselines.costs import Costs, measure_costs
@@ -35,19 +37,20 @@ BASELINES = ("paged", "paged+offload", "ttl-pin", "intercept")
 
 
 def make_baseline(
-    name: str, costs: Costs | None, *, copies_overlap: bool | None = None
+    name: str, costs: Costs | None, *, copies_overlap: bool | None = None, **knobs: Any
 ) -> KVPolicy:
     """The baseline called ``name``, its choices priced by ``costs`` where it prices them;
     ``copies_overlap``: whether the device's KV copies run beside its compute (None: as
-    the engine's device does; the twin passes its modelled device's)."""
+    the engine's device does; the twin passes its modelled device's). ``knobs``: the
+    policy's tunable keyword arguments (its class's fields)."""
     if name == "paged":
-        return Paged()
+        return Paged(**knobs)
     if name == "paged+offload":
-        return PagedOffload()
+        return PagedOffload(**knobs)
     if name not in BASELINES:
         raise ValueError(f"no baseline {name!r}; pick from {', '.join(BASELINES)}")
     if costs is None:
         raise ValueError(f"{name} prices its choices: give costs (measure_costs)")
     if name == "ttl-pin":
-        return TtlPin(costs)
-    return Intercept(costs, copies_overlap=copies_overlap)
+        return TtlPin(costs, **knobs)
+    return Intercept(costs, copies_overlap=copies_overlap, **knobs)

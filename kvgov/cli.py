@@ -57,6 +57,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "context": "kvgov.benchmarks.context",
         "swarm": "kvgov.benchmarks.swarm",
         "openloop": "kvgov.benchmarks.openloop.bench",
+        "openloop-tune": "kvgov.benchmarks.openloop.tuning",
     }
 )
 

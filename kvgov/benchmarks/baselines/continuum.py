@@ -7,6 +7,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import KW_ONLY, dataclass, field
+from typing import ClassVar
 
 from engine import Engine
 from kvgov.benchmarks._swarm_runner import Agent, AgentState
@@ -110,6 +111,7 @@ class TtlPin:
       request takes over).
     """
 
+    KNOBS: ClassVar[tuple[str, ...]] = ("num_prior_samples", "prior_mean_s", "queue_window")
     costs: Costs
     _: KW_ONLY
     num_prior_samples: int = 100  # K (§4.2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 from engine import Engine
 from kvgov.benchmarks._swarm_runner import Agent
@@ -17,6 +18,9 @@ class Paged:
     fan-out control beyond the engine's own."""
 
     name = "paged"
+    # vLLM's scheduler knobs (batch sizes, chunked prefill) are the engine's, the same
+    # for every policy; its memory policy has none to tune.
+    KNOBS: ClassVar[tuple[str, ...]] = ()
 
     def priority(self, agent: Agent) -> int:
         return 0

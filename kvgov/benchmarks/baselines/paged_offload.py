@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from engine import Engine
 from kvgov.benchmarks._swarm_runner import Agent
@@ -38,6 +39,9 @@ class PagedOffload:
     asynchronous, overlapped with compute on CUDA; this engine copies between two steps.
     """
 
+    # The offloading connector's one setting, the CPU cache's size, is the host memory
+    # every policy gets (the panel's), and LRU is its eviction; nothing is left to tune.
+    KNOBS: ClassVar[tuple[str, ...]] = ()
     name: str = "paged+offload"
     num_offloaded: int = 0  # contexts written to host
     num_evicted: int = 0  # offloaded contexts dropped for room, least recently used first

@@ -11,11 +11,12 @@ run of its own (``figures``). Every figure is modelled: decisions are the real e
 governor's and policies'; times and bytes are the twin's (its validation against the real
 engine: README, ``kvgov twin check``).
 
-Seeds: ``TUNING_SEED`` (0) is the seed any knob is tuned on, and no figure reported here
-comes from it; the figures are medians over ``EVALUATION_SEEDS``. What this first form
-leaves for later (issue 34): the knob grid itself, the CPU panel and the real engine's
-short form beside it, the whole-system comparison, goodput against the KV budget, the
-breakdown of job time, plots.
+Seeds: ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure reported here
+comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each policy runs with
+its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all). What
+this form leaves for later (issue 34): the CPU panel and the real engine's short form
+beside it, the whole-system comparison, goodput against the KV budget, the breakdown of
+job time, plots.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.panel import reference_card, run_panel
+from kvgov.benchmarks.openloop.tuned import TUNED
 
 __all__ = ["EVALUATION_SEEDS", "POLICIES", "RATES", "TUNING_SEED", "run"]
 
@@ -63,11 +65,12 @@ def measure(
         for rate in rates
         for seed in seeds
     ]
-    runs = run_panel(reference_card(), workloads, policies, progress=_progress)
+    runs = run_panel(reference_card(), workloads, policies, knobs=TUNED, progress=_progress)
     _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s of host time")
     every_rate = "teams at " + ", ".join(f"{rate:g}" for rate in rates) + "/min (Poisson)"
     what = re.sub(r"teams at \S+/min \(Poisson\)", every_rate, openloop.describe(workloads[0]))
     what = re.sub(r", seed \d+", "", what)
+    what += f"; each policy with its knobs tuned on seed {TUNING_SEED} (openloop/tuned.py)"
     figures = PanelFigures(runs, rates, seeds, policies, window_s, "twin", what=what)
     yield from figures.measurements()
 

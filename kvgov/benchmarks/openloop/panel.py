@@ -11,7 +11,9 @@ For each (rate, seed) the workload is built once, so every policy sends the same
 prompts; each policy runs on the panel's engine (its KV budget) and on an unconstrained
 one (room for every agent's peak context at once, and as much host memory), so each
 policy is divided by its own unconstrained run: what memory policy costs it, apart from
-the compute every policy shares. Runs start from a cold prefix cache (checked by
+the compute every policy shares. Each policy runs with its knobs (``knobs``: policy ->
+its settings, the tuned ones in ``tuned.TUNED``), the same in both runs, and checked
+before any run (``check_knobs``). Runs start from a cold prefix cache (checked by
 ``run_twin_policy``), and the research policies price their choices with costs measured
 on the same twin (``measure_twin_costs``). Each job's unloaded time, what its goodput
 SLO is a multiple of, comes from its team run alone (``unloaded``), once per seed for
@@ -20,11 +22,12 @@ every rate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
@@ -37,7 +40,16 @@ if TYPE_CHECKING:
     from kvgov.benchmarks._swarm_twin import TwinDevice
     from kvgov.benchmarks.baselines import Costs
 
-__all__ = ["Cell", "Panel", "PanelRuns", "WorkloadSetup", "reference_card", "run_panel"]
+__all__ = [
+    "Cell",
+    "Panel",
+    "PanelRuns",
+    "WorkloadSetup",
+    "check_knobs",
+    "policy_knobs",
+    "reference_card",
+    "run_panel",
+]
 
 _STANDIN = "tiny-random"  # the stand-in engine's model (stand_in_engine): its tokenizer
 _DEADLINE_S = 24 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
@@ -137,21 +149,54 @@ class PanelRuns:
         return self.unloaded_s[(rate_per_min, seed)]
 
 
+def policy_knobs(policy: str) -> tuple[str, ...]:
+    """What ``policy`` may be tuned by: a baseline's ``KNOBS``, kvgov's ``GovernorConfig``
+    fields (each replacing ``KVGOV_CONFIG``'s, as ``run_twin_policy`` applies them)."""
+    from governor import GovernorConfig
+    from kvgov.benchmarks.baselines import baseline_knobs
+
+    if policy == "kvgov":
+        return tuple(f.name for f in dataclasses.fields(GovernorConfig))
+    return baseline_knobs(policy)
+
+
+def check_knobs(policy: str, knobs: Mapping[str, Any]) -> None:
+    """Builds ``policy`` with ``knobs`` as a run would, so a wrong name
+    (``UnknownKnobError``) or value (the policy's own error) stops the panel before its
+    first run, not an hour into it."""
+    from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
+    from kvgov.benchmarks.baselines import Costs, UnknownKnobError, make_baseline
+
+    known = policy_knobs(policy)
+    for knob in knobs:
+        if knob not in known:
+            raise UnknownKnobError(policy, knob, known)
+    if policy == "kvgov":
+        dataclasses.replace(KVGOV_CONFIG, **knobs)
+    else:
+        make_baseline(policy, Costs(prefill_s_per_token=1e-4, swap_s_per_block=1e-4), **knobs)
+
+
 def run_panel(
     panel: Panel,
     workloads: Iterable[OpenLoopWorkload],
     policies: Iterable[str],
     *,
+    knobs: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> PanelRuns:
     """Every policy on every workload (one per rate and seed), constrained and not, and
-    every job's unloaded time."""
+    every job's unloaded time; ``knobs``: policy -> its settings (a policy not named runs
+    with its defaults)."""
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
 
     began = time.perf_counter()
     runs = PanelRuns(panel)
     scenario = panel.scenario
     policies = tuple(policies)
+    knobs = knobs or {}
+    for policy in policies:
+        check_knobs(policy, knobs.get(policy, {}))
     device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
     constrained = stand_in_engine(scenario)
     costs = measure_twin_costs(constrained, device)
@@ -180,6 +225,7 @@ def run_panel(
                     setup,
                     roomy_costs if unconstrained else costs,
                     fraction=engine.capacity().num_blocks / max(1, setup.peak_blocks),
+                    knobs=knobs.get(policy, {}),
                 )
                 cell = Cell(policy, workload.rate_per_min, workload.seed, unconstrained)
                 runs.results[cell] = result
@@ -195,6 +241,7 @@ def _run(
     costs: Costs,
     *,
     fraction: float,
+    knobs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     from kvgov.benchmarks._swarm_twin import run_twin_policy
 
@@ -208,4 +255,5 @@ def _run(
         setup.swarm_workload,
         None if policy in ("paged", "kvgov") else costs,
         deadline_s=_DEADLINE_S,
+        knobs=knobs,
     ).result

@@ -1,0 +1,406 @@
+"""Every policy's knobs tuned on the tuning seed, by one rule for all (issue 34):
+``kvgov bench openloop-tune``.
+
+``GRIDS`` declares, in this one place, each policy's knobs that a user of that system
+would tune and a few values of each, the paper's setting (kvgov's: what
+``KVGOV_CONFIG`` ships) always among them; a policy whose paper leaves nothing to tune
+has one point, and its grid says why. kvgov has no more points than the baseline with
+the most.
+
+The rule, the same for every policy: on ``TUNING_SEED`` (0) only, on the reference card
+(``panel.reference_card``), at the benchmark's rates and arrival window (``bench.RATES``,
+``bench.WINDOW_S``), each grid point runs on the card's KV (constrained). A point's
+objective is the geometric mean over the rates of the policy's mean job time, so every
+rate weighs the same whatever its scale. The chosen point has the least objective, but a
+point within 1% of the default's objective does not displace it (ties go to the paper);
+a point where any job failed is disqualified. A grid of one point has nothing to choose
+and is not run. The choice is committed as ``tuned.TUNED``, which ``kvgov bench
+openloop`` runs with, on evaluation seeds only; no figure it reports comes from here.
+
+Errors, raised before any run::
+
+    ValueError
+     ├── TuningSeedError    a workload not on TUNING_SEED: tuning never sees an evaluation seed
+     ├── GridError          a grid whose default is not one of its points, or of bad size
+     └── UnknownKnobError   a knob the policy does not have (baselines.knobs)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from engine.benchmarks import Direction, Measurement
+from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
+from kvgov.benchmarks.openloop import bench
+from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.panel import (
+    Panel,
+    WorkloadSetup,
+    _run,
+    check_knobs,
+    reference_card,
+)
+from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+
+__all__ = [
+    "GRIDS",
+    "TIE_SHARE",
+    "Grid",
+    "GridError",
+    "PointRun",
+    "Tuning",
+    "TuningSeedError",
+    "choose",
+    "run",
+    "tune",
+]
+
+TIE_SHARE = 0.01  # a point must beat the default's objective by more than this to win
+_BENCH = "openloop-tune"
+_QUICK_RATES = (2.0,)
+_QUICK_WINDOW_S = 60.0
+
+
+class TuningSeedError(ValueError):
+    """A workload to tune on is on another seed than ``TUNING_SEED``."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        super().__init__(
+            f"knobs are tuned on seed {bench.TUNING_SEED} only, got a workload on seed "
+            f"{seed}: tuning on an evaluation seed would report figures from the data the "
+            f"knobs were chosen on; build the tuning workloads with seed={bench.TUNING_SEED}"
+        )
+
+
+class GridError(ValueError):
+    """A grid that cannot be tuned as declared: ``policy``'s ``knob`` and what is wrong."""
+
+    def __init__(self, policy: str, knob: str, problem: str) -> None:
+        self.policy, self.knob = policy, knob
+        super().__init__(f"{policy}'s grid, knob {knob!r}: {problem}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grid:
+    """One policy's knobs and the values tried: every combination is a point."""
+
+    default: Mapping[str, Any]  # the paper's setting (kvgov's: KVGOV_CONFIG's)
+    values: Mapping[str, tuple[Any, ...]]  # knob -> its values, the default's among them
+    why: str  # which knobs and why these, or why there are none
+
+    def check(self, policy: str) -> None:
+        """Raises ``GridError`` unless every knob has 1-4 values, its default among them,
+        and the default names exactly the grid's knobs."""
+        for knob in {*self.default, *self.values}:
+            if knob not in self.values or knob not in self.default:
+                raise GridError(policy, knob, "give it both a default and values to try")
+            values = self.values[knob]
+            if not 1 <= len(values) <= 4 or len(set(values)) != len(values):
+                raise GridError(policy, knob, f"give 1-4 distinct values, got {values!r}")
+            if self.default[knob] not in values:
+                raise GridError(
+                    policy, knob, f"its default {self.default[knob]!r} must be one of {values!r}"
+                )
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination of the knobs' values, the default first."""
+        knobs = sorted(self.values)
+        every = [
+            dict(zip(knobs, combo, strict=True))
+            for combo in itertools.product(*(self.values[k] for k in knobs))
+        ]
+        default = dict(self.default)
+        return [default, *(p for p in every if p != default)]
+
+
+GRIDS: Mapping[str, Grid] = MappingProxyType(
+    {
+        "paged": Grid(
+            default={},
+            values={},
+            why="vLLM's memory policy has no knob: its scheduler's settings are the engine's, "
+            "the same for every policy",
+        ),
+        "paged+offload": Grid(
+            default={},
+            values={},
+            why="vLLM's CPU offloading has one setting, the CPU cache's size, which is the "
+            "panel's host memory for every policy, and LRU eviction",
+        ),
+        "ttl-pin": Grid(
+            default={"num_prior_samples": 100, "queue_window": 100},
+            values={"num_prior_samples": (25, 100, 400), "queue_window": (25, 100)},
+            why="Continuum's K (how many records the cold-start prior over a tool's duration "
+            "is worth, §4.2; the paper's 100) and the sliding window of T, the queueing delay "
+            "its TTL prices (100 calls); prior_mean_s stays 1 s: every tool here comes with the "
+            "runtime's expected duration, which replaces it",
+        ),
+        "intercept": Grid(
+            default={},
+            values={},
+            why="InferCept has no knob: it derives every choice from profiled costs (its waste "
+            "equations, the swap limit from one iteration's compute); step_s, the one setting "
+            "the class takes, stands in for that profiled iteration and stays measured",
+        ),
+        "kvgov": Grid(
+            default={
+                "retain_s": KVGOV_CONFIG.retain_s,
+                "headroom_ratio": KVGOV_CONFIG.headroom_ratio,
+            },
+            values={"retain_s": (2.0, 5.0, 15.0), "headroom_ratio": (0.1, 0.25)},
+            why="how long an idle agent's KV is held on the device before it goes to host memory "
+            "(retain_s), and the growth overcommit admission keeps in reserve (headroom_ratio); "
+            "6 points, as many as ttl-pin's; park_after_s stays at KVGOV_CONFIG's 0.05 s",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PointRun:
+    """One grid point's constrained runs on the tuning seed, one a rate."""
+
+    policy: str
+    knobs: Mapping[str, Any]
+    jct_mean_s: Mapping[float, float]  # rate -> the mean time of its finished jobs
+    num_failed: int  # jobs failed, every rate
+
+    @property
+    def objective_s(self) -> float | None:
+        """The geometric mean over rates of the mean job time; None: disqualified (a job
+        failed, or a rate finished none)."""
+        times = list(self.jct_mean_s.values())
+        if self.num_failed or not times or not all(t > 0 for t in times):
+            return None
+        return math.exp(sum(math.log(t) for t in times) / len(times))
+
+
+def choose(grid: Grid, runs: Sequence[PointRun]) -> dict[str, Any]:
+    """The rule: the least objective among the qualified points, the default kept where
+    it is within ``TIE_SHARE`` of that (or where no point qualified)."""
+    default = dict(grid.default)
+    scored = [(r.objective_s, dict(r.knobs)) for r in runs if r.objective_s is not None]
+    if not scored:
+        return default
+    best_s, best = min(scored, key=lambda pair: pair[0])  # the first of equals
+    default_s = next((s for s, knobs in scored if knobs == default), None)
+    if default_s is not None and default_s <= best_s * (1 + TIE_SHARE):
+        return default
+    return best
+
+
+@dataclass(slots=True)
+class Tuning:
+    """What ``tune`` ran and chose."""
+
+    panel: Panel
+    rates: tuple[float, ...]
+    window_s: float
+    grids: Mapping[str, Grid]
+    points: list[PointRun] = field(default_factory=list)
+    chosen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wall_s: float = 0.0  # host seconds, every run
+
+    def measurements(self) -> Iterator[Measurement]:
+        """Each grid point's objective (NaN where it was not run or disqualified), its
+        note giving the mean job time at each rate and whether it was chosen."""
+        where = (
+            f"tuning seed {bench.TUNING_SEED} only; {self.panel.title}; modelled; "
+            f"constrained runs at {_rates(self.rates)} teams/min over {self.window_s:g} s; "
+            "objective: geometric mean over rates of the mean job time"
+        )
+        for policy, grid in self.grids.items():
+            runs = [p for p in self.points if p.policy == policy]
+            if not runs:
+                yield Measurement(
+                    bench=_BENCH,
+                    metric=f"tuning_objective[{policy}]",
+                    value=math.nan,
+                    unit="s",
+                    direction=Direction.LOWER_IS_BETTER,
+                    note=f"its only point ({_knobs(grid.default)}): not run; {grid.why}",
+                )
+                continue
+            for point in runs:
+                objective = point.objective_s
+                per_rate = ", ".join(
+                    f"{rate:g}/min {point.jct_mean_s[rate]:,.0f} s" for rate in self.rates
+                )
+                marks = [f"mean job {per_rate}"]
+                if objective is None:
+                    marks.append(f"disqualified: {point.num_failed} jobs failed")
+                if dict(point.knobs) == self.chosen[policy]:
+                    marks.append("chosen")
+                yield Measurement(
+                    bench=_BENCH,
+                    metric=f"tuning_objective[{policy} {_knobs(point.knobs)}]",
+                    value=math.nan if objective is None else objective,
+                    unit="s",
+                    direction=Direction.LOWER_IS_BETTER,
+                    note=f"{'; '.join(marks)}; {where}",
+                )
+
+    def literal(self, *, command: str, commit: str, date: str) -> str:
+        """The text of ``tuned.py``: the chosen knobs, and a header saying how to redo it
+        and every point's objective."""
+        lines = [
+            '"""The knobs each policy of ``kvgov bench openloop`` runs with, chosen on the',
+            'tuning seed by ``tuning``\'s rule. Written by that run (below), not by hand."""',
+            "",
+            f"# Produced by `{command}` at commit {commit}, {date},",
+            f"# in {self.wall_s:,.0f} s of host time. Tuning seed {bench.TUNING_SEED}; "
+            f"{self.panel.name};",
+            f"# constrained runs at {_rates(self.rates)} teams/min over {self.window_s:g} s. "
+            "Objective: the",
+            "# geometric mean over rates of the mean job time, s (* chosen; - disqualified).",
+            "#",
+            "# | policy | knobs | objective | "
+            + " | ".join(f"{r:g}/min" for r in self.rates)
+            + " |",
+            "# |---|---|---|" + "---|" * len(self.rates),
+        ]
+        for policy, grid in self.grids.items():
+            runs = [p for p in self.points if p.policy == policy]
+            if not runs:
+                empty = " | ".join("" for _ in self.rates)
+                lines.append(
+                    f"# | {policy} | {_knobs(grid.default)} | not run: one point | {empty} |"
+                )
+            for point in runs:
+                objective = point.objective_s
+                mark = "*" if dict(point.knobs) == self.chosen[policy] else ""
+                shown = "-" if objective is None else f"{objective:,.0f}{mark}"
+                per_rate = " | ".join(f"{point.jct_mean_s[r]:,.0f}" for r in self.rates)
+                lines.append(f"# | {policy} | {_knobs(point.knobs)} | {shown} | {per_rate} |")
+        lines += [
+            "",
+            "from __future__ import annotations",
+            "",
+            "from typing import Any",
+            "",
+            '__all__ = ["TUNED"]',
+            "",
+            "TUNED: dict[str, dict[str, Any]] = {",
+        ]
+        for policy in self.grids:
+            knobs = ", ".join(f"{json.dumps(k)}: {v!r}" for k, v in self.chosen[policy].items())
+            lines.append(f"    {json.dumps(policy)}: {{{knobs}}},")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def tune(
+    panel: Panel,
+    workloads: Sequence[OpenLoopWorkload],
+    grids: Mapping[str, Grid] = GRIDS,
+    *,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Tuning:
+    """Every point of every grid on each workload (one a rate, all on ``TUNING_SEED``),
+    constrained, and each policy's point chosen by the rule (``choose``)."""
+    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
+    from kvgov.simulate import stand_in_engine
+
+    for workload in workloads:
+        if workload.seed != bench.TUNING_SEED:
+            raise TuningSeedError(workload.seed)
+    for policy, grid in grids.items():
+        grid.check(policy)
+        for point in grid.points():
+            check_knobs(policy, point)
+    began = time.perf_counter()
+    rates = tuple(w.rate_per_min for w in workloads)
+    tuning = Tuning(panel, rates, workloads[0].duration_s if workloads else 0.0, grids)
+    scenario = panel.scenario
+    device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
+    engine = stand_in_engine(scenario)
+    costs = measure_twin_costs(engine, device)
+    times: dict[tuple[str, str], dict[float, float]] = {}
+    failed: dict[tuple[str, str], int] = {}
+    for workload in workloads:
+        setup = WorkloadSetup.of(workload, block_size=scenario.block_size)
+        fraction = engine.capacity().num_blocks / max(1, setup.peak_blocks)
+        for policy, grid in grids.items():
+            points = grid.points()
+            if len(points) == 1:
+                continue  # nothing to choose
+            for point in points:
+                progress(f"{policy} {_knobs(point)} at {workload.rate_per_min:g} teams/min ...")
+                result = _run(engine, device, policy, setup, costs, fraction=fraction, knobs=point)
+                key = (policy, _knobs(point))
+                times.setdefault(key, {})[workload.rate_per_min] = result.jct_mean_s
+                failed[key] = failed.get(key, 0) + len(result.failed)
+    for policy, grid in grids.items():
+        points = grid.points()
+        runs = [
+            PointRun(policy, p, times[(policy, _knobs(p))], failed[(policy, _knobs(p))])
+            for p in points
+            if (policy, _knobs(p)) in times
+        ]
+        tuning.points += runs
+        tuning.chosen[policy] = choose(grid, runs) if runs else dict(grid.default)
+    tuning.wall_s = time.perf_counter() - began
+    return tuning
+
+
+def run(*, quick: bool = False) -> Iterator[Measurement]:
+    """``kvgov bench openloop-tune``: the grids on the tuning seed at the benchmark's
+    rates and window (``--quick``: one rate, one minute), each point's objective, and
+    the ``tuned.py`` it chose printed to stderr to commit."""
+    rates = _QUICK_RATES if quick else bench.RATES
+    window_s = _QUICK_WINDOW_S if quick else bench.WINDOW_S
+    workloads = [
+        dataclasses.replace(
+            openloop.TWIN, rate_per_min=rate, duration_s=window_s, seed=bench.TUNING_SEED
+        )
+        for rate in rates
+    ]
+    tuning = tune(reference_card(), workloads, progress=_progress)
+    command = "kvgov bench openloop-tune" + (" --quick" if quick else "")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    literal = tuning.literal(command=command, commit=_commit(), date=now)
+    _progress(f"{len(tuning.points)} points in {tuning.wall_s:.0f} s of host time; tuned.py:")
+    print(literal, file=sys.stderr, flush=True)
+    yield from tuning.measurements()
+
+
+def _knobs(knobs: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v!r}" for k, v in sorted(knobs.items())) or "(none)"
+
+
+def _rates(rates: Sequence[float]) -> str:
+    return ", ".join(f"{r:g}" for r in rates)
+
+
+def _commit() -> str:
+    """The checkout's commit, for the header of what a run writes (``unknown`` outside
+    a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _progress(line: str) -> None:
+    print(f"[openloop-tune] {line}", file=sys.stderr, flush=True)

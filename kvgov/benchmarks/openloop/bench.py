@@ -67,12 +67,18 @@ def measure(
     ]
     runs = run_panel(reference_card(), workloads, policies, knobs=TUNED, progress=_progress)
     _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s of host time")
+    figures = PanelFigures(
+        runs, rates, seeds, policies, window_s, "twin", what=_what(workloads, rates)
+    )
+    yield from figures.measurements()
+
+
+def _what(workloads: Sequence[openloop.OpenLoopWorkload], rates: Sequence[float]) -> str:
+    """What ran, for every figure's note: the workload at every rate, and the knobs."""
     every_rate = "teams at " + ", ".join(f"{rate:g}" for rate in rates) + "/min (Poisson)"
     what = re.sub(r"teams at \S+/min \(Poisson\)", every_rate, openloop.describe(workloads[0]))
     what = re.sub(r", seed \d+", "", what)
-    what += f"; each policy with its knobs tuned on seed {TUNING_SEED} (openloop/tuned.py)"
-    figures = PanelFigures(runs, rates, seeds, policies, window_s, "twin", what=what)
-    yield from figures.measurements()
+    return f"{what}; each policy with its knobs tuned on seed {TUNING_SEED} (openloop/tuned.py)"
 
 
 def _progress(line: str) -> None:

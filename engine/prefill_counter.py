@@ -47,18 +47,30 @@ class PrefillCounter:
                 reusable += 1
         self._known[request_id] = _Known(reusable)
 
+    def count(
+        self, request_id: str, start: int, num_tokens: int, num_prompt: int
+    ) -> tuple[int, int]:
+        """How many of positions ``[start, start + num_tokens)`` computing them now would
+        count as prefilled, and how many of those as recomputed; (0, 0) for a request the
+        counter did not see arrive. Counts nothing: ``computed`` does."""
+        known = self._known.get(request_id)
+        if known is None:
+            return 0, 0
+        end = start + num_tokens
+        # Prefill: prompt positions, and output positions computed before (preemption).
+        prefilled = max(0, min(end, max(num_prompt, known.num_high)) - start)
+        seen = max(known.num_reusable, known.num_high)
+        return prefilled, max(0, min(end, seen) - start)
+
     def computed(self, request_id: str, start: int, num_tokens: int, num_prompt: int) -> None:
         """Positions ``[start, start + num_tokens)`` of the request were computed."""
         known = self._known.get(request_id)
         if known is None:  # not a request the counter saw arrive
             return
-        end = start + num_tokens
-        # Prefill: prompt positions, and output positions computed before (preemption).
-        prefilled = max(0, min(end, max(num_prompt, known.num_high)) - start)
-        seen = max(known.num_reusable, known.num_high)
+        prefilled, recomputed = self.count(request_id, start, num_tokens, num_prompt)
         self.num_prefill_tokens += prefilled
-        self.num_recomputed_tokens += max(0, min(end, seen) - start)
-        known.num_high = max(known.num_high, end)
+        self.num_recomputed_tokens += recomputed
+        known.num_high = max(known.num_high, start + num_tokens)
 
     def pinned(self, num_tokens: int) -> None:
         """A prefix was pinned: ``num_tokens`` of its tokens were computed (none of them

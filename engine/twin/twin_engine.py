@@ -21,7 +21,9 @@ own (its model computes them, the tiny-random one on this CPU); only time is the
   prefix) is charged as a step of its own, at the target's size, after the step in
   progress (``prefill``), and with ``forward=False`` it is not computed either;
 - each request's virtual arrival (``add_request``), first token and finish (the end of
-  the step that produced them, or the time of an ``abort``) are recorded by request id;
+  the step that produced them, or the time of an ``abort``) are recorded by request id,
+  and where its time went in between (``ledger``: queued, prefill, recompute, swap
+  stall, decode; ``engine.twin.time_ledger``);
 - the engine reads the virtual clock (``Engine.clock``): its requests' arrival, finish
   and default order times are virtual seconds.
 
@@ -68,6 +70,7 @@ from engine.twin.noise import StepNoise
 from engine.twin.profiles import DeviceProfile
 from engine.twin.shapes import ModelShape, SequenceWork, StepBatch
 from engine.twin.step_time import StepTimeModel
+from engine.twin.time_ledger import TimeLedger
 
 __all__ = ["RequestTimes", "TwinEngine", "TwinError", "attach_twin"]
 
@@ -100,6 +103,7 @@ class TwinEngine:
     busy_until: float = 0.0  # the end of the latest step (virtual seconds)
     last_step_s: float = 0.0  # how long the latest step took, copies it waited for included
     times: dict[str, RequestTimes] = field(default_factory=dict)
+    ledger: TimeLedger = field(default_factory=TimeLedger)  # where each request's time went
     num_steps: int = 0
     # Set by a virtual-time driver before a step: the time of the next event on its loop.
     # With forward=False the engine's decode-only steps up to then are taken in one pass
@@ -120,6 +124,8 @@ class TwinEngine:
     _kv_cache_class: type[KVCache] = field(init=False)
     _model: StepTimeModel = field(init=False)
     _batch: StepBatch | None = field(init=False, default=None)
+    # The latest step's chunks: request id -> (tokens prefilled, of which recomputed).
+    _work: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     _attached: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
@@ -144,9 +150,11 @@ class TwinEngine:
                     return outputs
         start = max(self.clock.now(), self.busy_until)
         self._batch = None
+        self._work = {}
         outputs = self._step()
         batch, self._batch = self._batch, None
-        end = self._time_step(start, batch)
+        end, stall = self._time_step(start, batch)
+        self.ledger.step(start, end, stall, self._work)
         self.steps_ended = (end,)
         if self.advance:
             self.clock.advance_to(end)
@@ -159,6 +167,7 @@ class TwinEngine:
                 times.first_token_s = now
             if output.finished and times.finish_s is None:
                 times.finish_s = now
+                self.ledger.finished(output.request_id, now)
         return outputs
 
     def _decode_run(self, run: DecodeRun, until: float) -> list[RequestOutput] | None:
@@ -180,19 +189,23 @@ class TwinEngine:
         if not computes:
             return None
         ends = []
-        end = max(self.clock.now(), self.busy_until)
+        start = end = max(self.clock.now(), self.busy_until)
+        stall_s = 0.0
         for compute, num_sequences in computes:
-            end = self._charge(end, compute, num_sequences)
+            end, stall = self._charge(end, compute, num_sequences)
             ends.append(end)
+            stall_s += stall
         self.steps_ended = tuple(ends)
+        self.ledger.decode_run(start, end, stall_s, (r.request_id for r in run.requests))
         outputs = self.engine.take_decode_run(run, len(computes), self.fixed_token)
         if self.advance:
             self.clock.advance_to(end)
         return outputs
 
-    def _time_step(self, start: float, batch: StepBatch | None) -> float:
+    def _time_step(self, start: float, batch: StepBatch | None) -> tuple[float, float]:
         """Charge one step computing ``batch`` from ``start``: its end, after the copies
-        it waits for (see the module docstring)."""
+        it waits for (see the module docstring), and how long it waited on them beyond
+        its compute."""
         compute = 0.0
         num_sequences = 0
         if batch is not None and batch.sequences:
@@ -202,9 +215,9 @@ class TwinEngine:
             num_sequences = batch.num_sequences
         return self._charge(start, compute, num_sequences)
 
-    def _charge(self, start: float, compute: float, num_sequences: int) -> float:
+    def _charge(self, start: float, compute: float, num_sequences: int) -> tuple[float, float]:
         """Count one step of ``compute`` seconds over ``num_sequences`` from ``start``;
-        its end."""
+        its end, and how long it waited on copies beyond its compute."""
         end, stall = self._step_end(start, compute)
         self.num_steps += 1
         self.compute_s += compute
@@ -212,7 +225,7 @@ class TwinEngine:
         self.peak_sequences = max(self.peak_sequences, num_sequences)
         self.busy_until = end
         self.last_step_s = end - start
-        return end
+        return end, stall
 
     def _compute_s(self, batch: StepBatch) -> float:
         return self._model.seconds(self.model_shape, batch)
@@ -245,7 +258,9 @@ class TwinEngine:
 
     def add_request(self, *args: Any, **kwargs: Any) -> str:
         request_id: str = self._add_request(*args, **kwargs)
-        self.times[request_id] = RequestTimes(arrival_s=self.clock.now())
+        now = self.clock.now()
+        self.times[request_id] = RequestTimes(arrival_s=now)
+        self.ledger.arrived(request_id, now)
         return request_id
 
     def abort(self, request_id: str) -> None:
@@ -253,9 +268,19 @@ class TwinEngine:
         times = self.times.get(request_id)
         if times is not None and times.finish_s is None:
             times.finish_s = self.clock.now()
+            self.ledger.finished(request_id, times.finish_s)
 
     def _record(self, chunks: Sequence[ScheduledChunk]) -> None:
         self._batch = StepBatch.of_chunks(chunks)
+        count = self.engine.prefill.count
+        for chunk in chunks:  # before the engine counts them as computed
+            request = chunk.request
+            self._work[request.request_id] = count(
+                request.request_id,
+                request.num_computed_tokens,
+                chunk.num_tokens,
+                request.num_prompt_tokens,
+            )
 
     def _copy(self, pairs: BlockPairs, direction: Direction) -> None:
         at = max(self.clock.now(), self.busy_until)  # between steps, or after this one

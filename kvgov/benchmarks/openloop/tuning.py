@@ -104,7 +104,7 @@ class Grid:
     def check(self, policy: str) -> None:
         """Raises ``GridError`` unless every knob has 1-4 values, its default among them,
         and the default names exactly the grid's knobs."""
-        for knob in {*self.default, *self.values}:
+        for knob in sorted({*self.default, *self.values}):
             if knob not in self.values or knob not in self.default:
                 raise GridError(policy, knob, "give it both a default and values to try")
             values = self.values[knob]
@@ -122,7 +122,7 @@ class Grid:
             dict(zip(knobs, combo, strict=True))
             for combo in itertools.product(*(self.values[k] for k in knobs))
         ]
-        default = dict(self.default)
+        default = {k: self.default[k] for k in knobs}
         return [default, *(p for p in every if p != default)]
 
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import hashlib
 import statistics
 import threading
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import Engine, EngineMetrics
+
+if TYPE_CHECKING:
+    from kvgov.benchmarks._swarm_breakdown import JobTime
 
 __all__ = ["EngineCounters", "EngineTap", "RunResult", "p95", "percentile"]
 
@@ -66,6 +70,9 @@ class RunResult:
     peak_blocks: int = 0
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (s, blocks in use)
     prompts: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> digest
+    calls: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> request id
+    # Finished jobs' time by where it went (``_swarm_breakdown``): twin runs only.
+    breakdown: dict[str, JobTime] = field(default_factory=dict)
     round: int = 0  # of the benchmark's rounds (each runs every policy once)
     # How much later than asked each tool's wait returned to its agent (the runtime's
     # event loop, busy with the other agents): kvgov's runs only, whose agents are tasks.
@@ -115,9 +122,9 @@ def p95(values: Sequence[float]) -> float:
 
 class EngineTap:
     """Wraps one engine's ``add_request`` and ``step`` for a run, whoever calls them (the
-    baselines' runner, or the engine loop under kvgov): a digest of every prompt, by the
-    request's budget and its count within that budget (an agent's turn), and the blocks
-    in use after every step."""
+    baselines' runner, or the engine loop under kvgov): a digest of every prompt and its
+    request id, by the request's budget and its count within that budget (an agent's
+    turn), and the blocks in use after every step."""
 
     def __init__(
         self, engine: Engine, result: RunResult, budget_names: Callable[[str], str]
@@ -140,11 +147,12 @@ class EngineTap:
         request_id = self._add(token_ids, *args, **kwargs)
         if budget is not None:
             agent = self._names(budget)
-            digest = hashlib.sha256(str(token_ids).encode()).hexdigest()[:16]
+            digest = hashlib.sha256(array("q", token_ids).tobytes()).hexdigest()[:16]
             with self._lock:
                 turn = self._turns.get(agent, 0)
                 self._turns[agent] = turn + 1
                 self._result.prompts[f"{agent}/{turn}"] = digest
+                self._result.calls[f"{agent}/{turn}"] = request_id
         return request_id
 
     def _stepped(self) -> list[Any]:

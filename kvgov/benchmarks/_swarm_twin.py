@@ -37,6 +37,7 @@ from engine.twin.event_loop import ThreadClock, VirtualTimeLoop, run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
 from governor import GovernorConfig, LocalBackend
+from kvgov.benchmarks._swarm_breakdown import job_times
 from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, kvgov_program
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
@@ -193,6 +194,9 @@ def run_twin_policy(
     finally:
         twin.detach()
     result.counters = EngineCounters.of(engine.metrics()) - before
+    result.breakdown = job_times(
+        scripts, result.jct_s, result.calls, twin.times, twin.ledger.splits
+    )
     link_bytes = sum(twin.link.totals(d).num_bytes for d in Direction)
     return TwinRun(
         result, twin.num_steps, twin.compute_s, twin.stall_s, link_bytes, twin.peak_sequences

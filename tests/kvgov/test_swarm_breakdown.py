@@ -1,0 +1,76 @@
+"""Where each job's time went (``_swarm_breakdown``), on every policy's open-loop run on
+the twin: the parts add up to the job's time, none is negative, a worker's tools are its
+drawn durations, a planner's wait is its workers', and recompute time appears exactly
+where the engine recomputed."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from kvgov.benchmarks._swarm_breakdown import PARTS, JobTime
+from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
+from kvgov.benchmarks.baselines import BASELINES
+from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.panel import WorkloadSetup
+from kvgov.simulate import stand_in_engine
+from tests.kvgov.test_openloop_panel import small_card
+
+
+@pytest.mark.parametrize("policy", [*BASELINES, "kvgov"])
+def test_each_jobs_parts_add_up_to_its_time(policy: str) -> None:
+    scenario = small_card().scenario
+    workload = dataclasses.replace(openloop.CPU, rate_per_min=12.0, duration_s=60.0, seed=1)
+    setup = WorkloadSetup.of(workload, block_size=scenario.block_size)
+    device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
+    engine = stand_in_engine(scenario)
+    costs = None if policy in ("paged", "kvgov") else measure_twin_costs(engine, device)
+    result = run_twin_policy(
+        engine,
+        device,
+        policy,
+        engine.capacity().num_blocks / setup.peak_blocks,
+        setup.scripts,
+        setup.prompts,
+        setup.swarm_workload,
+        costs,
+        deadline_s=24 * 3600.0,
+    ).result
+    assert not result.failed
+    assert result.breakdown.keys() == result.jct_s.keys()
+    scripts = {s.name: s for s in setup.scripts}
+    for name, job in result.breakdown.items():
+        assert job.total_s == pytest.approx(result.jct_s[name], abs=1e-6), name
+        for part in PARTS:
+            assert job.part(part) >= -1e-9, (name, part)
+        script = scripts[name]
+        if script.planner:
+            assert job.tool_s == 0.0 and job.workers_s > 0, name
+        else:
+            drawn = math.fsum(t.tool_s for t in script.turns if t.tool is not None)
+            assert job.tool_s == pytest.approx(drawn, abs=1e-9), name
+            assert job.workers_s == 0.0
+    jobs = list(result.breakdown.values())
+    recomputed = sum(j.recompute_s for j in jobs)
+    assert (recomputed > 0) == (result.counters.recomputed_tokens > 0)
+    assert sum(j.decode_s for j in jobs) > 0 and sum(j.prefill_s for j in jobs) > 0
+    if policy == "paged":  # no admission of its own: it waits in the engine's queue
+        assert sum(j.queue_s for j in jobs) > sum(j.admission_s for j in jobs)
+
+
+def test_a_job_time_has_every_part_and_their_sum() -> None:
+    job = JobTime(tool_s=1.0, workers_s=2.0, admission_s=0.5, queue_s=0.25, decode_s=4.0)
+    assert PARTS == (
+        "tool",
+        "workers",
+        "admission",
+        "queue",
+        "prefill",
+        "recompute",
+        "swap",
+        "decode",
+    )
+    assert job.total_s == 7.75
+    assert job.part("workers") == 2.0

@@ -74,3 +74,35 @@ def test_a_job_time_has_every_part_and_their_sum() -> None:
     )
     assert job.total_s == 7.75
     assert job.part("workers") == 2.0
+
+
+def test_the_panels_parts_are_means_over_jobs_and_seeds_adding_up_to_the_mean_job_time() -> None:
+    from kvgov.benchmarks._swarm_result import RunResult
+    from kvgov.benchmarks.openloop.figures import PanelFigures
+    from kvgov.benchmarks.openloop.panel import Cell, PanelRuns
+
+    runs = PanelRuns(small_card())
+    jobs_by_seed = {
+        1: {"a": JobTime(tool_s=2.0, queue_s=1.0), "b": JobTime(tool_s=4.0, decode_s=3.0)},
+        2: {"a": JobTime(tool_s=6.0, recompute_s=2.0)},
+    }
+    for seed, jobs in jobs_by_seed.items():
+        for unconstrained in (False, True):
+            result = RunResult("paged", 1.0, 400, 1)
+            result.breakdown = jobs
+            result.jct_s = {name: job.total_s for name, job in jobs.items()}
+            runs.results[Cell("paged", 1.0, seed, unconstrained)] = result
+        runs.unloaded_s[(1.0, seed)] = {name: 1.0 for name in jobs}
+    figures = PanelFigures(runs, [1.0], [1, 2], ["paged"], 60.0, "twin")
+    parts = figures.breakdown("paged", 1.0)
+    assert parts["tool"] == pytest.approx(((2 + 4) / 2 + 6) / 2)
+    assert parts["queue"] == pytest.approx(0.5 / 2)
+    assert parts["decode"] == pytest.approx(1.5 / 2)
+    assert parts["recompute"] == pytest.approx(2 / 2)
+    mean_jct = (
+        runs.result("paged", 1.0, 1).jct_mean_s + runs.result("paged", 1.0, 2).jct_mean_s
+    ) / 2
+    assert sum(parts.values()) == pytest.approx(mean_jct)
+    by_name = {m.metric: m for m in figures.measurements()}
+    assert by_name["jct_mean_tool[paged]@1/min_twin"].value == parts["tool"]
+    assert f"add up to {mean_jct:.1f} s" in by_name["jct_mean_swap[paged]@1/min_twin"].note

@@ -11,6 +11,11 @@ job alone, never on the rates swept, and is the same for every policy, so goodpu
 compare; a short job is held to its own size, not to a threshold set by the longest. The
 best baseline is picked once, on its median over the evaluation seeds
 (``stats.best_of``), then compared with kvgov seed by seed.
+
+Where job time goes (``jct_mean_<part>``, ``_swarm_breakdown.PARTS``): each run's mean
+over its jobs of each part (tools, a planner's wait on its workers, admission, the
+engine's queue, prefill, recompute, swap stall, decode), averaged over the seeds, so the
+parts of one policy at one rate add up to its mean job time averaged over the seeds.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from engine.benchmarks import Direction, Measurement
+from kvgov.benchmarks._swarm_breakdown import PARTS
 from kvgov.benchmarks._swarm_result import RunResult, percentile
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop.panel import PanelRuns
@@ -94,6 +100,7 @@ class PanelFigures:
                     self.per_seed(policy, rate, "jct_mean"),
                     self.per_seed(policy, rate, "jct_mean_unconstrained"),
                 )
+                yield from self._breakdown(policy, rate)
                 yield Measurement(
                     _BENCH,
                     f"jct_mean_over_unconstrained[{policy}]@{at}_{self.suffix}",
@@ -124,6 +131,31 @@ class PanelFigures:
                 for p in self.policies
             ),
         )
+
+    def breakdown(self, policy: str, rate: float) -> dict[str, float]:
+        """Each part of ``PARTS`` -> its mean seconds a job of ``policy`` at ``rate``,
+        averaged over the seeds (their sum: the mean job time, averaged likewise)."""
+        sums = dict.fromkeys(PARTS, 0.0)
+        for seed in self.seeds:
+            jobs = self.runs.result(policy, rate, seed).breakdown.values()
+            for part in PARTS:
+                sums[part] += sum(job.part(part) for job in jobs) / max(1, len(jobs))
+        return {part: total / len(self.seeds) for part, total in sums.items()}
+
+    def _breakdown(self, policy: str, rate: float) -> Iterator[Measurement]:
+        parts = self.breakdown(policy, rate)
+        total = sum(parts.values())
+        for part, seconds in parts.items():
+            yield Measurement(
+                _BENCH,
+                f"jct_mean_{part}[{policy}]@{rate:g}/min_{self.suffix}",
+                seconds,
+                "s",
+                None,
+                _LOWER,
+                note=f"modelled; {_PART_NOTES[part]}; mean over jobs and seeds; the parts "
+                f"add up to {total:.1f} s, the mean job time averaged over the seeds",
+            )
 
     def _against_best(self, rate: float, where: str) -> Iterator[Measurement]:
         at = f"{rate:g}/min"
@@ -196,6 +228,17 @@ _GOODPUT_NOTE = (
     "unloaded time (their team run alone under paged, room for every context, its system "
     "prompt cached)"
 )
+_PART_NOTES = {
+    "tool": "an agent waiting on its tools, for their drawn durations",
+    "workers": "a planner waiting on its team's workers",
+    "admission": "waiting before a call reached the engine: admission by the policy, or "
+    "the runtime",
+    "queue": "in the engine, not in the step being computed",
+    "prefill": "in steps computing its prompt's new tokens",
+    "recompute": "in steps computing tokens computed before and thrown away",
+    "swap": "steps waiting on host-link copies beyond their compute",
+    "decode": "in steps computing its next token",
+}
 # Each takes the figures, a run's result, its rate and its seed.
 _FIGURES = {
     "jct_mean": lambda f, r, rate, s: r.jct_mean_s,

@@ -17,6 +17,7 @@ from policies.extractive_summarizer import ExtractiveSummarizer
 from policies.fair_share import FairShare
 from policies.fifo import Fifo
 from policies.llm_summarizer import LLMSummarizer, SummarizerStats
+from policies.program_order import ProgramOrder
 from policies.summarize_oldest import SummarizeOldest
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "HeadTailTruncation",
     "LLMSummarizer",
     "PressureOrder",
+    "ProgramOrder",
     "RaiseAtCeiling",
     "SummarizeOldest",
     "SummarizerStats",

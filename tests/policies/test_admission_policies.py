@@ -10,12 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor import AgentSpec, Governor, GovernorConfig, Lease, LeaseState, Policies
+from governor import (
+    AgentSpec,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    Lease,
+    LeaseState,
+    Policies,
+)
 from governor.admission import AdmissionController, Waiter
 from governor.admission_policy import AdmissionPolicy
 from governor.testing import FakeBackend
 from policies.fair_share import FairShare
 from policies.fifo import Fifo
+from policies.program_order import ProgramOrder
 
 WORKER = AgentSpec(name="worker", ceiling_tokens=160)  # 10 blocks of 16 tokens
 MESSAGES = [{"role": "user", "content": "Run the tests."}]
@@ -205,3 +214,77 @@ def test_without_fair_share_the_earlier_tenant_takes_every_slot(
 ) -> None:
     order = _admission_order(policy)
     assert order == ["a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4"]
+
+
+# -- ProgramOrder -------------------------------------------------------------------------
+def test_program_order_serves_a_parked_programs_next_call_before_programs_begun_after() -> None:
+    """The controller's own run: program A (a planner and its worker) began first; B's
+    planner queued while A's worker was on a tool. When A's worker queues again for its
+    next call it goes ahead of B, where the default ages it from its new queue time and
+    puts it behind."""
+    from tests.governor.test_admission_policy import (
+        admitted_one_at_a_time,
+        controller,
+        queue_behind_a_holder,
+    )
+    from tests.governor.test_admission_policy import lease as timed_lease
+
+    for policy, expected in ((ProgramOrder(), ["a-worker", "b"]), (None, ["b", "a-worker"])):
+        ctl, clock, woken = controller(1, policy=policy)
+        planner = timed_lease(0, requested_at=0.0)
+        worker = timed_lease(1, requested_at=1.0)
+        worker.lease_id, worker.parent = "a-worker", planner
+        ctl.enqueue(worker, woken.waiter(worker))
+        assert worker.state is LeaseState.ACTIVE
+        clock.at = 50.0
+        ctl.park(worker)  # on a tool
+        holder = queue_behind_a_holder(ctl, woken, [])
+        b = timed_lease(2, requested_at=50.0)
+        b.lease_id = "b"
+        ctl.enqueue(b, woken.waiter(b))
+        clock.at = 52.0
+        ctl.enqueue(worker, woken.waiter(worker))  # its tool returned: its next call
+        assert admitted_one_at_a_time(ctl, woken, holder) == expected, policy
+    # A worker requested after B began, of a program begun before it, goes first too.
+    for policy, expected in ((ProgramOrder(), ["late-worker", "b"]), (None, ["b", "late-worker"])):
+        ctl, clock, woken = controller(1, policy=policy)
+        b = timed_lease(2, requested_at=50.0)
+        b.lease_id = "b"
+        late = timed_lease(3, requested_at=60.0)
+        late.lease_id, late.parent = "late-worker", timed_lease(0, requested_at=0.0)
+        clock.at = 60.0
+        holder = queue_behind_a_holder(ctl, woken, [b, late])
+        assert admitted_one_at_a_time(ctl, woken, holder) == expected, policy
+
+
+def test_program_order_is_priority_with_aging_from_the_programs_request() -> None:
+    old, new = lease("old-root", 0), lease("new-root", 1, priority=1)
+    new.requested_at = 5.0
+    child = lease("old-child", 7)
+    child.parent, child.requested_at = old, 30.0
+    # 10 s a level: the old program (begun at 0) has aged half a level on the new one
+    # (priority 1, begun at 5): the new one goes first, then the old program's leases.
+    assert ids(ProgramOrder().order([child, new, old], active=(), now=40.0)) == [
+        "new-root",
+        "old-root",
+        "old-child",
+    ]
+    # At 2 s a level it has aged 2.5 levels: every lease of the old program first.
+    assert ids(ProgramOrder(aging_s=2.0).order([new, child, old], active=(), now=40.0)) == [
+        "old-root",
+        "old-child",
+        "new-root",
+    ]
+    # Programs requested at the same moment: the first to arrive goes first, its
+    # children with it, though they arrived after the other program.
+    first, second = lease("first", 2), lease("second", 3)
+    kid = lease("kid", 9)
+    kid.parent = first
+    assert ids(ProgramOrder().order([second, kid, first], active=(), now=0.0)) == [
+        "first",
+        "kid",
+        "second",
+    ]
+    assert isinstance(ProgramOrder(), AdmissionPolicy)
+    with pytest.raises(ConfigError, match="aging_s must be a number of seconds > 0"):
+        ProgramOrder(aging_s=0)

@@ -260,7 +260,7 @@ class Tuning:
             '"""The knobs each policy of ``kvgov bench openloop`` runs with, chosen on the',
             'tuning seed by ``tuning``\'s rule. Written by that run (below), not by hand."""',
             "",
-            f"# Produced by `{command}` at commit {commit}, {date},",
+            f"# Produced by `{command}`, started at commit {commit}, {date},",
             f"# in {self.wall_s:,.0f} s of host time. Tuning seed {bench.TUNING_SEED}; "
             f"{self.panel.name};",
             f"# constrained runs at {_rates(self.rates)} teams/min over {self.window_s:g} s. "
@@ -368,10 +368,12 @@ def run(*, quick: bool = False) -> Iterator[Measurement]:
         )
         for rate in rates
     ]
+    # The code that runs is the checkout's at the start; others may commit meanwhile.
+    commit = _commit()
+    began = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     tuning = tune(reference_card(), workloads, progress=_progress)
     command = "kvgov bench openloop-tune" + (" --quick" if quick else "")
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    literal = tuning.literal(command=command, commit=_commit(), date=now)
+    literal = tuning.literal(command=command, commit=commit, date=began)
     _progress(f"{len(tuning.points)} points in {tuning.wall_s:.0f} s of host time; tuned.py:")
     print(literal, file=sys.stderr, flush=True)
     yield from tuning.measurements()
@@ -386,20 +388,22 @@ def _rates(rates: Sequence[float]) -> str:
 
 
 def _commit() -> str:
-    """The checkout's commit, for the header of what a run writes (``unknown`` outside
-    a git checkout)."""
+    """The checkout's commit, and whether files it tracks were changed (``unknown``
+    outside a git checkout), for the header of what a run writes."""
+    here = Path(__file__).parent
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
+        head = _git(here, "rev-parse", "--short", "HEAD")
+        changed = _git(here, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return out.stdout.strip() or "unknown"
+    return f"{head} with uncommitted changes" if changed else head
+
+
+def _git(where: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=where, capture_output=True, text=True, timeout=10, check=True
+    )
+    return out.stdout.strip()
 
 
 def _progress(line: str) -> None:

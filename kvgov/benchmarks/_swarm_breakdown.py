@@ -14,6 +14,7 @@ it is due), or on its runtime. The parts add up to the job's time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -85,7 +86,7 @@ def job_times(
             gap = times[calls[f"{name}/{turn_index + 1}"]].arrival_s - ended
             if turn.tool == "fanout":
                 team = [s for s in scripts if s.team == script.team and not s.planner]
-                last = max(finish(w.name, len(w.turns) - 1) for w in team)
+                last = max(_last_finish(w, calls, times) for w in team)
                 workers += min(gap, max(0.0, last - ended))
             else:
                 tool += min(gap, turn.tool_s)
@@ -101,3 +102,16 @@ def job_times(
             decode_s=engine.decode_s,
         )
     return out
+
+
+def _last_finish(
+    worker: AgentScript, calls: Mapping[str, str], times: Mapping[str, RequestTimes]
+) -> float:
+    """When the worker's last call that was made ended (a failed worker's job ends
+    early, and its planner waits only for the others)."""
+    for turn in reversed(range(len(worker.turns))):
+        request_id = calls.get(f"{worker.name}/{turn}")
+        end = None if request_id is None else times[request_id].finish_s
+        if end is not None:
+            return end
+    return -math.inf

@@ -6,7 +6,9 @@ Each agent is a task on an event loop, as in an async agent runtime (LangGraph's
 parked meanwhile), and merges their reports; a worker's tool calls run inside
 ``Governor.tool_call`` with the tool's expected duration, so the governor parks the
 lease, holds its KV (``retain_s``), offloads it under pressure and restores it before the
-next call. Admission is overcommit: leases are admitted on live use plus headroom. Each
+next call. Admission is overcommit: leases are admitted on live use plus headroom, in
+program order (``ProgramOrder``: a parked worker's next call keeps its program's place,
+as the engine's queue keeps it; chosen on the open-loop benchmark's tuning seed). Each
 team's system prompt is registered once as a shared prefix. The tool output and ceiling
 policies are kvgov's defaults for a coding swarm; the workload's prompts already fit
 them, so they change nothing here and every policy sends the same requests.
@@ -43,7 +45,7 @@ from governor.clock import Clock
 from kvgov.benchmarks._swarm_result import EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmTimeout
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
-from policies import ExtractiveSummarizer, SummarizeOldest
+from policies import ExtractiveSummarizer, ProgramOrder, SummarizeOldest
 
 __all__ = ["KVGOV_CONFIG", "kvgov_program", "run_kvgov"]
 
@@ -113,6 +115,9 @@ async def kvgov_program(
     policies = Policies(
         tool_output=ExtractiveSummarizer(backend.counter),
         ceiling=SummarizeOldest(summary_tokens=160),
+        # Programs first come, first served, as the engine orders its queue: what an
+        # agent swarm under memory pressure is served by (policies.program_order).
+        admission=ProgramOrder(aging_s=config.aging_s),
     )
     extra = {} if clock is None else {"clock": clock}
     governor = Governor(backend, config=config, policies=policies, **extra)

@@ -20,7 +20,7 @@ parts of one policy at one rate add up to its mean job time averaged over the se
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.benchmarks import Direction, Measurement
@@ -44,14 +44,34 @@ class PanelFigures:
     rates: Sequence[float]
     seeds: Sequence[int]
     policies: Sequence[str]
-    window_s: float  # the arrival window, for jobs per minute
+    # The arrival window, for jobs per minute: one for every rate, or each rate's.
+    window_s: float | Mapping[float, float]
     suffix: str
     what: str = ""  # the workload, for the notes
 
     def goodput(self, result: RunResult, rate: float, seed: int) -> float:
         """Jobs a minute within ``SLO_FACTOR`` times their own unloaded time."""
         slo_s = stats.slo_s_by_job(self.runs.unloaded(rate, seed))
-        return stats.goodput_per_min(result.jct_s, len(result.failed), self.window_s, slo_s)
+        return stats.goodput_per_min(result.jct_s, len(result.failed), self.window(rate), slo_s)
+
+    def window(self, rate: float) -> float:
+        """The arrival window of the runs at ``rate``, seconds."""
+        return self.window_s if isinstance(self.window_s, (int, float)) else self.window_s[rate]
+
+    def saturation_per_min(self) -> float | None:
+        """The paged engine's saturation load, teams a minute: at the highest rate swept,
+        the teams it finished per minute from the run's start to its last job's end
+        (the engine busy throughout, as it is past saturation), the median over the
+        seeds. None without paged."""
+        if "paged" not in self.policies:
+            return None
+        top = max(self.rates)
+        per_seed = {}
+        for seed in self.seeds:
+            result = self.runs.result("paged", top, seed)
+            teams = sum(1 for job in result.jct_s if job.endswith("-planner"))
+            per_seed[seed] = 60.0 * teams / result.makespan_s if result.makespan_s else 0.0
+        return stats.median_interval(per_seed).value
 
     def per_seed(self, policy: str, rate: float, figure: str) -> dict[int, float]:
         """``figure`` (``jct_mean``, ``jct_p99``, ``goodput``, ``recomputed``, ``failed``,
@@ -112,6 +132,7 @@ class PanelFigures:
                 )
             if "kvgov" in self.policies and len(self.policies) > 1:
                 yield from self._against_best(rate, where)
+        yield from self._at_saturation()
         yield Measurement(
             _BENCH,
             f"jobs_failed_{self.suffix}",
@@ -156,6 +177,39 @@ class PanelFigures:
                 note=f"modelled; {_PART_NOTES[part]}; mean over jobs and seeds; the parts "
                 f"add up to {total:.1f} s, the mean job time averaged over the seeds",
             )
+
+    def _at_saturation(self) -> Iterator[Measurement]:
+        saturation = self.saturation_per_min()
+        if saturation is None or not saturation > 0:
+            return
+        top = max(self.rates)
+        yield Measurement(
+            _BENCH,
+            f"saturation_paged_{self.suffix}",
+            saturation,
+            "teams/min",
+            None,
+            _HIGHER,
+            note=f"modelled; the teams paged finished a minute at {top:g}/min, from the run's "
+            "start to its last job's end (median of seeds): the load it saturates at",
+        )
+        if "kvgov" not in self.policies:
+            return
+        target = 0.8 * saturation
+        rate = min(self.rates, key=lambda r: (abs(r - target), r))
+        paged = stats.paired_ratio(
+            self.per_seed("paged", rate, "jct_mean"), self.per_seed("kvgov", rate, "jct_mean")
+        )
+        yield Measurement(
+            _BENCH,
+            f"jct_mean_paged_over_kvgov_{self.suffix}_at_0.8",
+            paged.value,
+            "ratio",
+            2.0,
+            _HIGHER,
+            note=f"modelled; at {rate:g} teams/min, the rate swept nearest 0.8x paged's "
+            f"saturation ({target:.2f}/min); {paged}",
+        )
 
     def _against_best(self, rate: float, where: str) -> Iterator[Measurement]:
         at = f"{rate:g}/min"

@@ -1,8 +1,8 @@
 """The knobs each policy of ``kvgov bench openloop`` runs with, chosen on the
 tuning seed by ``tuning``'s rule. Written by that run (below), not by hand."""
 
-# Produced by `kvgov bench openloop-tune`, started at commit dbd578d, 2026-12-06 23:13 UTC,
-# in 1,406 s of host time. Tuning seed 0; twin-rx9070xt;
+# Produced by `kvgov bench openloop-tune`, started at commit c91d20a, 2026-12-06 23:40 UTC,
+# in 747 s of host time. Tuning seed 0; twin-rx9070xt;
 # constrained runs at 1, 2, 3 teams/min over 300 s. Objective: the
 # geometric mean over rates of the mean job time, s (* chosen; - disqualified).
 #
@@ -17,12 +17,12 @@ tuning seed by ``tuning``'s rule. Written by that run (below), not by hand."""
 # | ttl-pin | num_prior_samples=400 queue_window=25 | 1,407 | 939 | 1,348 | 2,200 |
 # | ttl-pin | num_prior_samples=400 queue_window=100 | 1,431 | 1,021 | 1,350 | 2,128 |
 # | intercept | (none) | not run: one point |  |  |  |
-# | kvgov | headroom_ratio=0.25 retain_s=5.0 | 1,697 | 1,115 | 1,520 | 2,884 |
-# | kvgov | headroom_ratio=0.1 retain_s=2.0 | 1,622* | 1,059 | 1,470 | 2,743 |
-# | kvgov | headroom_ratio=0.1 retain_s=5.0 | 1,696 | 1,125 | 1,531 | 2,833 |
-# | kvgov | headroom_ratio=0.1 retain_s=15.0 | 1,827 | 1,183 | 1,662 | 3,105 |
-# | kvgov | headroom_ratio=0.25 retain_s=2.0 | 1,631 | 1,075 | 1,450 | 2,783 |
-# | kvgov | headroom_ratio=0.25 retain_s=15.0 | 1,844 | 1,200 | 1,643 | 3,180 |
+# | kvgov | headroom_ratio=0.25 retain_s=5.0 | 1,152 | 803 | 1,150 | 1,654 |
+# | kvgov | headroom_ratio=0.1 retain_s=2.0 | 1,139* | 802 | 1,132 | 1,629 |
+# | kvgov | headroom_ratio=0.1 retain_s=5.0 | 1,220 | 899 | 1,101 | 1,834 |
+# | kvgov | headroom_ratio=0.1 retain_s=15.0 | 1,246 | 895 | 1,206 | 1,795 |
+# | kvgov | headroom_ratio=0.25 retain_s=2.0 | 1,181 | 823 | 1,126 | 1,777 |
+# | kvgov | headroom_ratio=0.25 retain_s=15.0 | 1,183 | 833 | 1,185 | 1,678 |
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ has one point, and its grid says why. kvgov has no more points than the baseline
 the most.
 
 The rule, the same for every policy: on ``TUNING_SEED`` (0) only, on the reference card
-(``panel.reference_card``), at the benchmark's rates and arrival window (``bench.RATES``,
-``bench.WINDOW_S``), each grid point runs on the card's KV (constrained). A point's
+(``panel.reference_card``), at the benchmark's rates and arrival windows (``bench.RATES``,
+``bench.windows``), each grid point runs on the card's KV (constrained). A point's
 objective is the geometric mean over the rates of the policy's mean job time, so every
 rate weighs the same whatever its scale. The chosen point has the least objective, but a
 point within 1% of the default's objective does not displace it (ties go to the paper);
@@ -69,8 +69,8 @@ __all__ = [
 
 TIE_SHARE = 0.01  # a point must beat the default's objective by more than this to win
 _BENCH = "openloop-tune"
-_QUICK_RATES = (2.0,)
-_QUICK_WINDOW_S = 60.0
+_QUICK_RATES = (0.5,)
+_QUICK_TEAMS = 2.0
 
 
 class TuningSeedError(ValueError):
@@ -208,7 +208,7 @@ class Tuning:
 
     panel: Panel
     rates: tuple[float, ...]
-    window_s: float
+    window_s: tuple[float, ...]  # each rate's arrival window
     grids: Mapping[str, Grid]
     points: list[PointRun] = field(default_factory=list)
     chosen: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -219,7 +219,7 @@ class Tuning:
         note giving the mean job time at each rate and whether it was chosen."""
         where = (
             f"tuning seed {bench.TUNING_SEED} only; {self.panel.title}; modelled; "
-            f"constrained runs at {_rates(self.rates)} teams/min over {self.window_s:g} s; "
+            f"constrained runs at {_rates(self.rates)} teams/min over {_rates(self.window_s)} s; "
             "objective: geometric mean over rates of the mean job time"
         )
         for policy, grid in self.grids.items():
@@ -263,7 +263,7 @@ class Tuning:
             f"# Produced by `{command}`, started at commit {commit}, {date},",
             f"# in {self.wall_s:,.0f} s of host time. Tuning seed {bench.TUNING_SEED}; "
             f"{self.panel.name};",
-            f"# constrained runs at {_rates(self.rates)} teams/min over {self.window_s:g} s. "
+            f"# constrained runs at {_rates(self.rates)} teams/min over {_rates(self.window_s)} s. "
             "Objective: the",
             "# geometric mean over rates of the mean job time, s (* chosen; - disqualified).",
             "#",
@@ -323,7 +323,7 @@ def tune(
             check_knobs(policy, point)
     began = time.perf_counter()
     rates = tuple(w.rate_per_min for w in workloads)
-    tuning = Tuning(panel, rates, workloads[0].duration_s if workloads else 0.0, grids)
+    tuning = Tuning(panel, rates, tuple(w.duration_s for w in workloads), grids)
     scenario = panel.scenario
     device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
     engine = stand_in_engine(scenario)
@@ -358,13 +358,13 @@ def tune(
 
 def run(*, quick: bool = False) -> Iterator[Measurement]:
     """``kvgov bench openloop-tune``: the grids on the tuning seed at the benchmark's
-    rates and window (``--quick``: one rate, one minute), each point's objective, and
+    rates and windows (``--quick``: one rate, two teams), each point's objective, and
     the ``tuned.py`` it chose printed to stderr to commit."""
     rates = _QUICK_RATES if quick else bench.RATES
-    window_s = _QUICK_WINDOW_S if quick else bench.WINDOW_S
+    window = bench.windows(rates, _QUICK_TEAMS if quick else bench.TEAMS_PER_WINDOW)
     workloads = [
         dataclasses.replace(
-            openloop.TWIN, rate_per_min=rate, duration_s=window_s, seed=bench.TUNING_SEED
+            openloop.TWIN, rate_per_min=rate, duration_s=window[rate], seed=bench.TUNING_SEED
         )
         for rate in rates
     ]

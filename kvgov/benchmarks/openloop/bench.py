@@ -25,6 +25,7 @@ import dataclasses
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from engine.benchmarks import Measurement
 from kvgov.benchmarks.baselines import BASELINES
@@ -54,11 +55,12 @@ def windows(rates: Sequence[float], teams: float = TEAMS_PER_WINDOW) -> dict[flo
     return {rate: 60.0 * teams / rate for rate in rates}
 
 
-def run(*, quick: bool = False) -> Iterator[Measurement]:
+def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measurement]:
+    """``kvgov bench openloop``; ``plot``: a folder for the pictures (``plots``)."""
     seeds = _QUICK_SEEDS if quick else EVALUATION_SEEDS
     rates = _QUICK_RATES if quick else RATES
     window = windows(rates, _QUICK_TEAMS if quick else TEAMS_PER_WINDOW)
-    yield from measure(seeds, rates, POLICIES, window_s=window)
+    yield from measure(seeds, rates, POLICIES, window_s=window, plot=plot)
 
 
 def measure(
@@ -67,9 +69,10 @@ def measure(
     policies: Sequence[str],
     *,
     window_s: float | Mapping[float, float],
+    plot: Path | None = None,
 ) -> Iterator[Measurement]:
     """The panel's figures on ``seeds`` at ``rates``; ``window_s``: the arrival window,
-    one for every rate or each rate's (``windows``)."""
+    one for every rate or each rate's (``windows``); ``plot``: where to draw them."""
     if TUNING_SEED in seeds:
         raise ValueError(
             f"seed {TUNING_SEED} is the tuning seed: no reported figure comes from it; "
@@ -83,10 +86,14 @@ def measure(
     ]
     runs = run_panel(reference_card(), workloads, policies, knobs=TUNED, progress=_progress)
     _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s of host time")
-    figures = PanelFigures(
-        runs, rates, seeds, policies, window_s, "twin", what=_what(workloads, rates)
-    )
+    what = _what(workloads, rates)
+    figures = PanelFigures(runs, rates, seeds, policies, window, "twin", what=what)
     yield from figures.measurements()
+    if plot is not None:
+        from kvgov.benchmarks.openloop.plots import plot as draw
+
+        for path in draw(figures, plot, note=f"modelled; {runs.panel.title}; {figures.what}"):
+            _progress(f"wrote {path}")
 
 
 def _what(workloads: Sequence[openloop.OpenLoopWorkload], rates: Sequence[float]) -> str:

@@ -179,3 +179,17 @@ def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> N
         "first_fake",
         "second_fake",
     ]
+
+
+def test_all_leaves_out_the_tuning_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("bench_fake", "tune_fake"):
+        module = ModuleType(name)
+        module.run = lambda *, quick=False, name=name: iter(  # type: ignore[attr-defined]
+            [{"bench": name, "metric": "m", "value": 1.0, "unit": "x"}]
+        )
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(cli, "BENCHMARKS", {"openloop": "bench_fake", "openloop-tune": "tune_fake"})
+    result = runner.invoke(cli.app, ["bench", "all", "--json"])
+    assert [json.loads(line)["bench"] for line in result.stdout.splitlines()] == ["bench_fake"]
+    result = runner.invoke(cli.app, ["bench", "openloop-tune", "--json"])
+    assert [json.loads(line)["bench"] for line in result.stdout.splitlines()] == ["tune_fake"]

@@ -46,7 +46,7 @@ TEAMS_PER_WINDOW = 6.0  # teams expected to arrive in a run's window, at every r
 POLICIES = (*BASELINES, "kvgov")
 _QUICK_SEEDS = (1, 2)
 _QUICK_RATES = (0.5,)
-_QUICK_TEAMS = 2.0
+_QUICK_TEAMS = 1.5
 
 
 def windows(rates: Sequence[float], teams: float = TEAMS_PER_WINDOW) -> dict[float, float]:

@@ -55,22 +55,27 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
                 ax.fill_between(
                     rates, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15
                 )
+            if len(rates) > 1 and max(rates) >= 4 * min(rates):
+                ax.set_xscale("log")  # a sweep from below saturation to well past it
+                ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
+                ax.minorticks_off()
             ax.set_xlabel("teams arriving a minute (Poisson)")
             ax.set_ylabel(f"{label}, median of seeds")
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
         fig.suptitle(
-            f"Job time against load, 95% bands over {len(figures.seeds)} seeds: {title}",
-            fontsize=10,
+            f"Job time against load, 95% bands over {len(figures.seeds)} seeds\n{title}",
+            fontsize=9,
         )
-        fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.95) if note else (0, 0, 1, 0.95))
+        fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.92) if note else (0, 0, 1, 0.92))
         written += _save(fig, out / f"openloop-jct-{figures.suffix}")
     finally:
         plt.close(fig)
 
     policies = list(figures.policies)
-    fig, axes = plt.subplots(1, len(rates), figsize=(3.2 * len(rates) + 1.5, 4.6), sharey=True)
+    width = max(7.0, 3.2 * len(rates) + 1.5)
+    fig, axes = plt.subplots(1, len(rates), figsize=(width, 4.8), sharey=True)
     axes = axes if len(rates) > 1 else [axes]
     try:
         for ax, rate in zip(axes, rates, strict=True):
@@ -91,8 +96,8 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
             ax.grid(alpha=0.3, axis="y")
         axes[0].set_ylabel("mean job time (s), mean of seeds")
         axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.suptitle(f"Where job time goes: {title}", fontsize=10)
-        fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.95) if note else (0, 0, 1, 0.95))
+        fig.suptitle(f"Where job time goes\n{title}", fontsize=9)
+        fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.92) if note else (0, 0, 1, 0.92))
         written += _save(fig, out / f"openloop-breakdown-{figures.suffix}")
     finally:
         plt.close(fig)

@@ -6,6 +6,10 @@ at its papers' best, many seeds and paired confidence bands.
 - ``stats``: paired bootstrap intervals over seeds, goodput;
 - ``unloaded``: each job's time with the machine to itself, what its SLO is twice;
 - ``panel``: every policy on one modelled device, each beside its own unconstrained run;
-- ``figures``: a panel's figures, medians over the evaluation seeds with their intervals;
+- ``figures``: a panel's figures, medians over the evaluation seeds with their intervals,
+  the paged engine's saturation load and where job time goes;
+- ``plots``: the figures as pictures;
+- ``tuning`` and ``tuned``: every policy's knobs tuned on the tuning seed by one rule
+  (``kvgov bench openloop-tune``), and the knobs it chose;
 - ``bench``: ``kvgov bench openloop``, the reference card's panel.
 """

@@ -4,7 +4,9 @@ intervals.
 
 Teams arrive as a Poisson process (``workload``: three tenants, 20-40 tool calls a
 worker, 100-300-token replies, tools from milliseconds to 30 s, contexts to the 16k
-ceiling) at each rate of ``RATES``, on the twin of an RX 9070 XT running Qwen3-8B in
+ceiling) at each rate of ``RATES``, from below the paged engine's saturation to four
+times past it, each over a window in which ``TEAMS_PER_WINDOW`` teams arrive on average,
+on the twin of an RX 9070 XT running Qwen3-8B in
 int4 with host memory for KV at three times the card's (``panel.reference_card``). Each
 policy runs on the card's KV and with room for every context, and is divided by that
 run of its own (``figures``). Every figure is modelled: decisions are the real engine's,
@@ -15,8 +17,7 @@ Seeds: ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure rep
 comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each policy runs with
 its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all). What
 this form leaves for later (issue 34): the CPU panel and the real engine's short form
-beside it, the whole-system comparison, goodput against the KV budget, the breakdown of
-job time, plots.
+beside it, the whole-system comparison, goodput against the KV budget.
 """
 
 from __future__ import annotations

@@ -26,11 +26,10 @@ it begins, and older ones finish.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from governor import ConfigError, Lease
+from governor import Lease, PriorityWithAging
 
 __all__ = ["ProgramOrder"]
 
@@ -43,15 +42,7 @@ class ProgramOrder:
     aging_s: float = 10.0
 
     def __post_init__(self) -> None:
-        aging = self.aging_s
-        number = isinstance(aging, (int, float)) and not isinstance(aging, bool)
-        if not number or not math.isfinite(aging) or aging <= 0:
-            raise ConfigError(
-                f"aging_s must be a number of seconds > 0, got {aging!r}; a waiting lease "
-                "gains one priority level per aging_s seconds of its program's age (10.0 "
-                "is the default)",
-                setting="aging_s",
-            )
+        PriorityWithAging(aging_s=self.aging_s)  # the default's check of aging_s, its error
 
     def order(
         self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float

@@ -141,7 +141,7 @@ def test_run_panel_gives_a_policy_its_knobs_and_no_other_policy_them() -> None:
 
 
 class _Stop(Exception):
-    pass
+    """Stops the benchmark once it has called run_panel: the spy has seen the knobs."""
 
 
 def test_the_benchmark_runs_every_policy_with_its_tuned_knobs(

@@ -178,6 +178,12 @@ class PanelFigures:
                 f"add up to {total:.1f} s, the mean job time averaged over the seeds",
             )
 
+    def paged_over_kvgov(self, rate: float) -> stats.Interval:
+        """paged's mean job time over kvgov's at ``rate``, seed by seed."""
+        return stats.paired_ratio(
+            self.per_seed("paged", rate, "jct_mean"), self.per_seed("kvgov", rate, "jct_mean")
+        )
+
     def _at_saturation(self) -> Iterator[Measurement]:
         saturation = self.saturation_per_min()
         if saturation is None or not saturation > 0:
@@ -197,9 +203,7 @@ class PanelFigures:
             return
         target = 0.8 * saturation
         rate = min(self.rates, key=lambda r: (abs(r - target), r))
-        paged = stats.paired_ratio(
-            self.per_seed("paged", rate, "jct_mean"), self.per_seed("kvgov", rate, "jct_mean")
-        )
+        paged = self.paged_over_kvgov(rate)
         yield Measurement(
             _BENCH,
             f"jct_mean_paged_over_kvgov_{self.suffix}_at_0.8",
@@ -243,9 +247,7 @@ class PanelFigures:
                 note=f"the paired interval's lower bound: {ratio}",
             )
         if "paged" in self.policies:
-            paged = stats.paired_ratio(
-                self.per_seed("paged", rate, "jct_mean"), self.per_seed("kvgov", rate, "jct_mean")
-            )
+            paged = self.paged_over_kvgov(rate)
             yield Measurement(
                 _BENCH,
                 f"jct_mean_paged_over_kvgov@{at}_{self.suffix}",

@@ -165,14 +165,20 @@ def test_a_skipped_figure_prints_as_null_json_and_a_dash(monkeypatch: pytest.Mon
     assert "—" in runner.invoke(cli.app, ["bench", "x"]).stdout
 
 
-def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("first_fake", "second_fake"):
+def fake_benchmarks(monkeypatch: pytest.MonkeyPatch, modules: dict[str, str]) -> None:
+    """``cli.BENCHMARKS`` as ``modules`` (name -> module), each module one figure whose
+    ``bench`` is the module's name."""
+    for name in modules.values():
         module = ModuleType(name)
         module.run = lambda *, quick=False, name=name: iter(  # type: ignore[attr-defined]
             [{"bench": name, "metric": "m", "value": 1.0, "unit": "x"}]
         )
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"a": "first_fake", "b": "second_fake"})
+    monkeypatch.setattr(cli, "BENCHMARKS", modules)
+
+
+def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_benchmarks(monkeypatch, {"a": "first_fake", "b": "second_fake"})
     result = runner.invoke(cli.app, ["bench", "all", "--json"])
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["bench"] for line in result.stdout.splitlines()] == [
@@ -182,13 +188,7 @@ def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_all_leaves_out_the_tuning_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("bench_fake", "tune_fake"):
-        module = ModuleType(name)
-        module.run = lambda *, quick=False, name=name: iter(  # type: ignore[attr-defined]
-            [{"bench": name, "metric": "m", "value": 1.0, "unit": "x"}]
-        )
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"openloop": "bench_fake", "openloop-tune": "tune_fake"})
+    fake_benchmarks(monkeypatch, {"openloop": "bench_fake", "openloop-tune": "tune_fake"})
     result = runner.invoke(cli.app, ["bench", "all", "--json"])
     assert [json.loads(line)["bench"] for line in result.stdout.splitlines()] == ["bench_fake"]
     result = runner.invoke(cli.app, ["bench", "openloop-tune", "--json"])

@@ -118,6 +118,25 @@ def test_goodput_judges_each_job_by_twice_its_own_unloaded_time(runs: PanelRuns)
         assert "within 2x their own unloaded time" in figure.note
 
 
+def test_seeds_run_in_processes_give_the_runs_of_one_process(runs: PanelRuns) -> None:
+    # Each seed in a spawned process of its own: every figure is in virtual time, so the
+    # runs must equal those of one process, whichever seed finishes first.
+    workloads = [
+        dataclasses.replace(openloop.CPU, rate_per_min=RATE, duration_s=WINDOW_S, seed=seed)
+        for seed in SEEDS
+    ]
+    apart = run_panel(small_card(), workloads, ("kvgov",), processes=2)
+    assert set(apart.results) == {c for c in runs.results if c.policy == "kvgov"}
+    for cell, result in apart.results.items():
+        alone = runs.results[cell]
+        assert result.jct_s == alone.jct_s, cell
+        assert result.prompts == alone.prompts and result.counters == alone.counters, cell
+        assert result.breakdown == alone.breakdown, cell
+    assert apart.unloaded_s == runs.unloaded_s and len(apart.unloaded_s) == len(SEEDS)
+    with pytest.raises(ValueError, match="processes must be at least 1"):
+        run_panel(small_card(), workloads, ("kvgov",), processes=0)
+
+
 def test_the_reference_card_holds_host_memory_at_three_times_its_kv() -> None:
     scenario = reference_card().scenario
     assert scenario.host_bytes == pytest.approx(3 * scenario.kv_bytes, rel=1e-9)

@@ -32,7 +32,7 @@ from engine.benchmarks import Measurement
 from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.figures import PanelFigures
-from kvgov.benchmarks.openloop.panel import reference_card, run_panel
+from kvgov.benchmarks.openloop.panel import default_processes, reference_card, run_panel
 from kvgov.benchmarks.openloop.tuned import TUNED
 
 __all__ = ["EVALUATION_SEEDS", "POLICIES", "RATES", "TUNING_SEED", "run"]
@@ -85,8 +85,16 @@ def measure(
         for rate in rates
         for seed in seeds
     ]
-    runs = run_panel(reference_card(), workloads, policies, knobs=TUNED, progress=_progress)
-    _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s of host time")
+    processes = default_processes()
+    runs = run_panel(
+        reference_card(),
+        workloads,
+        policies,
+        knobs=TUNED,
+        progress=_progress,
+        processes=processes,
+    )
+    _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s, {processes} seeds at a time")
     what = _what(workloads, rates)
     figures = PanelFigures(runs, rates, seeds, policies, window, "twin", what=what)
     yield from figures.measurements()

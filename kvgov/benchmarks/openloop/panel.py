@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +49,7 @@ __all__ = [
     "PanelRuns",
     "WorkloadSetup",
     "check_knobs",
+    "default_processes",
     "policy_knobs",
     "reference_card",
     "run_panel",
@@ -137,12 +141,19 @@ class PanelRuns:
     results: dict[Cell, RunResult] = field(default_factory=dict)
     # (rate, seed) -> each job (agent) of that workload -> its unloaded time, seconds
     unloaded_s: dict[tuple[float, int], dict[str, float]] = field(default_factory=dict)
-    wall_s: float = 0.0  # host seconds, every run
+    wall_s: float = 0.0  # wall seconds, every run (in one process or several)
 
     def result(
         self, policy: str, rate_per_min: float, seed: int, *, unconstrained: bool = False
     ) -> RunResult:
         return self.results[Cell(policy, rate_per_min, seed, unconstrained)]
+
+    def merge(self, other: PanelRuns) -> None:
+        """Takes ``other``'s runs (of other workloads of the same panel) into these."""
+        if other.panel != self.panel:
+            raise ValueError(f"cannot merge runs of {other.panel.name} into {self.panel.name}")
+        self.results.update(other.results)
+        self.unloaded_s.update(other.unloaded_s)
 
     def unloaded(self, rate_per_min: float, seed: int) -> dict[str, float]:
         """Each job of the (rate, seed) workload -> its time run alone (``unloaded``)."""
@@ -184,19 +195,94 @@ def run_panel(
     *,
     knobs: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    processes: int = 1,
 ) -> PanelRuns:
     """Every policy on every workload (one per rate and seed), constrained and not, and
     every job's unloaded time; ``knobs``: policy -> its settings (a policy not named runs
-    with its defaults)."""
+    with its defaults); ``processes``: how many seeds run at once, each in a process of
+    its own (``default_processes``).
+
+    Every run is in virtual time and decided by the engine, the policies and the
+    workload alone, so the figures are the same whichever process runs a seed and in
+    whichever order (a test holds that): processes change the wall time, nothing else.
+    A seed is the unit, not a run, because a seed's teams run alone once for all its
+    rates (``UnloadedTimes``)."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    began = time.perf_counter()
+    policies = tuple(policies)
+    knobs = {policy: dict(knobs.get(policy, {})) for policy in policies} if knobs else {}
+    for policy in policies:
+        check_knobs(policy, knobs.get(policy, {}))
+    by_seed: dict[int, list[OpenLoopWorkload]] = {}
+    for workload in workloads:
+        by_seed.setdefault(workload.seed, []).append(workload)
+    runs = PanelRuns(panel)
+    if processes == 1 or len(by_seed) == 1:
+        for group in by_seed.values():
+            runs.merge(_run_seeds(panel, group, policies, knobs, progress))
+    else:
+        _run_in_processes(runs, by_seed, policies, knobs, progress, processes)
+    runs.wall_s = time.perf_counter() - began
+    return runs
+
+
+def default_processes() -> int:
+    """The cores this process may run on: one seed each."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _run_in_processes(
+    runs: PanelRuns,
+    by_seed: Mapping[int, Sequence[OpenLoopWorkload]],
+    policies: tuple[str, ...],
+    knobs: Mapping[str, Mapping[str, Any]],
+    progress: Callable[[str], None],
+    processes: int,
+) -> None:
+    """Each seed's runs in a process of a pool of ``processes``, merged as they finish.
+    The pool spawns fresh interpreters: a forked child of a process that has run torch
+    may hang on a lock a thread held at the fork."""
+    context = multiprocessing.get_context("spawn")
+    processes = min(processes, len(by_seed))
+    progress(f"{runs.panel.name}: {len(by_seed)} seeds, {processes} at a time ...")
+    with ProcessPoolExecutor(
+        max_workers=processes, mp_context=context, initializer=_one_thread
+    ) as pool:
+        pending = {
+            pool.submit(_run_seeds, runs.panel, group, policies, knobs): seed
+            for seed, group in by_seed.items()
+        }
+        for done in as_completed(pending):
+            part = done.result()
+            runs.merge(part)
+            progress(
+                f"{runs.panel.name}: seed {pending[done]} done, {len(part.results)} runs in "
+                f"{part.wall_s:.0f} s"
+            )
+
+
+def _one_thread() -> None:
+    """A pool process computes on one thread: the processes are the parallelism, and
+    torch's threads on top of them would only contend for the same cores."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_seeds(
+    panel: Panel,
+    workloads: Sequence[OpenLoopWorkload],
+    policies: tuple[str, ...],
+    knobs: Mapping[str, Mapping[str, Any]],
+    progress: Callable[[str], None] = lambda line: None,
+) -> PanelRuns:
+    """``run_panel``'s runs of ``workloads`` in this process, on engines of its own."""
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
 
     began = time.perf_counter()
     runs = PanelRuns(panel)
     scenario = panel.scenario
-    policies = tuple(policies)
-    knobs = knobs or {}
-    for policy in policies:
-        check_knobs(policy, knobs.get(policy, {}))
     device = TwinDevice(scenario.profile, scenario.target.shape, forward=False)
     constrained = stand_in_engine(scenario)
     costs = measure_twin_costs(constrained, device)

@@ -17,7 +17,10 @@ Seeds: ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure rep
 comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each policy runs with
 its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all). What
 this form leaves for later (issue 34): the CPU panel and the real engine's short form
-beside it, the whole-system comparison, goodput against the KV budget.
+beside it, the whole-system comparison.
+
+Goodput against the KV budget (``budgets``): at the rate nearest 0.8 of the paged
+engine's saturation, every policy again with half and three quarters of the card's KV.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from engine.benchmarks import Measurement
 from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.budgets import SHARES, BudgetFigures, run_budgets
 from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.panel import default_processes, reference_card, run_panel
 from kvgov.benchmarks.openloop.tuned import TUNED
@@ -48,6 +52,7 @@ POLICIES = (*BASELINES, "kvgov")
 _QUICK_SEEDS = (1, 2)
 _QUICK_RATES = (0.5,)
 _QUICK_TEAMS = 1.5
+_QUICK_SHARES = (0.5, 1.0)
 
 
 def windows(rates: Sequence[float], teams: float = TEAMS_PER_WINDOW) -> dict[float, float]:
@@ -61,7 +66,8 @@ def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measuremen
     seeds = _QUICK_SEEDS if quick else EVALUATION_SEEDS
     rates = _QUICK_RATES if quick else RATES
     window = windows(rates, _QUICK_TEAMS if quick else TEAMS_PER_WINDOW)
-    yield from measure(seeds, rates, POLICIES, window_s=window, plot=plot)
+    shares = _QUICK_SHARES if quick else SHARES
+    yield from measure(seeds, rates, POLICIES, window_s=window, shares=shares, plot=plot)
 
 
 def measure(
@@ -70,10 +76,13 @@ def measure(
     policies: Sequence[str],
     *,
     window_s: float | Mapping[float, float],
+    shares: Sequence[float] = SHARES,
     plot: Path | None = None,
 ) -> Iterator[Measurement]:
-    """The panel's figures on ``seeds`` at ``rates``; ``window_s``: the arrival window,
-    one for every rate or each rate's (``windows``); ``plot``: where to draw them."""
+    """The panel's figures on ``seeds`` at ``rates``, then goodput against the KV
+    budget at each of ``shares`` of the card's KV (``budgets``); ``window_s``: the
+    arrival window, one for every rate or each rate's (``windows``); ``plot``: where to
+    draw them."""
     if TUNING_SEED in seeds:
         raise ValueError(
             f"seed {TUNING_SEED} is the tuning seed: no reported figure comes from it; "
@@ -98,10 +107,32 @@ def measure(
     what = _what(workloads, rates)
     figures = PanelFigures(runs, rates, seeds, policies, window, "twin", what=what)
     yield from figures.measurements()
+    note = f"modelled; {runs.panel.title}; {figures.what}"
     if plot is not None:
         from kvgov.benchmarks.openloop.plots import plot as draw
 
-        for path in draw(figures, plot, note=f"modelled; {runs.panel.title}; {figures.what}"):
+        for path in draw(figures, plot, note=note):
+            _progress(f"wrote {path}")
+    rate = figures.rate_near(0.8)
+    if rate is None:
+        return  # no paged run to find its saturation by: no load to read budgets at
+    at_rate = [w for w in workloads if w.rate_per_min == rate]
+    budget_runs = run_budgets(
+        runs.panel,
+        runs,
+        at_rate,
+        policies,
+        shares=shares,
+        knobs=TUNED,
+        progress=_progress,
+        processes=processes,
+    )
+    budgets = BudgetFigures(budget_runs, rate, seeds, policies, window[rate], "twin", what=what)
+    yield from budgets.measurements()
+    if plot is not None:
+        from kvgov.benchmarks.openloop.plots import plot_budgets
+
+        for path in plot_budgets(budgets, plot, note=note):
             _progress(f"wrote {path}")
 
 

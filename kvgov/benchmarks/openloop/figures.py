@@ -73,6 +73,15 @@ class PanelFigures:
             per_seed[seed] = 60.0 * teams / result.makespan_s if result.makespan_s else 0.0
         return stats.median_interval(per_seed).value
 
+    def rate_near(self, share: float) -> float | None:
+        """The rate swept nearest ``share`` of the paged engine's saturation load (the
+        lower of two as near); None where saturation is not known."""
+        saturation = self.saturation_per_min()
+        if saturation is None or not saturation > 0:
+            return None
+        target = share * saturation
+        return min(self.rates, key=lambda r: (abs(r - target), r))
+
     def per_seed(self, policy: str, rate: float, figure: str) -> dict[int, float]:
         """``figure`` (``jct_mean``, ``jct_p99``, ``goodput``, ``recomputed``, ``failed``,
         ``jct_mean_unconstrained``) of ``policy`` at ``rate``, by seed."""
@@ -202,7 +211,8 @@ class PanelFigures:
         if "kvgov" not in self.policies:
             return
         target = 0.8 * saturation
-        rate = min(self.rates, key=lambda r: (abs(r - target), r))
+        rate = self.rate_near(0.8)
+        assert rate is not None  # saturation is known
         paged = self.paged_over_kvgov(rate)
         yield Measurement(
             _BENCH,

@@ -196,11 +196,12 @@ def run_panel(
     knobs: Mapping[str, Mapping[str, Any]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
     processes: int = 1,
+    unconstrained: bool = True,
 ) -> PanelRuns:
-    """Every policy on every workload (one per rate and seed), constrained and not, and
-    every job's unloaded time; ``knobs``: policy -> its settings (a policy not named runs
-    with its defaults); ``processes``: how many seeds run at once, each in a process of
-    its own (``default_processes``).
+    """Every policy on every workload (one per rate and seed), constrained and (with
+    ``unconstrained``) not, and every job's unloaded time; ``knobs``: policy -> its
+    settings (a policy not named runs with its defaults); ``processes``: how many seeds
+    run at once, each in a process of its own (``default_processes``).
 
     Every run is in virtual time and decided by the engine, the policies and the
     workload alone, so the figures are the same whichever process runs a seed and in
@@ -220,9 +221,9 @@ def run_panel(
     runs = PanelRuns(panel)
     if processes == 1 or len(by_seed) == 1:
         for group in by_seed.values():
-            runs.merge(_run_seeds(panel, group, policies, knobs, progress))
+            runs.merge(_run_seeds(panel, group, policies, knobs, unconstrained, progress))
     else:
-        _run_in_processes(runs, by_seed, policies, knobs, progress, processes)
+        _run_in_processes(runs, by_seed, policies, knobs, unconstrained, progress, processes)
     runs.wall_s = time.perf_counter() - began
     return runs
 
@@ -237,6 +238,7 @@ def _run_in_processes(
     by_seed: Mapping[int, Sequence[OpenLoopWorkload]],
     policies: tuple[str, ...],
     knobs: Mapping[str, Mapping[str, Any]],
+    unconstrained: bool,
     progress: Callable[[str], None],
     processes: int,
 ) -> None:
@@ -250,7 +252,7 @@ def _run_in_processes(
         max_workers=processes, mp_context=context, initializer=_one_thread
     ) as pool:
         pending = {
-            pool.submit(_run_seeds, runs.panel, group, policies, knobs): seed
+            pool.submit(_run_seeds, runs.panel, group, policies, knobs, unconstrained): seed
             for seed, group in by_seed.items()
         }
         for done in as_completed(pending):
@@ -275,6 +277,7 @@ def _run_seeds(
     workloads: Sequence[OpenLoopWorkload],
     policies: tuple[str, ...],
     knobs: Mapping[str, Mapping[str, Any]],
+    unconstrained: bool,
     progress: Callable[[str], None] = lambda line: None,
 ) -> PanelRuns:
     """``run_panel``'s runs of ``workloads`` in this process, on engines of its own."""
@@ -294,26 +297,27 @@ def _run_seeds(
             f"{workload.seed} ..."
         )
         runs.unloaded_s[(workload.rate_per_min, workload.seed)] = unloaded.of(setup)
-        room = max(setup.peak_blocks, scenario.kv_blocks)
-        roomy = stand_in_engine(scenario, num_blocks=room, host_blocks=room)
-        roomy_costs = measure_twin_costs(roomy, device)
+        engines = {False: (constrained, costs)}
+        if unconstrained:
+            room = max(setup.peak_blocks, scenario.kv_blocks)
+            roomy = stand_in_engine(scenario, num_blocks=room, host_blocks=room)
+            engines[True] = (roomy, measure_twin_costs(roomy, device))
         for policy in policies:
-            for unconstrained in (False, True):
-                engine = roomy if unconstrained else constrained
+            for roomy_run, (engine, engine_costs) in engines.items():
                 progress(
                     f"{panel.name}: {policy} at {workload.rate_per_min:g} teams/min, seed "
-                    f"{workload.seed}{' (unconstrained)' if unconstrained else ''} ..."
+                    f"{workload.seed}{' (unconstrained)' if roomy_run else ''} ..."
                 )
                 result = _run(
                     engine,
                     device,
                     policy,
                     setup,
-                    roomy_costs if unconstrained else costs,
+                    engine_costs,
                     fraction=engine.capacity().num_blocks / max(1, setup.peak_blocks),
                     knobs=knobs.get(policy, {}),
                 )
-                cell = Cell(policy, workload.rate_per_min, workload.seed, unconstrained)
+                cell = Cell(policy, workload.rate_per_min, workload.seed, roomy_run)
                 runs.results[cell] = result
     runs.wall_s = time.perf_counter() - began
     return runs

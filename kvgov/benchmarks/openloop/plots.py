@@ -11,9 +11,10 @@ from pathlib import Path
 from kvgov.benchmarks._swarm_breakdown import PARTS
 from kvgov.benchmarks._swarm_plot import _COLORS, _save, footnote
 from kvgov.benchmarks.openloop import stats
+from kvgov.benchmarks.openloop.budgets import BudgetFigures
 from kvgov.benchmarks.openloop.figures import PanelFigures
 
-__all__ = ["plot"]
+__all__ = ["plot", "plot_budgets"]
 
 # One colour a part, from the tools (light: not the memory policy's) to decode.
 _PART_COLORS = {
@@ -102,3 +103,43 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
     finally:
         plt.close(fig)
     return written
+
+
+def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[Path]:
+    """``openloop-goodput-budget-<suffix>`` (``.svg`` and ``.png``) in ``out``: each
+    policy's goodput against the KV memory it was given, median of seeds with the 95%
+    band read over the same resampled seeds at every budget; the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib import pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    shares = sorted(figures.runs)
+    gb = [figures.kv_gb(share) for share in shares]
+    fig, ax = plt.subplots(figsize=(6, 4.4))
+    try:
+        for policy in figures.policies:
+            per_share = {share: figures.goodput(policy, share) for share in shares}
+            curves = {s: [per_share[share][s] for share in shares] for s in figures.seeds}
+            band = stats.band_over(curves)
+            color = _COLORS.get(policy)
+            ax.plot(gb, [b.value for b in band], marker="o", label=policy, color=color)
+            ax.fill_between(
+                gb, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15
+            )
+        ax.set_xlabel("KV memory the engine is given (GB)")
+        ax.set_ylabel("goodput (jobs/min within 2x unloaded), median of seeds")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        title = figures.runs[shares[-1]].panel.title
+        fig.suptitle(
+            f"Goodput against the KV budget at {figures.rate:g} teams/min, 95% bands over "
+            f"{len(figures.seeds)} seeds\n{title}",
+            fontsize=9,
+        )
+        fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.9) if note else (0, 0, 1, 0.9))
+        return _save(fig, out / f"openloop-goodput-budget-{figures.suffix}")
+    finally:
+        plt.close(fig)

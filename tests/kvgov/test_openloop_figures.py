@@ -48,3 +48,16 @@ def test_saturation_and_paged_over_kvgov_at_its_0_8() -> None:
         jobs = 2 * (4 + 2 * 2)  # the median seed's
         expected = 60 * jobs / windows[rate]
         assert by_name[f"goodput[kvgov]@{rate:g}/min_twin"].value == pytest.approx(expected)
+
+
+def test_what_any_memory_policy_could_gain_over_paged_at_0_8_is_read_from_its_roomy_run() -> None:
+    runs = made_up_runs()
+    for seed in SEEDS:  # paged with room for every context: 0.8 of its time at 0.2/min
+        roomy = runs.result("paged", 0.2, seed, unconstrained=True)
+        roomy.jct_s = {job: 0.8 * t for job, t in roomy.jct_s.items()}
+    windows = {rate: 480 / rate for rate in RATES}
+    figures = PanelFigures(runs, RATES, SEEDS, ("paged", "kvgov"), windows, "twin")
+    by_name = {m.metric: m for m in figures.measurements()}
+    ceiling = by_name["jct_mean_paged_over_unconstrained_twin_at_0.8"]
+    assert ceiling.value == pytest.approx(1.25)
+    assert "at 0.2 teams/min" in ceiling.note and "the most any memory policy" in ceiling.note

@@ -224,6 +224,24 @@ class PanelFigures:
             note=f"modelled; at {rate:g} teams/min, the rate swept nearest 0.8x paged's "
             f"saturation ({target:.2f}/min); {paged}",
         )
+        # The most any memory policy can gain over paged at that load: a policy whose
+        # memory costs nothing runs as paged does with room for every context, and the
+        # compute and the tools are every policy's.
+        ceiling = stats.paired_ratio(
+            self.per_seed("paged", rate, "jct_mean"),
+            self.per_seed("paged", rate, "jct_mean_unconstrained"),
+        )
+        yield Measurement(
+            _BENCH,
+            f"jct_mean_paged_over_unconstrained_{self.suffix}_at_0.8",
+            ceiling.value,
+            "ratio",
+            None,
+            _LOWER,
+            note=f"modelled; at {rate:g} teams/min, paged over its own run with room for "
+            "every context: the most any memory policy could gain over paged there, "
+            f"the bound on jct_mean_paged_over_kvgov; {ceiling}",
+        )
 
     def _against_best(self, rate: float, where: str) -> Iterator[Measurement]:
         at = f"{rate:g}/min"

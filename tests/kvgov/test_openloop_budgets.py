@@ -36,9 +36,7 @@ def test_a_share_of_the_card_is_that_share_of_its_kv_and_nothing_else() -> None:
 
 def test_each_share_runs_constrained_and_the_whole_card_is_the_panels_own_runs() -> None:
     card = small_card()
-    workloads = [
-        dataclasses.replace(openloop.CPU, rate_per_min=RATE, duration_s=WINDOW_S, seed=1)
-    ]
+    workloads = [dataclasses.replace(openloop.CPU, rate_per_min=RATE, duration_s=WINDOW_S, seed=1)]
     whole = run_panel(card, workloads, ("paged",))
     # 0.8 of the small card's 400 blocks still holds the CPU workload's 5k ceiling.
     runs = run_budgets(card, whole, workloads, ("paged",), shares=(0.8, 1.0))

@@ -38,7 +38,7 @@ def runs() -> PanelRuns:
         dataclasses.replace(openloop.CPU, rate_per_min=RATE, duration_s=WINDOW_S, seed=seed)
         for seed in SEEDS
     ]
-    # Each seed in a spawned process of its own, as the benchmark runs them
+    # Each workload (a seed here) in a spawned process, as the benchmark runs them
     # (test_seeds_run_in_processes_give_the_runs_of_one_process holds them equal).
     return run_panel(small_card(), workloads, POLICIES, processes=2)
 

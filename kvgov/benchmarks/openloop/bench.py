@@ -103,7 +103,7 @@ def measure(
         progress=_progress,
         processes=processes,
     )
-    _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s, {processes} seeds at a time")
+    _progress(f"{len(runs.results)} runs in {runs.wall_s:.0f} s, {processes} workloads at a time")
     what = _what(workloads, rates)
     figures = PanelFigures(runs, rates, seeds, policies, window, "twin", what=what)
     yield from figures.measurements()

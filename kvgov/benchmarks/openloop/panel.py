@@ -200,67 +200,68 @@ def run_panel(
 ) -> PanelRuns:
     """Every policy on every workload (one per rate and seed), constrained and (with
     ``unconstrained``) not, and every job's unloaded time; ``knobs``: policy -> its
-    settings (a policy not named runs with its defaults); ``processes``: how many seeds
-    run at once, each in a process of its own (``default_processes``).
+    settings (a policy not named runs with its defaults); ``processes``: how many
+    workloads run at once, each in a process of its own (``default_processes``).
 
     Every run is in virtual time and decided by the engine, the policies and the
-    workload alone, so the figures are the same whichever process runs a seed and in
-    whichever order (a test holds that): processes change the wall time, nothing else.
-    A seed is the unit, not a run, because a seed's teams run alone once for all its
-    rates (``UnloadedTimes``)."""
+    workload alone, so the figures are the same whichever process runs a workload and
+    in whichever order (a test holds that): processes change the wall time, nothing
+    else. In one process a seed's teams run alone once for all its rates
+    (``UnloadedTimes``); a process of a pool runs them for its own workload, a few
+    percent of its runs' time, so that the pool can use a core for every workload."""
     if processes < 1:
         raise ValueError(f"processes must be at least 1, got {processes}")
     began = time.perf_counter()
+    workloads = list(workloads)
     policies = tuple(policies)
     knobs = {policy: dict(knobs.get(policy, {})) for policy in policies} if knobs else {}
     for policy in policies:
         check_knobs(policy, knobs.get(policy, {}))
-    by_seed: dict[int, list[OpenLoopWorkload]] = {}
-    for workload in workloads:
-        by_seed.setdefault(workload.seed, []).append(workload)
     runs = PanelRuns(panel)
-    if processes == 1 or len(by_seed) == 1:
-        for group in by_seed.values():
-            runs.merge(_run_seeds(panel, group, policies, knobs, unconstrained, progress))
+    if processes == 1 or len(workloads) == 1:
+        runs.merge(_run_seeds(panel, workloads, policies, knobs, unconstrained, progress))
     else:
-        _run_in_processes(runs, by_seed, policies, knobs, unconstrained, progress, processes)
+        _run_in_processes(runs, workloads, policies, knobs, unconstrained, progress, processes)
     runs.wall_s = time.perf_counter() - began
     return runs
 
 
 def default_processes() -> int:
-    """The cores this process may run on: one seed each."""
+    """The cores this process may run on: one workload each."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _run_in_processes(
     runs: PanelRuns,
-    by_seed: Mapping[int, Sequence[OpenLoopWorkload]],
+    workloads: Sequence[OpenLoopWorkload],
     policies: tuple[str, ...],
     knobs: Mapping[str, Mapping[str, Any]],
     unconstrained: bool,
     progress: Callable[[str], None],
     processes: int,
 ) -> None:
-    """Each seed's runs in a process of a pool of ``processes``, merged as they finish.
-    The pool spawns fresh interpreters: a forked child of a process that has run torch
-    may hang on a lock a thread held at the fork."""
+    """Each workload's runs in a process of a pool of ``processes``, merged as they
+    finish, the highest rates (the longest runs) first so that none is left alone at the
+    end. The pool spawns fresh interpreters: a forked child of a process that has run
+    torch may hang on a lock a thread held at the fork."""
     context = multiprocessing.get_context("spawn")
-    processes = min(processes, len(by_seed))
-    progress(f"{runs.panel.name}: {len(by_seed)} seeds, {processes} at a time ...")
+    processes = min(processes, len(workloads))
+    progress(f"{runs.panel.name}: {len(workloads)} workloads, {processes} at a time ...")
+    ordered = sorted(workloads, key=lambda w: -w.rate_per_min)
     with ProcessPoolExecutor(
         max_workers=processes, mp_context=context, initializer=_one_thread
     ) as pool:
         pending = {
-            pool.submit(_run_seeds, runs.panel, group, policies, knobs, unconstrained): seed
-            for seed, group in by_seed.items()
+            pool.submit(_run_seeds, runs.panel, [w], policies, knobs, unconstrained): w
+            for w in ordered
         }
         for done in as_completed(pending):
             part = done.result()
             runs.merge(part)
+            w = pending[done]
             progress(
-                f"{runs.panel.name}: seed {pending[done]} done, {len(part.results)} runs in "
-                f"{part.wall_s:.0f} s"
+                f"{runs.panel.name}: {w.rate_per_min:g} teams/min, seed {w.seed} done, "
+                f"{len(part.results)} runs in {part.wall_s:.0f} s"
             )
 
 

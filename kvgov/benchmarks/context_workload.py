@@ -35,7 +35,7 @@ from typing import Any
 
 from policies.benchmarks.corpus import Category, Document, build_corpus
 
-__all__ = ["Conversation", "Fact", "build_conversations", "context_text"]
+__all__ = ["Conversation", "Fact", "build_conversations", "context_text", "plant_facts"]
 
 _ROUNDS = 10  # tool calls per conversation: more than budget // 8 each can hold
 _PACKAGES = ("ledger", "billing", "ingest", "refunds", "webhooks", "catalog", "search")
@@ -109,7 +109,7 @@ def _conversation(rng: random.Random, index: int, documents: Sequence[Document])
                 ],
             }
         )
-        text, planted = _plant(rng, document, package)
+        text, planted = plant_facts(rng, document, package)
         facts.extend(planted)
         messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         if round_index == 0:
@@ -149,8 +149,9 @@ def _conversation(rng: random.Random, index: int, documents: Sequence[Document])
     return Conversation(f"conversation-{index:02d}", tuple(messages), tuple(facts))
 
 
-def _plant(rng: random.Random, document: Document, package: str) -> tuple[str, list[Fact]]:
-    """The document with its category's facts inserted at random places."""
+def plant_facts(rng: random.Random, document: Document, package: str) -> tuple[str, list[Fact]]:
+    """The document with its category's facts inserted at random places (the open-loop
+    workload plants its tool outputs' facts with it too: ``openloop.facts``)."""
     if document.category is Category.JSON_API:
         return _plant_json(rng, document.text)
     lines = document.text.split("\n")

@@ -13,7 +13,11 @@ runs cannot change the next prompt) and the tool's output, cut from the policies
 benchmark's corpus to a drawn size, reduced by kvgov's ``ExtractiveSummarizer`` when
 ``tool_output_tokens`` is set and compacted at ``ceiling_tokens`` by its
 ``SummarizeOldest``: the same functions, applied once, before any run, so every policy
-sends exactly the same requests.
+sends exactly the same requests. With ``facts``, each raw tool output first gets facts
+planted in it (``facts.plant``, from draws of their own; ``build_planted`` says which).
+A reply quotes its last result, so planted lines can change later draws: a workload with
+facts is compared with itself under other context handlings, never with the workload
+without them.
 
 Invariants: ``build`` is a function of the workload and the counter's tokenizer (the same
 seed gives equal scripts); a team's planner comes before its workers; with a ceiling, no
@@ -36,6 +40,8 @@ from typing import Any
 from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
 from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
+from kvgov.benchmarks.context_workload import Fact
+from kvgov.benchmarks.openloop import facts as planting
 from kvgov.benchmarks.openloop.chat_ids import LineIds
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus
 from policies.benchmarks.corpus import Category
@@ -51,6 +57,7 @@ __all__ = [
     "Tool",
     "arrivals",
     "build",
+    "build_planted",
     "counter_for",
     "describe",
     "prompts",
@@ -310,7 +317,7 @@ class OpenLoopWorkload:
     one; every call's reply ``reply_tokens`` tokens (drawn uniformly per call, inclusive);
     tool outputs reduced to ``tool_output_tokens`` (None: appended raw) and histories
     compacted at ``ceiling_tokens`` (None: never); a team's system prompt about
-    ``system_tokens`` long."""
+    ``system_tokens`` long; with ``facts``, facts planted in every raw tool output."""
 
     rate_per_min: float
     duration_s: float
@@ -320,6 +327,7 @@ class OpenLoopWorkload:
     ceiling_tokens: int | None = 16_000
     system_tokens: int = 1_500
     seed: int = 0
+    facts: bool = False
 
     def __post_init__(self) -> None:
         if not _positive(self.rate_per_min):
@@ -358,6 +366,10 @@ class OpenLoopWorkload:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise OpenLoopWorkloadError(f"seed must be an int, got {self.seed!r}")
+        if not isinstance(self.facts, bool):
+            raise OpenLoopWorkloadError(
+                f"facts is True to plant facts in the tool outputs, else False, got {self.facts!r}"
+            )
         if self.ceiling_tokens is not None:
             least = self.system_tokens + self.reply_tokens[1] + _MIN_ROOM_TOKENS
             if not _count(self.ceiling_tokens, least):
@@ -395,15 +407,25 @@ def build(workload: OpenLoopWorkload, counter: TokenCounter) -> tuple[AgentScrip
     """Every agent's prompts, replies and tool latencies, planners first within each
     team, teams in order of arrival. ``counter`` counts as the engine's tokenizer does
     (``counter_for`` gives a fast one)."""
+    return build_planted(workload, counter)[0]
+
+
+def build_planted(
+    workload: OpenLoopWorkload, counter: TokenCounter
+) -> tuple[tuple[AgentScript, ...], dict[str, tuple[Fact, ...]]]:
+    """``build``'s scripts, and each worker's facts planted in its tool outputs, in the
+    order planted (none without ``workload.facts``)."""
     corpus = _Corpus(workload.seed, counter)
     reduce = ExtractiveSummarizer(counter)
     compact = SummarizeOldest(reduce, summary_tokens=_SUMMARY_TOKENS)
     scripts: list[AgentScript] = []
+    planted: dict[str, tuple[Fact, ...]] = {}
     for team, (arrival_s, tenant) in enumerate(arrivals(workload)):
         rng = random.Random(f"kvgov-openloop:{workload.seed}:team:{team}")
         team_build = _Team(workload, tenant, team, rng, counter, corpus, reduce, compact)
         scripts += team_build.scripts(arrival_s)
-    return tuple(scripts)
+        planted.update(team_build.planted)
+    return tuple(scripts), planted
 
 
 def prompts(
@@ -464,6 +486,7 @@ def describe(workload: OpenLoopWorkload) -> str:
         f"{workload.duration_s:g} s, seed {workload.seed}; tenants {tenants}; replies "
         f"{workload.reply_tokens[0]}-{workload.reply_tokens[1]} tokens; system prompt "
         f"~{workload.system_tokens:,}; {reduced}; {ceiling}"
+        + ("; facts planted in every tool output" if workload.facts else "")
     )
 
 
@@ -502,6 +525,7 @@ class _Team:
         self.area = _AREAS[team % len(_AREAS)]
         self.prefix = f"{tenant.name}-t{team}"
         self.system: Message = {"role": "system", "content": self._system_text()}
+        self.planted: dict[str, tuple[Fact, ...]] = {}  # a worker -> its facts, with facts
 
     def scripts(self, arrival_s: float) -> list[AgentScript]:
         workers = [self._worker(j) for j in range(self.tenant.workers_per_team)]
@@ -514,6 +538,7 @@ class _Team:
         num_calls = rng.randint(*self.tenant.turns)
         last = ""  # the latest tool output, which the next reply cites
         turns = []
+        planted: list[Fact] = []
         for t in range(num_calls + 1):
             reply = rng.randint(*self.workload.reply_tokens)
             history = self._fit(history, reply)
@@ -525,6 +550,13 @@ class _Team:
             output, arguments = self.corpus.cut(
                 tool, rng.randint(tool.min_tokens, tool.max_tokens), rng
             )
+            if self.workload.facts:
+                # Its own draws: the workload's stay those it makes without facts.
+                at = f"kvgov-openloop:{self.workload.seed}:facts:{self.prefix}-w{j}:{t}"
+                output, found = planting.plant(
+                    output, tool.category, random.Random(at), package=self.area
+                )
+                planted += found
             if self.workload.tool_output_tokens is not None:
                 output = self.reduce.reduce(
                     output,
@@ -542,6 +574,8 @@ class _Team:
                 {"role": "assistant", "content": said},
                 {"role": "user", "content": f"Tool result:\n{output}"},
             ]
+        if planted:
+            self.planted[f"{self.prefix}-w{j}"] = tuple(planted)
         return AgentScript(
             f"{self.prefix}-w{j}", self.team, False, tuple(turns), 0.0, self.tenant.name
         )

@@ -98,7 +98,7 @@ def test_the_panel_is_this_machine_with_scarce_kv_and_bounded_host_memory(
     )
     assert all(setup.peak_blocks > KV_BLOCKS for setup in setups.values())
     # The shipped budget is scarce on every seed the benchmark reports, quick or not.
-    for base, seeds in ((openloop.CPU, cpu.SEEDS), (cpu.QUICK, cpu.QUICK_SEEDS)):
+    for base, seeds in ((cpu.SHORT, cpu.SEEDS), (cpu.QUICK, cpu.QUICK_SEEDS)):
         for seed in seeds:
             setup = WorkloadSetup.of(dataclasses.replace(base, seed=seed), block_size=16)
             assert setup.peak_blocks > cpu.kv_blocks_for(base), (base.tenants[0].name, seed)

@@ -18,9 +18,10 @@ from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop import facts as planting
-from kvgov.benchmarks.openloop import stats, system
+from kvgov.benchmarks.openloop import stats, system, system_figures
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
+from kvgov.benchmarks.openloop.handled import HandledWorkloadError, Prepared, prepare
 from kvgov.benchmarks.openloop.langchain_context import (
     CONTEXT_EDITING,
     HANDLINGS,
@@ -54,8 +55,8 @@ def tokenizer():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def prepared() -> system.Prepared:
-    return system.prepare(
+def prepared() -> Prepared:
+    return prepare(
         dataclasses.replace(TINY, facts=True),
         window_tokens=WINDOW_TOKENS,
         trigger_tokens=TRIGGER_TOKENS,
@@ -91,13 +92,13 @@ def test_systems_with_the_same_handling_send_the_same_requests(runs: SeedRuns) -
 
 
 def test_a_rate_that_draws_the_same_teams_sends_what_a_fresh_build_sends(
-    prepared: system.Prepared, runs: SeedRuns
+    prepared: Prepared, runs: SeedRuns
 ) -> None:
     faster = dataclasses.replace(prepared.setups[KVGOV].workload, rate_per_min=2 * RATE)
     faster = dataclasses.replace(faster, duration_s=WINDOWS_S[2 * RATE])
     retimed = prepared.retimed(faster)
     assert retimed is not None
-    fresh = system.prepare(
+    fresh = prepare(
         faster, window_tokens=WINDOW_TOKENS, trigger_tokens=TRIGGER_TOKENS, block_size=16
     )
     for handling, setup in fresh.setups.items():
@@ -116,7 +117,7 @@ def test_a_rate_that_draws_the_same_teams_sends_what_a_fresh_build_sends(
 
 
 def test_every_handling_runs_the_same_jobs_and_fits_the_window(
-    prepared: system.Prepared,
+    prepared: Prepared,
 ) -> None:
     jobs = {
         handling: [
@@ -143,12 +144,10 @@ def test_the_tuning_seed_never_appears_in_a_reported_figure(runs: SeedRuns) -> N
     assert began == []  # refused before any run
     tuning = dataclasses.replace(runs, seed=0)
     with pytest.raises(SystemComparisonError, match="tuning seed"):
-        next(system.figures([runs, tuning], (RATE,), policies=POLICIES))
+        next(system_figures.figures([runs, tuning], (RATE,), policies=POLICIES))
 
 
-def test_facts_kept_are_read_off_each_agent_s_last_call(
-    prepared: system.Prepared, tokenizer
-) -> None:  # type: ignore[no-untyped-def]
+def test_facts_kept_are_read_off_each_agent_s_last_call(prepared: Prepared, tokenizer) -> None:  # type: ignore[no-untyped-def]
     counter = openloop.counter_for(tokenizer)
     setup = prepared.setups[KVGOV]
     before = kept(setup.scripts, prepared.facts, counter)
@@ -216,7 +215,7 @@ def test_the_ratio_names_the_best_baseline_system_picked_on_medians() -> None:
         "intercept+context_editing": {1: 2, 2: 2, 3: 2},
     }
     runs = [_synthetic(seed, {n: g[seed] for n, g in goodputs.items()}) for seed in (1, 2, 3)]
-    figures = {m.metric: m for m in system.figures(runs, (RATE,), policies=POLICIES)}
+    figures = {m.metric: m for m in system_figures.figures(runs, (RATE,), policies=POLICIES)}
     ratio = figures[f"goodput_kvgov_over_best_system@{RATE:g}/min_twin"]
     assert "over intercept+context_editing (the best baseline system" in ratio.note
     assert ratio.value == pytest.approx(2.0)
@@ -275,7 +274,7 @@ def test_a_cut_json_response_gets_its_number_as_a_line_of_its_own() -> None:
 
 
 def test_trim_keeps_each_tool_result_with_its_call_and_editing_clears_old_results(
-    prepared: system.Prepared,
+    prepared: Prepared,
 ) -> None:
     for handling in (TRIM, CONTEXT_EDITING):
         for script in prepared.setups[handling].scripts:
@@ -301,8 +300,8 @@ def test_a_handling_with_a_bad_setting_says_what_to_set() -> None:
         ContextHandling(name=CONTEXT_EDITING, window_tokens=WINDOW_TOKENS)
     with pytest.raises(openloop.OpenLoopWorkloadError, match="facts is True"):
         dataclasses.replace(TINY, facts="yes")
-    with pytest.raises(SystemComparisonError, match="facts=True"):
-        system.prepare(TINY, window_tokens=WINDOW_TOKENS, trigger_tokens=1, block_size=16)
+    with pytest.raises(HandledWorkloadError, match="facts=True"):
+        prepare(TINY, window_tokens=WINDOW_TOKENS, trigger_tokens=1, block_size=16)
 
 
 def _without(content: str, texts: list[str]) -> str:

@@ -1,0 +1,214 @@
+"""The figures of the whole-system comparison (``system``), every one a median over the
+evaluation seeds with its paired 95% bootstrap interval (``stats``), in ``Measurement``
+lines of the ``swarm`` bench, every one modelled.
+
+Per rate: each system's mean job time and goodput (``jct_mean_system[<system>]``,
+``goodput_system[<system>]``), and kvgov's goodput over the best baseline system's
+(``goodput_kvgov_over_best_system``, with ``_lower95``), the best picked once on its
+median (``stats.best_of``) and paired seed by seed (``stats.paired_ratio``). Over all
+rates: each system's facts kept (``facts_kept_pct_<system>``, its handling's), kvgov's
+over the best LangChain handling's, and the jobs that failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+from engine.benchmarks import Direction, Measurement
+from kvgov.benchmarks.openloop import stats
+from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.facts import FactsKept
+from kvgov.benchmarks.openloop.handled import KVGOV
+from kvgov.benchmarks.openloop.langchain_context import (
+    CONTEXT_EDITING,
+    HANDLINGS,
+    TRIM,
+    ContextHandling,
+)
+from kvgov.benchmarks.openloop.system import POLICIES, SeedRuns, System, check_seeds, systems
+
+__all__ = ["figures"]
+
+_BENCH = "swarm"
+_LOWER, _HIGHER = Direction.LOWER_IS_BETTER, Direction.HIGHER_IS_BETTER
+
+
+def figures(
+    runs: Sequence[SeedRuns],
+    rates: Sequence[float],
+    *,
+    policies: Sequence[str] = POLICIES,
+) -> Iterator[Measurement]:
+    """The figures of ``runs`` (one per evaluation seed, from ``run_seed``), every
+    system of ``systems(policies)`` at every one of ``rates``."""
+    from kvgov.benchmarks.openloop.panel import reference_card
+
+    check_seeds([r.seed for r in runs])
+    every = systems(policies)
+    baselines = [s.name for s in every if s.policy != KVGOV]
+    panel = reference_card()
+    window, trigger_tokens = runs[0].window_tokens, runs[0].trigger_tokens
+    seeds = sorted(r.seed for r in runs)
+    what = _what(runs, rates, window, trigger_tokens)
+    where = f"{panel.title}; {len(runs)} evaluation seeds ({_span(seeds)}); {what}"
+    for rate in rates:
+        at = f"{rate:g}/min"
+        per_system = {}
+        for system in every:
+            jct = {r.seed: r.results[(system.name, rate)].jct_mean_s for r in runs}
+            per_system[system.name] = good = {r.seed: r.goodput(system.name, rate) for r in runs}
+            for figure, values, unit, direction in (
+                ("jct_mean_system", jct, "s", _LOWER),
+                ("goodput_system", good, "jobs/min", _HIGHER),
+            ):
+                interval = stats.median_interval(values)
+                yield Measurement(
+                    _BENCH,
+                    f"{figure}[{system.name}]@{at}_twin",
+                    interval.value,
+                    unit,
+                    None,
+                    direction,
+                    note=f"modelled; whole system; median and 95% band {interval}; "
+                    + (f"{_slo_note()}; " if figure == "goodput_system" else "")
+                    + where,
+                )
+        yield from _against_best(runs, rate, per_system, baselines, where)
+    yield from _facts(runs, rates, every, window, trigger_tokens)
+    failed = {
+        s.name: sum(len(r.results[(s.name, rate)].failed) for r in runs for rate in rates)
+        for s in every
+    }
+    yield Measurement(
+        _BENCH,
+        "jobs_failed_system_twin",
+        float(sum(failed.values())),
+        "jobs",
+        0.0,
+        _LOWER,
+        note="whole system, every rate and seed: "
+        + ", ".join(f"{n} {v}" for n, v in failed.items()),
+    )
+
+
+def _against_best(
+    runs: Sequence[SeedRuns],
+    rate: float,
+    goodput: Mapping[str, Mapping[int, float]],
+    baselines: Sequence[str],
+    where: str,
+) -> Iterator[Measurement]:
+    best = stats.best_of({s: goodput[s] for s in baselines}, lower_is_better=False)
+    name = f"goodput_kvgov_over_best_system@{rate:g}/min_twin"
+    zero = sorted(s for s, v in goodput[best].items() if v <= 0)
+    if zero:
+        note = (
+            f"modelled; no figure: {best} (best by median goodput) finished no job within "
+            f"its SLO on seed(s) {', '.join(map(str, zero))}; the goodputs are reported apart"
+        )
+        yield Measurement(_BENCH, name, math.nan, "ratio", 2.0, _HIGHER, note=note)
+        return
+    ratio = stats.paired_ratio(goodput[KVGOV], goodput[best])
+    yield Measurement(
+        _BENCH,
+        name,
+        ratio.value,
+        "ratio",
+        2.0,
+        _HIGHER,
+        note=f"modelled; kvgov over {best} (the best baseline system by median goodput), "
+        f"{ratio}; {_slo_note()}; {where}",
+    )
+    yield Measurement(
+        _BENCH,
+        name + "_lower95",
+        ratio.low,
+        "ratio",
+        None,
+        _HIGHER,
+        note=f"the paired interval's lower bound: kvgov over {best}, {ratio}",
+    )
+
+
+def _facts(
+    runs: Sequence[SeedRuns],
+    rates: Sequence[float],
+    every: Sequence[System],
+    window: int,
+    trigger_tokens: int,
+) -> Iterator[Measurement]:
+    by_handling: dict[str, dict[int, float]] = {}
+    counts: dict[str, FactsKept] = {}
+    for handling in (KVGOV, *HANDLINGS):
+        by_handling[handling] = {}
+        counts[handling] = FactsKept(0, 0)
+        for r in runs:
+            pooled = FactsKept(0, 0)
+            for rate in rates:
+                pooled += r.facts[(handling, rate)]
+            by_handling[handling][r.seed] = pooled.pct
+            counts[handling] += pooled
+    labels = {
+        KVGOV: "kvgov's reducer and compaction",
+        TRIM: ContextHandling(name=TRIM, window_tokens=window).label,
+        CONTEXT_EDITING: ContextHandling(
+            name=CONTEXT_EDITING, window_tokens=window, trigger_tokens=trigger_tokens
+        ).label,
+    }
+    for system in every:
+        interval = stats.median_interval(by_handling[system.handling])
+        c = counts[system.handling]
+        yield Measurement(
+            _BENCH,
+            f"facts_kept_pct_{system.name}",
+            interval.value,
+            "%",
+            None,
+            _HIGHER,
+            note=f"whole system; facts planted in the tool outputs whose exact text is in "
+            f"what each agent sends at its last call, {labels[system.handling]} (the same for "
+            f"every policy with it); median over seeds {interval}; {c.num_kept:,} of "
+            f"{c.num_planted:,} in all",
+        )
+    best = stats.best_of({h: by_handling[h] for h in HANDLINGS}, lower_is_better=False)
+    if all(v > 0 for v in by_handling[best].values()):
+        ratio = stats.paired_ratio(by_handling[KVGOV], by_handling[best])
+        yield Measurement(
+            _BENCH,
+            "facts_kept_kvgov_over_best_langchain_twin",
+            ratio.value,
+            "ratio",
+            1.0,
+            _HIGHER,
+            note=f"whole system; kvgov's facts kept over {labels[best]}'s (the best LangChain "
+            f"handling by median), seed by seed: {ratio}",
+        )
+
+
+def _what(
+    runs: Sequence[SeedRuns], rates: Sequence[float], window: int, trigger_tokens: int
+) -> str:
+    windows = runs[0].window_s
+    trimmed = sum(r.num_trimmed_after_edit for r in runs)
+    return (
+        f"teams at {', '.join(f'{r:g}' for r in rates)}/min over "
+        f"{', '.join(f'{windows[r]:g}' for r in rates)} s, facts planted in every raw tool "
+        f"output; kvgov: outputs reduced to {openloop.TWIN.tool_output_tokens:,}, compacted "
+        f"at {openloop.TWIN.ceiling_tokens:,}; the baselines: raw outputs, trim_messages at "
+        f"the {window:,}-token window or ClearToolUsesEdit at {trigger_tokens:,} (keep 3; "
+        f"{trimmed} calls still over the window trimmed after it); each policy with its "
+        "knobs tuned on seed 0"
+    )
+
+
+def _slo_note() -> str:
+    return (
+        f"goodput counts the jobs a minute within {stats.SLO_FACTOR:g}x the job's unloaded "
+        "time, the least over the three context handlings (its team alone under paged, room "
+        "for every context): the same SLO whichever system runs the job"
+    )
+
+
+def _span(seeds: Sequence[int]) -> str:
+    return f"{min(seeds)}-{max(seeds)}" if len(seeds) > 1 else str(seeds[0])

@@ -117,7 +117,7 @@ def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[P
     out.mkdir(parents=True, exist_ok=True)
     shares = sorted(figures.runs)
     gb = [figures.kv_gb(share) for share in shares]
-    fig, ax = plt.subplots(figsize=(6, 4.4))
+    fig, ax = plt.subplots(figsize=(7, 5.2))
     try:
         for policy in figures.policies:
             per_share = {share: figures.goodput(policy, share) for share in shares}
@@ -129,7 +129,7 @@ def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[P
                 gb, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15
             )
         ax.set_xlabel("KV memory the engine is given (GB)")
-        ax.set_ylabel("goodput (jobs/min within 2x unloaded), median of seeds")
+        ax.set_ylabel("goodput (jobs/min), median of seeds")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -28,16 +28,17 @@ what to compare.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import math
 import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -46,7 +47,7 @@ from engine.benchmarks import Direction, Measurement
 from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from governor import TokenCounter
-from kvgov.benchmarks._swarm_kvgov import run_kvgov
+from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, run_kvgov
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmRunner
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
@@ -208,21 +209,30 @@ def _one(
     workload: SwarmWorkload,
     costs: Costs,
     deadline_s: float,
+    *,
+    knobs: Mapping[str, Any] | None = None,
 ) -> RunResult:
+    """``policy`` on ``engine`` in real time from a cold prefix cache: the baselines
+    through ``SwarmRunner`` on an engine thread of its own, kvgov through the governor
+    over the engine's loop; ``knobs`` replace the policy's settings (a baseline's
+    ``KNOBS``, or ``KVGOV_CONFIG``'s fields), as the open-loop CPU panel tunes them."""
+    knobs = knobs or {}
     cold = engine.reset_prefix_cache()
     assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
     capacity = engine.capacity()
-    result = RunResult(policy, fraction, capacity.num_blocks, capacity.bytes_per_block,
-                       capacity.num_host_blocks)  # fmt: skip
+    result = RunResult(
+        policy, fraction, capacity.num_blocks, capacity.bytes_per_block, capacity.num_host_blocks
+    )
     before = EngineCounters.of(engine.metrics())
     if policy == "kvgov":
-        run_kvgov(engine, scripts, workload, result, deadline_s=deadline_s)
+        config = dataclasses.replace(KVGOV_CONFIG, **knobs)
+        run_kvgov(engine, scripts, workload, result, deadline_s=deadline_s, config=config)
     else:
         runner = SwarmRunner(
             engine,
             scripts,
             prompts,
-            make_baseline(policy, costs),
+            make_baseline(policy, costs, **knobs),
             reply_tokens=workload.reply_tokens,
         )
         tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))

@@ -25,7 +25,6 @@ ledger, which a real run does not keep.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -133,38 +132,18 @@ def run_real_policy(
     knobs: Mapping[str, Any],
     deadline_s: float,
 ) -> RunResult:
-    """``policy`` with ``knobs`` on ``engine`` in real time, from a cold prefix cache: the
-    baselines through ``SwarmRunner`` on an engine thread of its own, kvgov through the
-    governor over the engine's own loop, as ``kvgov bench swarm`` runs them."""
-    from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, run_kvgov
-    from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap
-    from kvgov.benchmarks._swarm_runner import SwarmRunner
-    from kvgov.benchmarks.baselines import make_baseline
-    from kvgov.benchmarks.swarm import _on_own_thread
+    """``policy`` with ``knobs`` on ``engine`` in real time, from a cold prefix cache, as
+    ``kvgov bench swarm`` runs it (``swarm._one``)."""
+    from kvgov.benchmarks.swarm import _one
 
-    cold = engine.reset_prefix_cache()
-    assert cold, "a run starts from a cold prefix cache, with nothing held or pinned"
-    capacity = engine.capacity()
-    result = RunResult(
-        policy, fraction, capacity.num_blocks, capacity.bytes_per_block, capacity.num_host_blocks
+    return _one(
+        engine,
+        policy,
+        fraction,
+        setup.scripts,
+        setup.prompts,
+        setup.swarm_workload,
+        costs,
+        deadline_s,
+        knobs=knobs,
     )
-    before = EngineCounters.of(engine.metrics())
-    workload = setup.swarm_workload
-    if policy == "kvgov":
-        config = dataclasses.replace(KVGOV_CONFIG, **knobs)
-        run_kvgov(engine, setup.scripts, workload, result, deadline_s=deadline_s, config=config)
-    else:
-        runner = SwarmRunner(
-            engine,
-            setup.scripts,
-            setup.prompts,
-            make_baseline(policy, costs, **knobs),
-            reply_tokens=workload.reply_tokens,
-        )
-        tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
-        try:
-            _on_own_thread(lambda: runner.drive(result, deadline_s=deadline_s))
-        finally:
-            tap.close()
-    result.counters = EngineCounters.of(engine.metrics()) - before
-    return result

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from engine.benchmarks import Measurement
 from kvgov.benchmarks.baselines import BASELINES
+from kvgov.benchmarks.openloop import cpu
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.budgets import SHARES, BudgetFigures, run_budgets
 from kvgov.benchmarks.openloop.figures import PanelFigures
@@ -68,6 +69,9 @@ def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measuremen
     window = windows(rates, _QUICK_TEAMS if quick else TEAMS_PER_WINDOW)
     shares = _QUICK_SHARES if quick else SHARES
     yield from measure(seeds, rates, POLICIES, window_s=window, shares=shares, plot=plot)
+    # Last, with the twin's processes done: the real runs are timed on the wall clock.
+    # The profile is fitted now, minutes before them: a shared host's speed drifts.
+    yield from cpu.measure(quick=quick, fit_now=True, progress=_progress)
 
 
 def measure(

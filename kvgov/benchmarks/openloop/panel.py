@@ -68,9 +68,14 @@ class Panel:
     def title(self) -> str:
         s = self.scenario
         return (
-            f"{s.target.label} on {s.profile.name}: {s.kv_bytes / 1e9:.1f} GB of KV "
-            f"({s.kv_blocks:,} blocks), {s.host_bytes / 1e9:.1f} GB of host memory for KV"
+            f"{s.target.label} on {s.profile.name}: {_size(s.kv_bytes)} of KV "
+            f"({s.kv_blocks:,} blocks), {_size(s.host_bytes)} of host memory for KV"
         )
+
+
+def _size(num_bytes: int) -> str:
+    """GB for a card's memory, MB for the tiny model's (0.0 GB would say nothing)."""
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e9 else f"{num_bytes / 1e6:.1f} MB"
 
 
 def reference_card(*, host_ratio: float = 3.0) -> Panel:

@@ -15,12 +15,19 @@ engine: README, ``kvgov twin check``).
 
 Seeds: ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure reported here
 comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each policy runs with
-its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all). What
-this form leaves for later (issue 34): the CPU panel and the real engine's short form
-beside it, the whole-system comparison.
+its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all).
 
-Goodput against the KV budget (``budgets``): at the rate nearest 0.8 of the paged
-engine's saturation, every policy again with half and three quarters of the card's KV.
+After the memory-policy panel, in this order:
+
+- goodput against the KV budget (``budgets``): at the rate nearest 0.8 of the paged
+  engine's saturation, every policy again with half and three quarters of the card's KV;
+- the whole system (``system``): at the highest rate, each baseline with the context
+  handling its users have (LangChain's ``trim_messages`` or context editing) against
+  kvgov with its own, facts kept beside goodput;
+- the CPU panel (``cpu``): the twin of this machine beside the real engine's short form,
+  last, when no other process shares the cores the real runs are timed on.
+
+The twin's runs go to one process per core (``processes``).
 """
 
 from __future__ import annotations
@@ -33,11 +40,12 @@ from pathlib import Path
 
 from engine.benchmarks import Measurement
 from kvgov.benchmarks.baselines import BASELINES
-from kvgov.benchmarks.openloop import cpu
+from kvgov.benchmarks.openloop import cpu, system
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.budgets import SHARES, BudgetFigures, run_budgets
 from kvgov.benchmarks.openloop.figures import PanelFigures
-from kvgov.benchmarks.openloop.panel import default_processes, reference_card, run_panel
+from kvgov.benchmarks.openloop.panel import reference_card, run_panel
+from kvgov.benchmarks.openloop.processes import default_processes
 from kvgov.benchmarks.openloop.tuned import TUNED
 
 __all__ = ["EVALUATION_SEEDS", "POLICIES", "RATES", "TUNING_SEED", "run"]
@@ -69,6 +77,16 @@ def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measuremen
     window = windows(rates, _QUICK_TEAMS if quick else TEAMS_PER_WINDOW)
     shares = _QUICK_SHARES if quick else SHARES
     yield from measure(seeds, rates, POLICIES, window_s=window, shares=shares, plot=plot)
+    # The whole system at the highest rate, where memory binds hardest (each system's
+    # cost grows with its rates: a rate is a run of every system on every seed).
+    top = max(rates)
+    yield from system.measure(
+        seeds,
+        (top,),
+        window_s=window[top],
+        progress=_progress,
+        processes=default_processes(),
+    )
     # Last, with the twin's processes done: the real runs are timed on the wall clock.
     # The profile is fitted now, minutes before them: a shared host's speed drifts.
     yield from cpu.measure(quick=quick, fit_now=True, progress=_progress)

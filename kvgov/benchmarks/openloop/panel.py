@@ -23,17 +23,16 @@ every rate.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import multiprocessing
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+from kvgov.benchmarks.openloop.processes import in_processes
 from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
 from kvgov.simulate import Scenario, stand_in_engine
@@ -49,7 +48,6 @@ __all__ = [
     "PanelRuns",
     "WorkloadSetup",
     "check_knobs",
-    "default_processes",
     "policy_knobs",
     "reference_card",
     "run_panel",
@@ -206,7 +204,7 @@ def run_panel(
     """Every policy on every workload (one per rate and seed), constrained and (with
     ``unconstrained``) not, and every job's unloaded time; ``knobs``: policy -> its
     settings (a policy not named runs with its defaults); ``processes``: how many
-    workloads run at once, each in a process of its own (``default_processes``).
+    workloads run at once, each in a process of its own (``processes.default_processes``).
 
     Every run is in virtual time and decided by the engine, the policies and the
     workload alone, so the figures are the same whichever process runs a workload and
@@ -231,11 +229,6 @@ def run_panel(
     return runs
 
 
-def default_processes() -> int:
-    """The cores this process may run on: one workload each."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _run_in_processes(
     runs: PanelRuns,
     workloads: Sequence[OpenLoopWorkload],
@@ -245,37 +238,26 @@ def _run_in_processes(
     progress: Callable[[str], None],
     processes: int,
 ) -> None:
-    """Each workload's runs in a process of a pool of ``processes``, merged as they
-    finish, the highest rates (the longest runs) first so that none is left alone at the
-    end. The pool spawns fresh interpreters: a forked child of a process that has run
-    torch may hang on a lock a thread held at the fork."""
-    context = multiprocessing.get_context("spawn")
-    processes = min(processes, len(workloads))
-    progress(f"{runs.panel.name}: {len(workloads)} workloads, {processes} at a time ...")
+    """Each workload's runs in a process of a pool of ``processes`` (``in_processes``),
+    merged as they finish, the highest rates (the longest runs) first."""
     ordered = sorted(workloads, key=lambda w: -w.rate_per_min)
-    with ProcessPoolExecutor(
-        max_workers=processes, mp_context=context, initializer=_one_thread
-    ) as pool:
-        pending = {
-            pool.submit(_run_seeds, runs.panel, [w], policies, knobs, unconstrained): w
-            for w in ordered
-        }
-        for done in as_completed(pending):
-            part = done.result()
-            runs.merge(part)
-            w = pending[done]
-            progress(
-                f"{runs.panel.name}: {w.rate_per_min:g} teams/min, seed {w.seed} done, "
-                f"{len(part.results)} runs in {part.wall_s:.0f} s"
-            )
+    progress(
+        f"{runs.panel.name}: {len(ordered)} workloads, {min(processes, len(ordered))} at a time ..."
+    )
 
+    def merge(index: int, part: PanelRuns) -> None:
+        runs.merge(part)
+        w = ordered[index]
+        progress(
+            f"{runs.panel.name}: {w.rate_per_min:g} teams/min, seed {w.seed} done, "
+            f"{len(part.results)} runs in {part.wall_s:.0f} s"
+        )
 
-def _one_thread() -> None:
-    """A pool process computes on one thread: the processes are the parallelism, and
-    torch's threads on top of them would only contend for the same cores."""
-    import torch
-
-    torch.set_num_threads(1)
+    jobs = [
+        functools.partial(_run_seeds, runs.panel, [w], policies, knobs, unconstrained)
+        for w in ordered
+    ]
+    in_processes(jobs, processes=processes, done=merge)
 
 
 def _run_seeds(

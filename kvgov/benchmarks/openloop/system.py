@@ -38,7 +38,7 @@ use. Their messages say what to change.
 from __future__ import annotations
 
 import dataclasses
-import sys
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,16 +64,12 @@ __all__ = [
     "SystemComparisonError",
     "check_seeds",
     "measure",
-    "run",
     "run_seed",
     "systems",
 ]
 
 POLICIES = BASELINES  # the baselines run with each LangChain handling
 _DEADLINE_S = 24 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
-_QUICK_SEEDS = (1, 2)
-_QUICK_RATES = (0.5,)
-_QUICK_TEAMS = 1.5
 
 
 class SystemComparisonError(ValueError):
@@ -222,29 +218,31 @@ def measure(
     policies: Sequence[str] = POLICIES,
     trigger_tokens: int = TRIGGER_TOKENS,
     progress: Callable[[str], None] = lambda line: None,
+    processes: int = 1,
 ) -> Iterator[Measurement]:
     """The whole-system figures on the evaluation ``seeds`` at ``rates`` (``window_s``:
-    one arrival window for every rate, or each rate's), every seed run in turn
-    (``run_seed``; a parallel runner calls it per seed and passes the results to
-    ``system_figures.figures``)."""
+    one arrival window for every rate, or each rate's), each seed a cell of its own
+    (``run_seed``), ``processes`` of them at once in processes of their own."""
+    from kvgov.benchmarks.openloop.processes import in_processes
     from kvgov.benchmarks.openloop.system_figures import figures
 
     check_seeds(seeds)
     began = time.perf_counter()
-    runs = [
-        run_seed(
-            seed,
-            rates,
-            window_s=window_s,
-            policies=policies,
-            trigger_tokens=trigger_tokens,
-            progress=progress,
+    cell = functools.partial(
+        run_seed, rates=rates, window_s=window_s, policies=policies, trigger_tokens=trigger_tokens
+    )
+    if processes == 1 or len(seeds) == 1:
+        runs = [cell(seed, progress=progress) for seed in seeds]
+    else:
+        progress(f"whole system: {len(seeds)} seeds, {min(processes, len(seeds))} at a time ...")
+        runs = in_processes(
+            [functools.partial(cell, seed) for seed in seeds],
+            processes=processes,
+            done=lambda index, _: progress(f"whole system: seed {seeds[index]} done"),
         )
-        for seed in seeds
-    ]
     progress(
         f"whole system: {sum(len(r.results) for r in runs)} runs in "
-        f"{time.perf_counter() - began:.0f} s of host time"
+        f"{time.perf_counter() - began:.0f} s"
     )
     yield from figures(runs, rates, policies=policies)
 
@@ -259,18 +257,3 @@ def check_seeds(seeds: Sequence[int]) -> None:
             "policy's knobs are chosen on it): no reported figure comes from it; evaluate "
             "on other seeds"
         )
-
-
-def run(*, quick: bool = False) -> Iterator[Measurement]:
-    """The whole-system comparison at ``bench``'s rates and evaluation seeds; ``quick``:
-    2 seeds at one rate, about 1.5 teams a window."""
-    from kvgov.benchmarks.openloop import bench
-
-    seeds = _QUICK_SEEDS if quick else bench.EVALUATION_SEEDS
-    rates = _QUICK_RATES if quick else bench.RATES
-    window = bench.windows(rates, _QUICK_TEAMS if quick else bench.TEAMS_PER_WINDOW)
-    yield from measure(seeds, rates, window_s=window, progress=_progress)
-
-
-def _progress(line: str) -> None:
-    print(f"[openloop] {line}", file=sys.stderr, flush=True)

@@ -11,5 +11,12 @@ at its papers' best, many seeds and paired confidence bands.
 - ``plots``: the figures as pictures;
 - ``tuning`` and ``tuned``: every policy's knobs tuned on the tuning seed by one rule
   (``kvgov bench openloop-tune``), and the knobs it chose;
-- ``bench``: ``kvgov bench openloop``, the reference card's panel.
+- ``processes``: runs in a pool of spawned processes, one a core;
+- ``budgets``: goodput against the KV memory the engine is given;
+- ``facts``, ``langchain_context``, ``editing_trigger``, ``handled``, ``system`` and
+  ``system_figures``: the whole system, each baseline with LangChain's context handling
+  and kvgov with its own, facts kept beside goodput;
+- ``cpu``, ``real`` and ``agreement``: the CPU panel, the real engine's short form beside
+  the twin of this machine, and how far apart they are;
+- ``bench``: ``kvgov bench openloop``, all of the above in one run.
 """

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -159,16 +158,10 @@ def _setup(
 ) -> WorkloadSetup:
     """``panel.WorkloadSetup`` of scripts made here (``WorkloadSetup.of`` builds its own),
     every call checked to fit the model's window with its reply."""
-    from kvgov.benchmarks.openloop.panel import WorkloadSetup
+    from kvgov.benchmarks.openloop.panel import WorkloadSetup, longest_call
 
     prompts = openloop.prompts(scripts, tokenizer)
-    peak = 0
     for script in scripts:
-        needed = [
-            len(prompts[(script.name, i)]) + (t.reply_tokens or 0)
-            for i, t in enumerate(script.turns)
-        ]
-        longest = max(needed)
+        longest = longest_call(script, prompts)
         assert longest <= window_tokens, f"{script.name}: a call of {longest:,} tokens"
-        peak += math.ceil(longest / block_size)
-    return WorkloadSetup(workload, scripts, prompts, peak)
+    return WorkloadSetup.of_scripts(workload, scripts, prompts, block_size)

@@ -48,6 +48,7 @@ __all__ = [
     "PanelRuns",
     "WorkloadSetup",
     "check_knobs",
+    "longest_call",
     "policy_knobs",
     "reference_card",
     "run_panel",
@@ -108,13 +109,18 @@ class WorkloadSetup:
 
         tokenizer = load_tokenizer(PRESETS[_STANDIN].tokenizer)
         scripts = openloop.build(workload, openloop.counter_for(tokenizer))
-        prompts = openloop.prompts(scripts, tokenizer)
-        peak = 0
-        for script in scripts:
-            peak += max(
-                math.ceil((len(prompts[(script.name, i)]) + (turn.reply_tokens or 0)) / block_size)
-                for i, turn in enumerate(script.turns)
-            )
+        return cls.of_scripts(workload, scripts, openloop.prompts(scripts, tokenizer), block_size)
+
+    @classmethod
+    def of_scripts(
+        cls,
+        workload: OpenLoopWorkload,
+        scripts: tuple[AgentScript, ...],
+        prompts: dict[tuple[str, int], list[int]],
+        block_size: int,
+    ) -> WorkloadSetup:
+        """The setup of scripts built elsewhere (the whole system's handlings)."""
+        peak = sum(math.ceil(longest_call(script, prompts) / block_size) for script in scripts)
         return cls(workload, scripts, prompts, peak)
 
     @property
@@ -128,6 +134,14 @@ class WorkloadSetup:
             ceiling_tokens=w.ceiling_tokens,
             seed=w.seed,
         )
+
+
+def longest_call(script: AgentScript, prompts: Mapping[tuple[str, int], list[int]]) -> int:
+    """The tokens of ``script``'s longest call: its prompt and its reply."""
+    return max(
+        len(prompts[(script.name, i)]) + (turn.reply_tokens or 0)
+        for i, turn in enumerate(script.turns)
+    )
 
 
 @dataclass(frozen=True, slots=True)

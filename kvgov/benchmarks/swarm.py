@@ -70,8 +70,7 @@ FRACTIONS = (1.0, 0.5, 0.33, 0.25)
 HEADLINE = 0.33
 POLICIES = (*BASELINES, "kvgov")
 DEFAULT = SwarmWorkload()
-QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2,
-                      tool_scale=0.5)  # fmt: skip
+QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2, tool_scale=0.5)
 _MODEL = "tiny-random"
 _DEADLINE_S = {True: 240.0, False: 900.0}
 _ROUNDS = {True: 1, False: 3}
@@ -81,8 +80,14 @@ def run(
     *, quick: bool = False, plot: Path | None = None, device: str = "cpu", model: str = _MODEL
 ) -> Iterator[Measurement]:
     workload = QUICK if quick else DEFAULT
-    results = compare(workload, rounds=_ROUNDS[quick], deadline_s=_DEADLINE_S[quick],
-                      progress=_progress, model=model, device=device)  # fmt: skip
+    results = compare(
+        workload,
+        rounds=_ROUNDS[quick],
+        deadline_s=_DEADLINE_S[quick],
+        progress=_progress,
+        model=model,
+        device=device,
+    )
     what = _what(workload, model=model, device=device)
     if plot is not None:
         from kvgov.benchmarks._swarm_plot import plot as draw
@@ -124,8 +129,9 @@ def compare(
         for round_ in range(rounds):
             order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
             for policy in order:
-                progress(f"budget {fraction:g} ({num_blocks} blocks), round {round_ + 1}: "
-                         f"{policy} ...")  # fmt: skip
+                progress(
+                    f"budget {fraction:g} ({num_blocks} blocks), round {round_ + 1}: {policy} ..."
+                )
                 result = _one(
                     engine,
                     policy,
@@ -137,10 +143,12 @@ def compare(
                     deadline_s,
                 )
                 result.round = round_
-                progress(f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
-                         f"{result.makespan_s:.1f} s, recomputed "
-                         f"{result.counters.recomputed_tokens:,} tokens, "
-                         f"{len(result.failed)} failed")  # fmt: skip
+                progress(
+                    f"  {policy}: mean JCT {result.jct_mean_s:.1f} s, makespan "
+                    f"{result.makespan_s:.1f} s, recomputed "
+                    f"{result.counters.recomputed_tokens:,} tokens, "
+                    f"{len(result.failed)} failed"
+                )
                 results.append(result)
         del engine  # before the next budget's is built: an 8B model's weights are 15 GB
         gc.collect()
@@ -295,21 +303,45 @@ def measurements(
             ("jct_mean", _median(r.jct_mean_s for r in group), "s", rounds),
             ("jct_p95", _median(r.jct_p95_s for r in group), "s", rounds),
             ("makespan", _median(r.makespan_s for r in group), "s", rounds),
-            ("recomputed_tokens", _median(r.counters.recomputed_tokens for r in group),
-             "tokens", "the engine's prefill counter; " + rounds),
-            ("prefill_tokens", _median(r.counters.prefill_tokens for r in group), "tokens",
-             "every prompt token the engine computed, the recomputed ones included; " + rounds),
-            ("recomputed_share", _median(r.recomputed_share for r in group), "%",
-             "of the prefill tokens, recomputed (a share of tokens, not of time); " + rounds),
+            (
+                "recomputed_tokens",
+                _median(r.counters.recomputed_tokens for r in group),
+                "tokens",
+                "the engine's prefill counter; " + rounds,
+            ),
+            (
+                "prefill_tokens",
+                _median(r.counters.prefill_tokens for r in group),
+                "tokens",
+                "every prompt token the engine computed, the recomputed ones included; " + rounds,
+            ),
+            (
+                "recomputed_share",
+                _median(r.recomputed_share for r in group),
+                "%",
+                "of the prefill tokens, recomputed (a share of tokens, not of time); " + rounds,
+            ),
             ("preemptions", _median(r.counters.preemptions for r in group), "count", rounds),
-            ("swapped_out", _median(r.bytes_swapped_out for r in group) / 2**20, "MiB",
-             f"host swap space {group[0].host_blocks:,} blocks; " + rounds),
+            (
+                "swapped_out",
+                _median(r.bytes_swapped_out for r in group) / 2**20,
+                "MiB",
+                f"host swap space {group[0].host_blocks:,} blocks; " + rounds,
+            ),
             ("swapped_in", _median(r.bytes_swapped_in for r in group) / 2**20, "MiB", rounds),
-            ("peak_blocks", float(max(r.peak_blocks for r in group)), "blocks",
-             f"of {group[0].num_blocks} blocks"),
-            ("jobs_failed", float(sum(len(r.failed) for r in group)), "jobs",
-             "; ".join(f for r in group for f in r.failed[:4])),
-        ]  # fmt: skip
+            (
+                "peak_blocks",
+                float(max(r.peak_blocks for r in group)),
+                "blocks",
+                f"of {group[0].num_blocks} blocks",
+            ),
+            (
+                "jobs_failed",
+                float(sum(len(r.failed) for r in group)),
+                "jobs",
+                "; ".join(f for r in group for f in r.failed[:4]),
+            ),
+        ]
         for name, value, unit, note in figures:
             target = 0.0 if name == "jobs_failed" and policy == "kvgov" else None
             yield Measurement(_BENCH, f"{name}[{key}]", value, unit, target, lower, note)
@@ -324,29 +356,44 @@ def measurements(
     jct = {p: _median(at[p].jct_mean_s for at in rounds_at if p in at) for p in POLICIES}
     ratios = [at["paged"].jct_mean_s / at["kvgov"].jct_mean_s for at in rounds_at]
     yield Measurement(
-        _BENCH, "jct_mean_paged_over_kvgov", _median(ratios), "x", 2.0,
+        _BENCH,
+        "jct_mean_paged_over_kvgov",
+        _median(ratios),
+        "x",
+        2.0,
         note=f"at {HEADLINE:g}, {n}{_each(ratios)}: {jct['paged']:.2f} s paged, "
         f"{jct['kvgov']:.2f} s kvgov (medians); {what}",
-    )  # fmt: skip
+    )
     research = [p for p in ("ttl-pin", "intercept") if all(p in at for at in rounds_at)]
     if research:
-        ratios = [min(at[p].jct_mean_s for p in research) / at["kvgov"].jct_mean_s
-                  for at in rounds_at]  # fmt: skip
+        ratios = [
+            min(at[p].jct_mean_s for p in research) / at["kvgov"].jct_mean_s for at in rounds_at
+        ]
         yield Measurement(
-            _BENCH, "jct_mean_best_research_over_kvgov", _median(ratios),
-            "x", 1.1, note=f"at {HEADLINE:g}, {n}{_each(ratios)}: the better of "
+            _BENCH,
+            "jct_mean_best_research_over_kvgov",
+            _median(ratios),
+            "x",
+            1.1,
+            note=f"at {HEADLINE:g}, {n}{_each(ratios)}: the better of "
             + ", ".join(f"{p} {jct[p]:.2f} s" for p in research)
             + f" in each round, against kvgov {jct['kvgov']:.2f} s (medians)",
-        )  # fmt: skip
+        )
     yield from _against_unconstrained(runs, jct, research)
-    recomputed = [(at["kvgov"].counters.recomputed_tokens, at["paged"].counters.recomputed_tokens)
-                  for at in rounds_at]  # fmt: skip
+    recomputed = [
+        (at["kvgov"].counters.recomputed_tokens, at["paged"].counters.recomputed_tokens)
+        for at in rounds_at
+    ]
     yield Measurement(
-        _BENCH, "recomputed_tokens_kvgov_over_paged",
-        _median(g / p if p else float("nan") for g, p in recomputed), "x", 0.25, lower,
+        _BENCH,
+        "recomputed_tokens_kvgov_over_paged",
+        _median(g / p if p else float("nan") for g, p in recomputed),
+        "x",
+        0.25,
+        lower,
         note=f"at {HEADLINE:g}, {n}: the engine's prefill counters, "
         + ", ".join(f"{g:,} kvgov / {p:,} paged" for g, p in recomputed),
-    )  # fmt: skip
+    )
 
 
 def _against_unconstrained(
@@ -367,10 +414,15 @@ def _against_unconstrained(
         named.append(("best_research", min(research, key=jct.__getitem__)))
     for name, policy in [*named, ("kvgov", "kvgov")]:
         yield Measurement(
-            _BENCH, f"jct_mean_{name}_over_unconstrained", jct[policy] / floor, "x", None,
-            Direction.LOWER_IS_BETTER, note=f"{policy} at {HEADLINE:g} {jct[policy]:.2f} s "
+            _BENCH,
+            f"jct_mean_{name}_over_unconstrained",
+            jct[policy] / floor,
+            "x",
+            None,
+            Direction.LOWER_IS_BETTER,
+            note=f"{policy} at {HEADLINE:g} {jct[policy]:.2f} s "
             f"over paged at 1.0 {floor:.2f} s (room for every peak at once); {rounds}",
-        )  # fmt: skip
+        )
 
 
 def _each(ratios: Sequence[float]) -> str:

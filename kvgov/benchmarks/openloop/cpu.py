@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.benchmarks import Direction, Measurement
-from kvgov.benchmarks._swarm_breakdown import PARTS
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.panel import Panel, PanelRuns
@@ -254,16 +253,13 @@ def cpu_figures(
     from kvgov.benchmarks.openloop.agreement import Agreement
     from kvgov.benchmarks.openloop.figures import PanelFigures
 
-    real = PanelFigures(runs.real, rates, seeds, policies, window_s, "cpu", what=what)
-    parts = tuple(f"jct_mean_{part}[" for part in PARTS)
+    real = PanelFigures(
+        runs.real, rates, seeds, policies, window_s, "cpu", what=what, label=_MEASURED
+    )
     for m in real.measurements():
-        if m.metric.startswith(parts):
-            continue  # where job time went is the twin's ledger; a real run keeps none
-        note = m.note.removeprefix("modelled")
-        note = _MEASURED + (note if note != m.note else f"; {note}")
         if m.metric.startswith("goodput"):
-            note += "; each job's unloaded time is the twin's (modelled)"
-        yield dataclasses.replace(m, note=note)
+            m = dataclasses.replace(m, note=f"{m.note}; each job's unloaded time is the twin's")
+        yield m
     yield from _headline(real, max(rates), what)
     twin = PanelFigures(runs.twin, rates, seeds, policies, window_s, "cpu_twin", what=what)
     yield from twin.measurements()

@@ -48,6 +48,9 @@ class PanelFigures:
     window_s: float | Mapping[float, float]
     suffix: str
     what: str = ""  # the workload, for the notes
+    # What every note begins with: how the figures came to be (the twin's: modelled; the
+    # real engine's: measured, and on what).
+    label: str = "modelled"
 
     def goodput(self, result: RunResult, rate: float, seed: int) -> float:
         """Jobs a minute within ``SLO_FACTOR`` times their own unloaded time."""
@@ -121,7 +124,7 @@ class PanelFigures:
                         unit,
                         None,
                         direction,
-                        note=f"modelled; median and 95% band {interval}; "
+                        note=f"{self.label}; median and 95% band {interval}; "
                         + (f"{_GOODPUT_NOTE}; " if figure == "goodput" else "")
                         + where,
                     )
@@ -137,7 +140,8 @@ class PanelFigures:
                     "ratio",
                     None,
                     _LOWER,
-                    note=f"modelled; its own run with room for every context, seed by seed: {own}",
+                    note=f"{self.label}; its own run with room for every context, seed by "
+                    f"seed: {own}",
                 )
             if "kvgov" in self.policies and len(self.policies) > 1:
                 yield from self._against_best(rate, where)
@@ -155,7 +159,7 @@ class PanelFigures:
             "jobs",
             0.0,
             _LOWER,
-            note="every policy, rate and seed: "
+            note=f"{self.label}; every policy, rate and seed: "
             + ", ".join(
                 f"{p} {sum(sum(self.per_seed(p, r, 'failed').values()) for r in self.rates):g}"
                 for p in self.policies
@@ -173,6 +177,8 @@ class PanelFigures:
         return {part: total / len(self.seeds) for part, total in sums.items()}
 
     def _breakdown(self, policy: str, rate: float) -> Iterator[Measurement]:
+        if not any(self.runs.result(policy, rate, s).breakdown for s in self.seeds):
+            return  # a run with no ledger of its time (the real engine's): no zeros
         parts = self.breakdown(policy, rate)
         total = sum(parts.values())
         for part, seconds in parts.items():
@@ -183,7 +189,7 @@ class PanelFigures:
                 "s",
                 None,
                 _LOWER,
-                note=f"modelled; {_PART_NOTES[part]}; mean over jobs and seeds; the parts "
+                note=f"{self.label}; {_PART_NOTES[part]}; mean over jobs and seeds; the parts "
                 f"add up to {total:.1f} s, the mean job time averaged over the seeds",
             )
 
@@ -205,7 +211,7 @@ class PanelFigures:
             "teams/min",
             None,
             _HIGHER,
-            note=f"modelled; the teams paged finished a minute at {top:g}/min, from the run's "
+            note=f"{self.label}; the teams paged finished a minute at {top:g}/min, from the run's "
             "start to its last job's end (median of seeds): the load it saturates at",
         )
         if "kvgov" not in self.policies:
@@ -221,7 +227,7 @@ class PanelFigures:
             "ratio",
             2.0,
             _HIGHER,
-            note=f"modelled; at {rate:g} teams/min, the rate swept nearest 0.8x paged's "
+            note=f"{self.label}; at {rate:g} teams/min, the rate swept nearest 0.8x paged's "
             f"saturation ({target:.2f}/min); {paged}",
         )
         # The most any memory policy can gain over paged at that load: a policy whose
@@ -238,7 +244,7 @@ class PanelFigures:
             "ratio",
             None,
             _LOWER,
-            note=f"modelled; at {rate:g} teams/min, paged over its own run with room for "
+            note=f"{self.label}; at {rate:g} teams/min, paged over its own run with room for "
             "every context: the most any memory policy could gain over paged there, "
             f"the bound on jct_mean_paged_over_kvgov; {ceiling}",
         )
@@ -262,7 +268,7 @@ class PanelFigures:
                 "ratio",
                 None,
                 _HIGHER,
-                note=f"modelled; kvgov over {best} (best by goodput), {ratio}; "
+                note=f"{self.label}; kvgov over {best} (best by goodput), {ratio}; "
                 f"{_GOODPUT_NOTE}; {where}",
             )
             yield Measurement(
@@ -283,7 +289,7 @@ class PanelFigures:
                 "ratio",
                 None,
                 _HIGHER,
-                note=f"modelled; {paged}",
+                note=f"{self.label}; {paged}",
             )
             recomputed = self.per_seed("paged", rate, "recomputed")
             if _positive(recomputed):
@@ -295,7 +301,7 @@ class PanelFigures:
                     "ratio",
                     0.25,
                     _LOWER,
-                    note=f"modelled; {share}",
+                    note=f"{self.label}; {share}",
                 )
 
 

@@ -418,17 +418,40 @@ def stand_in_engine(
     ``host_blocks``), recompute on preemption and prefix caching, as a user of the paged
     engine runs it; ``max_num_seqs`` caps the requests in one step (reserve-for-max's
     slots)."""
+    return scenario_engine(
+        scenario,
+        _STANDIN,
+        num_blocks=num_blocks,
+        host_blocks=host_blocks,
+        max_num_seqs=max_num_seqs,
+    )
+
+
+def scenario_engine(
+    scenario: Scenario,
+    model: str,
+    *,
+    num_blocks: int | None = None,
+    host_blocks: int | None = None,
+    max_num_seqs: int | None = None,
+    adapt_cpu_threads: bool = True,
+) -> Engine:
+    """``model`` on the CPU as ``scenario`` configures an engine: its KV and host blocks
+    (or ``num_blocks`` and ``host_blocks``), block size, recompute on preemption and
+    context length; the stand-in's (``stand_in_engine``) or the target's own, where the
+    target runs here (the CPU panel's real engine)."""
     from engine import Engine, EngineConfig, PreemptionMode
 
     return Engine(
         EngineConfig(
-            model=_STANDIN,
+            model=model,
             device="cpu",
             num_blocks=scenario.kv_blocks if num_blocks is None else num_blocks,
             block_size=scenario.block_size,
             swap_space_blocks=scenario.host_blocks if host_blocks is None else host_blocks,
             preemption_mode=PreemptionMode.RECOMPUTE,
             max_model_len=scenario.target.context_tokens,
+            adapt_cpu_threads=adapt_cpu_threads,
             **({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}),
         )
     )

@@ -47,20 +47,14 @@ def real_engine(
 ) -> Engine:
     """The real engine of ``panel``'s device (``num_blocks`` and ``host_blocks`` for the
     unconstrained run's), with torch's thread count left as the caller set it."""
-    from engine import Engine, EngineConfig, PreemptionMode
+    from kvgov.simulate import scenario_engine
 
-    s = panel.scenario
-    return Engine(
-        EngineConfig(
-            model=s.target.shape.name,
-            device="cpu",
-            num_blocks=s.kv_blocks if num_blocks is None else num_blocks,
-            block_size=s.block_size,
-            swap_space_blocks=s.host_blocks if host_blocks is None else host_blocks,
-            preemption_mode=PreemptionMode.RECOMPUTE,
-            max_model_len=s.target.context_tokens,
-            adapt_cpu_threads=False,
-        )
+    return scenario_engine(
+        panel.scenario,
+        panel.scenario.target.shape.name,
+        num_blocks=num_blocks,
+        host_blocks=host_blocks,
+        adapt_cpu_threads=False,
     )
 
 

@@ -68,6 +68,17 @@ def test_each_sample_is_a_batch_the_runner_computed(measured) -> None:
         assert sample.batch in computed, sample.batch
 
 
+def test_only_the_warm_up_and_the_points_steps_run_the_model(measured) -> None:
+    # Setting a point up (its contexts prefilled, its requests run to their end) runs no
+    # model: no step of it is timed. So the model runs the 64-token warm-up prefill and
+    # its decodes, and each point's own steps: decodes and the 32-token prefills, never
+    # LARGE's 16 contexts of 1,024 tokens or CACHED's 64-token context.
+    _, computed, _ = measured
+    chunks = Counter(s.num_new_tokens for batch in computed for s in batch.sequences)
+    assert set(chunks) == {1, 32, 64}, chunks
+    assert chunks[64] == 1, chunks
+
+
 def test_a_decode_point_records_the_contexts_the_engine_had(measured) -> None:
     _, _, samples = measured
     decode = samples[POINTS.index(DECODE)].batch

@@ -13,9 +13,10 @@ at its papers' best, many seeds and paired confidence bands.
   (``kvgov bench openloop-tune``), and the knobs it chose;
 - ``processes``: runs in a pool of spawned processes, one a core;
 - ``budgets``: goodput against the KV memory the engine is given;
-- ``facts``, ``langchain_context``, ``editing_trigger``, ``handled``, ``system`` and
-  ``system_figures``: the whole system, each baseline with LangChain's context handling
-  and kvgov with its own, facts kept beside goodput;
+- ``facts``, ``langchain_context``, ``editing_trigger``, ``kvgov_context``, ``handled``,
+  ``system`` and ``system_figures``: the whole system, each baseline with LangChain's
+  context handling and kvgov with its own (each handling's knobs tuned on the tuning
+  seed), facts kept beside goodput;
 - ``cpu``, ``real`` and ``agreement``: the CPU panel, the real engine's short form beside
   the twin of this machine, and how far apart they are;
 - ``bench``: ``kvgov bench openloop``, all of the above in one run.

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 __all__ = ["TRIGGERS", "TRIGGER_TOKENS", "choose", "tune"]
 
@@ -38,10 +39,13 @@ _TIE = 0.01
 # The least is the grid's smallest trigger: one below it was not tried.
 TRIGGER_TOKENS = 8_000
 
+K = TypeVar("K", bound=Any)  # a grid point: ordered, the greatest keeping the most
 
-def choose(objective: dict[int, float]) -> int:
+
+def choose(objective: Mapping[K, float]) -> K:
     """The trigger of least ``objective`` (trigger -> geometric mean job time), a trigger
-    within 1% of it going to the largest."""
+    within 1% of it going to the largest: the one that clears latest. The same rule
+    chooses kvgov's context (``kvgov_context``), its points ordered by what they keep."""
     least = min(objective.values())
     return max(t for t, v in objective.items() if v <= least * (1 + _TIE))
 

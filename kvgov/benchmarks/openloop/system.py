@@ -50,6 +50,7 @@ from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
 from kvgov.benchmarks.openloop.handled import KVGOV, Prepared, counter, prepare
+from kvgov.benchmarks.openloop.kvgov_context import KVGOV_CONTEXT, KvgovContext
 from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class SeedRuns:
     num_trimmed_after_edit: int = 0  # calls context editing left over the window
     window_tokens: int = 0  # the model's context window
     trigger_tokens: int = 0  # context editing's trigger
+    kvgov_context: KvgovContext | None = None  # kvgov's ceiling and tool-output budget
     wall_s: float = 0.0  # host seconds
 
     def slo_s(self, system: str, rate: float) -> dict[str, float]:
@@ -138,6 +140,7 @@ def run_seed(
     only: Sequence[System] | None = None,
     base: openloop.OpenLoopWorkload = openloop.TWIN,
     window_tokens: int | None = None,
+    kvgov_context: KvgovContext | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> SeedRuns:
     """Every system (``systems(policies)``, or ``only`` those) on the twin of the
@@ -145,7 +148,8 @@ def run_seed(
     independent of every other (a runner may take seeds in parallel processes).
     ``knobs``: policy -> its settings (``tuned.TUNED`` unless given); ``base``: the
     workload at every rate (its rate, window and seed replaced); ``window_tokens``: the
-    model's context window (the reference card's target's unless given)."""
+    model's context window (the reference card's target's unless given);
+    ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own)."""
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.benchmarks.openloop.panel import check_knobs, reference_card
     from kvgov.benchmarks.openloop.tuned import TUNED
@@ -165,7 +169,17 @@ def run_seed(
     costs = measure_twin_costs(engine, device)
     alone = UnloadedTimes(scenario=scenario, device=device, deadline_s=_DEADLINE_S)
     window = window_s if isinstance(window_s, Mapping) else dict.fromkeys(rates, window_s)
-    runs = SeedRuns(seed, window_tokens=window_tokens, trigger_tokens=trigger_tokens)
+    if kvgov_context is not None:
+        base = kvgov_context.apply(base)
+    assert base.ceiling_tokens is not None and base.tool_output_tokens is not None, (
+        "kvgov's handling reduces tool outputs and compacts histories"
+    )
+    runs = SeedRuns(
+        seed,
+        window_tokens=window_tokens,
+        trigger_tokens=trigger_tokens,
+        kvgov_context=KvgovContext(base.ceiling_tokens, base.tool_output_tokens),
+    )
     prepared: Prepared | None = None
     facts: dict[str, FactsKept] = {}
     unloaded: dict[str, dict[str, float]] = {}
@@ -217,19 +231,26 @@ def measure(
     window_s: float | Mapping[float, float],
     policies: Sequence[str] = POLICIES,
     trigger_tokens: int = TRIGGER_TOKENS,
+    kvgov_context: KvgovContext = KVGOV_CONTEXT,
     progress: Callable[[str], None] = lambda line: None,
     processes: int = 1,
 ) -> Iterator[Measurement]:
     """The whole-system figures on the evaluation ``seeds`` at ``rates`` (``window_s``:
     one arrival window for every rate, or each rate's), each seed a cell of its own
-    (``run_seed``), ``processes`` of them at once in processes of their own."""
+    (``run_seed``), ``processes`` of them at once in processes of their own; context
+    editing and kvgov's context each as tuned on the tuning seed unless given."""
     from kvgov.benchmarks.openloop.processes import in_processes
     from kvgov.benchmarks.openloop.system_figures import figures
 
     check_seeds(seeds)
     began = time.perf_counter()
     cell = functools.partial(
-        run_seed, rates=rates, window_s=window_s, policies=policies, trigger_tokens=trigger_tokens
+        run_seed,
+        rates=rates,
+        window_s=window_s,
+        policies=policies,
+        trigger_tokens=trigger_tokens,
+        kvgov_context=kvgov_context,
     )
     if processes == 1 or len(seeds) == 1:
         runs = [cell(seed, progress=progress) for seed in seeds]

@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from engine.benchmarks import Direction, Measurement
 from kvgov.benchmarks.openloop import stats
-from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.facts import FactsKept
 from kvgov.benchmarks.openloop.handled import KVGOV
 from kvgov.benchmarks.openloop.langchain_context import (
@@ -191,11 +190,12 @@ def _what(
 ) -> str:
     windows = runs[0].window_s
     trimmed = sum(r.num_trimmed_after_edit for r in runs)
+    context = runs[0].kvgov_context
+    kvgov_context = "its context as its runs set it" if context is None else context.describe()
     return (
         f"teams at {', '.join(f'{r:g}' for r in rates)}/min over "
         f"{', '.join(f'{windows[r]:g}' for r in rates)} s, facts planted in every raw tool "
-        f"output; kvgov: outputs reduced to {openloop.TWIN.tool_output_tokens:,}, compacted "
-        f"at {openloop.TWIN.ceiling_tokens:,}; the baselines: raw outputs, trim_messages at "
+        f"output; kvgov: {kvgov_context}; the baselines: raw outputs, trim_messages at "
         f"the {window:,}-token window or ClearToolUsesEdit at {trigger_tokens:,} (keep 3; "
         f"{trimmed} calls still over the window trimmed after it); each policy with its "
         "knobs tuned on seed 0"

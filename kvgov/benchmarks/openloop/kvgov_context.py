@@ -1,0 +1,147 @@
+"""kvgov's context knobs in the whole-system comparison (``system``): the ceiling at which
+an agent's history is compacted and the budget each tool output is reduced to, chosen on
+the tuning seed by the rule that chose context editing's trigger (``editing_trigger``),
+never on a reported seed.
+
+Context editing's trigger is tuned for its users' stack, so kvgov's own handling is tuned
+with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point of
+``CEILINGS`` x ``TOOL_OUTPUTS`` at the rates context editing was tuned at; the point with
+the least geometric mean over the rates of the mean job time is chosen, and a point
+within 1% of the least goes to the one that keeps most (the largest ceiling, then the
+largest tool output: ``editing_trigger.choose``). Facts kept are reported beside job time
+for every system, so what a smaller context costs the agent stays in view.
+
+``KVGOV_CONTEXT`` is what the rule chose (``tune`` reruns it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kvgov.benchmarks.openloop import workload as openloop
+
+__all__ = ["CEILINGS", "KVGOV_CONTEXT", "TOOL_OUTPUTS", "KvgovContext", "tune"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class KvgovContext:
+    """How kvgov bounds an agent's context: histories compacted at ``ceiling_tokens``
+    (``SummarizeOldest``), each tool output reduced to ``tool_output_tokens``
+    (``ExtractiveSummarizer``). Ordered by how much context it keeps."""
+
+    ceiling_tokens: int
+    tool_output_tokens: int
+
+    def apply(self, workload: openloop.OpenLoopWorkload) -> openloop.OpenLoopWorkload:
+        """``workload`` with kvgov's context bounded so."""
+        return dataclasses.replace(
+            workload,
+            ceiling_tokens=self.ceiling_tokens,
+            tool_output_tokens=self.tool_output_tokens,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"outputs reduced to {self.tool_output_tokens:,}, compacted at {self.ceiling_tokens:,}"
+        )
+
+
+# Context editing's trigger grid's lower half (its least, 8,000, was its grid's edge), up
+# to the memory-policy panel's own 16,000. Tool outputs at the panel's 2,048 only: the
+# workload draws an agent's words around the lines it quotes of its last result, so
+# outputs cut to 1,024 draw other jobs on seed 0 (``handled.prepare`` refuses them).
+CEILINGS = (8_000, 12_000, 16_000)
+TOOL_OUTPUTS = (2_048,)
+
+# Chosen by ``tune`` on seed 0 (at commit a2c9561 and this module, 2026-12-07, 63 s in two
+# processes), twin-rx9070xt, each rate's window holding 1.5 teams on average as for
+# context editing's trigger (900, 450, 225, 90 s). kvgov's mean job time, s, at 0.1, 0.2,
+# 0.4 and 1 teams/min, and the objective, their geometric mean (* chosen):
+#
+# | ceiling | objective | 0.1/min | 0.2/min | 0.4/min | 1/min |
+# |---|---|---|---|---|---|
+# | 8,000 | 318* | 279 | 316 | 335 | 347 |
+# | 12,000 | 445 | 385 | 441 | 472 | 489 |
+# | 16,000 | 594 | 518 | 602 | 619 | 643 |
+#
+# The least is the grid's smallest ceiling, as context editing's least was its smallest
+# trigger: neither grid went lower.
+KVGOV_CONTEXT = KvgovContext(ceiling_tokens=8_000, tool_output_tokens=2_048)
+
+
+def tune(
+    rates: Sequence[float],
+    *,
+    window_s: Mapping[float, float],
+    ceilings: Sequence[int] = CEILINGS,
+    tool_outputs: Sequence[int] = TOOL_OUTPUTS,
+    base: openloop.OpenLoopWorkload = openloop.TWIN,
+    window_tokens: int | None = None,
+    trigger_tokens: int | None = None,
+    processes: int = 1,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[KvgovContext, dict[KvgovContext, dict[float, float]]]:
+    """The chosen point, and each point's mean job time by rate, all on the tuning
+    seed; ``processes`` points at once, each in a process of its own. ``base``,
+    ``window_tokens`` and ``trigger_tokens`` (None: context editing's as tuned) as
+    ``system.run_seed`` takes them: every handling is built for the jobs' SLOs."""
+    from kvgov.benchmarks.openloop.editing_trigger import choose
+    from kvgov.benchmarks.openloop.processes import in_processes
+
+    points = [KvgovContext(c, t) for c in ceilings for t in tool_outputs]
+    began = time.perf_counter()
+    jobs = [
+        functools.partial(
+            _jct_by_rate, point, tuple(rates), dict(window_s), base, window_tokens, trigger_tokens
+        )
+        for point in points
+    ]
+
+    def done(index: int, row: dict[float, float]) -> None:
+        progress(f"{points[index].describe()}: {row} ({time.perf_counter() - began:.0f} s)")
+
+    if processes == 1:
+        rows = []
+        for index, job in enumerate(jobs):
+            rows.append(job())
+            done(index, rows[-1])
+    else:
+        rows = in_processes(jobs, processes=processes, done=done)
+    table = dict(zip(points, rows, strict=True))
+    objective = {
+        point: math.exp(sum(math.log(v) for v in row.values()) / len(row))
+        for point, row in table.items()
+    }
+    return choose(objective), table
+
+
+def _jct_by_rate(
+    point: KvgovContext,
+    rates: tuple[float, ...],
+    window_s: dict[float, float],
+    base: openloop.OpenLoopWorkload,
+    window_tokens: int | None,
+    trigger_tokens: int | None,
+) -> dict[float, float]:
+    """kvgov's mean job time at each rate on the tuning seed with its context so."""
+    from kvgov.benchmarks.openloop import bench
+    from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
+    from kvgov.benchmarks.openloop.handled import KVGOV
+    from kvgov.benchmarks.openloop.system import System, run_seed
+
+    runs = run_seed(
+        bench.TUNING_SEED,
+        rates,
+        window_s=window_s,
+        only=[System(KVGOV, KVGOV)],
+        base=base,
+        window_tokens=window_tokens,
+        trigger_tokens=TRIGGER_TOKENS if trigger_tokens is None else trigger_tokens,
+        kvgov_context=point,
+    )
+    return {rate: result.jct_mean_s for (_, rate), result in runs.results.items()}

@@ -1,0 +1,106 @@
+"""kvgov's context knobs in the whole-system comparison (``openloop/kvgov_context.py``):
+they bound kvgov's prompts and no other system's, and are chosen on the tuning seed by
+the rule that chose context editing's trigger. The real engine (the stand-in the twin
+times) on the tiny workload of ``test_openloop_system``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from kvgov.benchmarks.openloop import bench, system
+from kvgov.benchmarks.openloop.editing_trigger import choose
+from kvgov.benchmarks.openloop.handled import KVGOV, prepare
+from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, tune
+from kvgov.benchmarks.openloop.panel import longest_call
+from kvgov.benchmarks.openloop.system import SeedRuns, System
+from tests.kvgov.test_openloop_system import RATE, TINY, TRIGGER_TOKENS, WINDOW_TOKENS, WINDOWS_S
+
+TIGHT = KvgovContext(ceiling_tokens=1_000, tool_output_tokens=100)
+POLICIES = ("paged",)
+
+
+def _run(seed: int, context: KvgovContext | None, **kwargs: object) -> SeedRuns:
+    return system.run_seed(
+        seed,
+        (RATE,),
+        window_s=WINDOWS_S,
+        policies=POLICIES,
+        trigger_tokens=TRIGGER_TOKENS,
+        base=TINY,
+        window_tokens=WINDOW_TOKENS,
+        kvgov_context=context,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def both() -> tuple[SeedRuns, SeedRuns]:
+    """One seed with the workload's own context for kvgov (1,500 and 200), and with
+    ``TIGHT``."""
+    return _run(1, None), _run(1, TIGHT)
+
+
+def test_kvgov_s_context_bounds_its_prompts_and_no_other_system_s(both) -> None:
+    own, tight = both
+    assert own.kvgov_context == KvgovContext(TINY.ceiling_tokens, TINY.tool_output_tokens)
+    assert tight.kvgov_context == TIGHT
+    for s in system.systems(POLICIES):
+        before, after = own.results[(s.name, RATE)], tight.results[(s.name, RATE)]
+        assert not before.failed and not after.failed, s.name
+        if s.policy == KVGOV:
+            assert before.prompts != after.prompts
+        else:  # the LangChain handlings send raw outputs, whatever kvgov's context
+            assert before.prompts == after.prompts, s.name
+    # kvgov's calls fit its tighter ceiling with their replies; under its own they did not.
+    longest = {}
+    for name, context in (("own", None), ("tight", TIGHT)):
+        workload = dataclasses.replace(TINY, facts=True)
+        workload = workload if context is None else context.apply(workload)
+        setup = prepare(
+            workload, window_tokens=WINDOW_TOKENS, trigger_tokens=TRIGGER_TOKENS, block_size=16
+        ).setups[KVGOV]
+        longest[name] = max(longest_call(s, setup.prompts) for s in setup.scripts)
+    assert longest["tight"] <= TIGHT.ceiling_tokens < longest["own"], longest
+
+
+def test_points_are_ordered_by_what_they_keep_and_ties_go_to_the_larger() -> None:
+    assert KvgovContext(8_000, 2_048) < KvgovContext(16_000, 1_024)
+    assert KvgovContext(8_000, 1_024) < KvgovContext(8_000, 2_048)
+    near = {KvgovContext(8_000, 1_024): 100.0, KvgovContext(8_000, 2_048): 100.9}
+    assert choose(near) == KvgovContext(8_000, 2_048)  # within 1%: keeps more
+    apart = {KvgovContext(8_000, 1_024): 100.0, KvgovContext(8_000, 2_048): 102.0}
+    assert choose(apart) == KvgovContext(8_000, 1_024)
+
+
+def test_tuning_runs_kvgov_alone_on_the_tuning_seed_and_chooses_by_the_rule() -> None:
+    ceilings, outputs = (1_000, 1_500), (100, 200)
+    chosen, table = tune(
+        (RATE,),
+        window_s={RATE: WINDOWS_S[RATE]},
+        ceilings=ceilings,
+        tool_outputs=outputs,
+        base=TINY,
+        window_tokens=WINDOW_TOKENS,
+        trigger_tokens=TRIGGER_TOKENS,
+    )
+    assert set(table) == {KvgovContext(c, t) for c in ceilings for t in outputs}
+    objective = {
+        p: math.exp(sum(map(math.log, row.values())) / len(row)) for p, row in table.items()
+    }
+    assert chosen == choose(objective)
+    # Each point's figure is kvgov's run on the tuning seed, and another seed's differs.
+    only = [System(KVGOV, KVGOV)]
+    tuning = _run(bench.TUNING_SEED, TIGHT, only=only).results[(KVGOV, RATE)]
+    assert table[TIGHT] == {RATE: tuning.jct_mean_s}
+    other = _run(1, TIGHT, only=only).results[(KVGOV, RATE)]
+    assert other.jct_mean_s != tuning.jct_mean_s
+
+
+def test_a_context_the_workload_refuses_says_what_to_raise() -> None:
+    with pytest.raises(ValueError, match="ceiling_tokens must be an int of at least"):
+        KvgovContext(ceiling_tokens=100, tool_output_tokens=100).apply(
+            dataclasses.replace(TINY, facts=True)
+        )

@@ -6,9 +6,10 @@ The memory-policy comparison (``panel``) sends every policy the same prompts. He
 system sends what its users' stack sends, on the same jobs (the same workload, with
 facts planted in every raw tool output, ``OpenLoopWorkload.facts``):
 
-- ``kvgov``: kvgov's policy with its tool-output reducer, ceiling and compaction (the
-  open-loop workload as ``panel`` runs it: outputs reduced to 2,048 tokens by
-  ``ExtractiveSummarizer``, histories compacted at 16,000 by ``SummarizeOldest``);
+- ``kvgov``: kvgov's policy with its tool-output reducer, ceiling and compaction: outputs
+  reduced by ``ExtractiveSummarizer``, histories compacted by ``SummarizeOldest``, at
+  the budget and ceiling tuned on the tuning seed (``kvgov_context``), as context
+  editing's trigger is;
 - ``<baseline>+trim_messages``: each baseline (``POLICIES``) with raw tool outputs, the
   history brought under the target model's context window (Qwen3-8B: 32,768) by
   LangChain's ``trim_messages`` (``langchain_context``);

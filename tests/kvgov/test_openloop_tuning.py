@@ -214,3 +214,15 @@ def test_every_grid_holds_its_default_and_kvgov_has_no_more_points_than_a_baseli
     assert len(GRIDS["kvgov"].points()) <= most
     with pytest.raises(GridError, match="its default 4 must be one of"):
         Grid(default={"k": 4}, values={"k": (1, 2)}, why="").check("p")
+
+
+def test_a_context_grid_point_reports_its_objective_and_whether_it_was_chosen() -> None:
+    point = tuning._context_point(
+        "kvgov_context 8000 2048", {"0.1": 100.0, "1": 400.0}, True, "tuning seed 0 only"
+    )
+    assert point.bench == "openloop-tune"
+    assert point.metric == "tuning_objective[kvgov_context 8000 2048]"
+    assert point.value == pytest.approx(200.0)  # the geometric mean, as the policies' grids
+    assert point.note == "mean job 0.1 100 s, 1 400 s; chosen; tuning seed 0 only"
+    other = tuning._context_point("context_editing_trigger 16000", {"a": 9.0}, False, "x")
+    assert "chosen" not in other.note and other.value == pytest.approx(9.0)

@@ -16,6 +16,8 @@ point within 1% of the default's objective does not displace it (ties go to the 
 a point where any job failed is disqualified. A grid of one point has nothing to choose
 and is not run. The choice is committed as ``tuned.TUNED``, which ``kvgov bench
 openloop`` runs with, on evaluation seeds only; no figure it reports comes from here.
+Then the whole-system comparison's context knobs by the same rule (``editing_trigger``
+and ``kvgov_context``), each point's figure named ``tuning_objective[...]`` as well.
 
 Errors, raised before any run::
 
@@ -71,6 +73,8 @@ TIE_SHARE = 0.01  # a point must beat the default's objective by more than this 
 _BENCH = "openloop-tune"
 _QUICK_RATES = (0.5,)
 _QUICK_TEAMS = 2.0
+# The context grids' arrival windows: 1.5 teams at each rate, as both were chosen with.
+_CONTEXT_TEAMS = 1.5
 
 
 class TuningSeedError(ValueError):
@@ -377,6 +381,58 @@ def run(*, quick: bool = False) -> Iterator[Measurement]:
     _progress(f"{len(tuning.points)} points in {tuning.wall_s:.0f} s of host time; tuned.py:")
     print(literal, file=sys.stderr, flush=True)
     yield from tuning.measurements()
+    yield from _contexts(rates, _QUICK_TEAMS if quick else _CONTEXT_TEAMS)
+
+
+def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
+    """The whole-system comparison's context knobs, each on the tuning seed by the rule
+    ``editing_trigger`` states: context editing's trigger (``editing_trigger.tune``, the
+    baselines with context editing), then kvgov's ceiling and tool-output budget
+    (``kvgov_context.tune``); each point's objective, the chosen one marked, to commit as
+    ``TRIGGER_TOKENS`` and ``KVGOV_CONTEXT``."""
+    from kvgov.benchmarks.baselines import BASELINES
+    from kvgov.benchmarks.openloop import editing_trigger, kvgov_context
+    from kvgov.benchmarks.openloop.processes import default_processes
+
+    window = bench.windows(rates, teams)
+    where = (
+        f"tuning seed {bench.TUNING_SEED} only; whole system; modelled; at {_rates(rates)} "
+        f"teams/min over {_rates(window)} s; objective: geometric mean over rates of the mean "
+        "job time"
+    )
+    trigger, by_trigger = editing_trigger.tune(
+        rates, window_s=window, policies=BASELINES, progress=_progress
+    )
+    for point, row in by_trigger.items():
+        yield _context_point(f"context_editing_trigger {point}", row, point == trigger, where)
+    context, by_context = kvgov_context.tune(
+        rates, window_s=window, processes=default_processes(), progress=_progress
+    )
+    for point, by_rate in by_context.items():
+        row = {f"{rate:g}": jct for rate, jct in by_rate.items()}
+        yield _context_point(
+            f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens}",
+            row,
+            point == context,
+            where,
+        )
+    _progress(f"chosen: TRIGGER_TOKENS = {trigger}, KVGOV_CONTEXT = {context!r}")
+
+
+def _context_point(
+    name: str, jct_mean_s: Mapping[str, float], chosen: bool, where: str
+) -> Measurement:
+    """One point of a context grid: its objective, its mean job times in the note."""
+    objective = math.exp(sum(math.log(v) for v in jct_mean_s.values()) / len(jct_mean_s))
+    times = ", ".join(f"{key} {value:,.0f} s" for key, value in jct_mean_s.items())
+    return Measurement(
+        bench=_BENCH,
+        metric=f"tuning_objective[{name}]",
+        value=objective,
+        unit="s",
+        direction=Direction.LOWER_IS_BETTER,
+        note=f"mean job {times}{'; chosen' if chosen else ''}; {where}",
+    )
 
 
 def _knobs(knobs: Mapping[str, Any]) -> str:

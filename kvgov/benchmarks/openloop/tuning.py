@@ -397,8 +397,8 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
     window = bench.windows(rates, teams)
     where = (
         f"tuning seed {bench.TUNING_SEED} only; whole system; modelled; at {_rates(rates)} "
-        f"teams/min over {_rates(window)} s; objective: geometric mean over rates of the mean "
-        "job time"
+        f"teams/min over {_rates(list(window.values()))} s; objective: geometric mean over "
+        "rates of the mean job time"
     )
     trigger, by_trigger = editing_trigger.tune(
         rates, window_s=window, policies=BASELINES, progress=_progress
@@ -409,7 +409,7 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
         rates, window_s=window, processes=default_processes(), progress=_progress
     )
     for point, by_rate in by_context.items():
-        row = {f"{rate:g}": jct for rate, jct in by_rate.items()}
+        row = {f"{rate:g}/min": jct for rate, jct in by_rate.items()}
         yield _context_point(
             f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens}",
             row,

@@ -12,10 +12,11 @@ keep more). ``TRIGGER_TOKENS`` is what the rule chose (``tune`` reruns it).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
+
+from kvgov.benchmarks.openloop import stats
 
 __all__ = ["TRIGGERS", "TRIGGER_TOKENS", "choose", "tune"]
 
@@ -81,7 +82,5 @@ def tune(
             for (name, rate), result in runs.results.items()
         }
         progress(f"trigger {trigger:,}: {table[trigger]} ({time.perf_counter() - began:.0f} s)")
-    objective = {
-        t: math.exp(sum(math.log(v) for v in row.values()) / len(row)) for t, row in table.items()
-    }
+    objective = {t: stats.tuning_objective(row.values()) for t, row in table.items()}
     return choose(objective), table

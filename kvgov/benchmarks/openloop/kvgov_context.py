@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 
 __all__ = ["CEILINGS", "KVGOV_CONTEXT", "TOOL_OUTPUTS", "KvgovContext", "tune"]
@@ -113,10 +113,7 @@ def tune(
     else:
         rows = in_processes(jobs, processes=processes, done=done)
     table = dict(zip(points, rows, strict=True))
-    objective = {
-        point: math.exp(sum(math.log(v) for v in row.values()) / len(row))
-        for point, row in table.items()
-    }
+    objective = {point: stats.tuning_objective(row.values()) for point, row in table.items()}
     return choose(objective), table
 
 

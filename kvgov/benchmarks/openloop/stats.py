@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "paired_ratio",
     "run_goodput_per_min",
     "slo_s_by_job",
+    "tuning_objective",
 ]
 
 # A job meets its SLO when it finishes within this many times its own unloaded time
@@ -291,6 +292,13 @@ def run_goodput_per_min(
     over = [t / slo_s[job] for job, t in jcts.items()]
     p99 = percentile([*over, *[math.inf] * num_failed], 99)
     return 60.0 * len(jcts) / window_s if p99 <= 1.0 else 0.0
+
+
+def tuning_objective(jct_mean_s: Iterable[float]) -> float:
+    """What every knob is tuned by (``tuning``, ``editing_trigger``, ``kvgov_context``):
+    the geometric mean of a point's mean job times over the rates, so every rate weighs
+    the same whatever its scale. Each time must be above 0."""
+    return statistics.geometric_mean(jct_mean_s)
 
 
 def slo_s_by_job(unloaded_s: Mapping[str, float], factor: float = SLO_FACTOR) -> dict[str, float]:

@@ -45,7 +45,7 @@ from typing import Any
 
 from engine.benchmarks import Direction, Measurement
 from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
-from kvgov.benchmarks.openloop import bench
+from kvgov.benchmarks.openloop import bench, stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.panel import (
     Panel,
@@ -189,7 +189,7 @@ class PointRun:
         times = list(self.jct_mean_s.values())
         if self.num_failed or not times or not all(t > 0 for t in times):
             return None
-        return math.exp(sum(math.log(t) for t in times) / len(times))
+        return stats.tuning_objective(times)
 
 
 def choose(grid: Grid, runs: Sequence[PointRun]) -> dict[str, Any]:
@@ -423,7 +423,7 @@ def _context_point(
     name: str, jct_mean_s: Mapping[str, float], chosen: bool, where: str
 ) -> Measurement:
     """One point of a context grid: its objective, its mean job times in the note."""
-    objective = math.exp(sum(math.log(v) for v in jct_mean_s.values()) / len(jct_mean_s))
+    objective = stats.tuning_objective(jct_mean_s.values())
     times = ", ".join(f"{key} {value:,.0f} s" for key, value in jct_mean_s.items())
     return Measurement(
         bench=_BENCH,

@@ -156,3 +156,17 @@ def test_the_tuning_seed_is_never_an_evaluation_seed() -> None:
     with pytest.raises(ValueError, match="seed 0 is the tuning seed"):
         next(bench.measure([0, 1], [1.0], ("paged",), window_s=10.0))
     assert BENCHMARKS["openloop"] == "kvgov.benchmarks.openloop.bench"
+
+
+def test_one_process_runs_the_jobs_here_in_order() -> None:
+    import functools
+    import os
+
+    from kvgov.benchmarks.openloop.processes import in_processes
+
+    heard: list[tuple[int, int]] = []
+    pids = in_processes(
+        [functools.partial(os.getpid)] * 2, processes=1, done=lambda i, r: heard.append((i, r))
+    )
+    assert pids == [os.getpid()] * 2  # no pool: the caller's own process
+    assert heard == [(0, os.getpid()), (1, os.getpid())]

@@ -105,13 +105,7 @@ def tune(
     def done(index: int, row: dict[float, float]) -> None:
         progress(f"{points[index].describe()}: {row} ({time.perf_counter() - began:.0f} s)")
 
-    if processes == 1:
-        rows = []
-        for index, job in enumerate(jobs):
-            rows.append(job())
-            done(index, rows[-1])
-    else:
-        rows = in_processes(jobs, processes=processes, done=done)
+    rows = in_processes(jobs, processes=processes, done=done)
     table = dict(zip(points, rows, strict=True))
     objective = {point: stats.tuning_objective(row.values()) for point, row in table.items()}
     return choose(objective), table

@@ -37,9 +37,16 @@ def in_processes(
     """Each job (a picklable call: a module-level function, or a ``functools.partial``
     of one) in a pool of at most ``processes`` spawned processes, in the order given
     (put the longest first, so that none is left alone at the end); ``done(index,
-    result)`` as each finishes. The results, in the jobs' order."""
+    result)`` as each finishes. With one process, or one job, they run here, one after
+    another: a pool would only add a spawn. The results, in the jobs' order."""
     if processes < 1:
         raise ValueError(f"processes must be at least 1, got {processes}")
+    if processes == 1 or len(jobs) <= 1:
+        here = []
+        for index, job in enumerate(jobs):
+            here.append(job())
+            done(index, here[-1])
+        return here
     results: dict[int, T] = {}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(

@@ -141,8 +141,7 @@ def take(
         prefill.computed(rid, request.num_computed_tokens, num_steps, request.num_prompt_tokens)
         request.num_computed_tokens += num_steps
         manager.mark_computed(rid, request.num_computed_tokens)
-        stop = stops[rid]
-        text = "".join(stop.push(token).text for _ in range(num_steps))
+        text = stops[rid].push_repeated(token, num_steps)
         request.output_text += text
         outputs.append(RequestOutput(rid, (token,) * num_steps, text, False, None))
     return outputs

@@ -41,10 +41,7 @@ class PrefillCounter:
         reusable = 0
         if previous:
             limit = min(len(token_ids), len(previous) - 1)
-            for ours, theirs in zip(token_ids[:limit], previous[:limit], strict=True):
-                if ours != theirs:
-                    break
-                reusable += 1
+            reusable = _common_prefix(token_ids, previous, limit)
         self._known[request_id] = _Known(reusable)
 
     def count(
@@ -79,3 +76,24 @@ class PrefillCounter:
 
     def forget(self, request_id: str) -> None:
         self._known.pop(request_id, None)
+
+
+def _common_prefix(ours: Sequence[int], theirs: Sequence[int], limit: int) -> int:
+    """How many of the first ``limit`` tokens the two sequences share, compared a slice
+    at a time (a 16k-token context arrives at every call, and most repeat it whole)."""
+    low, high = 0, limit  # ours[:low] == theirs[:low]; a difference before high, if any
+    while high - low > _SCAN:
+        if list(ours[low:high]) == list(theirs[low:high]):
+            return high
+        middle = (low + high) // 2
+        if list(ours[low:middle]) == list(theirs[low:middle]):
+            low = middle
+        else:
+            high = middle
+    for position in range(low, high):
+        if ours[position] != theirs[position]:
+            return position
+    return high
+
+
+_SCAN = 64  # below this, one token at a time

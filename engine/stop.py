@@ -71,6 +71,10 @@ class StopChecker:
     def stopped(self) -> bool:
         return self._stop_string is not None
 
+    @property
+    def has_stop_strings(self) -> bool:
+        return bool(self._stops)
+
     def push(self, text: str) -> StopResult:
         """Add the next piece of text; returns what may be streamed and whether to stop."""
         if self._finished:
@@ -173,6 +177,18 @@ class TokenStopChecker:
             self._last = result
             self._ended = True
         return result
+
+    def push_repeated(self, token_id: int, times: int) -> str:
+        """The text of ``push(token_id)`` made ``times`` times, none of which may stop the
+        request (a decode run's steps: ``engine.decode_run``); decoded once where no stop
+        string is watched for and the token is no stop token."""
+        if self._last is not None or token_id in self._stop_ids:
+            raise InvalidRequestError(
+                "push_repeated() is for tokens that do not stop the request; push() them"
+            )
+        if self._strings.has_stop_strings:
+            return "".join(self.push(token_id).text for _ in range(times))
+        return self._strings.push(self._decoder.push_repeated(token_id, times)).text
 
     def flush(self) -> str:
         """The held-back text, when the request ends for another reason (length, ceiling)."""

@@ -30,6 +30,10 @@ class IncrementalDecoder(Protocol):
         """The text still held back, at the end of the stream. Ends the stream."""
         ...
 
+    def push_repeated(self, token_id: int, times: int) -> str:
+        """``push(token_id)`` made ``times`` times, the texts joined."""
+        ...
+
 
 class ByteStreamDecoder:
     """For backends whose text is the UTF-8 decoding of the tokens' bytes joined (tiktoken)."""
@@ -46,6 +50,21 @@ class ByteStreamDecoder:
     def push(self, token_id: int) -> str:
         _check_open(self._closed)
         return self._utf8.decode(self._token_bytes(check_token_id(token_id)))
+
+    def push_repeated(self, token_id: int, times: int) -> str:
+        # A push that finds no partial character held and leaves none returns what every
+        # later push of the same token will: the rest need not be decoded.
+        _check_open(self._closed)
+        data = self._token_bytes(check_token_id(token_id))
+        pieces = []
+        for done in range(times):
+            clean = not self._utf8.getstate()[0]
+            text = self._utf8.decode(data)
+            pieces.append(text)
+            if clean and not self._utf8.getstate()[0]:
+                pieces.append(text * (times - done - 1))
+                break
+        return "".join(pieces)
 
     def flush(self) -> str:
         _check_open(self._closed)
@@ -81,6 +100,9 @@ class WindowStreamDecoder:
         _check_open(self._closed)
         self._ids.append(check_token_id(token_id))
         return self._advance(final=False)
+
+    def push_repeated(self, token_id: int, times: int) -> str:
+        return "".join(self.push(token_id) for _ in range(times))
 
     def flush(self) -> str:
         _check_open(self._closed)

@@ -70,6 +70,7 @@ __all__ = [
     "StepTime",
     "StepTimeModel",
     "StepWork",
+    "decode_work",
     "evaluate",
     "fit",
     "split_held_back",
@@ -99,6 +100,46 @@ class StepWork:
 
 
 def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
+    attended = sum(
+        s.num_new_tokens * s.num_context_tokens + s.num_new_tokens * (s.num_new_tokens + 1) / 2
+        for s in batch.sequences
+    )
+    return _work(
+        model,
+        num_sequences=batch.num_sequences,
+        num_tokens=batch.num_tokens,
+        attended=attended,
+        kv_tokens=sum(s.num_context_tokens + 2 * s.num_new_tokens for s in batch.sequences),
+        cached=sum(s.num_context_tokens for s in batch.sequences if not s.is_decode),
+    )
+
+
+def decode_work(model: ModelShape, num_sequences: int, num_context_tokens: int) -> StepWork:
+    """``step_work`` of a step in which each of ``num_sequences`` sequences decodes one
+    token over ``num_context_tokens`` cached tokens in all (each at least one), to the
+    bit: every sequence attends its context and its new token (``attended``, a float
+    summing exact integers), reads its context and writes its token (``kv_tokens``), and
+    no prefill chunk re-reads a cache (``cached``). A decode run times its steps by it
+    without building their batches."""
+    return _work(
+        model,
+        num_sequences=num_sequences,
+        num_tokens=num_sequences,
+        attended=float(num_context_tokens + num_sequences),
+        kv_tokens=num_context_tokens + 2 * num_sequences,
+        cached=0,
+    )
+
+
+def _work(
+    model: ModelShape,
+    *,
+    num_sequences: int,
+    num_tokens: int,
+    attended: float,
+    kv_tokens: int,
+    cached: int,
+) -> StepWork:
     act_bytes = model.activation_bits / 8
     projection_bits = model.weight_bits
     if model.weight_bits < model.activation_bits:
@@ -106,19 +147,13 @@ def step_work(model: ModelShape, batch: StepBatch) -> StepWork:
     other_weights = model.num_parameters - model.num_projection_weights
     weight_bytes = model.num_projection_weights * projection_bits / 8 + other_weights * act_bytes
     lm_head_flops = 2 * model.vocab_size * model.hidden_size
-    dense_flops = 2 * model.num_projection_weights * batch.num_tokens
-    dense_flops += lm_head_flops * batch.num_sequences
-    attended = sum(
-        s.num_new_tokens * s.num_context_tokens + s.num_new_tokens * (s.num_new_tokens + 1) / 2
-        for s in batch.sequences
-    )
+    dense_flops = 2 * model.num_projection_weights * num_tokens
+    dense_flops += lm_head_flops * num_sequences
     attention_flops = 4 * model.num_layers * model.num_heads * model.head_dim * attended
-    kv_tokens = sum(s.num_context_tokens + 2 * s.num_new_tokens for s in batch.sequences)
-    cached = sum(s.num_context_tokens for s in batch.sequences if not s.is_decode)
     query_heads_per_kv_head = model.num_heads / model.num_kv_heads
     return StepWork(
-        num_sequences=batch.num_sequences,
-        num_tokens=batch.num_tokens,
+        num_sequences=num_sequences,
+        num_tokens=num_tokens,
         dense_flops=float(dense_flops),
         weight_bytes=float(weight_bytes),
         attention_flops=float(attention_flops),
@@ -155,8 +190,19 @@ class StepTimeModel:
     profile: DeviceProfile
 
     def explain(self, model: ModelShape, batch: StepBatch) -> StepTime:
+        return self._explain(model, step_work(model, batch))
+
+    def seconds(self, model: ModelShape, batch: StepBatch) -> float:
+        return self.explain(model, batch).seconds
+
+    def decode_seconds(
+        self, model: ModelShape, num_sequences: int, num_context_tokens: int
+    ) -> float:
+        """``seconds`` of a decode-only step (``decode_work``), to the bit."""
+        return self._explain(model, decode_work(model, num_sequences, num_context_tokens)).seconds
+
+    def _explain(self, model: ModelShape, work: StepWork) -> StepTime:
         p = self.profile
-        work = step_work(model, batch)
         peak = p.flops_s(model.activation_bits)
         bandwidth = p.memory_bandwidth_bytes_s
         attention = max(work.attention_flops / peak, work.kv_bytes / bandwidth)
@@ -169,9 +215,6 @@ class StepTimeModel:
             attention_s=attention / p.attention_efficiency,
             prefill_context_s=p.prefill_context_passes * work.prefill_context_bytes / bandwidth,
         )
-
-    def seconds(self, model: ModelShape, batch: StepBatch) -> float:
-        return self.explain(model, batch).seconds
 
 
 @dataclass(frozen=True, slots=True)

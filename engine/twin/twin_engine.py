@@ -177,21 +177,24 @@ class TwinEngine:
         same steps taken one by one. No first token and no finish happens in them, so no
         request's times change. None when not even the first ends before ``until``."""
         end = max(self.clock.now(), self.busy_until)
-        computes: list[tuple[float, int]] = []  # each step's compute and its batch's size
+        computes: list[float] = []  # each step's compute
+        # Step k's batch is run.contexts(k): every request one token further on.
+        num_sequences, context = len(run.requests), sum(run.contexts(0))
+        decode_seconds, shape = self._model.decode_seconds, self.model_shape
         while len(computes) < run.num_steps:
-            contexts = run.contexts(len(computes))
-            compute = self._compute_s(StepBatch(tuple(SequenceWork(1, c) for c in contexts)))
+            compute = decode_seconds(shape, num_sequences, context)
             step_end = self._step_end(end, compute)[0]
             if step_end >= until:
                 break
-            computes.append((compute, len(contexts)))
+            computes.append(compute)
             end = step_end
+            context += num_sequences
         if not computes:
             return None
         ends = []
         start = end = max(self.clock.now(), self.busy_until)
         stall_s = 0.0
-        for compute, num_sequences in computes:
+        for compute in computes:
             end, stall = self._charge(end, compute, num_sequences)
             ends.append(end)
             stall_s += stall
@@ -400,15 +403,37 @@ def _twin_kv_cache(twin: TwinEngine, base: type[KVCache]) -> type[KVCache]:
     """A subclass of the engine's KV cache class, for this twin alone, whose swaps are
     charged to its link once they are made. ``KVCache`` has slots and no ``__dict__``, so
     its methods cannot be wrapped per instance; its class is swapped instead (empty-slots
-    subclasses keep its layout), and ``detach`` swaps it back."""
+    subclasses keep its layout), and ``detach`` swaps it back. Without a forward pass
+    (``forward=False``) copies are checked and charged but not made: no model reads the
+    K/V they would move."""
 
+    # First the pairs are checked (pairs it refuses are no copy to charge). Without a
+    # forward pass nothing reads K/V, so the copy itself is not made.
     def swap_out(self: KVCache, pairs: BlockPairs) -> None:
-        base.swap_out(self, pairs)  # first: pairs it refuses are no copy to charge
+        if twin.forward:
+            base.swap_out(self, pairs)
+        else:
+            self._pairs(pairs, "swap_out", src_pool="device", dst_pool="host")
         twin._copy(pairs, Direction.OFFLOAD)
 
     def swap_in(self: KVCache, pairs: BlockPairs) -> None:
-        base.swap_in(self, pairs)
+        if twin.forward:
+            base.swap_in(self, pairs)
+        else:
+            self._pairs(pairs, "swap_in", src_pool="host", dst_pool="device")
         twin._copy(pairs, Direction.RESTORE)
 
-    namespace = {"__slots__": (), "__module__": __name__, "swap_out": swap_out, "swap_in": swap_in}
+    def copy_blocks(self: KVCache, pairs: BlockPairs) -> None:
+        if twin.forward:
+            base.copy_blocks(self, pairs)
+        else:
+            self._pairs(pairs, "copy_blocks", src_pool="device", dst_pool="device")
+
+    namespace = {
+        "__slots__": (),
+        "__module__": __name__,
+        "swap_out": swap_out,
+        "swap_in": swap_in,
+        "copy_blocks": copy_blocks,
+    }
     return type("TwinKVCache", (_TwinKVCache, base), namespace)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine.config import EngineConfig, PreemptionMode
 from engine.engine import Engine
+from engine.prefill_counter import PrefillCounter
 from engine.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
@@ -101,3 +105,31 @@ def test_a_pinned_prefix_is_prefilled_once_and_its_requests_prefill_the_rest(
     metrics = engine.metrics()
     assert (metrics.num_prefill_tokens, metrics.num_recomputed_tokens) == (100, 0)
     engine.unpin(pinned)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    length=st.integers(1, 3000),
+    cut=st.integers(0, 3100),
+    tail=st.lists(st.integers(0, 3), max_size=200),
+    as_tuple=st.booleans(),
+)
+def test_the_tokens_a_next_call_repeats_are_counted_to_the_first_difference(
+    length: int, cut: int, tail: list[int], as_tuple: bool
+) -> None:
+    """A next call's prompt repeats its budget's last context up to its first different
+    token (found a slice at a time: a 16k-token context arrives at every call), at most
+    all of that context but its sampled last token, whatever sequence types hold them.
+    Broken (a slice found equal taken as the whole prefix), it fails."""
+    previous = [(7 * i) % 5 for i in range(length)]
+    prompt = [*previous[:cut], *tail]
+    if not prompt:
+        return
+    expected = 0
+    for ours, theirs in zip(prompt, previous[: len(previous) - 1], strict=False):
+        if ours != theirs:
+            break
+        expected += 1
+    counter = PrefillCounter()
+    counter.arrived("r", prompt, tuple(previous) if as_tuple else previous)
+    assert counter.count("r", 0, len(prompt), len(prompt)) == (len(prompt), expected)

@@ -236,3 +236,50 @@ def test_token_stream_matches_stop_strings_on_the_decoded_text(
         assert result is not None and result.stop_token_id == eos
     else:
         assert result is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    before=st.lists(st.sampled_from(["a", " ok", "é", "😀", "中"]), max_size=4).map("".join),
+    repeated=st.sampled_from(["a", " ok", "é", "😀", "中", "\n"]),
+    piece=st.integers(0, 3),
+    times=st.integers(1, 40),
+    split=st.booleans(),
+    stop=st.sampled_from([(), ("okok",), ("z",)]),
+)
+def test_push_repeated_shows_what_pushing_the_token_each_time_shows(
+    tokenizer: Tokenizer,
+    before: str,
+    repeated: str,
+    piece: int,
+    times: int,
+    split: bool,
+    stop: tuple[str, ...],
+) -> None:
+    """A decode run's text (``engine.decode_run``): one token many times, pushed at once,
+    shows what as many pushes show, after any text (a character split across tokens
+    included) and whichever of the token's pieces repeats, stop strings watched or not.
+    Broken (the first push's text repeated whatever the decoder held), it fails on a
+    split character."""
+    ids = tokenizer.encode(repeated)
+    token = ids[min(piece, len(ids) - 1)]
+    sampling = SamplingParams(stop=stop, ignore_eos=True)
+    one_by_one = TokenStopChecker(tokenizer, sampling)
+    at_once = TokenStopChecker(tokenizer, sampling)
+    # split: the text so far ends in the first piece of a character split across tokens
+    for token_id in tokenizer.encode(before) + (tokenizer.encode("😀")[:1] if split else []):
+        assert at_once.push(token_id) == one_by_one.push(token_id)
+    if one_by_one.stopped:
+        return
+    pushed = [one_by_one.push(token) for _ in range(times)]
+    if any(result.stopped for result in pushed):
+        return  # push_repeated is for tokens that do not stop the request
+    assert at_once.push_repeated(token, times) == "".join(r.text for r in pushed)
+    assert at_once.flush() == one_by_one.flush()
+
+
+def test_push_repeated_refuses_a_stop_token(tokenizer: Tokenizer) -> None:
+    eos = tokenizer.encode("<|endoftext|>")[0]
+    checker = TokenStopChecker(tokenizer, SamplingParams())
+    with pytest.raises(InvalidRequestError, match="push\\(\\) them"):
+        checker.push_repeated(eos, 3)

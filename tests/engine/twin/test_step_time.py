@@ -9,6 +9,8 @@ import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.twin import (
     FitError,
@@ -94,6 +96,26 @@ def test_decode_time_grows_with_context(name):
     model = StepTimeModel(get_profile(name))
     times = [model.seconds(QWEN3_8B_INT4, _decode(8, c)) for c in (16, 1024, 8192, 32768)]
     assert times == sorted(times) and len(set(times)) == len(times)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    name=st.sampled_from(["cpu-here", "h100-sxm", "rx9070xt"]),
+    contexts=st.lists(st.integers(1, 40_000), min_size=1, max_size=64),
+)
+def test_a_decode_step_timed_from_its_totals_is_timed_as_its_batch_to_the_bit(name, contexts):
+    """A decode run times each step from its sequences and their total context
+    (``decode_seconds``), not a batch built per step: the twin's runs must not move by a
+    bit for it. Broken (the attended tokens summed without the new token), it fails."""
+    model = StepTimeModel(get_profile(name))
+    for shape in (QWEN3_8B_INT4, _shape_bf16()):
+        batch = StepBatch(tuple(SequenceWork(1, c) for c in contexts))
+        expected = model.seconds(shape, batch)
+        assert model.decode_seconds(shape, len(contexts), sum(contexts)) == expected
+
+
+def _shape_bf16():
+    return dataclasses.replace(QWEN3_8B_INT4, name="qwen3-8b-bf16", weight_bits=16)
 
 
 def test_a_big_decode_on_the_reference_card_is_its_weights_over_bandwidth():

@@ -11,9 +11,11 @@ import dataclasses
 from collections.abc import Sequence
 
 import pytest
+import torch
 
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.errors import InvalidRequestError
 from engine.kv_cache import KVCache
 from engine.presets import get_preset
 from engine.sampling import SamplingParams
@@ -147,6 +149,28 @@ def test_an_offload_and_restore_charge_the_contexts_target_bytes_each_way() -> N
         assert (totals.num_copies, totals.num_bytes) == (1, num_bytes)
         assert totals.busy_s == copy_s(num_blocks)
     assert num_bytes == 5 * 16 * 131072  # 32 layers x 8 KV heads x 128 x 2 bytes, K and V
+
+
+@pytest.mark.parametrize("forward", [True, False], ids=["forward", "no-forward"])
+def test_copies_are_charged_either_way_and_made_only_with_the_forward_pass(forward: bool) -> None:
+    """Without a forward pass no model reads K/V, so an offload and a restore are checked
+    and charged to the link but move no K/V; with it they move it. Pairs the cache
+    refuses are refused either way. Broken (copies made without the forward pass), the
+    host blocks change."""
+    engine, _ = make_engine()
+    engine.kv_cache.kv.normal_()  # device K/V that a copy would show on the host
+    twin = attach_twin(engine, profile=OVERLAPPED, model_shape=TARGET, forward=forward)
+    host_before = engine.kv_cache.host_blocks.clone()
+    engine.open_budget("agent", 20)
+    engine.generate(PROMPT, GREEDY, budget="agent")
+    num_blocks = engine.retain("agent") // 16
+    engine.offload(budget="agent")
+    offloaded = twin.link.totals(Direction.OFFLOAD).num_bytes
+    assert offloaded == num_blocks * 16 * TARGET.kv_bytes_per_token
+    moved = not torch.equal(engine.kv_cache.host_blocks, host_before)
+    assert moved is forward
+    with pytest.raises(InvalidRequestError, match="swap_in"):
+        engine.kv_cache.swap_in([(engine.kv_cache.num_host_blocks, 0)])
 
 
 @pytest.mark.parametrize("profile", [SEQUENTIAL, OVERLAPPED], ids=["sequential", "overlapped"])

@@ -86,20 +86,41 @@ class BlockManager:
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
         num_shared_blocks: int = 0,
+        known: Sequence[bytes] = (),
     ) -> list[bytes]:
-        """The chained hashes of the full blocks of ``token_ids``."""
-        return self._hashes(token_ids, cache_salt, num_shared_blocks, encode_extra_keys(extra_keys))
+        """The chained hashes of the full blocks of ``token_ids``; ``known``: the hashes
+        of its leading full blocks, where the caller has them (a context these tokens
+        repeat, hashed with the same salt, shared blocks and keys): only the rest are
+        hashed."""
+        extra = encode_extra_keys(extra_keys)
+        return self._hashes(token_ids, cache_salt, num_shared_blocks, extra, known)
 
     def _hashes(
-        self, token_ids: Sequence[int], cache_salt: str | None, num_shared_blocks: int, extra: bytes
+        self,
+        token_ids: Sequence[int],
+        cache_salt: str | None,
+        num_shared_blocks: int,
+        extra: bytes,
+        known: Sequence[bytes] = (),
     ) -> list[bytes]:
-        return hash_chain(
+        num_known = min(len(known), len(token_ids) // self.block_size)
+        hashes = list(known[:num_known])
+        hashes += hash_chain(
             token_ids,
             self.block_size,
             cache_salt=cache_salt,
             num_shared_blocks=num_shared_blocks,
             extra=extra,
+            start_block=num_known,
+            previous=hashes[-1] if hashes else None,
         )
+        return hashes
+
+    def computed_hashes(self, seq_id: Hashable) -> tuple[bytes, ...]:
+        """The hashes of the sequence's full blocks computed so far (what the prefix
+        cache was offered), in order."""
+        table = self._table(seq_id)
+        return tuple(table.block_hashes[: table.num_cached_blocks])
 
     def num_shared_blocks(
         self, token_ids: Sequence[int], *, extra_keys: Sequence[ExtraKey] = ()
@@ -248,17 +269,19 @@ class BlockManager:
         *,
         cache_salt: str | None = None,
         num_shared_blocks: int = 0,
+        known: Sequence[bytes] = (),
     ) -> int:
         """Make ``seq_id`` a sequence of the cached full blocks that ``token_ids`` start
         with: no new block, no compute, no budget charge. It keeps an idle context's K/V
-        resident (and swappable) until freed. Returns the tokens held, 0 for none."""
+        resident (and swappable) until freed. Returns the tokens held, 0 for none.
+        ``known``: as in ``block_hashes``."""
         if seq_id in self._tables:
             raise DuplicateSequenceError(seq_id)
         require_token_ids(token_ids, allow_empty=True)
         if not self.enable_prefix_caching:
             return 0
         hashes = self.block_hashes(
-            token_ids, cache_salt=cache_salt, num_shared_blocks=num_shared_blocks
+            token_ids, cache_salt=cache_salt, num_shared_blocks=num_shared_blocks, known=known
         )
         hits = self.pool.match(hashes)
         if not hits:
@@ -284,11 +307,13 @@ class BlockManager:
         cache_salt: str | None = None,
         extra_keys: Sequence[ExtraKey] = (),
         num_shared_blocks: int = 0,
+        known: Sequence[bytes] = (),
     ) -> list[bytes]:
         """The hashes by which an allocation of ``token_ids`` looks its prefix up in the
-        cache: its full blocks before the last token (validated as ``allocate`` would)."""
+        cache: its full blocks before the last token (validated as ``allocate`` would);
+        ``known``: as in ``block_hashes``."""
         extra = self._check_prompt(token_ids, cache_salt, extra_keys, num_shared_blocks)
-        return self._prompt_hashes(token_ids, cache_salt, num_shared_blocks, extra)
+        return self._prompt_hashes(token_ids, cache_salt, num_shared_blocks, extra, known)
 
     def _check_prompt(
         self,
@@ -307,12 +332,18 @@ class BlockManager:
             raise InvalidRequestError(str(exc)) from None
 
     def _prompt_hashes(
-        self, token_ids: Sequence[int], cache_salt: str | None, num_shared_blocks: int, extra: bytes
+        self,
+        token_ids: Sequence[int],
+        cache_salt: str | None,
+        num_shared_blocks: int,
+        extra: bytes,
+        known: Sequence[bytes] = (),
     ) -> list[bytes]:
         if not self.enable_prefix_caching:
             return []
         # Only full blocks before the last token may come from the cache.
-        return self._hashes(token_ids[: len(token_ids) - 1], cache_salt, num_shared_blocks, extra)
+        before_last = token_ids[: len(token_ids) - 1]
+        return self._hashes(before_last, cache_salt, num_shared_blocks, extra, known)
 
     def _plan_allocate(
         self,

@@ -47,7 +47,7 @@ from engine.outputs import (
 from engine.pending_restores import PendingRestores
 from engine.prefill_counter import PrefillCounter
 from engine.request import FinishReason, Request, RequestStatus
-from engine.retention import RetainedContexts
+from engine.retention import Context, RetainedContexts
 from engine.sampling import SamplingParams, request_generator
 from engine.scheduler import Scheduler
 from engine.step_threads import StepThreads
@@ -193,11 +193,34 @@ class Engine:
         if budget is not None and not self.retained.restore(budget):
             self.pending.add(budget, request)
         self._requests[request_id] = request
-        previous = self.retained.latest_tokens(budget) if budget is not None else None
-        self.prefill.arrived(request_id, token_ids, previous)
+        previous = self.retained.latest(budget) if budget is not None else None
+        if previous is not None:
+            self._compare(request, previous)
+        else:
+            self.prefill.arrived(request_id, token_ids, None)
         self._stops[request_id] = TokenStopChecker(self.tokenizer, sampling)
         self.scheduler.add(request)
         return request_id
+
+    def _compare(self, request: Request, previous: Context) -> None:
+        """A budget's next request, against its latest context: the tokens it repeats
+        count as recomputed where computed again (``prefill``), and the hashes of the
+        full blocks among them are that context's, not made again."""
+        repeated = self.prefill.arrived(request.request_id, request.token_ids, previous.token_ids)
+        same_keys = (previous.cache_salt, previous.num_shared_blocks) == (
+            request.cache_salt,
+            request.num_shared_blocks,
+        )
+        if not same_keys or not previous.hashes or not self.block_manager.enable_prefix_caching:
+            return
+        known = previous.hashes[: repeated // self.config.block_size]
+        hashes = self.block_manager.prompt_hashes(
+            request.token_ids,
+            cache_salt=request.cache_salt,
+            num_shared_blocks=request.num_shared_blocks,
+            known=known,
+        )
+        request.prompt_hashes = (request.num_tokens, hashes)  # as the scheduler keeps them
 
     def _token_ids(self, prompt: str | Sequence[int]) -> list[int]:
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -342,7 +365,13 @@ class Engine:
         return self._final_output(request, (token,), new_text)
 
     def _record(self, r: Request) -> None:  # the budget's latest context: what retain holds
-        self.retained.record(r.budget, r.token_ids, r.cache_salt, r.num_shared_blocks)  # type: ignore[arg-type]
+        self.retained.record(
+            r.budget,  # type: ignore[arg-type]
+            r.token_ids,
+            r.cache_salt,
+            r.num_shared_blocks,
+            r.context_hashes,
+        )
 
     def _final_output(
         self, request: Request, tokens: tuple[int, ...], new_text: str = ""

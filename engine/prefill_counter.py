@@ -36,13 +36,15 @@ class PrefillCounter:
 
     def arrived(
         self, request_id: str, token_ids: Sequence[int], previous: Sequence[int] | None
-    ) -> None:
-        """A request was queued; ``previous`` is its budget's last finished context."""
+    ) -> int:
+        """A request was queued; ``previous`` is its budget's last finished context.
+        Returns how many leading tokens repeat it (at most all but its last)."""
         reusable = 0
         if previous:
             limit = min(len(token_ids), len(previous) - 1)
             reusable = _common_prefix(token_ids, previous, limit)
         self._known[request_id] = _Known(reusable)
+        return reusable
 
     def count(
         self, request_id: str, start: int, num_tokens: int, num_prompt: int

@@ -61,6 +61,9 @@ class Request:
     # Its prompt's prefix-cache hashes while it waits (``Scheduler``), by the number of
     # tokens they were computed for: a request waiting many steps is asked each step.
     prompt_hashes: tuple[int, list[bytes]] | None = None
+    # The hashes of its computed full blocks when it finished (``Scheduler.finish``):
+    # what a hold of its context, and its budget's next prompt, start with.
+    context_hashes: tuple[bytes, ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -33,14 +33,18 @@ from engine.block_table import SequenceState
 from engine.errors import OutOfSwapSpaceError
 from engine.kv_cache import KVCache
 
-__all__ = ["RetainedContexts"]
+__all__ = ["Context", "RetainedContexts"]
 
 
 @dataclass(frozen=True, slots=True)
-class _Context:
+class Context:
+    """A budget's latest finished context: what ``retain`` holds, and what its next
+    request's prompt is compared with (recompute counted, hashes reused)."""
+
     token_ids: tuple[int, ...]
     cache_salt: str | None
     num_shared_blocks: int  # the request's own k: a hold hashes its blocks as it did
+    hashes: tuple[bytes, ...] = ()  # of its leading full blocks, as it computed them
 
 
 class RetainedContexts:
@@ -51,7 +55,7 @@ class RetainedContexts:
     def __init__(self, manager: BlockManager, kv_cache: KVCache) -> None:
         self.manager = manager
         self.kv_cache = kv_cache
-        self._latest: dict[str, _Context] = {}
+        self._latest: dict[str, Context] = {}
         self._held: dict[str, None] = {}  # in the order held: the oldest first
         self.num_reclaimed = 0  # holds ``reclaim`` moved or ended, since the start
 
@@ -61,14 +65,17 @@ class RetainedContexts:
         token_ids: Sequence[int],
         cache_salt: str | None,
         num_shared_blocks: int = 0,
+        hashes: Sequence[bytes] = (),
     ) -> None:
-        """The budget's latest request finished with these tokens (prompt and output)."""
-        self._latest[budget] = _Context(tuple(token_ids), cache_salt, num_shared_blocks)
+        """The budget's latest request finished with these tokens (prompt and output);
+        ``hashes``: of their leading full blocks, where the request computed them."""
+        self._latest[budget] = Context(
+            tuple(token_ids), cache_salt, num_shared_blocks, tuple(hashes)
+        )
 
-    def latest_tokens(self, budget: str) -> tuple[int, ...] | None:
-        """The tokens (prompt and output) of the budget's latest finished request."""
-        context = self._latest.get(budget)
-        return None if context is None else context.token_ids
+    def latest(self, budget: str) -> Context | None:
+        """The budget's latest finished context."""
+        return self._latest.get(budget)
 
     def retain(self, budget: str) -> int:
         """Hold the cached blocks of the budget's latest context; the tokens held."""
@@ -81,6 +88,7 @@ class RetainedContexts:
             context.token_ids,
             cache_salt=context.cache_salt,
             num_shared_blocks=context.num_shared_blocks,
+            known=context.hashes,
         )
         if num_tokens:
             self._held[budget] = None

@@ -286,6 +286,7 @@ class Scheduler:
         }[request.status]
         queue.remove(request)
         if request.request_id in self.manager:
+            request.context_hashes = self.manager.computed_hashes(request.request_id)
             self.manager.free(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason

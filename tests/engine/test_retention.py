@@ -381,3 +381,36 @@ def test_retain_needs_a_budget(llama_dir: Path, prompts: list[list[int]]) -> Non
     with pytest.raises(InvalidRequestError, match="set budget"):
         engine.add_request(prompts[5], GREEDY, retain=True)
     assert not engine.has_unfinished()
+
+
+@pytest.mark.parametrize(
+    ("salt", "next_salt", "repeat"),
+    [(None, None, 999), ("tenant", "tenant", 999), (None, None, 37), ("tenant", "other", 999)],
+    ids=["whole-context", "salted", "diverges-mid-block", "salt-changed"],
+)
+def test_a_next_request_and_a_hold_hash_as_if_nothing_were_known_before(
+    llama_dir: Path, prompts: list[list[int]], salt: str | None, next_salt: str | None, repeat: int
+) -> None:
+    """A budget's next prompt (and a hold of its context) takes the hashes of the blocks
+    it repeats from the context before, and hashes only the rest: every hash must be the
+    one a cold look-up makes, for a prompt that repeats the whole context, one that
+    diverges inside a block (a compacted history), and one under another salt. Broken
+    (the context's hashes taken past the tokens the prompt repeats, or under another
+    salt), it fails."""
+    engine = make_engine(llama_dir, num_blocks=64)
+    engine.open_budget("agent", 40)
+    done = engine.generate(prompts[5], GREEDY, budget="agent", cache_salt=salt, retain=True)[0]
+    context = [*done.prompt_token_ids, *done.token_ids]
+    manager = engine.block_manager
+    hold = manager.computed_hashes(("retained", "agent"))  # the hold retain=True made
+    assert hold and list(hold) == manager.block_hashes(context, cache_salt=salt)[: len(hold)]
+    second = [*context[:repeat], *TOOL_RESULT, *TOOL_RESULT]
+    request_id = engine.add_request(second, GREEDY, budget="agent", cache_salt=next_salt)
+    [request] = [r for r in engine.scheduler.waiting if r.request_id == request_id]
+    fresh = manager.prompt_hashes(second, cache_salt=next_salt)
+    assert request.prompt_hashes is None or request.prompt_hashes == (len(second), fresh)
+    if next_salt == salt:
+        assert request.prompt_hashes is not None  # taken from the context, not left to admission
+    engine.abort(request_id)
+    engine.close_budget("agent")
+    assert_released(engine)

@@ -270,14 +270,16 @@ class BlockManager:
         cache_salt: str | None = None,
         num_shared_blocks: int = 0,
         known: Sequence[bytes] = (),
+        checked: bool = False,
     ) -> int:
         """Make ``seq_id`` a sequence of the cached full blocks that ``token_ids`` start
         with: no new block, no compute, no budget charge. It keeps an idle context's K/V
         resident (and swappable) until freed. Returns the tokens held, 0 for none.
-        ``known``: as in ``block_hashes``."""
+        ``known`` and ``checked``: as in ``block_hashes`` and ``prompt_hashes``."""
         if seq_id in self._tables:
             raise DuplicateSequenceError(seq_id)
-        require_token_ids(token_ids, allow_empty=True)
+        if not checked:
+            require_token_ids(token_ids, allow_empty=True)
         if not self.enable_prefix_caching:
             return 0
         hashes = self.block_hashes(
@@ -308,11 +310,13 @@ class BlockManager:
         extra_keys: Sequence[ExtraKey] = (),
         num_shared_blocks: int = 0,
         known: Sequence[bytes] = (),
+        checked: bool = False,
     ) -> list[bytes]:
         """The hashes by which an allocation of ``token_ids`` looks its prefix up in the
         cache: its full blocks before the last token (validated as ``allocate`` would);
-        ``known``: as in ``block_hashes``."""
-        extra = self._check_prompt(token_ids, cache_salt, extra_keys, num_shared_blocks)
+        ``known``: as in ``block_hashes``; ``checked``: the caller has validated the
+        token ids already (the engine's own requests: ``Engine.add_request`` did)."""
+        extra = self._check_prompt(token_ids, cache_salt, extra_keys, num_shared_blocks, checked)
         return self._prompt_hashes(token_ids, cache_salt, num_shared_blocks, extra, known)
 
     def _check_prompt(
@@ -321,8 +325,10 @@ class BlockManager:
         cache_salt: str | None,
         extra_keys: Sequence[ExtraKey],
         num_shared_blocks: int,
+        checked: bool = False,
     ) -> bytes:
-        require_token_ids(token_ids, allow_empty=False)
+        if not checked:
+            require_token_ids(token_ids, allow_empty=False)
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise InvalidRequestError(f"cache_salt must be a str or None, got {cache_salt!r}")
         require_int("num_shared_blocks", num_shared_blocks, minimum=0)

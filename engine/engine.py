@@ -219,6 +219,7 @@ class Engine:
             cache_salt=request.cache_salt,
             num_shared_blocks=request.num_shared_blocks,
             known=known,
+            checked=True,  # by _token_ids
         )
         request.prompt_hashes = (request.num_tokens, hashes)  # as the scheduler keeps them
 

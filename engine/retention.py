@@ -89,6 +89,7 @@ class RetainedContexts:
             cache_salt=context.cache_salt,
             num_shared_blocks=context.num_shared_blocks,
             known=context.hashes,
+            checked=True,  # a request's tokens, which the engine validated
         )
         if num_tokens:
             self._held[budget] = None

@@ -237,6 +237,7 @@ class Scheduler:
             request.token_ids,
             cache_salt=request.cache_salt,
             num_shared_blocks=request.num_shared_blocks,
+            checked=True,  # by Engine.add_request
         )
         request.prompt_hashes = (request.num_tokens, hashes)
         return hashes

@@ -61,8 +61,7 @@ class SwapSpace:
         host_blocks = [self.host_pool.allocate() for _ in table.blocks]
         pairs = zip(table.blocks, host_blocks, strict=True)
         moves = tuple((dev.block_id, host.block_id) for dev, host in pairs)
-        for block in reversed(table.blocks):
-            self.device_pool.free(block)
+        self.device_pool.free_blocks(reversed(table.blocks))
         table.blocks = host_blocks
         table.state = SequenceState.SWAPPED
         self.num_blocks_swapped_out += len(moves)
@@ -105,8 +104,7 @@ class SwapSpace:
             else:
                 prev = hit
             device_blocks.append(prev)
-        for host in reversed(table.blocks):
-            self.host_pool.free(host)
+        self.host_pool.free_blocks(reversed(table.blocks))
         table.blocks = device_blocks
         table.state = SequenceState.RESIDENT
         self.num_blocks_swapped_in += len(moves)

@@ -387,7 +387,7 @@ class BlockManager:
         needed = num_blocks - len(hits) + num_free_hits + num_reserve_blocks
         if needed > self.pool.num_free_blocks:
             return AllocationPlan(Fit(Shortfall.POOL, needed, self.pool.num_free_blocks), [], [])
-        return AllocationPlan(_FITS, hits, list(hashes[: len(hits)]), extra)
+        return AllocationPlan(_FITS, hits, list(hashes), extra)  # all: none is made twice
 
     # -- append -------------------------------------------------------------------------
     def can_append(self, seq_id: Hashable, num_new_tokens: int = 1) -> Fit:

@@ -25,8 +25,9 @@ class BlockTable:
 
     ``blocks`` holds device blocks while resident and host blocks while swapped, so its
     length is always ``ceil(num_tokens / block_size)``. ``block_hashes[i]`` is the chained
-    hash of full block ``i``, computed once it is known to be computed; the first
-    ``num_cached_blocks`` of those were offered to the prefix cache. The first
+    hash of full block ``i``: the prompt's from its look-up at allocation (its full
+    blocks before the last token), the rest made as they are computed; only the first
+    ``num_cached_blocks`` were offered to the prefix cache. The first
     ``num_shared_blocks`` hash unsalted (a shared pin's), the rest with ``cache_salt``
     (``engine.prefix_hash.hash_chain``).
     """

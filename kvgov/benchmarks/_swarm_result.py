@@ -142,7 +142,10 @@ class EngineTap:
         engine.step = self._stepped  # type: ignore[method-assign]
 
     def _add_request(self, prompt: Any, *args: Any, **kwargs: Any) -> str:
-        token_ids = self._engine._token_ids(prompt)  # what the engine itself will queue
+        # What the engine will queue (it checks them, and refuses bad ones before any is
+        # recorded here).
+        tokenizer = self._engine.tokenizer
+        token_ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         budget = kwargs.get("budget")
         request_id = self._add(token_ids, *args, **kwargs)
         if budget is not None:

@@ -6,7 +6,9 @@ and PNG, with matplotlib (imported only here, as ``_swarm_plot`` does)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kvgov.benchmarks._swarm_breakdown import PARTS
 from kvgov.benchmarks._swarm_plot import _COLORS, _save, footnote
@@ -50,12 +52,7 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
             for policy in figures.policies:
                 per_seed = {rate: figures.per_seed(policy, rate, figure) for rate in rates}
                 curves = {s: [per_seed[r][s] for r in rates] for s in figures.seeds}
-                band = stats.band_over(curves)
-                color = _COLORS.get(policy)
-                ax.plot(rates, [b.value for b in band], marker="o", label=policy, color=color)
-                ax.fill_between(
-                    rates, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15
-                )
+                _band_line(ax, rates, curves, policy)
             if len(rates) > 1 and max(rates) >= 4 * min(rates):
                 ax.set_xscale("log")  # a sweep from below saturation to well past it
                 ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
@@ -122,12 +119,7 @@ def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[P
         for policy in figures.policies:
             per_share = {share: figures.goodput(policy, share) for share in shares}
             curves = {s: [per_share[share][s] for share in shares] for s in figures.seeds}
-            band = stats.band_over(curves)
-            color = _COLORS.get(policy)
-            ax.plot(gb, [b.value for b in band], marker="o", label=policy, color=color)
-            ax.fill_between(
-                gb, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15
-            )
+            _band_line(ax, gb, curves, policy)
         ax.set_xlabel("KV memory the engine is given (GB)")
         ax.set_ylabel("goodput (jobs/min), median of seeds")
         ax.set_ylim(bottom=0)
@@ -143,3 +135,14 @@ def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[P
         return _save(fig, out / f"openloop-goodput-budget-{figures.suffix}")
     finally:
         plt.close(fig)
+
+
+def _band_line(
+    ax: Any, xs: Sequence[float], curves: Mapping[int, list[float]], policy: str
+) -> None:
+    """One policy's median over the seeds at each x, with its 95% band read over the same
+    resampled seeds at every x (``stats.band_over``; ``curves``: seed -> its values)."""
+    band = stats.band_over(curves)
+    color = _COLORS.get(policy)
+    ax.plot(xs, [b.value for b in band], marker="o", label=policy, color=color)
+    ax.fill_between(xs, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15)

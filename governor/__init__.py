@@ -65,7 +65,7 @@ from governor.sizing import (
 from governor.testing import FakeBackend
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
 from governor.tool_calls import ToolCall
-from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
+from governor.tool_output import ToolOutputPolicy, ToolOutputReduction, reduce_output
 from governor.topology import (
     DEFAULT_EXPECTED_USE,
     TopologyFit,
@@ -148,6 +148,7 @@ __all__ = [
     "kv_shape_from_hf_config",
     "max_ceiling_tokens",
     "max_concurrent",
+    "reduce_output",
 ]
 
 try:

@@ -33,7 +33,7 @@ from governor.config import finite_number
 from governor.errors import ConfigError, LeaseReleased
 from governor.events import error_name
 from governor.lease import Lease, LeaseState
-from governor.tool_output import ToolOutputPolicy, ToolOutputReduction
+from governor.tool_output import ToolOutputPolicy, ToolOutputReduction, reduce_output
 
 if TYPE_CHECKING:
     from governor.clock import Clock
@@ -94,12 +94,14 @@ class ToolCalls:
         arguments: Mapping[str, Any] | None = None,
         *,
         expected_s: float | None = None,
+        question: str | None = None,
     ) -> ToolCall:
         """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
         (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
         ``expected_s`` to take longer, or, without ``expected_s``, its calls so far mostly
         took longer). ``call.reduce(output)`` fits its result to the agent's
-        ``tool_output_tokens``."""
+        ``tool_output_tokens``, keeping what ``arguments`` and ``question`` (the agent's
+        last request) ask for."""
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if expected_s is not None and not (finite_number(expected_s) and expected_s >= 0):
@@ -108,7 +110,7 @@ class ToolCalls:
                 f"when unknown, got {expected_s!r}",
                 setting="expected_s",
             )
-        return ToolCall(self, lease, tool, arguments, expected_s=expected_s)
+        return ToolCall(self, lease, tool, arguments, expected_s=expected_s, question=question)
 
     def _tool_needs_backend(self, lease: Lease) -> bool:
         return self.idle.needs_backend(lease, budget_open=self._budget_open(lease))
@@ -140,15 +142,22 @@ class ToolCalls:
         *,
         tool: str | None = None,
         arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
     ) -> ToolOutputReduction:
         """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
-        policy (unchanged, method ``"none"``, when the agent sets no such budget)."""
+        policy (unchanged, method ``"none"``, when the agent sets no such budget);
+        ``question`` is the agent's last request, for a policy that reads it."""
         budget = lease.agent.tool_output_tokens
         if budget is None:
             tokens = self.counter.count(text)
             return ToolOutputReduction(text, tokens, tokens, "none", 0.0)
-        reduction = self.tool_output_policy.reduce(
-            text, budget_tokens=budget, tool_name=tool, arguments=arguments
+        reduction = reduce_output(
+            self.tool_output_policy,
+            text,
+            budget_tokens=budget,
+            tool_name=tool,
+            arguments=arguments,
+            question=question,
         )
         if reduction.changed:
             lease.tokens_summarized += reduction.tokens_saved
@@ -157,7 +166,7 @@ class ToolCalls:
 
 
 class ToolCall:
-    __slots__ = ("_started", "arguments", "expected_s", "governor", "lease", "tool")
+    __slots__ = ("_started", "arguments", "expected_s", "governor", "lease", "question", "tool")
 
     def __init__(
         self,
@@ -167,12 +176,14 @@ class ToolCall:
         arguments: Mapping[str, Any] | None,
         *,
         expected_s: float | None,
+        question: str | None = None,
     ) -> None:
         self.governor = governor
         self.lease = lease
         self.tool = tool
         self.arguments = arguments
         self.expected_s = expected_s
+        self.question = question
         self._started = 0.0
 
     def __repr__(self) -> str:
@@ -181,7 +192,7 @@ class ToolCall:
     def reduce(self, output: str) -> ToolOutputReduction:
         """The tool's output fitted to the agent's ``tool_output_tokens``."""
         return self.governor.reduce_tool_output(
-            self.lease, output, tool=self.tool, arguments=self.arguments
+            self.lease, output, tool=self.tool, arguments=self.arguments, question=self.question
         )
 
     def __enter__(self) -> ToolCall:

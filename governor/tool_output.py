@@ -8,11 +8,12 @@ explicit.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ToolOutputPolicy", "ToolOutputReduction"]
+__all__ = ["ToolOutputPolicy", "ToolOutputReduction", "reduce_output"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +49,12 @@ class ToolOutputReduction:
 class ToolOutputPolicy(Protocol):
     """Reduces a tool's output to at most ``budget_tokens`` tokens.
 
-    ``tool_name`` and ``arguments`` describe the call that produced the output, so a
-    policy can keep what the caller asked about. A policy never returns more than
-    ``budget_tokens`` tokens and raises ``ConfigError`` for a budget below 1.
+    ``tool_name`` and ``arguments`` describe the call that produced the output, and
+    ``question`` is the agent's last request before it (the latest user or assistant
+    turn with text), so a policy can keep what the caller asked about. A policy never
+    returns more than ``budget_tokens`` tokens and raises ``ConfigError`` for a budget
+    below 1. Policies written before ``question`` existed still work: the governor passes
+    it only to a ``reduce`` that takes it (``reduce_output``).
     """
 
     def reduce(
@@ -60,4 +64,36 @@ class ToolOutputPolicy(Protocol):
         budget_tokens: int,
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
     ) -> ToolOutputReduction: ...
+
+
+def reduce_output(
+    policy: ToolOutputPolicy,
+    text: str,
+    *,
+    budget_tokens: int,
+    tool_name: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    question: str | None = None,
+) -> ToolOutputReduction:
+    """``policy.reduce``, given ``question`` where its signature takes it."""
+    if question is not None and _takes_question(policy):
+        return policy.reduce(
+            text,
+            budget_tokens=budget_tokens,
+            tool_name=tool_name,
+            arguments=arguments,
+            question=question,
+        )
+    return policy.reduce(
+        text, budget_tokens=budget_tokens, tool_name=tool_name, arguments=arguments
+    )
+
+
+def _takes_question(policy: ToolOutputPolicy) -> bool:
+    try:
+        parameters = inspect.signature(policy.reduce).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: call it as the old protocol
+        return False
+    return any(p.name == "question" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

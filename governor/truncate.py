@@ -56,6 +56,7 @@ class HeadTailTruncation:
         budget_tokens: int,
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
     ) -> ToolOutputReduction:
         if (
             isinstance(budget_tokens, bool)

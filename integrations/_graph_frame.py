@@ -51,6 +51,7 @@ from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, Lea
 from integrations._control_flow import failure
 from integrations._graph_messages import Tally
 from integrations._lease_context import current_lease
+from integrations._messages import last_request
 
 __all__ = [
     "FRAME_KEY",
@@ -145,6 +146,7 @@ class Frame:
         "_held",
         "_lock",
         "_owners",
+        "_questions",
         "_ran",
         "governance",
         "inherited",
@@ -159,6 +161,8 @@ class Frame:
         self._held: dict[str, _Held] = {}  # node name -> its lease for the frame
         self._ran: dict[str, tuple[Lease, int]] = {}  # node -> (its lease, latest step)
         self._owners: dict[str, Lease] = {}  # tool call id -> the lease that asked for it
+        # tool call id -> the agent's last request before the call (``last_request``)
+        self._questions: dict[str, str | None] = {}
         # lease id -> what the latest turn of a frame lease raised (for its release)
         self._failed: dict[str, BaseException] = {}
 
@@ -214,13 +218,27 @@ class Frame:
                 return sender
         return _usable(self.inherited)
 
-    def note_calls(self, lease: Lease, messages: list[BaseMessage]) -> None:
-        """Remember which lease asked for these tool calls, for the tools node after."""
-        for message in messages:
-            if isinstance(message, AIMessage):
+    def note_calls(
+        self, lease: Lease, messages: list[BaseMessage], before: list[BaseMessage] | None
+    ) -> None:
+        """Remember which lease asked for these tool calls, and the agent's last request
+        before each (``before``: the messages the node was given), for the tools node
+        after."""
+        for i, message in enumerate(messages):
+            if isinstance(message, AIMessage) and message.tool_calls:
+                question = last_request([*(before or ()), *messages[: i + 1]])
                 for call in message.tool_calls:
                     if call.get("id") is not None:
                         self._owners[str(call["id"])] = lease
+                        self._questions[str(call["id"])] = question
+
+    def question_for(self, calls: Iterable[Mapping[str, Any]]) -> str | None:
+        """The agent's last request before the first of ``calls`` a governed node made."""
+        for call in calls:
+            question = self._questions.get(str(call.get("id")))
+            if question is not None:
+                return question
+        return None
 
     def _owner(self, calls: Iterable[Mapping[str, Any]]) -> Lease | None:
         for call in calls:
@@ -307,6 +325,7 @@ class Frame:
             self._held.clear()
             self._ran.clear()
             self._owners.clear()
+            self._questions.clear()
             self._failed.clear()
         first: BaseException | None = None
         for entry in held:

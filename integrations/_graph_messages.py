@@ -50,6 +50,15 @@ def messages_in(value: Any, key: str) -> list[BaseMessage] | None:
     return _as_messages(found)
 
 
+def calling_messages(value: Any, key: str) -> list[BaseMessage] | None:
+    """The messages before a tools node's calls: its input's, or, for the one call a
+    ``ToolCallWithContext`` carries, those of the state it carries."""
+    found = messages_in(value, key)
+    if found is None and isinstance(value, Mapping) and isinstance(value.get("state"), Mapping):
+        return messages_in(value["state"], key)
+    return found
+
+
 def messages_out(output: Any, key: str) -> list[BaseMessage] | None:
     """The messages a node returned (every update's, in order), or None for none."""
     if type(output) is dict:  # the usual node output: one update

@@ -42,6 +42,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from governor import AgentSpec, CeilingExceeded, Lease, ToolCall
 from integrations._graph_frame import Frame, Turn, frame_of
 from integrations._graph_messages import (
+    calling_messages,
     can_replace,
     is_add_messages,
     messages_in,
@@ -51,7 +52,7 @@ from integrations._graph_messages import (
     tool_calls,
 )
 from integrations._lease_context import LeaseScope
-from integrations._messages import compact, reported_usage, text_of
+from integrations._messages import compact, last_request, reported_usage, text_of
 
 __all__ = ["GovernedNode"]
 
@@ -122,21 +123,29 @@ class GovernedNode(Runnable[Any, Any]):
         turn = frame.plan(
             self.node, self.spec, tool_node=self.tool_node, config=config, calls=calls
         )
-        return None if turn is None else _Step(frame, turn, seen, calls)
+        if turn is None:
+            return None
+        question = None
+        if calls:  # the request in the input, or the one the calling node saw
+            given = calling_messages(value, frame.governance.messages_key)
+            question = last_request(given) or frame.question_for(calls)
+        return _Step(frame, turn, seen, calls, question)
 
     def _tool_call(self, step: _Step) -> ToolCall | contextlib.nullcontext[None]:
         """A tools node runs inside ``governor.tool_call``; any other node in nothing."""
         if step.calls is None:
             return contextlib.nullcontext()
         name, arguments = _describe(step.calls)
-        return step.frame.governor.tool_call(step.turn.lease, name, arguments)
+        return step.frame.governor.tool_call(
+            step.turn.lease, name, arguments, question=step.question
+        )
 
 
 class _Step:
     """One governed node execution: its frame and turn, the messages it was given, and
-    (a tools node's) the tool calls it runs."""
+    (a tools node's) the tool calls it runs and the agent's last request before them."""
 
-    __slots__ = ("calls", "frame", "seen", "turn")
+    __slots__ = ("calls", "frame", "question", "seen", "turn")
 
     def __init__(
         self,
@@ -144,11 +153,13 @@ class _Step:
         turn: Turn,
         seen: list[BaseMessage] | None,
         calls: list[Mapping[str, Any]] | None,
+        question: str | None = None,
     ) -> None:
         self.frame = frame
         self.turn = turn
         self.seen = seen
         self.calls = calls
+        self.question = question
 
 
 def settle(step: _Step, value: Any, output: Any) -> Any:
@@ -172,15 +183,18 @@ def account(step: _Step, value: Any, output: Any) -> tuple[Any, list[BaseMessage
     if lease.agent.tool_output_tokens is not None and _has_tool_results(added):
         listed = step.calls if step.calls is not None else tool_calls(seen, value)
         calls = {str(call.get("id")): call for call in listed}
+        question = step.question
         output = rewrite_messages(
-            output, key, lambda messages: [_reduce(frame, lease, m, calls) for m in messages]
+            output,
+            key,
+            lambda messages: [_reduce(frame, lease, m, calls, question) for m in messages],
         )
         added = messages_out(output, key)
     if added is None and seen is None:
         return output, None, 0
     tally = frame.scope.tally
     if added:
-        frame.note_calls(lease, added)
+        frame.note_calls(lease, added, seen)
         if lease.num_calls == turn.calls_before:  # no call went through the governor
             replies = [m for m in added if isinstance(m, AIMessage) and not tally.known(m)]
             if replies and seen:
@@ -247,7 +261,11 @@ def _at_ceiling(
 
 
 def _reduce(
-    frame: Frame, lease: Lease, message: BaseMessage, calls: Mapping[str, Mapping[str, Any]]
+    frame: Frame,
+    lease: Lease,
+    message: BaseMessage,
+    calls: Mapping[str, Mapping[str, Any]],
+    question: str | None,
 ) -> BaseMessage:
     if not isinstance(message, ToolMessage):
         return message
@@ -267,7 +285,11 @@ def _reduce(
     ):
         call = calls.get(message.tool_call_id) or {}
         reduction = frame.governor.reduce_tool_output(
-            lease, text, tool=message.name or call.get("name"), arguments=call.get("args")
+            lease,
+            text,
+            tool=message.name or call.get("name"),
+            arguments=call.get("args"),
+            question=question,
         )
         if reduction.changed:
             result = message.model_copy(update={"content": reduction.text})

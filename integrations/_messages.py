@@ -47,6 +47,7 @@ __all__ = [
     "ID_KEY",
     "compact",
     "from_chat",
+    "last_request",
     "reported_usage",
     "restore",
     "text_of",
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 ID_KEY = "id"
+_REQUEST_CHARS = 2_000  # a request is read for its terms; a long one's end holds the ask
 _ROLES = {"human": "user", "ai": "assistant"}
 
 
@@ -171,6 +173,18 @@ def text_of(content: str | list[str | dict[str, Any]]) -> str | None:
         else:
             return None
     return "".join(parts)
+
+
+def last_request(messages: Sequence[BaseMessage] | None) -> str | None:
+    """The agent's last request before a tool call: the text of the latest user or
+    assistant message that has any (an assistant message that only calls tools has none),
+    its last ``_REQUEST_CHARS`` characters; None when there is none."""
+    for message in reversed(messages or ()):
+        if isinstance(message, (HumanMessage, AIMessage)):
+            text = text_of(message.content)
+            if text and text.strip():
+                return text.strip()[-_REQUEST_CHARS:]
+    return None
 
 
 def usage_metadata(result: GenerationResult) -> UsageMetadata:

@@ -102,13 +102,14 @@ from governor import (
     Lease,
     ToolCall,
     ToolOutputReduction,
+    reduce_output,
 )
 from integrations._langchain_model import GovernedChatModel
 from integrations._langchain_run_end import RUN_ENDS
 from integrations._langchain_state import GovernorState, RunHandle
 from integrations._langchain_turn import OnCeiling, Turns
 from integrations._lease_context import LeaseScope, current_lease
-from integrations._messages import text_of
+from integrations._messages import last_request, text_of
 
 __all__ = ["GovernedChatModel", "GovernorMiddleware", "GovernorState"]
 
@@ -302,7 +303,9 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
 
     def _tool_call(self, lease: Lease, request: ToolCallRequest) -> ToolCall:
         call = request.tool_call
-        return self.governor.tool_call(lease, call["name"], call.get("args"))
+        return self.governor.tool_call(
+            lease, call["name"], call.get("args"), question=_question(request)
+        )
 
     def _reduced(
         self, call: ToolCall | None, request: ToolCallRequest, result: ToolResult
@@ -331,9 +334,21 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
         self, request: ToolCallRequest, text: str, budget: int
     ) -> ToolOutputReduction:
         call = request.tool_call
-        return self.governor.tool_output_policy.reduce(
-            text, budget_tokens=budget, tool_name=call["name"], arguments=call.get("args")
+        return reduce_output(
+            self.governor.tool_output_policy,
+            text,
+            budget_tokens=budget,
+            tool_name=call["name"],
+            arguments=call.get("args"),
+            question=_question(request),
         )
+
+
+def _question(request: ToolCallRequest) -> str | None:
+    """The agent's last request before this call, from the state's messages."""
+    state = request.state
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    return last_request(messages) if isinstance(messages, list) else None
 
 
 def _watched(handle: RunHandle) -> RunHandle:

@@ -62,6 +62,7 @@ from governor import (
     TokenCounter,
     ToolOutputPolicy,
     ToolOutputReduction,
+    reduce_output,
 )
 from policies._conversation import check_setting
 from policies._model_replies import content_text, describe, unless_a_bug
@@ -222,11 +223,16 @@ class LLMSummarizer:
         budget_tokens: int,
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
     ) -> ToolOutputReduction:
         """``areduce`` for synchronous callers, from any thread (module docstring)."""
         check_setting("budget_tokens", budget_tokens, 1)
         work = self.areduce(
-            text, budget_tokens=budget_tokens, tool_name=tool_name, arguments=arguments
+            text,
+            budget_tokens=budget_tokens,
+            tool_name=tool_name,
+            arguments=arguments,
+            question=question,
         )
         try:
             asyncio.get_running_loop()
@@ -242,6 +248,7 @@ class LLMSummarizer:
         budget_tokens: int,
         tool_name: str | None = None,
         arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
     ) -> ToolOutputReduction:
         """``text`` within ``budget_tokens``: unchanged when it fits (method ``"none"``),
         the model's summary (``"llm"``), or the fallback's reduction (its own method, with
@@ -254,7 +261,7 @@ class LLMSummarizer:
             return ToolOutputReduction(text, before, before, "none", time.perf_counter() - started)
         # The backend's capacity waits for an engine step; counting and cutting are CPU work.
         prompt = await asyncio.to_thread(
-            self._prompt_for, text, before, budget_tokens, tool_name, arguments or {}
+            self._prompt_for, text, before, budget_tokens, tool_name, arguments or {}, question
         )
         reply = await self._ask(prompt)
         answer = None if reply.text is None else reply.text.strip()
@@ -284,11 +291,13 @@ class LLMSummarizer:
                 )
         self._fell_back(reason, detail, tool_name)
         reduced = await asyncio.to_thread(
-            self._fallback.reduce,
+            reduce_output,
+            self._fallback,
             text,
             budget_tokens=budget_tokens,
             tool_name=tool_name,
             arguments=arguments,
+            question=question,
         )
         kept, method, after = reduced.text, reduced.method, count(reduced.text)
         if after > budget_tokens:  # a fallback that counts with another tokenizer
@@ -322,11 +331,12 @@ class LLMSummarizer:
         budget: int,
         tool_name: str | None,
         arguments: Mapping[str, Any],
+        question: str | None,
     ) -> _Prompt:
         """The messages for the model, the output cut until they fit what it can take."""
         limit = self._max_input_tokens or _INPUT_FACTOR * budget
         system = {"role": "system", "content": self._prompt.format(budget_tokens=budget)}
-        header = _header(tool_name, self._arguments_text(arguments))
+        header = _header(tool_name, self._arguments_text(arguments), self._question_text(question))
         backend = self._backend
         room = 0  # tokens the backend can hold for prompt and answer together
         if backend is not None:
@@ -341,7 +351,11 @@ class LLMSummarizer:
             pre = None
             if num_tokens > limit:
                 pre = self._extractive.reduce(
-                    text, budget_tokens=limit, tool_name=tool_name, arguments=arguments
+                    text,
+                    budget_tokens=limit,
+                    tool_name=tool_name,
+                    arguments=arguments,
+                    question=question,
                 )
             source = text if pre is None else pre.text
             note = "" if pre is None else _SHORTENED
@@ -371,6 +385,12 @@ class LLMSummarizer:
         shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
         cut = self._counter.truncate(shown, _ARGUMENT_TOKENS)
         return cut if cut == shown else f"{cut} [... cut ...]"
+
+    def _question_text(self, question: str | None) -> str:
+        if not question:
+            return ""
+        cut = self._counter.truncate(question, _ARGUMENT_TOKENS)
+        return cut if cut == question else f"{cut} [... cut ...]"
 
     # -- the model call -----------------------------------------------------------------
     async def _ask(self, prompt: _Prompt) -> _Reply:
@@ -484,8 +504,10 @@ def _check_prompt(prompt: object) -> None:
         ) from exc
 
 
-def _header(tool_name: str | None, arguments: str) -> str:
+def _header(tool_name: str | None, arguments: str, question: str) -> str:
     lines = []
+    if question:
+        lines.append(f"Request: {question}\n")
     if tool_name:
         lines.append(f"Tool: {tool_name}\n")
     if arguments:

@@ -1,0 +1,22 @@
+"""Readers of tool-output structure: what to keep of a JSON body, a table, a diff, a log.
+
+Each reader recognises one kind of structure by content and splits the text into ranked
+``Piece``s (``pieces.py``); ``fit`` keeps them in rank order under a token budget and marks
+what it leaves out. ``READERS`` is the order ``ExtractiveSummarizer`` tries them in: the
+most specific structure first, so that a test run's JSON report is read as diagnostics
+and a log holding a traceback as a trace. ``read_lines`` reads anything, line by line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.readers.fit import Fitted, fit
+from policies.readers.lines import read_lines
+from policies.readers.pieces import Piece, Query, Reading, Tier
+
+__all__ = ["READERS", "Fitted", "Piece", "Query", "Reader", "Reading", "Tier", "fit", "read_lines"]
+
+Reader = Callable[[str, Query], Reading | None]
+
+READERS: tuple[Reader, ...] = ()

@@ -1,0 +1,146 @@
+"""What a reader makes of a tool output: pieces ranked by what the agent needs.
+
+A reader (one per kind of structure: JSON, tables, diffs, diagnostics, logs, stack
+traces, listings, prose) turns a tool output into a ``Reading``: the pieces of the text
+in the order they are shown, each with a rank (lower is kept first) and what it stands
+for when it is left out. ``fit`` (``policies.readers.fit``) keeps pieces in rank order
+while they fit the budget and marks every run of left-out pieces with what it held.
+
+Readers rank by the same tiers, so that a reading is ordered the way an agent would
+read it: first the shape that makes the rest legible (a table's header, a diff's file
+headers, the counts of what follows), then what the call asked for, then what went
+wrong, then what stands out, then context, then the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+__all__ = ["Piece", "Query", "Reading", "Tier"]
+
+
+class Tier(IntEnum):
+    """The first element of every rank: readers agree on what comes first."""
+
+    SHAPE = 0  # short: a header, file and hunk headers, counts and ranges of the rest
+    ASKED = 1  # names what the call's arguments or the agent's question name
+    ALARM = 2  # an error, a failure, an exception: what went wrong
+    STANDOUT = 3  # unlike its siblings: a value seen once, an outlier, a warning
+    CONTEXT = 4  # next to an asked-for or alarming piece, and needed to read it
+    REST = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A kept-or-left-out part of a reading: one or more whole lines of ``text``.
+
+    ``rank`` orders the pieces of one reading (its first element a ``Tier``; lower is
+    kept first). ``what`` and ``count`` say what the piece stands for when it is left
+    out: ``("rows", 1)`` for a table row, ``("lines", 12)`` for a collapsed run.
+    ``folded`` counts the ``what`` its own text already leaves out (a run of 40 similar
+    lines shown as its first line and a count folds 39). ``tokens``, where the reader
+    counted them, are the tokens of what the piece stands for: its text's when nothing is
+    folded, the whole run's when something is.
+    """
+
+    text: str
+    rank: tuple[int, ...]
+    what: str = "lines"
+    count: int = 1
+    folded: int = 0
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A reader's account of one output: ``method`` names the reader (``"json"``)."""
+
+    method: str
+    pieces: tuple[Piece, ...]
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-/]*\w")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+|\d+(?:\.\d+)?")
+_MIN_TERM = 4  # shorter plain words in arguments match too much
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\w+",
+        "a an and are as at be by can did do does for from has have how i in is it its me my "
+        "no not of on or our show tell that the their them then there these this to was we "
+        "what when where which who why will with you your please find get list give need "
+        "all any some about into out up",
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What the agent asked for: the tool call and the agent's last request.
+
+    ``terms`` are the selective strings of the call's arguments: whole values and the
+    identifiers in them (``src/app/models.py``, ``models.py``, ``user_4821``), to find
+    verbatim. ``words`` are the lowercase content words of the arguments and of
+    ``question`` (the last user or assistant turn before the call), to score prose by.
+    A reader may read these, never anything about the answer.
+    """
+
+    tool_name: str | None = None
+    arguments: Mapping[str, Any] | None = None
+    question: str = ""
+    terms: tuple[str, ...] = ()
+    words: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(
+        cls,
+        tool_name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
+    ) -> Query:
+        arguments = arguments or {}
+        question = question or ""
+        values = list(_strings(arguments))
+        words = {w.lower() for text in (*values, question) for w in _WORD.findall(text)}
+        return cls(
+            tool_name=tool_name,
+            arguments=arguments,
+            question=question,
+            terms=_terms(values),
+            words=frozenset(w for w in words if w not in _STOPWORDS and len(w) > 1),
+        )
+
+    def mentions(self, text: str) -> bool:
+        """Whether ``text`` holds one of the call's terms verbatim."""
+        return any(term in text for term in self.terms)
+
+
+def _terms(values: list[str]) -> tuple[str, ...]:
+    found: set[str] = set()
+    for value in values:
+        value = value.strip()
+        if _MIN_TERM <= len(value) <= 200:
+            found.add(value)
+        for token in _IDENTIFIER.findall(value):
+            if len(token) >= _MIN_TERM or any(c in token for c in "_./"):
+                found.add(token)
+                found.update(part for part in token.split("/") if len(part) >= _MIN_TERM)
+    return tuple(sorted(found))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, (int, float)):
+        yield str(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)

@@ -11,12 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from policies.readers.diff import read_diff
 from policies.readers.fit import Fitted, fit
 from policies.readers.lines import read_lines
+from policies.readers.listing import read_listing
+from policies.readers.logs import read_log
 from policies.readers.pieces import Piece, Query, Reading, Tier
+from policies.readers.prose import read_prose
 
-__all__ = ["READERS", "Fitted", "Piece", "Query", "Reader", "Reading", "Tier", "fit", "read_lines"]
+__all__ = [
+    "READERS",
+    "Fitted",
+    "Piece",
+    "Query",
+    "Reader",
+    "Reading",
+    "Tier",
+    "fit",
+    "read_diff",
+    "read_lines",
+    "read_listing",
+    "read_log",
+    "read_prose",
+]
 
 Reader = Callable[[str, Query], Reading | None]
 
-READERS: tuple[Reader, ...] = ()
+READERS: tuple[Reader, ...] = (read_diff, read_listing, read_log, read_prose)

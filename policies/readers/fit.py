@@ -3,7 +3,9 @@
 ``fit`` keeps the pieces of a ``Reading`` in rank order while their estimated cost fits,
 shows the kept ones in reading order, and puts one marker in place of each run of
 left-out pieces, saying what the run held: ``[... 480 rows (12,034 tokens) elided ...]``.
-The estimate (each piece's own tokens plus a newline, and the widest marker per gap) is
+A piece that folds a run of similar ones is shown as its first and a marker
+(``[... 39 similar lines (410 tokens) elided ...]``). The estimate (each piece's own
+tokens plus a newline, and the widest marker per gap) is
 checked by counting the rendered text exactly; when it is over, the lowest-ranked kept
 pieces go until it fits, and room left once the exact count is known is filled again.
 The result never exceeds the budget by the counter's exact count.
@@ -37,7 +39,7 @@ def fit(reading: Reading, budget: int, counter: TokenCounter) -> Fitted | None:
     pieces = reading.pieces
     if not pieces:
         return None
-    tokens, costs = _piece_tokens(pieces, counter)
+    shown, tokens, costs = _measure(pieces, counter)
     totals: dict[str, int] = {}
     for piece in pieces:
         totals[piece.what] = totals.get(piece.what, 0) + piece.count
@@ -50,7 +52,7 @@ def fit(reading: Reading, budget: int, counter: TokenCounter) -> Fitted | None:
     best: tuple[str, int, list[bool]] | None = None
     refills = 0
     while True:
-        rendered = _render(pieces, tokens, selected)
+        rendered = _render(pieces, shown, tokens, selected)
         used = counter.count(rendered)
         if used <= budget:
             best = (rendered, used, selected.copy())
@@ -85,19 +87,34 @@ def _name(what: str, n: int) -> str:
     return _SINGULAR.get(what, what[:-1])
 
 
-def _piece_tokens(pieces: tuple[Piece, ...], counter: TokenCounter) -> tuple[list[int], list[int]]:
-    """Each piece's tokens when left out (what it stands for) and its cost when kept (its
-    text and a newline)."""
+def _measure(
+    pieces: tuple[Piece, ...], counter: TokenCounter
+) -> tuple[list[str], list[int], list[int]]:
+    """Each piece's text as shown (a folded run with its marker), its tokens when left out
+    (what it stands for), and its cost when kept (its shown text and a newline)."""
     seen: dict[str, int] = {}  # logs repeat lines: count each distinct text once
-    stands_for, costs = [], []
+
+    def count(text: str) -> int:
+        n = seen.get(text, -1)
+        if n < 0:
+            n = seen[text] = counter.count(text)
+        return n
+
+    shown, stands_for, costs = [], [], []
     for piece in pieces:
-        if piece.tokens is not None and not piece.folded:
-            shown = piece.tokens
-        elif (shown := seen.get(piece.text, -1)) < 0:
-            shown = seen[piece.text] = counter.count(piece.text)
-        stands_for.append(shown if piece.tokens is None else piece.tokens)
-        costs.append(shown + 1)
-    return stands_for, costs
+        if not piece.folded:
+            own = piece.tokens if piece.tokens is not None else count(piece.text)
+            shown.append(piece.text)
+            stands_for.append(own)
+            costs.append(own + 1)
+            continue
+        whole = piece.tokens if piece.tokens is not None else count(piece.source or piece.text)
+        rest = max(0, whole - count(piece.text))
+        text = f"{piece.text}\n{marker({f'similar {piece.what}': piece.folded}, rest)}"
+        shown.append(text)
+        stands_for.append(whole)
+        costs.append(counter.count(text) + 1)
+    return shown, stands_for, costs
 
 
 def _select(
@@ -121,16 +138,18 @@ def _select(
     return added
 
 
-def _render(pieces: tuple[Piece, ...], tokens: list[int], selected: list[bool]) -> str:
+def _render(
+    pieces: tuple[Piece, ...], shown: list[str], tokens: list[int], selected: list[bool]
+) -> str:
     out: list[str] = []
     gap: dict[str, int] = {}
     gap_tokens = 0
-    for piece, n, keep in zip(pieces, tokens, selected, strict=True):
+    for piece, text, n, keep in zip(pieces, shown, tokens, selected, strict=True):
         if keep:
             if gap:
                 out.append(marker(gap, gap_tokens))
                 gap, gap_tokens = {}, 0
-            out.append(piece.text)
+            out.append(text)
         else:
             gap[piece.what] = gap.get(piece.what, 0) + piece.count
             gap_tokens += n

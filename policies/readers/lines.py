@@ -21,7 +21,7 @@ from itertools import accumulate
 from governor import TokenCounter
 from policies.readers.pieces import Piece, Query, Reading, Tier
 
-__all__ = ["read_lines"]
+__all__ = ["is_alarm", "read_lines"]
 
 # _FRAME runs over the whole text (MULTILINE): no pattern may match across a newline.
 _ERROR = re.compile(
@@ -70,7 +70,6 @@ _MIN_RUN = 3  # a run of near-identical lines shorter than this is left alone
 _CONTEXT_LINES = 5  # indented lines before and after an error line kept with it
 _TRACEBACK_LINES = 40  # a traceback's body kept with its header, at most
 _BAND = 10  # lines at each end that count as head and tail
-_SELECTIVE = 10  # an identifier on over 1/10 of the lines (and over _BAND) picks out nothing
 
 
 class _Kind(IntEnum):
@@ -82,10 +81,15 @@ class _Kind(IntEnum):
     PLAIN = 5
 
 
+def is_alarm(line: str) -> bool:
+    """Whether one line reports an error (or is a stack frame), as ``read_lines`` ranks it."""
+    return _ERROR.search(line) is not None or _FRAME.search(line) is not None
+
+
 def read_lines(text: str, query: Query, *, counter: TokenCounter) -> Reading:
     """Every line of ``text`` as a piece (runs of similar lines as one), ranked."""
     lines = text.split("\n")
-    spans = _spans(lines, _kinds(text, lines, query.terms))
+    spans = _spans(lines, _kinds(text, lines, query))
     counts: dict[str, int] = {}  # logs repeat lines: count each distinct line once
     n = len(spans)
     pieces = []
@@ -97,9 +101,6 @@ def read_lines(text: str, query: Query, *, counter: TokenCounter) -> Reading:
                 tokens_of_line = counts[line] = counter.count(line)
             tokens += tokens_of_line
         body = lines[first]
-        if end - first > 1:
-            rest = tokens - counts[body]
-            body += f"\n[... {end - first - 1:,} similar lines ({rest:,} tokens) elided ...]"
         pieces.append(
             Piece(body, _rank(kind, position, n), "lines", end - first, end - first - 1, tokens)
         )
@@ -158,7 +159,7 @@ def _rank(kind: _Kind, position: int, n: int) -> tuple[int, int, int]:
     return (Tier.REST, min(position, from_end), position)
 
 
-def _kinds(text: str, lines: list[str], identifiers: tuple[str, ...]) -> list[_Kind]:
+def _kinds(text: str, lines: list[str], query: Query) -> list[_Kind]:
     """Each line's kind."""
     starts = [0, *accumulate(len(line) + 1 for line in lines)]  # of each line in text
     candidates = _candidates(text, starts)
@@ -183,7 +184,7 @@ def _kinds(text: str, lines: list[str], identifiers: tuple[str, ...]) -> list[_K
                 break
             context.add(j)
     context |= {bisect_right(starts, match.start()) - 1 for match in _FRAME.finditer(text)}
-    mentions = _mentions(text, starts, identifiers, len(lines))
+    mentions = query.picks(text, starts[:-1])
     words = {i for i in candidates if _ERROR_WORD.search(lines[i])}
     kinds = [_Kind.PLAIN] * len(lines)
     for kind, indexes in (
@@ -211,21 +212,4 @@ def _candidates(text: str, starts: list[int]) -> set[int]:
             line = bisect_right(starts, at + len(keyword) - 1) - 1  # where the keyword ends
             found.add(line)
             at = lowered.find(keyword, starts[line + 1])  # the next line that holds it
-    return found
-
-
-def _mentions(
-    text: str, starts: list[int], identifiers: tuple[str, ...], num_lines: int
-) -> set[int]:
-    """Lines that mention an identifier found on few lines; the others say nothing."""
-    limit = max(_BAND, num_lines // _SELECTIVE)
-    found: set[int] = set()
-    for identifier in identifiers:
-        lines: set[int] = set()
-        for match in re.finditer(re.escape(identifier), text):
-            lines.add(bisect_right(starts, match.start()) - 1)
-            if len(lines) > limit:
-                break
-        else:
-            found |= lines
     return found

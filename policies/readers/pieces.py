@@ -15,10 +15,13 @@ wrong, then what stands out, then context, then the rest.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+
+from policies.readers.relevance import words
 
 __all__ = ["Piece", "Query", "Reading", "Tier"]
 
@@ -41,18 +44,19 @@ class Piece:
     ``rank`` orders the pieces of one reading (its first element a ``Tier``; lower is
     kept first). ``what`` and ``count`` say what the piece stands for when it is left
     out: ``("rows", 1)`` for a table row, ``("lines", 12)`` for a collapsed run.
-    ``folded`` counts the ``what`` its own text already leaves out (a run of 40 similar
-    lines shown as its first line and a count folds 39). ``tokens``, where the reader
-    counted them, are the tokens of what the piece stands for: its text's when nothing is
-    folded, the whole run's when something is.
+    ``folded`` counts the similar ``what`` that follow its text in the output and are
+    shown only as a count (a run of 40 similar lines is its first line, folding 39);
+    ``source`` is then the whole run's text. ``tokens``, where the reader counted them,
+    are the tokens of what the piece stands for: its text's, or the whole run's.
     """
 
     text: str
-    rank: tuple[int, ...]
+    rank: tuple[float, ...]
     what: str = "lines"
     count: int = 1
     folded: int = 0
     tokens: int | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +68,9 @@ class Reading:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-/]*\w")
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+|\d+(?:\.\d+)?")
 _MIN_TERM = 4  # shorter plain words in arguments match too much
+_FEW = 10  # a term in at most this many parts always picks them
+_SELECTIVE = 10  # a term in over 1/10 of the parts (and over _FEW) picks out nothing
 _STOPWORDS = frozenset(
     re.findall(
         r"\w+",
@@ -83,8 +88,9 @@ class Query:
 
     ``terms`` are the selective strings of the call's arguments: whole values and the
     identifiers in them (``src/app/models.py``, ``models.py``, ``user_4821``), to find
-    verbatim. ``words`` are the lowercase content words of the arguments and of
+    verbatim. ``words`` are the content words (``relevance.words``) of the arguments and of
     ``question`` (the last user or assistant turn before the call), to score prose by.
+    ``picks`` finds the parts of a text that hold a selective term.
     A reader may read these, never anything about the answer.
     """
 
@@ -104,18 +110,47 @@ class Query:
         arguments = arguments or {}
         question = question or ""
         values = list(_strings(arguments))
-        words = {w.lower() for text in (*values, question) for w in _WORD.findall(text)}
+        found = {w for text in (*values, question) for w in words(text, skip=_STOPWORDS)}
         return cls(
             tool_name=tool_name,
             arguments=arguments,
             question=question,
             terms=_terms(values),
-            words=frozenset(w for w in words if w not in _STOPWORDS and len(w) > 1),
+            words=frozenset(w for w in found if len(w) > 1),
         )
 
     def mentions(self, text: str) -> bool:
         """Whether ``text`` holds one of the call's terms verbatim."""
         return any(term in text for term in self.terms)
+
+    def picks_in(self, texts: Sequence[str]) -> set[int]:
+        """The indexes of ``texts`` that hold a selective term (``picks``)."""
+        if not self.terms or not texts:
+            return set()
+        starts = [0]
+        for text in texts[:-1]:
+            starts.append(starts[-1] + len(text) + 1)
+        return self.picks("\n".join(texts), starts)
+
+    def picks(self, joined: str, starts: Sequence[int]) -> set[int]:
+        """The parts of ``joined`` (part k starts at ``starts[k]``) that hold a term found in
+        few parts: at most a tenth of them, or ``_FEW``. A term in more picks nothing out
+        (a path the call searched under, on every line)."""
+        limit = max(_FEW, len(starts) // _SELECTIVE)
+        found: set[int] = set()
+        for term in self.terms:
+            parts: set[int] = set()
+            at = joined.find(term)
+            while at >= 0:
+                part = bisect_right(starts, at) - 1
+                parts.add(part)
+                if len(parts) > limit:
+                    break
+                following = starts[part + 1] if part + 1 < len(starts) else len(joined)
+                at = joined.find(term, max(following, at + 1))
+            else:
+                found |= parts
+        return found
 
 
 def _terms(values: list[str]) -> tuple[str, ...]:

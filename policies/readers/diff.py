@@ -1,0 +1,114 @@
+"""Unified diffs (``git diff``, ``diff -u``): file and hunk headers, then changed lines.
+
+A diff is read when it has a file header (``diff --git`` or a ``---``/``+++`` pair) and a
+hunk header (``@@ -a,b +c,d @@``). A summary (files, lines added and removed) comes first;
+then the changed lines that hold the call's terms or the most of its rare words, with
+their file and hunk headers; then every file header, every hunk header, every changed
+line and last the context lines, each group in order.
+"""
+
+from __future__ import annotations
+
+import re
+
+from policies.readers.pieces import Piece, Query, Reading, Tier
+from policies.readers.relevance import Relevance
+
+__all__ = ["read_diff"]
+
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_FILE_PAIR = re.compile(r"^--- .*\n\+\+\+ ", re.MULTILINE)
+_FILE_HEADER = ("diff --git ", "diff -", "Index: ")
+_META = (
+    *("index ", "new file mode", "deleted file mode", "old mode", "new mode"),
+    *("similarity index", "rename from", "rename to", "copy from", "copy to"),
+    *("Binary files", "--- ", "+++ ", "==="),
+)
+
+
+def read_diff(text: str, query: Query) -> Reading | None:
+    if "@@ -" not in text or not (_FILE_PAIR.search(text) or "diff --git " in text):
+        return None
+    lines = text.split("\n")
+    kinds = _kinds(lines)
+    if kinds is None:
+        return None
+    changed = [i for i, kind in enumerate(kinds) if kind == "change"]
+    bodies = [lines[i][1:] for i in changed]
+    relevance = Relevance(query.words, bodies)
+    mentions = {changed[k] for k in query.picks_in(bodies)}
+    asked: dict[int, float] = {}
+    for i in changed:
+        score = relevance.score(lines[i][1:]) + (10.0 if i in mentions else 0.0)
+        if score > 0:
+            asked[i] = score
+    # An asked-for change brings its file and hunk headers, kept just before the best
+    # change under them.
+    needed: dict[int, float] = {}
+    file_at = hunk_at = -1
+    for i, kind in enumerate(kinds):
+        if kind == "file":
+            file_at = i
+        elif kind == "hunk":
+            hunk_at = i
+        elif i in asked:
+            for j in (file_at, hunk_at):
+                if j >= 0:
+                    needed[j] = max(needed.get(j, 0.0), asked[i])
+    pieces = [Piece(_summary(lines, kinds), (Tier.SHAPE, 0))]
+    for i, (line, kind) in enumerate(zip(lines, kinds, strict=True)):
+        if i in asked:
+            rank: tuple[float, ...] = (Tier.ASKED, -asked[i], i)
+        elif i in needed:
+            rank = (Tier.ASKED, -needed[i], i)
+        elif kind == "file":
+            rank = (Tier.CONTEXT, 0, i)
+        elif kind == "hunk":
+            rank = (Tier.CONTEXT, 1, i)
+        elif kind == "change":
+            rank = (Tier.CONTEXT, 2, i)
+        elif kind == "meta":
+            rank = (Tier.REST, 0, i)
+        else:
+            rank = (Tier.REST, 1, i)
+        pieces.append(Piece(line, rank))
+    return Reading("diff", tuple(pieces))
+
+
+def _kinds(lines: list[str]) -> list[str] | None:
+    """Each line's kind: file, meta, hunk, change, context or other; None when the text
+    has no hunk. A hunk ends when its header's line counts are used up."""
+    git = any(line.startswith("diff --git ") for line in lines)
+    kinds = []
+    old = new = 0  # lines of the current hunk still to come, on each side
+    seen_hunk = False
+    for line in lines:
+        if old > 0 or new > 0:
+            first = line[:1]
+            if first == "+":
+                kind, new = "change", new - 1
+            elif first == "-":
+                kind, old = "change", old - 1
+            elif first == "\\":
+                kind = "context"
+            else:  # " ", or a blank line where an editor stripped the space
+                kind, old, new = "context", old - 1, new - 1
+        elif (match := _HUNK.match(line)) is not None:
+            kind, seen_hunk = "hunk", True
+            old, new = (1 if n is None else int(n) for n in match.groups())
+        elif line.startswith(_FILE_HEADER) or (line.startswith("--- ") and not git):
+            kind = "file"
+        elif line.startswith(_META):
+            kind = "meta"
+        else:
+            kind = "other"
+        kinds.append(kind)
+    return kinds if seen_hunk else None
+
+
+def _summary(lines: list[str], kinds: list[str]) -> str:
+    changes = [line[0] for line, kind in zip(lines, kinds, strict=True) if kind == "change"]
+    added = changes.count("+")
+    files = sum(1 for line in lines if line.startswith("+++ ")) or kinds.count("file")
+    removed = len(changes) - added
+    return f"[diff: {files} files, {kinds.count('hunk')} hunks, +{added} -{removed} lines]"

@@ -1,0 +1,236 @@
+"""Prose and HTML: the sentences that share the most rare words with what was asked.
+
+HTML is read when the text is a page (a doctype, an ``<html>`` or ``<body>``, or mostly
+markup): its text is taken out of the markup (scripts, styles and navigation dropped),
+block by block, and the summary says markup was removed. Prose (plain text, Markdown) is
+read when most lines are sentences. Paragraphs are unwrapped and cut into sentences;
+headings, list items and code lines stand alone. A summary comes first (the title, the
+sections and sentences); then the sentences that hold the call's terms or the most of the
+rare words of the arguments and the agent's last request, shown in their order, each
+section's heading before its best sentence; then the headings; then each paragraph's first sentence;
+then the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from policies.readers.lines import is_alarm
+from policies.readers.pieces import Piece, Query, Reading, Tier
+from policies.readers.relevance import Relevance
+
+__all__ = ["read_prose"]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[`*_])")
+_HEADING = re.compile(r"#{1,6} \S|[^\n]+\n[=-]{3,}$")
+_MARKER = re.compile(r"\d+[.)]|[-*+•]")
+_LIST_ITEM = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+\S")
+_FENCE = re.compile(r"\s*(?:```|~~~)")
+_WORDY = re.compile(r"[A-Za-z][a-z']+")
+_TAG = re.compile(r"<[a-zA-Z!/][^>]{0,2000}>")
+_PAGE = re.compile(r"\s*(?:<!doctype html|<html|<\?xml[^>]*>\s*<html)|<body[\s>]", re.IGNORECASE)
+_MIN_WORDS = 6  # a line with fewer words is not a sentence's worth
+_PROSE_SHARE = 0.5  # of non-blank lines (outside code fences) that must be wordy
+_MIN_SENTENCES = 8
+_BLOCKS = frozenset(
+    re.findall(
+        r"\w+",
+        "p div li tr td th pre section article blockquote dd dt h1 h2 h3 h4 h5 h6 br hr table "
+        "ul ol main header figcaption title summary details caption",
+    )
+)
+_SKIPPED = frozenset(("script", "style", "noscript", "svg", "nav", "footer", "template", "iframe"))
+_SENTENCES = frozenset(("lead", "sentence"))
+_HEADINGS = frozenset(("h1", "h2", "h3", "h4", "h5", "h6", "title"))
+
+
+def read_prose(text: str, query: Query) -> Reading | None:
+    if _PAGE.match(text) or _mostly_markup(text):
+        blocks, title = _html_blocks(text)
+        method = "html"
+    elif _is_prose(text):
+        blocks, title = _text_blocks(text), None
+        method = "prose"
+    else:
+        return None
+    units = _units(blocks)  # (text, kind, section heading index)
+    sentences = [u for u, (_, kind, _) in enumerate(units) if kind in _SENTENCES]
+    if len(sentences) < _MIN_SENTENCES:
+        return None
+    texts = [units[u][0] for u in sentences]
+    relevance = Relevance(query.words, texts)
+    mentions = {sentences[k] for k in query.picks_in(texts)}
+    asked: dict[int, float] = {}
+    for u in sentences:
+        score = relevance.score(units[u][0]) if relevance else 0.0
+        if u in mentions:
+            score += 10.0
+        if score > 0:
+            asked[u] = score
+    sections: dict[int, float] = {}  # a heading: the best score of its section's sentences
+    for u, score in asked.items():
+        if (heading := units[u][2]) >= 0:
+            sections[heading] = max(sections.get(heading, 0.0), score)
+    headings = sum(1 for _, kind, _ in units if kind == "heading")
+    title_text = f"{title!r}; " if title else ""
+    markup = "; markup removed" if method == "html" else ""
+    summary = f"[{method}: {title_text}{headings} headings, {len(sentences)} sentences{markup}]"
+    pieces = [Piece(summary, (Tier.SHAPE, 0), "sentences", 0)]
+    for u, (body, kind, _) in enumerate(units):
+        if u in asked:
+            rank: tuple[float, ...] = (Tier.ASKED, -asked[u], u)
+        elif is_alarm(body):
+            rank = (Tier.ALARM, -u)  # an error quoted in a page, a traceback in a document
+        elif kind == "heading":
+            # kept just before its section's best sentence
+            rank = (Tier.ASKED, -sections[u], u) if u in sections else (Tier.CONTEXT, 0, u)
+        elif kind == "lead":
+            rank = (Tier.CONTEXT, 1, u)
+        else:
+            rank = (Tier.REST, u)
+        what = "lines" if kind in ("code", "heading") else "sentences"
+        pieces.append(Piece(body, rank, what))
+    return Reading(method, tuple(pieces))
+
+
+def _units(blocks: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
+    """Each block cut into units: ``(text, kind, index of its section's heading or -1)``,
+    where kind is heading, code, or lead (a paragraph's first sentence: it says what
+    the paragraph is about) and sentence (the others)."""
+    units: list[tuple[str, str, int]] = []
+    heading = -1
+    for body, kind in blocks:
+        if kind == "heading":
+            heading = len(units)
+            units.append((body, "heading", heading))
+        elif kind == "code":
+            units.append((body, kind, heading))
+        else:
+            split = [part.strip() for part in _SENTENCE_END.split(body) if part.strip()]
+            if len(split) > 1 and _MARKER.fullmatch(split[0]):  # "3." starts an item
+                split[:2] = [f"{split[0]} {split[1]}"]
+            for k, part in enumerate(split):
+                units.append((part, "lead" if k == 0 else "sentence", heading))
+    return units
+
+
+def _is_prose(text: str) -> bool:
+    lines = []
+    fenced = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.strip():
+            lines.append(line)
+    if not lines:
+        return False
+    wordy = sum(1 for line in lines if len(_WORDY.findall(line)) >= _MIN_WORDS)
+    return wordy >= _PROSE_SHARE * len(lines)
+
+
+def _text_blocks(text: str) -> list[tuple[str, str]]:
+    """Paragraphs (unwrapped; a list item is one), headings and code lines, in order."""
+    blocks: list[tuple[str, str]] = []
+    paragraph: list[str] = []
+    fenced = item = False
+
+    def flush() -> None:
+        if paragraph:
+            blocks.append((" ".join(paragraph), "paragraph"))
+            paragraph.clear()
+
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        stripped = line.strip()
+        if _FENCE.match(line):
+            flush()
+            fenced = not fenced
+            blocks.append((line, "code"))
+        elif fenced or (line[:2].isspace() and not (paragraph and item)) or is_alarm(line):
+            flush()  # indented (code, a table) or an error or frame: kept as lines
+            blocks.append((line, "code"))
+        elif not stripped:
+            flush()
+        elif line.startswith("#") and _HEADING.match(line):
+            flush()
+            blocks.append((line, "heading"))
+        elif (
+            k + 1 < len(lines) and re.fullmatch(r"[=-]{3,}", lines[k + 1].strip()) and not paragraph
+        ):
+            blocks.append((line, "heading"))
+        elif re.fullmatch(r"[=-]{3,}", stripped):
+            continue  # a setext heading's rule
+        elif _LIST_ITEM.match(line):
+            flush()
+            paragraph.append(stripped)  # an item is a paragraph of its own
+            item = True
+        else:
+            if not paragraph:
+                item = False
+            paragraph.append(stripped)
+    flush()
+    return blocks
+
+
+def _mostly_markup(text: str) -> bool:
+    head = text[:20_000]
+    tags = _TAG.findall(head)
+    return len(tags) >= 20 and sum(map(len, tags)) >= 0.3 * len(head)
+
+
+def _html_blocks(text: str) -> tuple[list[tuple[str, str]], str | None]:
+    parser = _PageText()
+    parser.feed(text)
+    parser.close()
+    parser.end_block()
+    return parser.blocks, parser.title
+
+
+class _PageText(HTMLParser):
+    """The text of a page, block by block: ``(text, "heading" | "paragraph" | "code")``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[str, str]] = []
+        self.title: str | None = None
+        self._parts: list[str] = []
+        self._kind = "paragraph"
+        self._skipping = 0
+        self._pre = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _SKIPPED:
+            self._skipping += 1
+        elif tag in _BLOCKS:
+            self.end_block()
+            if tag in _HEADINGS:
+                self._kind = "heading"
+            elif tag == "pre":
+                self._pre += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIPPED:
+            self._skipping = max(0, self._skipping - 1)
+        elif tag in _BLOCKS:
+            self.end_block()
+            if tag == "pre":
+                self._pre = max(0, self._pre - 1)
+
+    def handle_data(self, data: str) -> None:
+        if not self._skipping:
+            self._parts.append(data)
+
+    def end_block(self) -> None:
+        raw = "".join(self._parts)
+        self._parts.clear()
+        kind, self._kind = self._kind, "paragraph"
+        if self._pre:
+            self.blocks.extend((line, "code") for line in raw.split("\n") if line.strip())
+            return
+        body = " ".join(raw.split())
+        if not body:
+            return
+        if kind == "heading" and self.title is None:
+            self.title = body
+        self.blocks.append((body, kind))

@@ -1,0 +1,99 @@
+"""``read_listing``: the entry the call asks for, the rest counted by directory or file."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor import TokenCounter
+from policies.readers import Query, fit
+from policies.readers.listing import read_listing
+from tests.policies.readers.samples import find_listing, others
+
+COUNTER = TokenCounter()
+PLANTED = "./deploy/helm/templates/ingress-controller.yaml"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_asked_entry_is_kept_and_the_rest_counted(seed: int) -> None:
+    text = find_listing(seed, planted=PLANTED)
+    query = Query.of("shell", {"cmd": "find . -type f"}, "Where is the ingress controller config?")
+    reading = read_listing(text, query)
+    assert reading is not None and reading.method == "listing"
+    fitted = fit(reading, 200, COUNTER)
+    assert fitted is not None and PLANTED in fitted.text.split("\n")
+    summary = fitted.text.split("\n")[0]
+    paths = text.split("\n")
+    directories = {path.rsplit("/", 1)[0] for path in paths}
+    assert summary.startswith(f"[{len(paths):,} entries in {len(directories)} directories")
+    named = re.findall(r"(\./[\w/]+) (\d+)", summary)
+    assert len(named) == 4
+    for directory, n in named:  # each named with its own count
+        assert sum(1 for path in paths if path.startswith(directory + "/")) == int(n)
+
+
+def test_a_glob_in_the_arguments_picks_entries() -> None:
+    text = find_listing(3, planted="./deploy/k8s/secrets.enc")
+    fitted = fit(
+        read_listing(text, Query.of("glob", {"pattern": "*.enc"})) or pytest.fail(), 120, COUNTER
+    )
+    assert fitted is not None and "./deploy/k8s/secrets.enc" in fitted.text
+
+
+def test_tree_entries_come_with_their_ancestors() -> None:
+    lines = ["."]
+    for d in range(30):
+        lines.append(f"├── pkg{d}")
+        lines += [f"│   ├── file{d}_{k}.go" for k in range(8)]
+        lines.append(f"│   └── {'router_config.yaml' if d == 17 else f'last{d}.go'}")
+    query = Query.of("tree", {"path": "."}, "where is the router config?")
+    fitted = fit(read_listing("\n".join(lines), query) or pytest.fail(), 120, COUNTER)
+    assert fitted is not None
+    kept = fitted.text.split("\n")
+    assert kept.index("├── pkg17") < kept.index("│   └── router_config.yaml")
+
+
+def test_search_matches_are_counted_by_file() -> None:
+    rng_lines = [f"src/app/{'abc'[k % 3]}.py:{k}:    value = compute(x, {k})" for k in range(800)]
+    rng_lines.insert(555, "src/app/retry.py:88:    RETRY_BACKOFF_MS = 250")
+    query = Query.of(
+        "grep", {"pattern": "compute|RETRY", "path": "src"}, "What is the retry backoff?"
+    )
+    fitted = fit(read_listing("\n".join(rng_lines), query) or pytest.fail(), 150, COUNTER)
+    assert fitted is not None and "src/app/retry.py:88:    RETRY_BACKOFF_MS = 250" in fitted.text
+    counts = dict(re.findall(r"(src/app/\w+\.py) (\d+)", fitted.text.split("\n")[0]))
+    assert counts == {
+        "src/app/a.py": "267",
+        "src/app/b.py": "267",
+        "src/app/c.py": "266",
+        "src/app/retry.py": "1",
+    }
+
+
+def test_du_keeps_the_largest() -> None:
+    lines = [f"{k % 90 + 4}K\t./cache/shard_{k}" for k in range(300)]
+    lines[123] = "48G\t./cache/shard_123"
+    fitted = fit(
+        read_listing("\n".join(lines), Query.of("du", {"path": "./cache"})) or pytest.fail(),
+        60,
+        COUNTER,
+    )
+    assert fitted is not None and "48G\t./cache/shard_123" in fitted.text
+
+
+@pytest.mark.parametrize("kind", ["diff", "log", "prose", "html", "json", "csv", "pytest"])
+def test_other_outputs_are_not_listings(kind: str) -> None:
+    assert read_listing(others(2)[kind], Query.of()) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=40), st.integers(5, 80))
+def test_any_lines_are_read_or_refused_and_fit(extra: list[str], budget: int) -> None:
+    text = find_listing(1, entries=40) + "\n" + "\n".join(extra)
+    reading = read_listing(text, Query.of("t", {"q": "*.py"}, "where"))
+    if reading is not None:
+        fitted = fit(reading, budget, COUNTER)
+        assert fitted is None or fitted.tokens <= budget

@@ -55,6 +55,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "serve": "kvgov.benchmarks.serve",
         "replicas": "kvgov.benchmarks.replicas",
         "context": "kvgov.benchmarks.context",
+        "reduce": "kvgov.benchmarks.reduce",
         "swarm": "kvgov.benchmarks.swarm",
         "openloop": "kvgov.benchmarks.openloop.bench",
         "openloop-tune": "kvgov.benchmarks.openloop.tuning",

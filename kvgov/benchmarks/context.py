@@ -1,8 +1,10 @@
 """``kvgov bench context``: the facts an agent's context keeps when it is compacted to fit.
 
-The conversations of ``kvgov.benchmarks.context_workload`` (tool-using agents, facts
-planted in tool outputs and user messages; 8, or 2 with ``--quick``) are brought under
-each token budget (``BUDGETS``) by three methods, each as its users run it:
+The conversations of ``kvgov.benchmarks.context_workload`` (tool-using agents whose tool
+outputs are the evaluation seeds' cases of ``policies.benchmarks.tool_outputs``, one of
+every kind, with their facts, and facts the user states; one conversation per seed, 10,
+or 3 with ``--quick``) are brought under each token budget (``BUDGETS``) by three
+methods, each as its users run it:
 
 - ``kvgov``: the tool-output and ceiling policies a user configures
   (``Policies(tool_output=ExtractiveSummarizer(counter), ceiling=SummarizeOldest(...))``
@@ -24,11 +26,13 @@ each token budget (``BUDGETS``) by three methods, each as its users run it:
   and ``allow_partial`` the setting that keeps the most facts at that budget.
 
 Every context is measured the same way: tokens by ``TokenCounter().count_messages``
-(cl100k, the chat overhead included), a fact kept when its exact text is in the
-context's contents or tool-call arguments, a tool result orphaned when no tool call
-before it has its id and a tool call orphaned when no result answers it. Figures:
-``facts_retained_pct_{method}_{budget}`` for every method and budget (notes: tokens
-kept, orphans), ``facts_retained_pct_{method}`` at the middle budget,
+(cl100k, the chat overhead included), a tool output's fact kept when all its needles are
+in the context's tool results (not counting the call's own arguments), a user's fact when
+its exact text is in the context's contents or tool-call arguments, a tool result
+orphaned when no tool call before it has its id and a tool call orphaned when no result
+answers it. Figures: ``facts_retained_pct_{method}_{budget}`` for every method and budget
+(notes: tokens kept, orphans), ``facts_per_1k_tokens_{method}_{budget}`` (facts kept per
+1,000 tokens of context), ``facts_retained_pct_{method}`` at the middle budget,
 ``facts_retained_kvgov_over_best_langchain`` (target >= 1.5) and
 ``orphaned_tool_results_kvgov`` over every budget (target 0). No model reads the
 contexts: what a model would answer from them was not judged.
@@ -42,14 +46,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from governor import TokenCounter
-from kvgov.benchmarks.context_workload import Conversation, build_conversations, context_text
+from kvgov.benchmarks.context_workload import (
+    Conversation,
+    build_conversations,
+    context_text,
+    tool_text,
+)
 from policies import ExtractiveSummarizer, SummarizeOldest
+from policies.benchmarks.tool_outputs import EVALUATION_SEEDS
 
 __all__ = ["BUDGETS", "METHODS", "Outcome", "run"]
 
 BUDGETS = (4_000, 8_000, 16_000)
 METHODS = ("kvgov", "context_editing", "trim_messages")
 _BENCH = "context"
+_QUICK = 3  # evaluation seeds with --quick
 Messages = list[dict[str, Any]]
 
 
@@ -72,7 +83,9 @@ class Outcome:
 
 
 def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
-    conversations = build_conversations(num_conversations=2 if quick else 8)
+    conversations = build_conversations(
+        seeds=EVALUATION_SEEDS[:_QUICK] if quick else EVALUATION_SEEDS
+    )
     counter = TokenCounter()
     results: dict[tuple[str, int], list[Outcome]] = {}
     settings: dict[int, str] = {}
@@ -89,6 +102,17 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     for budget in BUDGETS:
         for method in METHODS:
             yield _row(method, budget, results[method, budget], settings[budget])
+    for budget in BUDGETS:
+        for method in METHODS:
+            outcomes = results[method, budget]
+            kept, tokens = sum(o.facts_kept for o in outcomes), sum(o.tokens for o in outcomes)
+            yield _figure(
+                f"facts_per_1k_tokens_{method}_{budget}",
+                1_000 * kept / tokens,
+                "facts/1k tokens",
+                note=f"{kept} facts in {tokens:,} tokens of context over {len(outcomes)} "
+                "conversations",
+            )
     middle = BUDGETS[len(BUDGETS) // 2]
     share = {m: _share(results[m, middle]) for m in METHODS}
     for method in METHODS:
@@ -132,6 +156,7 @@ def kvgov_context(
         for call in message.get("tool_calls") or ()
     }
     history: Messages = []
+    request = ""  # the latest user or assistant words: what the middleware passes
     for message in messages:
         message = dict(message)
         if message["role"] == "tool":
@@ -141,7 +166,10 @@ def kvgov_context(
                 budget_tokens=budget // 8,
                 tool_name=call["name"],
                 arguments=json.loads(call["arguments"]),
+                question=request or None,
             ).text
+        elif message["role"] in ("user", "assistant") and message.get("content"):
+            request = message["content"]
         history.append(message)
         model_called_next = message["role"] in ("user", "tool")
         if model_called_next and counter.count_messages(history) > budget:
@@ -219,7 +247,7 @@ def trim(
 
 # -- measuring -----------------------------------------------------------------------------
 def measure(conversation: Conversation, context: Messages, counter: TokenCounter) -> Outcome:
-    text = context_text(context)
+    text, results = context_text(context), tool_text(context)
     called: set[str] = set()
     answered: set[str] = set()
     orphaned_results = 0
@@ -230,7 +258,10 @@ def measure(conversation: Conversation, context: Messages, counter: TokenCounter
             answered.add(message["tool_call_id"])
             orphaned_results += message["tool_call_id"] not in called
     return Outcome(
-        found=tuple((fact.kind, fact.text in text) for fact in conversation.facts),
+        found=tuple(
+            (fact.kind, fact.kept_in(results if fact.in_tool_output else text))
+            for fact in conversation.facts
+        ),
         tokens=counter.count_messages(context),
         orphaned_results=orphaned_results,
         orphaned_calls=len(called - answered),
@@ -307,6 +338,7 @@ def _row(
     kinds: dict[str, list[int]] = {}
     for outcome in outcomes:
         for kind, kept in outcome.found:
+            kind = "tool outputs" if kind.startswith("tool:") else kind
             kinds.setdefault(kind, [0, 0])[0] += kept
             kinds[kind][1] += 1
     note += "; by kind " + ", ".join(f"{k} {n}/{of}" for k, (n, of) in kinds.items())

@@ -1,28 +1,24 @@
 """Conversations of tool-using agents with planted facts, for ``kvgov bench context``.
 
-``build_conversations(seed=0, num_conversations=8)`` returns seeded conversations in the
+``build_conversations(seeds=EVALUATION_SEEDS)`` returns one conversation per seed in the
 OpenAI chat format (``tool_calls`` with ids, ``role: "tool"`` results): a system prompt,
-the user's task, then rounds of one assistant tool call and its result, the result being
-a document of ``policies.benchmarks.corpus`` (test logs, JSON API responses, directory
-listings, service logs with stack traces, web pages as text; 2,000-40,000 tokens each),
-a user message every two rounds, and a last user message asking for the plan.
+the user's task, then rounds of one assistant tool call and its result, and a last user
+message asking for the plan. The rounds are the seed's cases of
+``policies.benchmarks.tool_outputs`` (every kind of tool output, 1,500-20,000 tokens
+each, in a seeded order): the assistant says what it looks for (the case's question) and
+calls the tool with the case's arguments; the result is the case's output.
 
-Each fact is a string planted once, at a random place, where such a fact sits in real
-work (``Fact.kind``):
+Facts (``Fact.kind``) are the cases' own (``tool:<kind>``: what the call asked for, or
+what stands out, each kept when all its needles are in the context's tool results), and
+two the user states in messages between rounds:
 
-- ``error_line``: a log line reporting an error, in a test log or a service log;
-- ``json_number``: an 8-digit number in a field added to one random item of a JSON
-  response;
-- ``path_line``: a source path with a line number, in a log line that is not an error;
-- ``identifier``: a code identifier in a sentence of a web page, or a file path in a
-  directory listing;
 - ``decision``: a decision the user states in the second user message, early in the
   conversation;
 - ``user_identifier``: an id the user gives in a later message.
 
-``Fact.text`` is the exact string that must be present in a compacted context for the
-fact to count as kept; the builder checks that it occurs exactly once in the whole
-conversation, so presence can only come from the planted copy.
+The tool-output corpus is written apart from any reducer, and only its evaluation seeds
+are used here: ``TUNING_SEED`` never is. ``plant_facts`` plants facts in documents of
+``policies.benchmarks.corpus``, for the open-loop workload.
 """
 
 from __future__ import annotations
@@ -33,20 +29,38 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policies.benchmarks.corpus import Category, Document, build_corpus
+from policies.benchmarks.corpus import Category, Document
+from policies.benchmarks.tool_outputs import EVALUATION_SEEDS, Case, build_cases
 
-__all__ = ["Conversation", "Fact", "build_conversations", "context_text", "plant_facts"]
+__all__ = [
+    "Conversation",
+    "Fact",
+    "build_conversations",
+    "context_text",
+    "plant_facts",
+    "tool_text",
+]
 
-_ROUNDS = 10  # tool calls per conversation: more than budget // 8 each can hold
 _PACKAGES = ("ledger", "billing", "ingest", "refunds", "webhooks", "catalog", "search")
 _LIBRARIES = ("pydantic", "sqlalchemy", "httpx", "celery", "protobuf", "redis")
+_TOOL_KINDS = ("error_line", "json_number", "path_line", "identifier")  # plant_facts' kinds
 _EXCEPTIONS = ("ValueError", "KeyError", "TimeoutError", "IntegrityError", "PermissionError")
 
 
 @dataclass(frozen=True, slots=True)
 class Fact:
+    """A planted fact: ``text`` for one string, or ``needles`` that must all be present."""
+
     kind: str
     text: str
+    needles: tuple[str, ...] = ()
+
+    @property
+    def in_tool_output(self) -> bool:
+        return self.kind.startswith("tool:") or self.kind in _TOOL_KINDS
+
+    def kept_in(self, text: str) -> bool:
+        return all(needle in text for needle in self.needles or (self.text,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +70,20 @@ class Conversation:
     facts: tuple[Fact, ...]
 
 
-def build_conversations(*, seed: int = 0, num_conversations: int = 8) -> tuple[Conversation, ...]:
-    """``num_conversations`` conversations of ``_ROUNDS`` tool results each."""
-    corpus = build_corpus(seed=seed, num_documents=num_conversations * _ROUNDS)
+def build_conversations(*, seeds: Sequence[int] = EVALUATION_SEEDS) -> tuple[Conversation, ...]:
+    """One conversation per seed, of its tool-output cases (one of every kind)."""
     conversations = []
-    for index in range(num_conversations):
-        rng = random.Random(f"kvgov-context:{seed}:{index}")
-        documents = corpus[index * _ROUNDS : (index + 1) * _ROUNDS]
-        conversations.append(_conversation(rng, index, documents))
+    for seed in seeds:
+        rng = random.Random(f"kvgov-context:{seed}")
+        cases = build_cases(seed, per_kind=1)
+        rng.shuffle(cases)
+        conversations.append(_conversation(rng, seed, cases))
     return tuple(conversations)
+
+
+def tool_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The contents of ``messages``' tool results: where a tool fact must be found."""
+    return "\n".join(str(m.get("content")) for m in messages if m.get("role") == "tool")
 
 
 def context_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -78,7 +97,7 @@ def context_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _conversation(rng: random.Random, index: int, documents: Sequence[Document]) -> Conversation:
+def _conversation(rng: random.Random, seed: int, cases: Sequence[Case]) -> Conversation:
     package = rng.choice(_PACKAGES)
     facts: list[Fact] = []
     messages: list[dict[str, Any]] = [
@@ -93,25 +112,25 @@ def _conversation(rng: random.Random, index: int, documents: Sequence[Document])
             "cause and tell me what to change.",
         },
     ]
-    for round_index, document in enumerate(documents):
-        call_id = f"call_{index}_{round_index}"
-        arguments = json.dumps(dict(document.arguments))
+    for round_index, case in enumerate(cases):
+        call_id = f"call_{seed}_{round_index}"
+        arguments = json.dumps(case.arguments)
         messages.append(
             {
                 "role": "assistant",
-                "content": "",
+                "content": case.question,
                 "tool_calls": [
                     {
                         "id": call_id,
                         "type": "function",
-                        "function": {"name": document.tool_name, "arguments": arguments},
+                        "function": {"name": case.tool_name, "arguments": arguments},
                     }
                 ],
             }
         )
-        text, planted = plant_facts(rng, document, package)
-        facts.extend(planted)
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        for fact in case.facts:
+            facts.append(Fact(f"tool:{case.kind}", fact.description, fact.needles))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": case.text})
         if round_index == 0:
             library, version = rng.choice(_LIBRARIES), f"{rng.randint(1, 4)}.{rng.randint(0, 19)}"
             decision = f"keep {library} pinned at {version}.{rng.randint(10, 99)}"
@@ -144,9 +163,10 @@ def _conversation(rng: random.Random, index: int, documents: Sequence[Document])
     )
     everything = context_text(messages)
     for fact in facts:
-        count = everything.count(fact.text)
-        assert count == 1, f"fact {fact.text!r} occurs {count} times"
-    return Conversation(f"conversation-{index:02d}", tuple(messages), tuple(facts))
+        if not fact.needles:
+            count = everything.count(fact.text)
+            assert count == 1, f"fact {fact.text!r} occurs {count} times"
+    return Conversation(f"seed-{seed:02d}", tuple(messages), tuple(facts))
 
 
 def plant_facts(rng: random.Random, document: Document, package: str) -> tuple[str, list[Fact]]:

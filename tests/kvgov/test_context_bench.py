@@ -19,13 +19,15 @@ from governor import TokenCounter
 from kvgov.benchmarks import context
 from kvgov.benchmarks.context_workload import Conversation, build_conversations
 from kvgov.cli import BENCHMARKS
+from policies.benchmarks.tool_outputs import TUNING_SEED, build_cases
 
 BUDGETS = (4_000, 8_000)
+SEEDS = (1, 2)
 
 
 @pytest.fixture(scope="module")
 def conversations() -> tuple[Conversation, ...]:
-    return build_conversations(num_conversations=2)
+    return build_conversations(seeds=SEEDS)
 
 
 @pytest.fixture(scope="module")
@@ -58,21 +60,33 @@ def _everything(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def test_every_fact_is_planted_once_where_its_kind_says(
+def test_every_fact_is_planted_where_its_kind_says(
     conversations: tuple[Conversation, ...],
 ) -> None:
-    assert build_conversations(num_conversations=2) == conversations  # seeded
-    for c in conversations:
+    assert build_conversations(seeds=SEEDS) == conversations  # seeded
+    for seed, c in zip(SEEDS, conversations, strict=True):
         text = _everything(c.messages)
-        by_role = {role: _everything([m for m in c.messages if m["role"] == role]) for role in
-                   ("user", "tool")}  # fmt: skip
+        results = "\n".join(m["content"] for m in c.messages if m["role"] == "tool")
+        users = _everything([m for m in c.messages if m["role"] == "user"])
+        cases = build_cases(seed, per_kind=1)
+        # Every case of the seed is a round: its question, its call, its output.
+        assert sorted(m["content"] for m in c.messages if m["role"] == "tool") == sorted(
+            case.text for case in cases
+        )
+        tool_facts = [f for f in c.facts if f.in_tool_output]
+        assert [f.needles for f in tool_facts] != []
+        assert sorted(f.needles for f in tool_facts) == sorted(
+            fact.needles for case in cases for fact in case.facts
+        )
+        for fact in tool_facts:
+            assert fact.kept_in(results)
         for fact in c.facts:
-            assert text.count(fact.text) == 1
-            where = "user" if fact.kind in ("decision", "user_identifier") else "tool"
-            assert fact.text in by_role[where], fact
+            if not fact.in_tool_output:
+                assert text.count(fact.text) == 1 and fact.text in users
         kinds = {f.kind for f in c.facts}
-        assert {"decision", "user_identifier"} <= kinds and len(kinds) >= 4
+        assert {"decision", "user_identifier"} <= kinds and len(kinds) >= 12
         assert c.messages[2]["role"] == "assistant" and c.messages[-1]["role"] == "user"
+    assert TUNING_SEED not in SEEDS and TUNING_SEED not in context.EVALUATION_SEEDS
 
 
 def test_every_context_fits_its_budget_and_kvgov_never_orphans(
@@ -101,7 +115,13 @@ def test_facts_are_counted_by_exact_presence(
     for (_, _, i), messages in contexts.items():
         outcome = context.measure(conversations[i], messages, counter)
         text = _everything(messages)
-        assert outcome.facts_kept == sum(f.text in text for f in conversations[i].facts)
+        results = "\n".join(m["content"] for m in messages if m["role"] == "tool")
+        # A tool output's fact only from the tool results, never from the call's arguments.
+        expected = sum(
+            all(n in results for n in f.needles) if f.in_tool_output else f.text in text
+            for f in conversations[i].facts
+        )
+        assert outcome.facts_kept == expected
         assert outcome.facts == len(conversations[i].facts)
         assert outcome.tokens == counter.count_messages(messages)
 
@@ -153,3 +173,9 @@ def test_quick_run_figures_agree_with_its_rows() -> None:
     assert ratio["value"] == figures["facts_retained_pct_kvgov"]["value"] / best
     assert ratio["target"] == 1.5
     assert figures["orphaned_tool_results_kvgov"]["value"] == 0
+    for method in context.METHODS:
+        for budget in context.BUDGETS:
+            per_1k = figures[f"facts_per_1k_tokens_{method}_{budget}"]
+            kept = int(per_1k["note"].split(" facts")[0])
+            tokens = int(per_1k["note"].split(" in ")[1].split(" tokens")[0].replace(",", ""))
+            assert per_1k["value"] == 1_000 * kept / tokens

@@ -82,8 +82,15 @@ class _Kind(IntEnum):
 
 
 def is_alarm(line: str) -> bool:
-    """Whether one line reports an error (or is a stack frame), as ``read_lines`` ranks it."""
-    return _ERROR.search(line) is not None or _FRAME.search(line) is not None
+    """Whether one line reports an error (or is a stack frame), as ``read_lines`` ranks it.
+    Its keywords are looked for first: the patterns are many times slower."""
+    lowered = line.lower()
+    if (line.startswith(("E ", "E\t")) or any(k in lowered for k in _KEYWORDS)) and _ERROR.search(
+        line
+    ):
+        return True
+    framed = 'File "' in line or "at " in line or " more" in line or ": in " in line
+    return framed and _FRAME.search(line) is not None
 
 
 def read_lines(text: str, query: Query, *, counter: TokenCounter) -> Reading:

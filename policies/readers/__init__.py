@@ -18,6 +18,8 @@ from policies.readers.listing import read_listing
 from policies.readers.logs import read_log
 from policies.readers.pieces import Piece, Query, Reading, Tier
 from policies.readers.prose import read_prose
+from policies.readers.records import read_json
+from policies.readers.tables import read_table
 
 __all__ = [
     "READERS",
@@ -29,12 +31,21 @@ __all__ = [
     "Tier",
     "fit",
     "read_diff",
+    "read_json",
     "read_lines",
     "read_listing",
     "read_log",
     "read_prose",
+    "read_table",
 ]
 
 Reader = Callable[[str, Query], Reading | None]
 
-READERS: tuple[Reader, ...] = (read_diff, read_listing, read_log, read_prose)
+READERS: tuple[Reader, ...] = (
+    read_json,
+    read_diff,
+    read_table,
+    read_listing,
+    read_log,
+    read_prose,
+)

@@ -31,6 +31,8 @@ _WORDY = re.compile(r"[A-Za-z][a-z']+")
 _TAG = re.compile(r"<[a-zA-Z!/][^>]{0,2000}>")
 _PAGE = re.compile(r"\s*(?:<!doctype html|<html|<\?xml[^>]*>\s*<html)|<body[\s>]", re.IGNORECASE)
 _MIN_WORDS = 6  # a line with fewer words is not a sentence's worth
+_SENTENCE_STOP = re.compile(r"[a-z0-9)][.!?][\"')\]]?(?:\s|$)")
+_SENTENCE_WORDS = 40  # prose has a sentence end for every this many words, at least
 _PROSE_SHARE = 0.5  # of non-blank lines (outside code fences) that must be wordy
 _MIN_SENTENCES = 8
 _BLOCKS = frozenset(
@@ -125,8 +127,11 @@ def _is_prose(text: str) -> bool:
             lines.append(line)
     if not lines:
         return False
-    wordy = sum(1 for line in lines if len(_WORDY.findall(line)) >= _MIN_WORDS)
-    return wordy >= _PROSE_SHARE * len(lines)
+    counts = [len(_WORDY.findall(line)) for line in lines]
+    wordy = sum(1 for n in counts if n >= _MIN_WORDS)
+    # Sentences end: a test run's or a log's wordy lines mostly do not.
+    ends = sum(len(_SENTENCE_STOP.findall(line)) for line in lines)
+    return wordy >= _PROSE_SHARE * len(lines) and ends * _SENTENCE_WORDS >= sum(counts)
 
 
 def _text_blocks(text: str) -> list[tuple[str, str]]:

@@ -16,6 +16,8 @@ from policies.readers.relevance import Relevance
 
 __all__ = ["read_diff"]
 
+_DIGIT = re.compile(r"\d")
+_QUANTITY_BONUS = 2.0
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _FILE_PAIR = re.compile(r"^--- .*\n\+\+\+ ", re.MULTILINE)
 _FILE_HEADER = ("diff --git ", "diff -", "Index: ")
@@ -40,6 +42,8 @@ def read_diff(text: str, query: Query) -> Reading | None:
     asked: dict[int, float] = {}
     for i in changed:
         score = relevance.score(lines[i][1:]) + (10.0 if i in mentions else 0.0)
+        if score > 0 and query.quantity and _DIGIT.search(lines[i]):
+            score += _QUANTITY_BONUS  # a question for a value: the line that sets one
         if score > 0:
             asked[i] = score
     # An asked-for change brings its file and hunk headers, kept just before the best

@@ -50,10 +50,13 @@ def read_listing(text: str, query: Query) -> Reading | None:
     globs = [v for v in _argument_strings(query) if any(c in v for c in "*?[")]
     relevance = Relevance(query.words, [lines[i] for i in entries])
     mentions = {entries[k] for k in query.picks_in([lines[i] for i in entries])}
+    defines = _definition(query.names) if form == "matches" else None
     asked: dict[int, float] = {}
     for i in entries:
         path = paths[i] or ""
         score = relevance.score(lines[i]) if relevance else 0.0
+        if defines is not None and (hit := _MATCH.match(lines[i])) and defines.match(hit["text"]):
+            score += 20.0  # where a searched name is defined: what a search is most often for
         if i in mentions:
             score += 10.0
         if globs and any(
@@ -208,6 +211,18 @@ def _summary(form: str, paths: list[str]) -> str:
     largest = ", ".join(f"{group} {n:,}" for group, n in groups.most_common(_GROUPS))
     more = f", {len(groups) - _GROUPS:,} more" if len(groups) > _GROUPS else ""
     return f"[{len(paths):,} {unit} in {len(groups):,} {kind}: {largest}{more}]"
+
+
+def _definition(names: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A line that defines one of ``names``: an assignment, a declaration, a config key."""
+    if not names:
+        return None
+    name = "|".join(re.escape(n) for n in names)
+    return re.compile(
+        rf"\s*(?:(?:export|public|private|static|final|readonly|const|let|var|val|pub)\s+)*"
+        rf"(?:(?:{name})\b\s*(?::[^=\n]*)?(?<![=!<>])=(?!=)|(?:{name})\s*:|"
+        rf"(?:def|class|func|fn|type|interface|struct|enum|#define)\s+(?:{name})\b)"
+    )
 
 
 def _argument_strings(query: Query) -> list[str]:

@@ -70,6 +70,20 @@ class Reading:
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-/]*\w")
 _MIN_TERM = 4  # shorter plain words in arguments match too much
 _FEW = 10  # a term in at most this many parts always picks them
+# A code identifier: snake_case, SCREAMING_CASE, camelCase or PascalCase with an inner capital.
+_NAME = re.compile(r"\b(?:[A-Za-z]\w*_\w+|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*|[A-Z]{3,}\d*)\b")
+_HOW = re.compile(r"(?i)\bhow (many|long|often|big|large|much)\b(?:\s+(?:\w+\s+)?([a-z]{3,}))?")
+_TIMES = ("ms", "milliseconds", "s", "seconds", "sec", "minutes", "min", "hours", "h", "days", "d")
+_SIZES = ("B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB", "bytes", "K", "M", "G")
+_UNITS = {"long": _TIMES, "often": _TIMES, "big": _SIZES, "large": _SIZES, "much": _SIZES}
+# A question whose answer is a number or a setting's value.
+_QUANTITY = re.compile(
+    r"(?i)\bhow (?:many|much|long|often|big|large|high|low|fast|slow|old)\b"
+    r"|\b(?:what|which) (?:is|was|are|were) (?:the |it |its |they )?"
+    r"(?:default|limit|value|size|timeout|maximum|minimum|max|min|number|count|version|port)"
+    r"|\b(?:set|default|defaults|configured|changed) (?:to|it to)\b|\bwhat (?:was|is) it set\b"
+    r"|\bnumber of\b|\bto what\b"
+)
 _SELECTIVE = 10  # a term in over 1/10 of the parts (and over _FEW) picks out nothing
 _STOPWORDS = frozenset(
     re.findall(
@@ -90,7 +104,11 @@ class Query:
     identifiers in them (``src/app/models.py``, ``models.py``, ``user_4821``), to find
     verbatim. ``words`` are the content words (``relevance.words``) of the arguments and of
     ``question`` (the last user or assistant turn before the call), to score prose by.
-    ``picks`` finds the parts of a text that hold a selective term.
+    ``picks`` finds the parts of a text that hold a selective term. ``quantity`` says the
+    question asks for a number or a setting's value (how many, what is the default).
+    ``names`` are the code identifiers the arguments and the question name; ``measures``
+    what the number asked for is counted in (``connections`` for "how many client
+    connections", time units for "how long").
     A reader may read these, never anything about the answer.
     """
 
@@ -99,6 +117,9 @@ class Query:
     question: str = ""
     terms: tuple[str, ...] = ()
     words: frozenset[str] = frozenset()
+    quantity: bool = False
+    names: tuple[str, ...] = ()
+    measures: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -117,6 +138,9 @@ class Query:
             question=question,
             terms=_terms(values),
             words=frozenset(w for w in found if len(w) > 1),
+            quantity=_QUANTITY.search(question) is not None,
+            names=tuple(sorted({n for text in (*values, question) for n in _NAME.findall(text)})),
+            measures=_measures(question),
         )
 
     def mentions(self, text: str) -> bool:
@@ -151,6 +175,20 @@ class Query:
             else:
                 found |= parts
         return found
+
+
+def _measures(question: str) -> tuple[str, ...]:
+    """What the question's number is counted in: the noun after "how many" (its plural
+    too), time units after "how long" or "how often", sizes after "how big"."""
+    found: list[str] = []
+    for match in _HOW.finditer(question):
+        how, noun = match.group(1).lower(), match.group(2)
+        if how == "many" and noun:
+            noun = noun.lower()
+            found += [noun, noun[:-1] if noun.endswith("s") else noun + "s"]
+        else:
+            found += _UNITS.get(how, ())
+    return tuple(dict.fromkeys(found))
 
 
 def _terms(values: list[str]) -> tuple[str, ...]:

@@ -22,7 +22,12 @@ from policies.readers.relevance import Relevance
 
 __all__ = ["read_prose"]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[`*_])")
+# A sentence ends at . ! or ? before a space, unless the stop ends a usual abbreviation; the
+# next may start with a lowercase identifier (``snapshot_interval defaults to ...``).
+_SENTENCE_END = re.compile(
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)(?<!\bvs\.)(?<!\bcf\.)(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)"
+    r"(?<=[.!?])[\"')\]]*\s+(?=[A-Za-z0-9\"'(\[`*_])"
+)
 _HEADING = re.compile(r"#{1,6} \S|[^\n]+\n[=-]{3,}$")
 _MARKER = re.compile(r"\d+[.)]|[-*+•]")
 _LIST_ITEM = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+\S")
@@ -30,6 +35,9 @@ _FENCE = re.compile(r"\s*(?:```|~~~)")
 _WORDY = re.compile(r"[A-Za-z][a-z']+")
 _TAG = re.compile(r"<[a-zA-Z!/][^>]{0,2000}>")
 _PAGE = re.compile(r"\s*(?:<!doctype html|<html|<\?xml[^>]*>\s*<html)|<body[\s>]", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+")
+_QUANTITY_BONUS = 2.0
 _MIN_WORDS = 6  # a line with fewer words is not a sentence's worth
 _SENTENCE_STOP = re.compile(r"[a-z0-9)][.!?][\"')\]]?(?:\s|$)")
 _SENTENCE_WORDS = 40  # prose has a sentence end for every this many words, at least
@@ -63,17 +71,27 @@ def read_prose(text: str, query: Query) -> Reading | None:
     texts = [units[u][0] for u in sentences]
     relevance = Relevance(query.words, texts)
     mentions = {sentences[k] for k in query.picks_in(texts)}
-    asked: dict[int, float] = {}
+    measured = _measured(query.measures)
+    asked: dict[int, tuple[float, float]] = {}  # (0 when it has the measure asked for, -score)
+    seen: set[str] = set()
     for u in sentences:
+        template = _NUMBER.sub("#", units[u][0])
+        if template in seen:
+            continue  # said again (numbers aside), it adds nothing: only its first time is read
+        seen.add(template)
         score = relevance.score(units[u][0]) if relevance else 0.0
         if u in mentions:
             score += 10.0
+        if score > 0 and query.quantity and _DIGIT.search(units[u][0]):
+            score += _QUANTITY_BONUS  # a question for a number: the sentence that has one
         if score > 0:
-            asked[u] = score
-    sections: dict[int, float] = {}  # a heading: the best score of its section's sentences
-    for u, score in asked.items():
+            # "how many connections": a sentence with "301 connections" comes first
+            found = measured is not None and measured.search(units[u][0]) is not None
+            asked[u] = (0.0 if found else 1.0, -score)
+    sections: dict[int, tuple[float, float]] = {}  # a heading: its section's best sentence
+    for u, key in asked.items():
         if (heading := units[u][2]) >= 0:
-            sections[heading] = max(sections.get(heading, 0.0), score)
+            sections[heading] = min(sections.get(heading, key), key)
     headings = sum(1 for _, kind, _ in units if kind == "heading")
     title_text = f"{title!r}; " if title else ""
     markup = "; markup removed" if method == "html" else ""
@@ -81,12 +99,12 @@ def read_prose(text: str, query: Query) -> Reading | None:
     pieces = [Piece(summary, (Tier.SHAPE, 0), "sentences", 0)]
     for u, (body, kind, _) in enumerate(units):
         if u in asked:
-            rank: tuple[float, ...] = (Tier.ASKED, -asked[u], u)
+            rank: tuple[float, ...] = (Tier.ASKED, *asked[u], u)
         elif is_alarm(body):
             rank = (Tier.ALARM, -u)  # an error quoted in a page, a traceback in a document
         elif kind == "heading":
             # kept just before its section's best sentence
-            rank = (Tier.ASKED, -sections[u], u) if u in sections else (Tier.CONTEXT, 0, u)
+            rank = (Tier.ASKED, *sections[u], u) if u in sections else (Tier.CONTEXT, 0, u)
         elif kind == "lead":
             rank = (Tier.CONTEXT, 1, u)
         else:
@@ -94,6 +112,13 @@ def read_prose(text: str, query: Query) -> Reading | None:
         what = "lines" if kind in ("code", "heading") else "sentences"
         pieces.append(Piece(body, rank, what))
     return Reading(method, tuple(pieces))
+
+
+def _measured(measures: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A number followed by one of ``measures``: the answer to a "how many" question."""
+    if not measures:
+        return None
+    return re.compile(rf"\d[\d,.]*\s*(?:{'|'.join(map(re.escape, measures))})\b", re.IGNORECASE)
 
 
 def _units(blocks: list[tuple[str, str]]) -> list[tuple[str, str, int]]:

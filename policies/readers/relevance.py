@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 __all__ = ["Relevance", "words"]
@@ -30,20 +31,86 @@ def _singular(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
-class Relevance:
-    """Scores texts by the rarity-weighted query words they hold. A word is found as a
-    substring of the lowercased text, so that ``timeout`` finds ``RETRY_TIMEOUT_S``."""
+# How code abbreviates common words: an identifier part ``max`` (``max_upload_mb``,
+# ``maxRetries``) stands for a query's ``maximum``.
+_ABBREVIATIONS = {
+    "maximum": ("max",),
+    "minimum": ("min",),
+    "connection": ("conn",),
+    "configuration": ("config", "cfg", "conf"),
+    "database": ("db",),
+    "message": ("msg",),
+    "request": ("req",),
+    "response": ("resp",),
+    "error": ("err",),
+    "environment": ("env",),
+    "authentication": ("auth", "authn"),
+    "authorization": ("auth", "authz"),
+    "number": ("num",),
+    "index": ("idx",),
+    "length": ("len",),
+    "address": ("addr",),
+    "context": ("ctx",),
+    "server": ("srv",),
+    "service": ("svc",),
+    "repository": ("repo",),
+    "directory": ("dir",),
+    "temporary": ("tmp", "temp"),
+    "package": ("pkg",),
+    "initialize": ("init",),
+    "specification": ("spec",),
+    "statistic": ("stat", "stats"),
+    "millisecond": ("ms",),
+    "second": ("sec", "secs"),
+    "minute": ("min", "mins"),
+    "megabyte": ("mb",),
+    "gigabyte": ("gb",),
+    "kilobyte": ("kb",),
+    "timeout": ("ttl",),
+    "count": ("cnt",),
+    "previous": ("prev",),
+    "buffer": ("buf",),
+    "parameter": ("param",),
+    "argument": ("arg",),
+    "reference": ("ref",),
+    "attribute": ("attr",),
+    "document": ("doc",),
+    "application": ("app",),
+    "password": ("pwd", "passwd"),
+}
 
-    __slots__ = ("_weights",)
+
+class Relevance:
+    """Scores texts by the rarity-weighted query words they hold, compared as whole words
+    in normal form (``timeout`` is a word of ``RETRY_TIMEOUT_S``; ``defaults`` holds
+    ``default`` and ``defaulted`` does not), or as the word's usual abbreviation (``max``
+    in ``max_upload_mb`` for ``maximum``)."""
+
+    __slots__ = ("_seen", "_wanted", "_weights")
 
     def __init__(self, query_words: Iterable[str], texts: Sequence[str]) -> None:
-        joined = "\n".join(texts).lower()
-        n = len(texts) + 1
-        self._weights: dict[str, float] = {}
+        # each accepted word (a query word or an abbreviation of one) -> the query word
+        self._wanted: dict[str, str] = {}
         for word in query_words:
-            frequency = _lines_holding(joined, word)
-            if frequency and frequency <= n // 2:  # in most texts, a word picks nothing out
-                self._weights[word] = math.log(n / frequency)
+            self._wanted[word] = word
+            for short in _ABBREVIATIONS.get(word, ()):
+                self._wanted.setdefault(short, word)
+        self._seen: dict[str, frozenset[str]] = {}  # text -> the query words it holds
+        lowered = "\n".join(texts).lower()
+        starts = _starts(lowered)
+        candidates: set[int] = set()  # lines holding a wanted word at least as a substring
+        for word in self._wanted:
+            candidates |= _lines_holding(lowered, starts, word)
+        frequency: dict[str, int] = {}
+        for line in candidates:
+            for word in self._held(texts[line]):
+                frequency[word] = frequency.get(word, 0) + 1
+        n = len(texts) + 1
+        self._weights = {
+            word: math.log(n / f)
+            for word, f in frequency.items()
+            if f <= n // 2  # in most texts, a word picks nothing out
+        }
 
     def __bool__(self) -> bool:
         return bool(self._weights)
@@ -52,18 +119,32 @@ class Relevance:
         """The sum of the weights of the query words ``text`` holds."""
         if not self._weights:
             return 0.0
-        lowered = text.lower()
-        return sum(weight for word, weight in self._weights.items() if word in lowered)
+        return sum(self._weights.get(word, 0.0) for word in self._held(text))
+
+    def _held(self, text: str) -> frozenset[str]:
+        held = self._seen.get(text)
+        if held is None:
+            wanted = self._wanted
+            held = self._seen[text] = frozenset(wanted[w] for w in words(text) if w in wanted)
+        return held
 
 
-def _lines_holding(joined: str, word: str) -> int:
-    """How many lines of ``joined`` hold ``word``, each counted once."""
-    count = 0
-    at = joined.find(word)
+def _starts(text: str) -> list[int]:
+    starts = [0]
+    at = text.find("\n")
     while at >= 0:
-        count += 1
-        end = joined.find("\n", at)
-        if end < 0:
-            break
-        at = joined.find(word, end)
-    return count
+        starts.append(at + 1)
+        at = text.find("\n", at + 1)
+    return starts
+
+
+def _lines_holding(lowered: str, starts: list[int], word: str) -> set[int]:
+    """The lines of ``lowered`` (each starting at ``starts``) that hold ``word``."""
+    lines: set[int] = set()
+    at = lowered.find(word)
+    while at >= 0:
+        line = bisect_right(starts, at) - 1
+        lines.add(line)
+        following = starts[line + 1] if line + 1 < len(starts) else len(lowered)
+        at = lowered.find(word, following)
+    return lines

@@ -97,3 +97,15 @@ def test_any_lines_are_read_or_refused_and_fit(extra: list[str], budget: int) ->
     if reading is not None:
         fitted = fit(reading, budget, COUNTER)
         assert fitted is None or fitted.tokens <= budget
+
+
+def test_where_a_searched_name_is_defined_comes_first() -> None:
+    lines = [f"./docs/clients.md:{k}:Set `REQUEST_TIMEOUT_MS` per service." for k in range(40)]
+    lines += [f"./src/search/client.py:{k}:    timeout=REQUEST_TIMEOUT_MS," for k in range(40)]
+    lines.insert(57, "./src/search/cache/config.py:244:REQUEST_TIMEOUT_MS = 21")
+    query = Query.of("shell", {"command": "grep -rn REQUEST_TIMEOUT_MS ."}, "Where is it defined?")
+    fitted = fit(read_listing("\n".join(lines), query) or pytest.fail(), 90, COUNTER)
+    assert (
+        fitted is not None
+        and "./src/search/cache/config.py:244:REQUEST_TIMEOUT_MS = 21" in fitted.text
+    )

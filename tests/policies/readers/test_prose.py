@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from governor import TokenCounter
 from policies.readers import Query, fit
 from policies.readers.prose import read_prose
-from tests.policies.readers.samples import html_page, markdown, others
+from tests.policies.readers.samples import html_page, markdown, others, paragraphs
 
 COUNTER = TokenCounter()
 ANSWER = "The maximum pool size defaults to 64 connections per worker."
@@ -70,3 +70,24 @@ def test_any_text_is_read_or_refused_and_fits(extra: str, budget: int) -> None:
         if reading is not None:
             fitted = fit(reading, budget, COUNTER)
             assert fitted is None or fitted.tokens <= budget
+
+
+def test_how_many_finds_the_number_of_that_thing() -> None:
+    answer = "By default, max_connections is set to 301 connections."
+    text = markdown(
+        3,
+        "Clients reconnect when the server goes away. The server accepts client connections "
+        f"over TLS only. {answer} Connection pooling is covered below.",
+    )
+    question = "How many client connections does the server accept?"
+    fitted = fit(read_prose(text, Query.of(None, None, question)) or pytest.fail(), 80, COUNTER)
+    assert fitted is not None and answer in fitted.text.split("\n")
+
+
+def test_a_sentence_said_again_is_read_once() -> None:
+    repeated = "Some teams set cache_size to 512 MiB on small clusters."
+    paras = [f"{p} {repeated.replace('512', str(100 + k))}" for k, p in enumerate(paragraphs(4))]
+    reading = read_prose("\n\n".join(paras), Query.of(None, None, "What is cache_size set to?"))
+    assert reading is not None
+    asked = [p for p in reading.pieces if p.rank[0] == 1 and "cache_size" in p.text]
+    assert len(asked) == 1  # the first of the alike sentences; the others are the rest

@@ -39,6 +39,14 @@ def _fallback_text(budget: int) -> str:
     )
 
 
+# What the extractive fallback calls its reduction of LOG (the reader that read it).
+FALLBACK = (
+    ExtractiveSummarizer(COUNTER)
+    .reduce(LOG, budget_tokens=60, tool_name="pytest", arguments=ARGUMENTS)
+    .method
+)
+
+
 def _reduce(summarizer: LLMSummarizer, budget: int = 60) -> ToolOutputReduction:
     return summarizer.reduce(LOG, budget_tokens=budget, tool_name="pytest", arguments=ARGUMENTS)
 

@@ -33,6 +33,7 @@ from policies.llm_summarizer import DEFAULT_PROMPT, LLMSummarizer
 from tests.policies.llm_summarizer_helpers import (
     ARGUMENTS,
     COUNTER,
+    FALLBACK,
     LOG,
     SUMMARY,
     _assert_nothing_held,
@@ -148,7 +149,7 @@ def test_a_custom_prompt_is_formatted_with_the_budget() -> None:
 def test_an_empty_answer_falls_back_to_extractive() -> None:
     backend = FakeBackend(responder=lambda request: " \n\t ")
     result = _reduce(LLMSummarizer(backend))
-    assert (result.method, result.detail) == ("extractive", "llm answer empty")
+    assert (result.method, result.detail) == (FALLBACK, "llm answer empty")
     assert result.text == _fallback_text(60)
     assert result.tokens_after == COUNTER.count(result.text) <= 60
     assert result.tokens_before == COUNTER.count(LOG)
@@ -162,7 +163,7 @@ def test_an_answer_over_budget_by_the_counter_falls_back() -> None:
     backend = fake(responder=lambda request: " hello" * 500)
     summarizer = LLMSummarizer(backend, counter=CHARACTERS, max_input_tokens=20_000)
     result = summarizer.reduce(LOG, budget_tokens=200, tool_name="pytest", arguments=ARGUMENTS)
-    assert result.method == "extractive"
+    assert result.method == FALLBACK
     assert result.detail == "llm answer over budget (1,199 > 200 tokens)"
     assert backend.calls[0].max_tokens == 200
     expected = ExtractiveSummarizer(CHARACTERS).reduce(
@@ -181,7 +182,7 @@ def test_a_model_error_falls_back_to_extractive() -> None:
     backend = FakeBackend(responder=broken)
     result = _reduce(LLMSummarizer(backend))
     assert (result.method, result.detail) == (
-        "extractive",
+        FALLBACK,
         "llm error: RuntimeError: model server down",
     )
     assert result.text == _fallback_text(60)
@@ -192,7 +193,7 @@ def test_a_closed_backend_falls_back_to_extractive() -> None:
     backend = FakeBackend(responder=lambda request: SUMMARY)
     backend.close()
     result = _reduce(LLMSummarizer(backend))
-    assert result.method == "extractive"
+    assert result.method == FALLBACK
     assert result.detail.startswith("llm error: BackendError: ")
     assert "closed" in result.detail
 
@@ -203,7 +204,7 @@ def test_a_timeout_stops_the_call_and_returns_its_blocks() -> None:
     started = time.perf_counter()
     result = _reduce(summarizer)
     assert time.perf_counter() - started < 2
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.2 s")
+    assert (result.method, result.detail) == (FALLBACK, "llm timed out after 0.2 s")
     assert result.text == _fallback_text(60)
     assert 0.2 <= result.elapsed_s < 2
     _assert_nothing_held(backend)
@@ -218,7 +219,7 @@ def test_areduce_times_out_and_leaks_nothing() -> None:
         return await summarizer.areduce(LOG, budget_tokens=60, arguments=ARGUMENTS)
 
     result = asyncio.run(main())
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.2 s")
+    assert (result.method, result.detail) == (FALLBACK, "llm timed out after 0.2 s")
     _assert_nothing_held(backend)
 
 
@@ -252,7 +253,7 @@ def test_sync_reduce_works_inside_a_running_event_loop() -> None:
 
     done, timed_out, loop_thread = asyncio.run(main())
     assert (done.text, done.method) == (SUMMARY, "llm")
-    assert (timed_out.method, timed_out.detail) == ("extractive", "llm timed out after 0.1 s")
+    assert (timed_out.method, timed_out.detail) == (FALLBACK, "llm timed out after 0.1 s")
     assert loop_thread == threading.current_thread().name
     _assert_nothing_held(slow)
 
@@ -290,7 +291,7 @@ def test_long_input_is_cut_extractively_before_the_model_sees_it() -> None:
     assert COUNTER.count(shown) <= 8 * 50
     assert "ValueError: missing key: port" in shown
     assert result.detail == f"input cut extractively to {COUNTER.count(shown):,} tokens first"
-    assert result.elided == (("similar lines", 3_997),)
+    assert result.elided == (("passing tests", 4_000),)
 
 
 @pytest.mark.parametrize("limit", [{"max_model_len": 400}, {"num_blocks": 25}])
@@ -308,7 +309,7 @@ def test_the_prompt_is_cut_to_fit_what_the_backend_can_hold(limit: dict[str, int
 def test_an_answer_that_cannot_fit_the_context_falls_back() -> None:
     backend = FakeBackend(responder=lambda request: SUMMARY, max_model_len=64)
     result = LLMSummarizer(backend).reduce(LOG, budget_tokens=80)
-    assert result.method == "extractive"
+    assert result.method == FALLBACK
     assert result.detail == (
         "llm prompt and a 80-token answer do not fit the 64 tokens the backend can hold"
     )

@@ -27,6 +27,7 @@ from governor.testing import FakeBackend
 from policies.llm_summarizer import LLMSummarizer, SummarizerStats
 from tests.loop_ticker import loop_ticker
 from tests.policies.llm_summarizer_helpers import (
+    FALLBACK,
     LOG,
     SUMMARY,
     _assert_nothing_held,
@@ -79,7 +80,7 @@ def test_a_summary_over_its_budget_is_refused_by_the_engine_and_falls_back() -> 
 
     backend = Undersized(num_blocks=1_024, responder=lambda request: SUMMARY)
     result = _reduce(LLMSummarizer(backend, max_input_tokens=20_000))
-    assert result.method == "extractive" and result.detail.startswith("llm error: ")
+    assert result.method == FALLBACK and result.detail.startswith("llm error: ")
     assert [name for name, _ in backend.opened] == backend.closed
     _assert_nothing_held(backend)
 
@@ -104,7 +105,7 @@ def test_fallbacks_are_counted_logged_and_carried_on_the_event(
     ):
         result = governor.reduce_tool_output(lease, LOG, tool="pytest")
     detail = "llm error: ConnectionError: model server down"
-    assert (result.method, result.detail) == ("extractive", detail)
+    assert (result.method, result.detail) == (FALLBACK, detail)
     (event,) = [e for e in events if e.kind == "summarized"]
     assert event.record == result  # the reason travels with the governor's event
     assert [r.getMessage() for r in caplog.records] == [
@@ -165,7 +166,7 @@ def test_a_server_error_status_falls_back() -> None:
         raise _Status(503)
 
     result = _reduce(LLMSummarizer(FakeBackend(responder=failing)))
-    assert (result.method, result.detail) == ("extractive", "llm error: _Status: HTTP 503")
+    assert (result.method, result.detail) == (FALLBACK, "llm error: _Status: HTTP 503")
 
 
 def test_areduce_leaves_the_event_loop_free_while_the_engine_is_busy() -> None:

@@ -22,6 +22,7 @@ from policies.llm_summarizer import LLMSummarizer
 from tests.policies.llm_summarizer_helpers import (
     ARGUMENTS,
     COUNTER,
+    FALLBACK,
     LOG,
     SUMMARY,
     _assert_nothing_held,
@@ -54,7 +55,7 @@ def test_the_bundled_engine_summarizes_within_budget(engine: LocalBackend) -> No
 def test_the_bundled_engine_is_aborted_on_timeout(engine: LocalBackend) -> None:
     summarizer = LLMSummarizer(engine, counter=COUNTER, timeout_s=0.01)
     result = summarizer.reduce(LOG, budget_tokens=200)
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.01 s")
+    assert (result.method, result.detail) == (FALLBACK, "llm timed out after 0.01 s")
     assert result.tokens_after <= 200
     _assert_nothing_held(engine)  # the abort was queued before this call
 
@@ -73,13 +74,13 @@ def test_a_langchain_chat_model_falls_back() -> None:
     summarizer = LLMSummarizer(model)
     result = _reduce(summarizer)
     assert (result.method, result.detail) == (
-        "extractive",
+        FALLBACK,
         "llm answer over budget (100 > 60 tokens)",
     )
     assert result.text == _fallback_text(60)
     assert _reduce(summarizer).detail == "llm answer empty"
     exhausted = _reduce(summarizer)  # the fake's script has run out: it raises
-    assert exhausted.method == "extractive"
+    assert exhausted.method == FALLBACK
     assert exhausted.detail.startswith("llm error: ")
 
 
@@ -121,7 +122,7 @@ class _BlockingSyncModel:
 def test_a_hanging_chat_model_is_cancelled_on_timeout() -> None:
     model = _HangingAsyncModel()
     result = _reduce(LLMSummarizer(model, timeout_s=0.1))
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.1 s")
+    assert (result.method, result.detail) == (FALLBACK, "llm timed out after 0.1 s")
     assert model.cancelled
 
 
@@ -133,4 +134,4 @@ def test_a_blocking_sync_chat_model_does_not_hold_up_reduce() -> None:
     finally:
         model.release.set()
     assert time.perf_counter() - started < 2
-    assert (result.method, result.detail) == ("extractive", "llm timed out after 0.1 s")
+    assert (result.method, result.detail) == (FALLBACK, "llm timed out after 0.1 s")

@@ -52,7 +52,7 @@ READERS: tuple[Reader, ...] = (
     read_diagnostics,
     read_traces,
     read_table,
-    read_listing,
     read_log,
+    read_listing,
     read_prose,
 )

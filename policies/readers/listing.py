@@ -29,11 +29,16 @@ _LS = re.compile(
 _LS_OTHER = re.compile(r"total \d+|(?P<dir>\S.*):$")
 _TREE = re.compile(r"(?P<indent>(?:[│|]   |    )*)(?:[├└|`]── |[├└|`]-- )(?P<name>.+)")
 _DU = re.compile(r"(?P<size>[\d.]+[KMGTP]?)\t(?P<name>.+)")
-_MATCH = re.compile(r"(?P<name>[^\s:][^:]*?):(?P<line>\d+)[:-](?:\d+:)?(?P<text>.*)")
-_RG_HIT = re.compile(r"(?P<line>\d+)[:-](?P<text>.*)")
+_MATCH = re.compile(r"(?P<name>[^\s:\[][^\s:]*?):(?P<line>\d+)[:-](?:\d+:)?(?P<text>.*)")
+# rg --heading: "12:text" hits and "12-text" context lines (never a date: "2024-04-19").
+_RG_HIT = re.compile(r"(?P<line>\d+)(?::|-(?!\d\d[-T ]))(?P<text>.*)")
 _SHARE = 0.7  # of non-blank lines that must be entries
+_ABOUT_SIZE = re.compile(
+    r"(?i)\b(?:big|bigger|biggest|large|larger|largest|size|sizes|space|disk|heavy|heaviest)\b"
+)
 _MIN_ENTRIES = 20
 _GROUPS = 4  # largest groups named in the summary
+_GROUP_SHARE = 20  # a group is named when it holds at least 1/20 of the entries
 _HEAD = 5  # first entries kept before the rest
 # (form, each line's path or None, the lines that place each entry, each entry's size)
 _Parsed = tuple[str, list[str | None], dict[int, list[int]], dict[int, float]]
@@ -48,15 +53,20 @@ def read_listing(text: str, query: Query) -> Reading | None:
     form, paths, place, sizes = parsed
     entries = [i for i, path in enumerate(paths) if path is not None]
     globs = [v for v in _argument_strings(query) if any(c in v for c in "*?[")]
-    relevance = Relevance(query.words, [lines[i] for i in entries])
+    # A hit under an rg heading is read with its file's name.
+    texts = {i: lines[i] if paths[i] in lines[i] else f"{paths[i]} {lines[i]}" for i in entries}
+    relevance = Relevance(query.words, list(texts.values()))
     mentions = {entries[k] for k in query.picks_in([lines[i] for i in entries])}
     defines = _definition(query.names) if form == "matches" else None
+    sized = _sized(form, query, paths, sizes)
     asked: dict[int, float] = {}
     for i in entries:
         path = paths[i] or ""
-        score = relevance.score(lines[i]) if relevance else 0.0
-        if defines is not None and (hit := _MATCH.match(lines[i])) and defines.match(hit["text"]):
+        score = relevance.score(texts[i]) if relevance else 0.0
+        hit = _MATCH.match(lines[i]) or _RG_HIT.match(lines[i]) if defines is not None else None
+        if hit is not None and defines is not None and defines.match(hit["text"]):
             score += 20.0  # where a searched name is defined: what a search is most often for
+        score += sized.get(i, 0.0)
         if i in mentions:
             score += 10.0
         if globs and any(
@@ -77,6 +87,8 @@ def read_listing(text: str, query: Query) -> Reading | None:
     ]
     what = "matches" if form == "matches" else "entries"
     for i, line in enumerate(lines):
+        if not line.strip():
+            continue  # a blank line between files or groups says nothing
         if i in asked:
             rank: tuple[float, ...] = (Tier.ASKED, -asked[i], i)
         elif i in needed:
@@ -106,9 +118,16 @@ def _parse(lines: list[str]) -> _Parsed | None:
         (_is_path, _parse_paths),
     )
     for test, parse in forms:
-        if sum(1 for line in sample if test(line)) >= _SHARE * len(sample):
-            return parse(lines)
+        if sum(1 for line in sample if test(line)) < _SHARE * len(sample):
+            continue
+        if parse is _parse_matches and sum(1 for line in sample if _is_hit(line)) < len(sample) / 3:
+            continue  # file names with no hits under them: a listing of paths
+        return parse(lines)
     return None
+
+
+def _is_hit(line: str) -> bool:
+    return _MATCH.match(line) is not None or _RG_HIT.match(line) is not None
 
 
 def _is_path(line: str) -> bool:
@@ -120,8 +139,12 @@ def _is_ls(line: str) -> bool:
 
 
 def _is_match(line: str) -> bool:
+    """A ``path:line:text`` hit, or, under ``rg --heading``, a file's name or a
+    ``line:text`` hit below it (blank lines between files do not count)."""
     found = _MATCH.match(line)
-    return found is not None and any(c in found.group("name") for c in "/.")
+    if found is not None:
+        return any(c in found.group("name") for c in "/.")
+    return _RG_HIT.match(line) is not None or _PATH.fullmatch(line) is not None
 
 
 def _parse_ls(lines: list[str]) -> _Parsed:
@@ -208,9 +231,25 @@ def _summary(form: str, paths: list[str]) -> str:
             path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "." for path in paths
         )
         unit, kind = "entries", "directories"
-    largest = ", ".join(f"{group} {n:,}" for group, n in groups.most_common(_GROUPS))
-    more = f", {len(groups) - _GROUPS:,} more" if len(groups) > _GROUPS else ""
-    return f"[{len(paths):,} {unit} in {len(groups):,} {kind}: {largest}{more}]"
+    # The largest groups, where they hold a good share: a group of a few says nothing.
+    named = [(g, n) for g, n in groups.most_common(_GROUPS) if n * _GROUP_SHARE >= len(paths)]
+    largest = ", ".join(f"{group} {n:,}" for group, n in named)
+    more = f", {len(groups) - len(named):,} more" if named and len(groups) > len(named) else ""
+    listed = f": {largest}{more}" if named else ""
+    return f"[{len(paths):,} {unit} in {len(groups):,} {kind}{listed}]"
+
+
+def _sized(
+    form: str, query: Query, paths: list[str | None], sizes: dict[int, float]
+) -> dict[int, float]:
+    """For a question about size (``du``, "the biggest file"), a score for the largest
+    entries: files before the directories that hold them, largest first."""
+    if not sizes or not _ABOUT_SIZE.search(query.question):
+        return {}
+    folders = {p.rsplit("/", 1)[0] for p in paths if p and "/" in p}
+    ranked = sorted(sizes, key=lambda i: (paths[i] in folders, -sizes[i], i))
+    top = ranked[: max(_HEAD, len(ranked) // 20)]
+    return {i: 30.0 - 10.0 * (paths[i] in folders) - k / len(top) for k, i in enumerate(top)}
 
 
 def _definition(names: tuple[str, ...]) -> re.Pattern[str] | None:

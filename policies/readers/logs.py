@@ -44,7 +44,15 @@ _LEVEL = re.compile(
 _KLOG = re.compile(r"([IWEF])\d{4} ")
 _ACCESS = re.compile(r"\S+ \S+ \S+ \[\d{2}/\w{3}/\d{4}:")
 _STATUS = re.compile(r'" ([1-5]\d\d) ')  # an access log's response status
-_MASK = re.compile(r"[0-9a-f]{8}-[0-9a-f-]{27}|0x[0-9a-fA-F]+|\d+")  # ids, addresses, numbers
+# Numbers, and every token holding a digit (ids, addresses, keys, veth4a0b7c): masked, the
+# entries of one message look alike.
+_MASK = re.compile(r"[^\s\[\](){}=:,;\"']*\d[^\s\[\](){}=:,;\"']*")
+# Trouble said in words, for entries with no level (syslog, journald, kernel lines).
+_TROUBLE = re.compile(
+    r"(?i)\b(?:error|errors|fail|failed|failure|fatal|panic|critical|crash|crashed|abort"
+    r"|aborted|segfault|killed|oom|out of memory|denied|refused|timed out|timeout"
+    r"|unreachable|exception|core dumped|traceback)\b"
+)
 # Levels above WARN; E and F are klog's.
 _SEVERE = frozenset(("ERROR", "ERR", "FATAL", "CRITICAL", "CRIT", "ALERT", "EMERG", "SEVERE"))
 _SEVERE |= {"PANIC", "E", "F"}
@@ -83,7 +91,7 @@ def read_log(text: str, query: Query) -> Reading | None:
         raised = end - first > 1 and any(_RAISED.match(line) for line in lines[first + 1 : end])
         if position in mentions:
             rank: tuple[float, ...] = (Tier.ASKED, score, position)
-        elif level in _SEVERE or raised:
+        elif level in _SEVERE or raised or (not level and _TROUBLE.search(firsts[position])):
             rank = (Tier.ALARM, score, from_end)
         elif level in _WARNING:
             rank = (Tier.STANDOUT, 0, score, from_end)

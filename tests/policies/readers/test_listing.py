@@ -65,12 +65,8 @@ def test_search_matches_are_counted_by_file() -> None:
     fitted = fit(read_listing("\n".join(rng_lines), query) or pytest.fail(), 150, COUNTER)
     assert fitted is not None and "src/app/retry.py:88:    RETRY_BACKOFF_MS = 250" in fitted.text
     counts = dict(re.findall(r"(src/app/\w+\.py) (\d+)", fitted.text.split("\n")[0]))
-    assert counts == {
-        "src/app/a.py": "267",
-        "src/app/b.py": "267",
-        "src/app/c.py": "266",
-        "src/app/retry.py": "1",
-    }
+    assert counts == {"src/app/a.py": "267", "src/app/b.py": "267", "src/app/c.py": "266"}
+    assert fitted.text.split("\n")[0].endswith(", 1 more]")  # a file of one match, not named
 
 
 def test_du_keeps_the_largest() -> None:
@@ -109,3 +105,53 @@ def test_where_a_searched_name_is_defined_comes_first() -> None:
         fitted is not None
         and "./src/search/cache/config.py:244:REQUEST_TIMEOUT_MS = 21" in fitted.text
     )
+
+
+def test_rg_heading_hits_are_read_with_their_file() -> None:
+    blocks = []
+    for k in range(30):
+        name = f"src/{'gateway' if k == 17 else f'svc{k}'}/events.ts"
+        value = (
+            "export const HEALTHCHECK_INTERVAL_S = 43;"
+            if k == 17
+            else "  await sleep(HEALTHCHECK_INTERVAL_S);"
+        )
+        imported = f"{k * 7 + 3}:import {{ HEALTHCHECK_INTERVAL_S }} from './config';"
+        blocks.append(f"{name}\n{imported}\n{k + 100}:{value}")
+    text = "\n\n".join(blocks)
+    query = Query.of(
+        "shell",
+        {"command": "rg --heading -n HEALTHCHECK_INTERVAL_S"},
+        "Where is HEALTHCHECK_INTERVAL_S defined for the gateway client?",
+    )
+    reading = read_listing(text, query)
+    assert reading is not None and reading.pieces[0].text.startswith("[60 matches in 30 files")
+    fitted = fit(reading, 90, COUNTER)
+    assert fitted is not None
+    kept = fitted.text.split("\n")
+    assert kept.index("src/gateway/events.ts") < kept.index(
+        "117:export const HEALTHCHECK_INTERVAL_S = 43;"
+    )
+
+
+def test_a_question_about_size_keeps_the_largest_file() -> None:
+    lines = [f"{k % 90 + 4}K\t./src/mod{k % 7}/file_{k}.py" for k in range(300)]
+    lines += [f"{400 + k}K\t./src/mod{k}" for k in range(7)]
+    lines.insert(150, "58G\t./data/exports/debug-99397.log")
+    lines += ["58G\t./data/exports", "58G\t./data", "58G\t."]
+    query = Query.of("shell", {"command": "du -ah ."}, "Find the biggest file; the disk is full.")
+    fitted = fit(read_listing("\n".join(lines), query) or pytest.fail(), 100, COUNTER)
+    assert fitted is not None and "58G\t./data/exports/debug-99397.log" in fitted.text
+
+
+def test_timestamped_logs_are_not_search_results() -> None:
+    lines = [
+        f"2024-04-19 13:48:{k % 60:02d}.089  INFO 1 --- [exec-{k}] b.events : GET /x 200"
+        for k in range(60)
+    ]
+    assert read_listing("\n".join(lines), Query.of()) is None
+    nginx = [
+        f'10.0.0.{k} - - [01/Jul/2024:03:18:{k % 60:02d} +0000] "GET /a HTTP/1.1" 200 5'
+        for k in range(60)
+    ]
+    assert read_listing("\n".join(nginx), Query.of()) is None

@@ -86,3 +86,20 @@ def test_any_lines_are_read_or_refused_and_fit(extra: list[str], budget: int) ->
     if reading is not None:
         fitted = fit(reading, budget, COUNTER)
         assert fitted is None or fitted.tokens <= budget
+
+
+def test_trouble_in_words_is_an_alarm_where_entries_have_no_level() -> None:
+    lines = [
+        f"Jun 03 19:{k // 60:02d}:{k % 60:02d} app-34 sshd[{1000 + k}]: Accepted publickey for "
+        f"u{k} from 10.0.{k % 200}.9 port {40000 + k} ssh2: ED25519 SHA256:Kg{k:04d}abcDEFghiJ"
+        for k in range(300)
+    ]
+    oom = "Jun 03 19:18:31 app-34 kernel: Out of memory: Killed process 1350015 (postgres)"
+    lines.insert(201, oom)
+    reading = read_log(
+        "\n".join(lines), Query.of(None, None, "Something restarted; check the journal.")
+    )
+    fitted = fit(reading or pytest.fail("not read"), 120, COUNTER)
+    assert fitted is not None and oom in fitted.text
+    assert "301 entries" in fitted.text.split("\n")[0]  # the keys differ: one message repeated
+    assert "300x 'app-34 sshd" in fitted.text.split("\n")[0]

@@ -14,6 +14,7 @@ then the rest.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from html.parser import HTMLParser
 
 from policies.readers.lines import is_alarm
@@ -170,7 +171,7 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             blocks.append((" ".join(paragraph), "paragraph"))
             paragraph.clear()
 
-    lines = text.split("\n")
+    lines = _dedented(text.split("\n"))
     for k, line in enumerate(lines):
         stripped = line.strip()
         if _FENCE.match(line):
@@ -201,6 +202,19 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             paragraph.append(stripped)
     flush()
     return blocks
+
+
+def _dedented(lines: list[str]) -> list[str]:
+    """``lines`` less the indentation most of them share (a man page's body sits 7 columns
+    in): what is indented beyond it is code, a table or an example."""
+    indents = Counter(len(line) - len(line.lstrip(" ")) for line in lines if line.strip())
+    if not indents:
+        return lines
+    base, n = indents.most_common(1)[0]
+    if base < 2 or n * 2 < sum(indents.values()):
+        return lines
+    prefix = " " * base
+    return [line[base:] if line.startswith(prefix) else line for line in lines]
 
 
 def _mostly_markup(text: str) -> bool:

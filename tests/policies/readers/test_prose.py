@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,3 +93,14 @@ def test_a_sentence_said_again_is_read_once() -> None:
     assert reading is not None
     asked = [p for p in reading.pieces if p.rank[0] == 1 and "cache_size" in p.text]
     assert len(asked) == 1  # the first of the alike sentences; the others are the rest
+
+
+def test_a_man_page_body_is_prose_not_code() -> None:
+    sentences = re.split(r"(?<=\.) ", " ".join(paragraphs(6)))
+    body = [f"       {sentence}" for sentence in sentences]  # 7 columns in, as man prints
+    body.insert(40, "       The prefetch_count option defaults to 1136 messages.")
+    page = ["TIDEPOOLD(8)        System Manager's Manual        TIDEPOOLD(8)", "", "OPTIONS", *body]
+    query = Query.of("shell", {"command": "man tidepoold"}, "What's the default prefetch_count?")
+    fitted = fit(read_prose("\n".join(page), query) or pytest.fail(), 80, COUNTER)
+    assert fitted is not None
+    assert "The prefetch_count option defaults to 1136 messages." in fitted.text.split("\n")

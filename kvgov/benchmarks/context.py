@@ -26,11 +26,11 @@ methods, each as its users run it:
   and ``allow_partial`` the setting that keeps the most facts at that budget.
 
 Every context is measured the same way: tokens by ``TokenCounter().count_messages``
-(cl100k, the chat overhead included), a tool output's fact kept when all its needles are
-in the context's tool results (not counting the call's own arguments), a user's fact when
-its exact text is in the context's contents or tool-call arguments, a tool result
-orphaned when no tool call before it has its id and a tool call orphaned when no result
-answers it. Figures: ``facts_retained_pct_{method}_{budget}`` for every method and budget
+(cl100k, the chat overhead included), a fact kept when its exact text (a tool output's
+fact: every one of its needles) is in the context's contents or tool-call arguments (a
+case's arguments and question never hold all of its needles), a tool result orphaned
+when no tool call before it has its id and a tool call orphaned when no result answers
+it. Figures: ``facts_retained_pct_{method}_{budget}`` for every method and budget
 (notes: tokens kept, orphans), ``facts_per_1k_tokens_{method}_{budget}`` (facts kept per
 1,000 tokens of context), ``facts_retained_pct_{method}`` at the middle budget,
 ``facts_retained_kvgov_over_best_langchain`` (target >= 1.5) and
@@ -46,12 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from governor import TokenCounter
-from kvgov.benchmarks.context_workload import (
-    Conversation,
-    build_conversations,
-    context_text,
-    tool_text,
-)
+from kvgov.benchmarks.context_workload import Conversation, build_conversations, context_text
 from policies import ExtractiveSummarizer, SummarizeOldest
 from policies.benchmarks.tool_outputs import EVALUATION_SEEDS
 
@@ -247,7 +242,7 @@ def trim(
 
 # -- measuring -----------------------------------------------------------------------------
 def measure(conversation: Conversation, context: Messages, counter: TokenCounter) -> Outcome:
-    text, results = context_text(context), tool_text(context)
+    text = context_text(context)
     called: set[str] = set()
     answered: set[str] = set()
     orphaned_results = 0
@@ -258,10 +253,7 @@ def measure(conversation: Conversation, context: Messages, counter: TokenCounter
             answered.add(message["tool_call_id"])
             orphaned_results += message["tool_call_id"] not in called
     return Outcome(
-        found=tuple(
-            (fact.kind, fact.kept_in(results if fact.in_tool_output else text))
-            for fact in conversation.facts
-        ),
+        found=tuple((fact.kind, fact.kept_in(text)) for fact in conversation.facts),
         tokens=counter.count_messages(context),
         orphaned_results=orphaned_results,
         orphaned_calls=len(called - answered),

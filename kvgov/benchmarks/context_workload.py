@@ -9,8 +9,8 @@ each, in a seeded order): the assistant says what it looks for (the case's quest
 calls the tool with the case's arguments; the result is the case's output.
 
 Facts (``Fact.kind``) are the cases' own (``tool:<kind>``: what the call asked for, or
-what stands out, each kept when all its needles are in the context's tool results), and
-two the user states in messages between rounds:
+what stands out, each kept when all its needles are in the context), and two the user
+states in messages between rounds:
 
 - ``decision``: a decision the user states in the second user message, early in the
   conversation;
@@ -38,12 +38,10 @@ __all__ = [
     "build_conversations",
     "context_text",
     "plant_facts",
-    "tool_text",
 ]
 
 _PACKAGES = ("ledger", "billing", "ingest", "refunds", "webhooks", "catalog", "search")
 _LIBRARIES = ("pydantic", "sqlalchemy", "httpx", "celery", "protobuf", "redis")
-_TOOL_KINDS = ("error_line", "json_number", "path_line", "identifier")  # plant_facts' kinds
 _EXCEPTIONS = ("ValueError", "KeyError", "TimeoutError", "IntegrityError", "PermissionError")
 
 
@@ -54,10 +52,6 @@ class Fact:
     kind: str
     text: str
     needles: tuple[str, ...] = ()
-
-    @property
-    def in_tool_output(self) -> bool:
-        return self.kind.startswith("tool:") or self.kind in _TOOL_KINDS
 
     def kept_in(self, text: str) -> bool:
         return all(needle in text for needle in self.needles or (self.text,))
@@ -79,11 +73,6 @@ def build_conversations(*, seeds: Sequence[int] = EVALUATION_SEEDS) -> tuple[Con
         rng.shuffle(cases)
         conversations.append(_conversation(rng, seed, cases))
     return tuple(conversations)
-
-
-def tool_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The contents of ``messages``' tool results: where a tool fact must be found."""
-    return "\n".join(str(m.get("content")) for m in messages if m.get("role") == "tool")
 
 
 def context_text(messages: Sequence[Mapping[str, Any]]) -> str:

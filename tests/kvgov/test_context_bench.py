@@ -73,7 +73,7 @@ def test_every_fact_is_planted_where_its_kind_says(
         assert sorted(m["content"] for m in c.messages if m["role"] == "tool") == sorted(
             case.text for case in cases
         )
-        tool_facts = [f for f in c.facts if f.in_tool_output]
+        tool_facts = [f for f in c.facts if f.kind.startswith("tool:")]
         assert [f.needles for f in tool_facts] != []
         assert sorted(f.needles for f in tool_facts) == sorted(
             fact.needles for case in cases for fact in case.facts
@@ -81,7 +81,7 @@ def test_every_fact_is_planted_where_its_kind_says(
         for fact in tool_facts:
             assert fact.kept_in(results)
         for fact in c.facts:
-            if not fact.in_tool_output:
+            if not fact.kind.startswith("tool:"):
                 assert text.count(fact.text) == 1 and fact.text in users
         kinds = {f.kind for f in c.facts}
         assert {"decision", "user_identifier"} <= kinds and len(kinds) >= 12
@@ -115,10 +115,8 @@ def test_facts_are_counted_by_exact_presence(
     for (_, _, i), messages in contexts.items():
         outcome = context.measure(conversations[i], messages, counter)
         text = _everything(messages)
-        results = "\n".join(m["content"] for m in messages if m["role"] == "tool")
-        # A tool output's fact only from the tool results, never from the call's arguments.
         expected = sum(
-            all(n in results for n in f.needles) if f.in_tool_output else f.text in text
+            all(n in text for n in f.needles) if f.needles else f.text in text
             for f in conversations[i].facts
         )
         assert outcome.facts_kept == expected

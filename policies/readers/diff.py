@@ -1,9 +1,10 @@
 """Unified diffs (``git diff``, ``diff -u``): file and hunk headers, then changed lines.
 
 A diff is read when it has a file header (``diff --git`` or a ``---``/``+++`` pair) and a
-hunk header (``@@ -a,b +c,d @@``). A summary (files, lines added and removed) comes first;
-then the changed lines that hold the call's terms or the most of its rare words, with
-their file and hunk headers; then every file header, every hunk header, every changed
+hunk header (``@@ -a,b +c,d @@``). A summary (files, lines added and removed) comes first,
+with a commit's subject (``git show``); then the changed lines that hold the call's terms
+or the most of its rare words, each with its file and hunk headers; then each file's
+counts (when there are few files), every file header, every hunk header, every changed
 line and last the context lines, each group in order.
 """
 
@@ -17,6 +18,8 @@ from policies.readers.relevance import Relevance
 __all__ = ["read_diff"]
 
 _DIGIT = re.compile(r"\d")
+_SUBJECT_LINES = 1  # of a commit's message kept with the summary
+_NAMED_FILES = 12  # a diff of at most this many files names each, after the asked changes
 _QUANTITY_BONUS = 2.0
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _FILE_PAIR = re.compile(r"^--- .*\n\+\+\+ ", re.MULTILINE)
@@ -46,25 +49,37 @@ def read_diff(text: str, query: Query) -> Reading | None:
             score += _QUANTITY_BONUS  # a question for a value: the line that sets one
         if score > 0:
             asked[i] = score
-    # An asked-for change brings its file and hunk headers, kept just before the best
-    # change under them.
-    needed: dict[int, float] = {}
+    # An asked-for change brings its file header (kept just before the best change under
+    # it: a change is read by its file) and its hunk header (kept right after).
+    needed: dict[int, tuple[float, float]] = {}
     file_at = hunk_at = -1
     for i, kind in enumerate(kinds):
-        if kind == "file":
-            file_at = i
+        if kind == "file" or (kind == "meta" and lines[i].startswith("+++ ")):
+            file_at = i  # git's "+++ b/x" names the file in half the tokens of its header
         elif kind == "hunk":
             hunk_at = i
         elif i in asked:
             for j in (file_at, hunk_at):
                 if j >= 0:
-                    needed[j] = max(needed.get(j, 0.0), asked[i])
-    pieces = [Piece(_summary(lines, kinds), (Tier.SHAPE, 0))]
+                    # the file first (a change is read by its file), the hunk after it
+                    at = i - 0.5 if j == file_at else i + 0.5
+                    needed[j] = min(needed.get(j, (-asked[i], at)), (-asked[i], at))
+    summary, files = _summary(lines, kinds)
+    pieces = [Piece(summary, (Tier.SHAPE, 0))]
+    if files:  # each file's counts: after what was asked for
+        pieces.append(Piece(files, (Tier.CONTEXT, -1), "files", 0))
+    first_file = kinds.index("file") if "file" in kinds else 0
+    message = [i for i in range(first_file) if lines[i].startswith("    ") and lines[i].strip()]
     for i, (line, kind) in enumerate(zip(lines, kinds, strict=True)):
-        if i in asked:
+        if not line.strip() and kind != "context":
+            continue  # a blank line outside a hunk says nothing
+        if i < first_file:  # git show's commit: its subject says what the change is
+            subject = message[:_SUBJECT_LINES]
+            rank: tuple[float, ...] = (Tier.SHAPE, 2, i) if i in subject else (Tier.CONTEXT, 3, i)
+        elif i in asked:
             rank: tuple[float, ...] = (Tier.ASKED, -asked[i], i)
         elif i in needed:
-            rank = (Tier.ASKED, -needed[i], i)
+            rank = (Tier.ASKED, *needed[i])
         elif kind == "file":
             rank = (Tier.CONTEXT, 0, i)
         elif kind == "hunk":
@@ -75,6 +90,8 @@ def read_diff(text: str, query: Query) -> Reading | None:
             rank = (Tier.REST, 0, i)
         else:
             rank = (Tier.REST, 1, i)
+        if kind == "file" and line.startswith("--- ") and "\t" in line:
+            line = line.split("\t")[0]  # diff -u's file header, without its timestamp
         pieces.append(Piece(line, rank))
     return Reading("diff", tuple(pieces))
 
@@ -110,9 +127,21 @@ def _kinds(lines: list[str]) -> list[str] | None:
     return kinds if seen_hunk else None
 
 
-def _summary(lines: list[str], kinds: list[str]) -> str:
-    changes = [line[0] for line, kind in zip(lines, kinds, strict=True) if kind == "change"]
-    added = changes.count("+")
-    files = sum(1 for line in lines if line.startswith("+++ ")) or kinds.count("file")
-    removed = len(changes) - added
-    return f"[diff: {files} files, {kinds.count('hunk')} hunks, +{added} -{removed} lines]"
+def _summary(lines: list[str], kinds: list[str]) -> tuple[str, str]:
+    """Files, hunks and lines added and removed; and, apart, each file's counts when
+    there are few files."""
+    counts: dict[str, list[int]] = {}
+    name = ""
+    for line, kind in zip(lines, kinds, strict=True):
+        if line.startswith("+++ "):
+            name = line[4:].split("\t")[0].removeprefix("b/")
+            counts.setdefault(name, [0, 0])
+        elif kind == "change" and name:
+            counts[name][line[0] == "-"] += 1
+    added = sum(n for n, _ in counts.values())
+    removed = sum(n for _, n in counts.values())
+    files = len(counts) or kinds.count("file")
+    each = ""
+    if 1 < len(counts) <= _NAMED_FILES:
+        each = "[files: " + ", ".join(f"{n} +{a} -{r}" for n, (a, r) in counts.items()) + "]"
+    return f"[diff: {files} files, {kinds.count('hunk')} hunks, +{added} -{removed} lines]", each

@@ -77,8 +77,12 @@ def fit(reading: Reading, budget: int, counter: TokenCounter) -> Fitted | None:
 
 def marker(counts: dict[str, int], tokens: int) -> str:
     """``[... 480 rows, 3 lines (12,034 tokens) elided ...]``."""
-    parts = ", ".join(f"{n:,} {_name(what, n)}" for what, n in counts.items())
-    return f"[... {parts} ({tokens:,} tokens) elided ...]"
+    parts = ", ".join(f"{n:,} {_name(what, n)}" for what, n in counts.items() if n)
+    return (
+        f"[... {parts} ({tokens:,} tokens) elided ...]"
+        if parts
+        else f"[... {tokens:,} tokens elided ...]"
+    )
 
 
 def _name(what: str, n: int) -> str:

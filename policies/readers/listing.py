@@ -52,7 +52,12 @@ def read_listing(text: str, query: Query) -> Reading | None:
         return None
     form, paths, place, sizes = parsed
     entries = [i for i, path in enumerate(paths) if path is not None]
-    globs = [v for v in _argument_strings(query) if any(c in v for c in "*?[")]
+    globs = [
+        token.strip("'\"")
+        for value in _argument_strings(query)
+        for token in value.split()
+        if any(c in token for c in "*?[")
+    ]
     # A hit under an rg heading is read with its file's name.
     texts = {i: lines[i] if paths[i] in lines[i] else f"{paths[i]} {lines[i]}" for i in entries}
     relevance = Relevance(query.words, list(texts.values()))
@@ -75,10 +80,11 @@ def read_listing(text: str, query: Query) -> Reading | None:
             score += 5.0
         if score > 0:
             asked[i] = score
-    needed: dict[int, float] = {}  # kept just before the best entry they place
+    # The lines that place an asked entry, kept right after the best one (shown before it).
+    needed: dict[int, tuple[float, float]] = {}
     for i, score in asked.items():
         for j in place.get(i, ()):
-            needed[j] = max(needed.get(j, 0.0), score)
+            needed[j] = min(needed.get(j, (-score, i + 0.5)), (-score, i + 0.5))
     largest = sorted(entries, key=lambda i: -sizes.get(i, 0))[: len(entries) // 10] if sizes else []
     large = {i: k for k, i in enumerate(largest)}
     first = set(entries[:_HEAD])
@@ -92,7 +98,7 @@ def read_listing(text: str, query: Query) -> Reading | None:
         if i in asked:
             rank: tuple[float, ...] = (Tier.ASKED, -asked[i], i)
         elif i in needed:
-            rank = (Tier.ASKED, -needed[i], i)
+            rank = (Tier.ASKED, *needed[i])
         elif i in large:
             rank = (Tier.STANDOUT, large[i])
         elif i in first:

@@ -89,8 +89,9 @@ def read_log(text: str, query: Query) -> Reading | None:
         from_end = n - 1 - position
         score = -relevance.score(firsts[position]) if relevance else 0.0
         raised = end - first > 1 and any(_RAISED.match(line) for line in lines[first + 1 : end])
-        if position in mentions:
-            rank: tuple[float, ...] = (Tier.ASKED, score, position)
+        if position in mentions:  # what went wrong first, among entries the call names
+            trouble = 0 if level in _SEVERE or raised else 1 if level in _WARNING else 2
+            rank: tuple[float, ...] = (Tier.ASKED, trouble, score, position)
         elif level in _SEVERE or raised or (not level and _TROUBLE.search(firsts[position])):
             rank = (Tier.ALARM, score, from_end)
         elif level in _WARNING:
@@ -104,7 +105,10 @@ def read_log(text: str, query: Query) -> Reading | None:
         else:
             rank = (Tier.REST, score, min(position, from_end), position)
         ranks.append(rank)
-    pieces = [Piece(_summary(firsts, levels, templates), (Tier.SHAPE, 0), "entries", 0)]
+    shape, repeated = _summary(firsts, levels, templates)
+    pieces = [Piece(shape, (Tier.SHAPE, 0), "entries", 0)]
+    if repeated:  # what the rest mostly says: after what was asked for and what went wrong
+        pieces.append(Piece(repeated, (Tier.CONTEXT, -1), "entries", 0))
     position = 0
     while position < n:
         first, end = entries[position]
@@ -166,27 +170,29 @@ def _level(line: str, *, access: bool) -> str:
     return found.group(1).upper() if found else ""
 
 
-def _summary(firsts: list[str], levels: list[str], templates: list[str]) -> str:
+def _summary(firsts: list[str], levels: list[str], templates: list[str]) -> tuple[str, str]:
+    """The entries, their time range and levels; and, apart, the most repeated messages."""
     times = [m.group(0) for line in (firsts[0], firsts[-1]) if (m := _TIME.search(line))]
     span = f", {times[0]} to {times[-1]}" if len(times) == 2 else ""
     counted = Counter(level for level in levels if level)
     by_level = ", ".join(f"{level} {n:,}" for level, n in counted.most_common())
     repeats = Counter(templates)
-    example = dict(zip(templates, firsts, strict=True))  # each message's last entry
+    example = dict(zip(templates, firsts, strict=True))
+    # Each message as its entries share it: "#" for what differs (a package, an id).
     repeated = [
         f"{n:,}x {_message(example[template])!r}"
         for template, n in repeats.most_common(_REPEATS)
         if 1 < n < len(firsts)  # a message every entry shares says nothing
     ]
     parts = [f"log: {len(firsts):,} entries{span}", by_level]
-    if repeated:
-        parts.append("most repeated: " + "; ".join(repeated))
-    return "[" + "; ".join(part for part in parts if part) + "]"
+    shape = "[" + "; ".join(part for part in parts if part) + "]"
+    return shape, "[most repeated: " + "; ".join(repeated) + "]" if repeated else ""
 
 
 def _message(line: str) -> str:
-    """An entry without its timestamp, cut to ``_SHOWN`` characters."""
+    """An entry without its timestamp, what differs between alike entries masked, cut to
+    ``_SHOWN`` characters."""
     found = _TIME.search(line, 0, 40)
-    message = line[found.end() :] if found else line
+    message = _MASK.sub("#", line[found.end() :] if found else line)
     message = message.strip(" []")
     return message if len(message) <= _SHOWN else message[: _SHOWN - 1] + "…"

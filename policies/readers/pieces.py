@@ -67,7 +67,20 @@ class Reading:
     pieces: tuple[Piece, ...]
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-/]*\w")
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-/]*\w|\b\d[\w.\-/]*[A-Za-z_][\w.\-/]*\w")
+# What a question names exactly: an id, an address, a version (a token holding a digit).
+_SPECIFIC = re.compile(r"(?<![\w.:/-])[\w.:/-]*\d[\w.:/-]*\w")
+_COMMAND_KEYS = frozenset(("command", "cmd", "shell", "script", "run", "bash", "sh"))
+_SEGMENT = re.compile(r"\s*(?:\|\|?|&&|;)\s*")
+# Programs whose first operand is a subcommand (git show, kubectl get, pip list).
+_SUBCOMMANDS = frozenset(
+    re.findall(
+        r"\S+",
+        "git kubectl docker podman pip pip3 npm pnpm yarn cargo go gh helm systemctl apt "
+        "apt-get brew uv poetry dotnet mvn gradle terraform aws gcloud az",
+    )
+)
+_FORMAT_FLAGS = frozenset(("-o", "--output", "--format", "-f", "--output-format"))
 _MIN_TERM = 4  # shorter plain words in arguments match too much
 _FEW = 10  # a term in at most this many parts always picks them
 # A code identifier: snake_case, SCREAMING_CASE, camelCase or PascalCase with an inner capital.
@@ -101,7 +114,8 @@ class Query:
     """What the agent asked for: the tool call and the agent's last request.
 
     ``terms`` are the selective strings of the call's arguments: whole values and the
-    identifiers in them (``src/app/models.py``, ``models.py``, ``user_4821``), to find
+    identifiers in them (``src/app/models.py``, ``models.py``, ``user_4821``), and the ids,
+    addresses and versions the question names (``10.0.4.17``, ``ord_48213``), to find
     verbatim. ``words`` are the content words (``relevance.words``) of the arguments and of
     ``question`` (the last user or assistant turn before the call), to score prose by.
     ``picks`` finds the parts of a text that hold a selective term. ``quantity`` says the
@@ -130,13 +144,17 @@ class Query:
     ) -> Query:
         arguments = arguments or {}
         question = question or ""
-        values = list(_strings(arguments))
+        values = [
+            _operands(value) if key in _COMMAND_KEYS else value
+            for key, item in arguments.items()
+            for value in _strings(item)
+        ]
         found = {w for text in (*values, question) for w in words(text, skip=_STOPWORDS)}
         return cls(
             tool_name=tool_name,
             arguments=arguments,
             question=question,
-            terms=_terms(values),
+            terms=_terms([*values, *_SPECIFIC.findall(question)]),
             words=frozenset(w for w in found if len(w) > 1),
             quantity=_QUANTITY.search(question) is not None,
             names=tuple(sorted({n for text in (*values, question) for n in _NAME.findall(text)})),
@@ -189,6 +207,34 @@ def _measures(question: str) -> tuple[str, ...]:
         else:
             found += _UNITS.get(how, ())
     return tuple(dict.fromkeys(found))
+
+
+def _operands(command: str) -> str:
+    """What a shell command names, less the program, its subcommand, flags and output
+    formats: ``python -m pytest -q tests/api`` names ``tests/api``, ``kubectl get pods -n
+    prod -o json`` names ``pods prod``. A program's name is not what the agent asked about
+    (``python`` is on every frame of a traceback)."""
+    kept: list[str] = []
+    for segment in _SEGMENT.split(command):
+        tokens = segment.split()
+        skip = 1  # the program
+        if tokens and tokens[0].rsplit("/", 1)[-1] in _SUBCOMMANDS:
+            skip = 2
+        k = skip
+        while k < len(tokens):
+            token = tokens[k]
+            if token in ("-m", "-c") and k + 1 < len(tokens):
+                k += 2  # python -m pytest: the module is the program
+                continue
+            if token.startswith("-"):
+                flag = token.split("=", 1)
+                if flag[0] in _FORMAT_FLAGS and len(flag) == 1:
+                    k += 1  # -o json: a format, not a subject
+                k += 1
+                continue
+            kept.append(token.strip("'\""))
+            k += 1
+    return " ".join(kept)
 
 
 def _terms(values: list[str]) -> tuple[str, ...]:

@@ -30,6 +30,9 @@ _SENTENCE_END = re.compile(
     r"(?<=[.!?])[\"')\]]*\s+(?=[A-Za-z0-9\"'(\[`*_])"
 )
 _HEADING = re.compile(r"#{1,6} \S|[^\n]+\n[=-]{3,}$")
+_CAPS_HEADING = re.compile(r"[A-Z][A-Z0-9 &/-]{2,40}")  # a man page's section name
+_HYPHENS = ("-", "\u2010")
+_SPACES = re.compile(r"[ \t]{2,}")
 _MARKER = re.compile(r"\d+[.)]|[-*+•]")
 _LIST_ITEM = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+\S")
 _FENCE = re.compile(r"\s*(?:```|~~~)")
@@ -47,7 +50,7 @@ _MIN_SENTENCES = 8
 _BLOCKS = frozenset(
     re.findall(
         r"\w+",
-        "p div li tr td th pre section article blockquote dd dt h1 h2 h3 h4 h5 h6 br hr table "
+        "p div li tr td th pre section article blockquote dd dt h1 h2 h3 h4 h5 h6 hr table "
         "ul ol main header figcaption title summary details caption",
     )
 )
@@ -89,10 +92,12 @@ def read_prose(text: str, query: Query) -> Reading | None:
             # "how many connections": a sentence with "301 connections" comes first
             found = measured is not None and measured.search(units[u][0]) is not None
             asked[u] = (0.0 if found else 1.0, -score)
-    sections: dict[int, tuple[float, float]] = {}  # a heading: its section's best sentence
+    # A heading: the rank of its section's best sentence, and it is kept right after it
+    # (shown before it): a heading that would crowd out its own sentence is not kept.
+    sections: dict[int, tuple[float, ...]] = {}
     for u, key in asked.items():
         if (heading := units[u][2]) >= 0:
-            sections[heading] = min(sections.get(heading, key), key)
+            sections[heading] = min(sections.get(heading, (*key, u + 0.5)), (*key, u + 0.5))
     headings = sum(1 for _, kind, _ in units if kind == "heading")
     title_text = f"{title!r}; " if title else ""
     markup = "; markup removed" if method == "html" else ""
@@ -104,8 +109,7 @@ def read_prose(text: str, query: Query) -> Reading | None:
         elif is_alarm(body):
             rank = (Tier.ALARM, -u)  # an error quoted in a page, a traceback in a document
         elif kind == "heading":
-            # kept just before its section's best sentence
-            rank = (Tier.ASKED, *sections[u], u) if u in sections else (Tier.CONTEXT, 0, u)
+            rank = (Tier.ASKED, *sections[u]) if u in sections else (Tier.CONTEXT, 0, u)
         elif kind == "lead":
             rank = (Tier.CONTEXT, 1, u)
         else:
@@ -168,7 +172,7 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
 
     def flush() -> None:
         if paragraph:
-            blocks.append((" ".join(paragraph), "paragraph"))
+            blocks.append((_unwrapped(paragraph), "paragraph"))
             paragraph.clear()
 
     lines = _dedented(text.split("\n"))
@@ -183,8 +187,8 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             blocks.append((line, "code"))
         elif not stripped:
             flush()
-        elif line.startswith("#") and _HEADING.match(line):
-            flush()
+        elif (line.startswith("#") and _HEADING.match(line)) or _CAPS_HEADING.fullmatch(line):
+            flush()  # Markdown's, or a man page's section name (OPTIONS, SEE ALSO)
             blocks.append((line, "heading"))
         elif (
             k + 1 < len(lines) and re.fullmatch(r"[=-]{3,}", lines[k + 1].strip()) and not paragraph
@@ -202,6 +206,18 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             paragraph.append(stripped)
     flush()
     return blocks
+
+
+def _unwrapped(lines: list[str]) -> str:
+    """A paragraph's lines as one: a word hyphenated at a line's end joined again, runs of
+    spaces (a justified man page's) as one."""
+    joined = lines[0]
+    for line in lines[1:]:
+        if joined[-1:] in _HYPHENS and joined[-2:-1].isalpha() and line[:1].islower():
+            joined = joined[:-1] + line
+        else:
+            joined = f"{joined} {line}"
+    return _SPACES.sub(" ", joined)
 
 
 def _dedented(lines: list[str]) -> list[str]:
@@ -244,7 +260,9 @@ class _PageText(HTMLParser):
         self._pre = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIPPED:
+        if tag == "br":
+            self._parts.append("\n" if self._pre else " ")  # a line break, not a new block
+        elif tag in _SKIPPED:
             self._skipping += 1
         elif tag in _BLOCKS:
             self.end_block()

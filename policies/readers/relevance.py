@@ -17,18 +17,26 @@ from collections.abc import Iterable, Sequence
 __all__ = ["Relevance", "words"]
 
 _CASE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_MIXED = re.compile(r"\b[A-Za-z][a-z0-9]*[A-Z][A-Za-z0-9]*\b")
 _WORD = re.compile(r"[a-z][a-z0-9]*|\d+(?:\.\d+)?")
 
 
 def words(text: str, *, skip: frozenset[str] = frozenset()) -> list[str]:
     """``text``'s words in normal form, in order (repeats kept), less those in ``skip``
-    (compared before the plural is dropped)."""
-    found = _WORD.findall(_CASE.sub(" ", text).lower())
-    return [_singular(w) for w in found if w not in skip]
+    (compared before the plural is dropped). A word written in mixed case is also given
+    whole (``FastAPI``: fast, api and fastapi), as a path or package writes it."""
+    found = [_singular(w) for w in _WORD.findall(_CASE.sub(" ", text).lower()) if w not in skip]
+    return found + [w.lower() for w in _MIXED.findall(text) if w.lower() not in skip]
 
 
 def _singular(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+    if len(word) <= 3 or not word.endswith("s") or word.endswith("ss"):
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"  # dependencies: dependency
+    if word.endswith(("ches", "shes", "xes", "zes", "sses")):
+        return word[:-2]  # matches: match, indexes: index
+    return word[:-1]
 
 
 # How code abbreviates common words: an identifier part ``max`` (``max_upload_mb``,

@@ -20,7 +20,7 @@ def test_the_asked_change_is_kept_with_where_it_is(seed: int) -> None:
     text = git_diff(seed)
     lines = text.split("\n")
     changed = lines.index("+RETRY_TIMEOUT_S = 90")
-    file_header = max(i for i in range(changed) if lines[i].startswith("diff --git"))
+    file_header = max(i for i in range(changed) if lines[i].startswith("+++ b/"))
     hunk_header = max(i for i in range(changed) if lines[i].startswith("@@ "))
     reading = read_diff(text, Query.of("shell", {"cmd": "git diff HEAD~3"}, QUESTION))
     assert reading is not None and reading.method == "diff"

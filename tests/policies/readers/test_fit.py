@@ -87,3 +87,16 @@ def test_query_terms_and_words() -> None:
     assert {"src/app/models.py", "models.py"} <= set(query.terms)
     assert query.mentions("  File src/app/models.py, line 3")
     assert {"user", "model", "fail"} == query.words - {"src", "app", "py", "40", "read", "file"}
+
+
+def test_a_marker_never_counts_nothing() -> None:
+    reading = Reading(
+        "x",
+        (
+            Piece("kept", (Tier.SHAPE,)),
+            Piece("[files: a.py +1 -0]", (Tier.REST,), "files", 0),
+            Piece("word " * 40, (Tier.REST,), "lines", 3),
+        ),
+    )
+    fitted = fit(reading, 20, COUNTER)
+    assert fitted is not None and "0 files" not in fitted.text and "3 lines (" in fitted.text

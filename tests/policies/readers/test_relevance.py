@@ -10,8 +10,33 @@ FILLER = [f"line {i} of the build output, nothing to see" for i in range(40)]
 
 def test_words_split_identifiers_and_drop_plurals() -> None:
     assert words("RETRY_TIMEOUT_S retryTimeoutMs connections") == [
-        "retry", "timeout", "s", "retry", "timeout", "ms", "connection",
-    ]  # fmt: skip
+        "retry",
+        "timeout",
+        "s",
+        "retry",
+        "timeout",
+        "ms",
+        "connection",
+        "retrytimeoutms",
+    ]
+
+
+def test_plurals_and_mixed_case_words_match_as_written() -> None:
+    assert words("dependencies matches FastAPI") == [
+        "dependency",
+        "match",
+        "fast",
+        "api",
+        "fastapi",
+    ]
+
+
+def test_a_command_names_its_operands_not_its_program() -> None:
+    query = Query.of("shell", {"command": "python -m pytest -q tests/api"}, None)
+    assert "tests/api" in query.terms and not {"python", "pytest"} & set(query.terms)
+    assert not {"python", "pytest"} & query.words
+    listed = Query.of("shell", {"cmd": "kubectl get pods -n prod -o json | grep -v Running"})
+    assert "json" not in listed.words and {"pod", "prod"} <= listed.words
 
 
 def test_whole_words_not_substrings() -> None:
@@ -44,3 +69,9 @@ def test_the_question_says_what_its_number_is_counted_in() -> None:
     assert Query.of(None, None, "Does kestrel set snapshot_interval by default? To what?").quantity
     assert not Query.of(None, None, "Why did the build fail?").quantity
     assert "snapshot_interval" in Query.of(None, None, "Is snapshot_interval set?").names
+
+
+def test_the_ids_and_addresses_a_question_names_are_terms() -> None:
+    query = Query.of(None, None, "A customer at 81.77.28.91 says order ord_48213 failed.")
+    assert {"81.77.28.91", "ord_48213"} <= set(query.terms)
+    assert query.mentions('81.77.28.91 - - [19/Jun/2024] "POST /checkout" 503')

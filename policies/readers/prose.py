@@ -176,12 +176,17 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             paragraph.clear()
 
     lines = _dedented(text.split("\n"))
+    indented_prose = _indented_prose(lines)
     for k, line in enumerate(lines):
         stripped = line.strip()
         if _FENCE.match(line):
             flush()
             fenced = not fenced
             blocks.append((line, "code"))
+        elif k in indented_prose and not fenced:
+            if k - 1 not in indented_prose:
+                flush()  # an option's description under it, as a man page indents one
+            paragraph.append(stripped)
         elif fenced or (line[:2].isspace() and not (paragraph and item)) or is_alarm(line):
             flush()  # indented (code, a table) or an error or frame: kept as lines
             blocks.append((line, "code"))
@@ -206,6 +211,33 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             paragraph.append(stripped)
     flush()
     return blocks
+
+
+def _indented_prose(lines: list[str]) -> set[int]:
+    """The indented lines that are prose: runs of lines at one indentation that read as
+    sentences (enough words a line, a sentence's end in the run), as a man page indents
+    each option's description under it; code and tables read otherwise."""
+    found: set[int] = set()
+    k = 0
+    while k < len(lines):
+        indent = len(lines[k]) - len(lines[k].lstrip(" \t"))
+        if not lines[k].strip() or indent < 2:
+            k += 1
+            continue
+        end = k + 1
+        while (
+            end < len(lines)
+            and lines[end].strip()
+            and (len(lines[end]) - len(lines[end].lstrip(" \t")) == indent)
+        ):
+            end += 1
+        run = lines[k:end]
+        words = sum(len(_WORDY.findall(line)) for line in run)
+        ends = sum(len(_SENTENCE_STOP.findall(line)) for line in run)
+        if words >= _MIN_WORDS * len(run) and ends and not any(map(is_alarm, run)):
+            found.update(range(k, end))
+        k = end
+    return found
 
 
 def _unwrapped(lines: list[str]) -> str:

@@ -2,64 +2,48 @@
 
 A record collection is an array of objects (or an object of objects, keyed by name) that
 is not inside another collection; JSON lines, and a stream of documents as jq prints
-them, are one collection. Each record is one compact line, its nested values elided past
-a few hundred characters unless they hold an asked-for term. The envelope (the document
-with each collection replaced by a marker naming its path and length) and one line of
-counts and ranges per collection come first; then the records the call names (a term, or
-a rare word of the question), then those unlike their siblings (a rare value, ALARM where
-it reads as a failure; an error key the others lack, ALARM; a numeric outlier; a rare
-key), then the first record, which shows the shape, then the rest in order. A document
-without collections that is too long for one line becomes ``path: value`` lines.
+them, are one collection. Each record is one line: as printed where it is short, else in
+its short form (``_json_form``: identity and state first, urls and hashes left out). The
+envelope (the document with each collection replaced by a marker naming its path and
+length) and one line of counts and ranges per collection (``_json_fields``) come first;
+then the records the call names (a term, an identifier or rare words of the question),
+then those unlike their siblings (ALARM where one reads as a failure), then the first
+record, which shows the shape, then the rest in order. A document without collections
+that is too long for one line becomes ``path: value`` lines.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from policies.readers._json_fields import Standout, profile, standouts, summary
+from policies.readers._json_form import ShortForms
+from policies.readers._ranking import asked, call_terms, mentions_failure, selective
 from policies.readers.pieces import Piece, Query, Reading, Tier
-from policies.readers.relevance import Relevance
+from policies.readers.relevance import words
 
 __all__ = ["read_json"]
 
-_MAX_RECORD = 400  # characters of one rendered record before nested values are elided
-_MAX_NESTED = 80  # a nested value this short stays in an elided record
-_MARKER_ROOM = 80  # characters past _MAX_RECORD that markers of left-out values may take
-_MAX_STRING = 160  # a string longer than this is cut in an elided record or a path line
+_MAX_RECORD = 300  # characters of a record shown whole; a longer one is in its short form
+_MAX_NESTED = 80  # a list item this short stays on its path line
+_MAX_STRING = 160  # a string longer than this is cut in a path line
 _MAX_ENVELOPE = 400  # a longer envelope becomes path lines
 _MAX_LINE_VALUE = 100  # a container this short is one path line
 _MIN_ARRAY = 3  # a shorter array of objects stays in the envelope
 _MIN_KEYED = 8  # an object of objects needs this many to be a collection
-_MIN_SIBLINGS = 5  # fewer records are too few to say that one is unlike the others
-_MAX_DEPTH = 3  # nested keys profiled per record: "status.container.state"
-_MAX_LOW_CARDINALITY = 8
-_OUTLIER_Z = 6.0
 _MAX_TRAILER_LINES = 3  # lines after a document kept as its footer ("HTTP 200")
-_MAX_STATS = 6
-_MAX_COUNTED = 3  # numbers of more values show their range, not their counts
 _MAX_KEYS_SHOWN = 12
+_QUESTION_WORDS = frozenset(("who", "where", "when"))
 
 _DECODER = json.JSONDecoder()
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "))  # one record a line
 _NONBLANK = re.compile(r"\S")
 _SENTINEL = re.compile('"\ue000(\\d+)\ue000"')
-_DATE = re.compile(
-    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
-)
 _PLAIN_KEY = re.compile(r"[\w\-@$/:]+$")
-_ERROR_KEY = re.compile(r"(?:^|_)(?:errors?|exception|failure|fault|err)(?:$|_)", re.IGNORECASE)
-_NOTE_KEY = re.compile(r"^(?:reason|message|msg|warning|warnings)$", re.IGNORECASE)
-_ALARM_VALUE = re.compile(
-    r"fail|error|exception|crash|fatal|panic|denied|refused|rejected|timed?.?out|"
-    r"killed|oom|unhealthy|invalid|abort|backoff|unreachable|critical",
-    re.IGNORECASE,
-)
-_GOOD_FLAG = re.compile(r"^(?:ok|success|succeeded|passed|healthy|ready|valid)$", re.IGNORECASE)
 
 
 def read_json(text: str, query: Query) -> Reading | None:
@@ -181,323 +165,11 @@ def _find_collections(node: Any, path: str, found: dict[int, _Collection], depth
                 _find_collections(value, _join(path, key), found, depth + 1)
 
 
-@dataclass(slots=True)
-class _Field:
-    """One key path across the records of a collection."""
-
-    path: str
-    route: tuple[str, ...]  # the keys from the record down: ("status", "phase")
-    present: list[int] = field(default_factory=list)  # records that hold the key
-    filled: list[int] = field(default_factory=list)  # ... with a non-empty value
-    scalars: list[tuple[int, Any]] = field(default_factory=list)
-    children: dict[str, _Field] = field(default_factory=dict)
-    # Filled in by finish(), once every record is seen:
-    keys: list[str] = field(default_factory=list)  # each scalar as counted: "true", "3"
-    counts: Counter[str] = field(default_factory=Counter)
-    kinds: Counter[type] = field(default_factory=Counter)
-    numbers: list[tuple[int, float]] = field(default_factory=list)
-
-    def finish(self) -> None:
-        values = [v for _, v in self.scalars]
-        self.keys = [v if type(v) is str else _value_key(v) for v in values]
-        self.counts = Counter(self.keys)
-        self.kinds = Counter(_KINDS.get(type(v), type(v)) for v in values)
-        if self.kinds.get(int, 0) * 5 >= 4 * len(values):
-            self.numbers = [(i, x) for i, v in self.scalars if (x := _number(v)) is not None]
-
-
-_KINDS: dict[type, type] = {float: int}  # ints and floats are one kind of value
-
-
-def _profile(records: list[Any]) -> dict[str, _Field]:
-    """Every key path of the records (to _MAX_DEPTH), in order of first appearance."""
-    fields: dict[str, _Field] = {}
-    top: dict[str, _Field] = {}
-    for index, record in enumerate(records):
-        if isinstance(record, dict):
-            _profile_object(record, None, top, index, fields)
-    for f in fields.values():
-        f.finish()
-    return fields
-
-
-def _profile_object(
-    obj: dict[str, Any],
-    parent: _Field | None,
-    children: dict[str, _Field],
-    index: int,
-    fields: dict[str, _Field],
-) -> None:
-    for key, value in obj.items():
-        f = children.get(key)
-        if f is None:
-            route = (*parent.route, key) if parent is not None else (key,)
-            path = ".".join(map(str, route))
-            f = children[key] = fields[path] = _Field(path, route)
-        f.present.append(index)
-        if value:  # 0, "", null, false, [] and {} are empty
-            f.filled.append(index)
-        if type(value) is dict:
-            if len(f.route) < _MAX_DEPTH:
-                _profile_object(value, f, f.children, index, fields)
-        elif type(value) is not list:
-            f.scalars.append((index, value))
-
-
-@dataclass(slots=True)
-class _Standout:
-    tier: Tier
-    rarity: int  # how many records share what makes this one stand out; fewer first
-    routes: set[tuple[str, ...]] = field(default_factory=set)  # the keys that make it
-
-
-def _standouts(fields: dict[str, _Field], n: int) -> dict[int, _Standout]:
-    """Records unlike their siblings, by index."""
-    found: dict[int, _Standout] = {}
-
-    def note(index: int, tier: Tier, rarity: int, route: tuple[str, ...]) -> None:
-        old = found.get(index)
-        if old is None:
-            found[index] = _Standout(tier, rarity, {route})
-            return
-        old.routes.add(route)
-        if (tier, rarity) < (old.tier, old.rarity):
-            old.tier, old.rarity = tier, rarity
-
-    if n < _MIN_SIBLINGS:
-        return found
-    few = max(1, n // 20)
-    for f in fields.values():
-        route, name = f.route, str(f.route[-1])
-        parent = fields.get(".".join(map(str, route[:-1])))
-        if len(f.present) <= few and (parent is None or len(parent.present) > few):
-            tier = Tier.ALARM if _ERROR_KEY.search(name) and f.filled else Tier.STANDOUT
-            for index in f.present:
-                note(index, tier, len(f.present), route)
-        if (_ERROR_KEY.search(name) or _NOTE_KEY.match(name)) and 0 < len(f.filled) * 2 <= n:
-            tier = Tier.ALARM if _ERROR_KEY.search(name) else Tier.STANDOUT
-            for index in f.filled:
-                note(index, tier, len(f.filled), route)
-        if len(f.scalars) < _MIN_SIBLINGS:
-            continue
-        kinds = f.kinds
-        if len(kinds) > 1:  # a null or a string where the others hold numbers
-            for index, value in f.scalars:
-                count = kinds[_KINDS.get(type(value), type(value))]
-                if count <= few:
-                    note(index, Tier.STANDOUT, count, route)
-        counts = f.counts
-        if 2 <= len(counts) <= _MAX_LOW_CARDINALITY and len(counts) * 3 <= len(f.scalars):
-            rare = {key for key, count in counts.items() if count <= few}
-            for (index, value), key in zip(f.scalars, f.keys, strict=True):
-                if key in rare:
-                    alarm = (
-                        _ALARM_VALUE.search(value)
-                        if isinstance(value, str)
-                        else (value is False and _GOOD_FLAG.match(name))
-                    )
-                    note(index, Tier.ALARM if alarm else Tier.STANDOUT, counts[key], route)
-        if len(f.numbers) >= 8:
-            outliers = _outliers([x for _, x in f.numbers])
-            for index, x in f.numbers:
-                if x in outliers:
-                    note(index, Tier.STANDOUT, len(outliers), route)
-    return found
-
-
-def _outliers(values: list[float]) -> set[float]:
-    """Values whose robust z-score (median and MAD) passes _OUTLIER_Z."""
-    ordered = sorted(values)
-    median = ordered[len(ordered) // 2]
-    deviations = sorted(abs(x - median) for x in values)
-    scale = 1.4826 * deviations[len(deviations) // 2]
-    if scale == 0:  # most values equal: the mean deviation still sees a lone outlier
-        scale = 1.2533 * sum(deviations) / len(deviations)
-    if scale == 0:
-        return set()
-    return {x for x in values if abs(x - median) / scale > _OUTLIER_Z}
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        x = float(value)
-    except OverflowError:
-        return None
-    return x if math.isfinite(x) else None
-
-
-_LITERALS = {True: "true", False: "false", None: "null"}
-
-
-def _value_key(value: Any) -> str:
-    """A scalar as it is counted: JSON's spelling of literals, numbers as written."""
-    if isinstance(value, str):
-        return value
-    if value is None or isinstance(value, bool):
-        return _LITERALS[value]
-    return repr(value)
-
-
-# -- the summary line ------------------------------------------------------------------
-
-
-def _summary(label: str, records: list[Any], fields: dict[str, _Field]) -> str:
-    n = len(records)
-    parts = [f"{label}: {n} records"]
-    top = [f for f in fields.values() if len(f.route) == 1]
-    if top:
-        keys = [f.path if len(f.present) == n else f"{f.path} ({len(f.present)})" for f in top]
-        more = f", +{len(keys) - _MAX_KEYS_SHOWN} more" if len(keys) > _MAX_KEYS_SHOWN else ""
-        parts.append("keys " + ", ".join(keys[:_MAX_KEYS_SHOWN]) + more)
-    stats = []
-    for order, f in enumerate(fields.values()):
-        described = _describe(f)
-        if described is not None:
-            text, varied = described
-            stats.append((not varied, len(f.route), order, text))
-    chosen = sorted(sorted(stats)[:_MAX_STATS], key=lambda s: s[2])
-    parts.extend(text for *_, text in chosen)
-    return "[" + "; ".join(parts) + "]"
-
-
-def _describe(f: _Field) -> tuple[str, bool] | None:
-    """A field's range or value counts, and whether it varies; None for ids and text."""
-    num_nulls = f.kinds.get(type(None), 0)
-    if len(f.scalars) - num_nulls < 2:
-        return None
-    numbers = [x for _, x in f.numbers]
-    counts = f.counts
-    if numbers and len(numbers) + num_nulls == len(f.scalars) and len(counts) > _MAX_COUNTED:
-        low, high = min(numbers), max(numbers)
-        decimals = 0 if all(type(v) is int for _, v in f.scalars if v is not None) else 2
-        sep = ".." if low < 0 else "-"
-        return f"{f.path} {_format(low, decimals)}{sep}{_format(high, decimals)}", True
-    if f.kinds.get(str, 0) + num_nulls == len(f.scalars):
-        dates = [v for _, v in f.scalars if v is not None]
-        if all(_DATE.match(v) for v in dates):
-            low, high = min(dates), max(dates)
-            if low[:10] != high[:10]:
-                low, high = low[:10], high[:10]
-            return f"{f.path} {low}..{high}", low != high
-    if len(counts) > _MAX_LOW_CARDINALITY or len(counts) == len(f.scalars):
-        return None
-    shown = ", ".join(f"{_clip(v, 30)} {c}" for v, c in counts.most_common(4))
-    if len(counts) > 4:
-        shown += f", +{len(counts) - 4} more"
-    return f"{f.path} {shown}", len(counts) > 1
-
-
-def _format(x: float, decimals: int) -> str:
-    if decimals == 0 or abs(x) >= 1e9:
-        return f"{x:.0f}" if abs(x) < 1e15 else f"{x:.3g}"
-    return f"{x:.2f}" if abs(x) >= 0.01 or x == 0 else f"{x:.3g}"
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 # -- rendering -------------------------------------------------------------------------
 
 
 def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
-
-
-class _Elider:
-    """Renders a long record in about _MAX_RECORD characters, markers in place of what
-    was left out (``{…}``, ``[…12]``, ``"…": "+8 keys"``). Scalars are kept in order while
-    room lasts, and the scalars of the record's own objects (``metadata.name``); what holds
-    a term, and the keys that make the record stand out, are kept whatever the room."""
-
-    __slots__ = ("keep", "markers", "room", "terms")
-
-    def __init__(self, terms: tuple[str, ...]) -> None:
-        self.terms = terms
-        self.markers: list[str] = []
-        self.keep: set[tuple[str, ...]] = set()
-        self.room = 0
-
-    def render(self, value: Any, keep: set[tuple[str, ...]]) -> str:
-        self.markers.clear()
-        self.keep = {route[:i] for route in keep for i in range(1, len(route) + 1)}
-        self.room = _MAX_RECORD
-        shown = self._elide(value, (), 0)
-        return _SENTINEL.sub(self._marker, _dumps(shown))
-
-    def mark(self, marker: str) -> str:
-        self.markers.append(marker)
-        return f"\ue000{len(self.markers) - 1}\ue000"
-
-    def _marker(self, match: re.Match[str]) -> str:
-        i = int(match.group(1))
-        return self.markers[i] if i < len(self.markers) else match.group(0)
-
-    def _mentions(self, text: str) -> bool:
-        return any(term in text for term in self.terms)
-
-    def _elide(self, value: Any, route: tuple[str, ...], depth: int) -> Any:
-        if isinstance(value, list):
-            return self._elide_list(value, route, depth)
-        if not isinstance(value, dict):
-            return _cut(value, self._mentions)
-        shown: dict[str, Any] = {}
-        num_left_out = 0
-        for key, item in value.items():
-            sub = (*route, key)
-            wanted = sub in self.keep
-            part: Any
-            if isinstance(item, (dict, list)) and item:
-                text = _dumps(item)
-                wanted = wanted or self._mentions(text)
-                if len(text) <= _MAX_NESTED and (wanted or len(text) < self.room):
-                    part = item
-                elif wanted or (depth == 0 and self.room > _MAX_NESTED // 2):
-                    part = self._elide(item, sub, depth + 1)  # charges the room itself
-                    text, wanted = "", True
-                else:
-                    part = self.mark("{…}" if isinstance(item, dict) else f"[…{len(item)}]")
-                    text = "[…]"
-                    wanted = self.room > -_MARKER_ROOM  # a marker shows the shape cheaply
-            else:
-                part = _cut(item, self._mentions)
-                text = _dumps(part)
-                wanted = wanted or self._mentions(f"{key} {text}")
-            cost = len(str(key)) + 4 + len(text)
-            if cost > self.room and not wanted:
-                num_left_out += 1
-                continue
-            self.room -= cost
-            shown[key] = part
-        if num_left_out:
-            shown["…"] = self.mark(f'"+{num_left_out} keys"')
-        return shown
-
-    def _elide_list(self, value: list[Any], route: tuple[str, ...], depth: int) -> list[Any]:
-        """The items that hold a term; each run of the others as one ``…N`` marker."""
-        shown: list[Any] = []
-        num_skipped = 0
-        for item in value:
-            if self.terms and self._mentions(_dumps(item)):
-                if num_skipped:
-                    shown.append(self.mark(f"…{num_skipped}"))
-                    num_skipped = 0
-                shown.append(self._elide(item, route, depth + 1))
-            else:
-                num_skipped += 1
-        if num_skipped:
-            shown.append(self.mark(f"…{num_skipped}"))
-        return shown
-
-
-def _cut(value: Any, mentions: Callable[[str], bool]) -> Any:
-    """A long string's head and how much was cut, unless it holds a term."""
-    if isinstance(value, str) and len(value) > _MAX_STRING and not mentions(value):
-        cut = _MAX_STRING - 40
-        return value[:cut] + f"…(+{len(value) - cut} chars)"
-    return value
 
 
 def _join(path: str, key: Any) -> str:
@@ -526,11 +198,17 @@ class _Builder:
     def __init__(self, query: Query) -> None:
         self.query = query
         self.pieces: list[Piece] = []
-        self.elider = _Elider(query.terms)
+        self.terms = call_terms(query)
+        # The question's content words (a key holding one names what it asks for), and
+        # what it asks for by its question words: who, where, when.
+        self.asked_words = {
+            w for w in words(query.question) if w in query.words or w in _QUESTION_WORDS
+        }
         self.collections: dict[int, _Collection] = {}
 
-    def add(self, text: str, tier: Tier, key: float, what: str = "lines") -> None:
-        self.pieces.append(Piece(text, (int(tier), key, len(self.pieces)), what, 1))
+    def add(self, text: str, tier: Tier, key: float, what: str = "lines", then: float = 0) -> None:
+        """A piece ranked ``(tier, key, then)``, then in reading order."""
+        self.pieces.append(Piece(text, (int(tier), key, then, len(self.pieces)), what, 1))
 
     def document(self, doc: Any) -> None:
         _find_collections(doc, "", self.collections, 0)
@@ -553,7 +231,7 @@ class _Builder:
         other = Tier.CONTEXT if self.collections else Tier.REST
         lines = list(_path_lines(doc, "", self.collections, 0))
         texts = [line for line in lines if isinstance(line, str)]
-        scores = iter(_asked(self.query, texts))
+        scores = iter(asked(self.query, texts))
         for line in lines:
             if isinstance(line, _Collection):
                 self.collection(line)
@@ -599,9 +277,10 @@ class _Builder:
         stream: list[tuple[Any, str] | str] | None = None,
     ) -> None:
         records = [item for _, item in items]
-        fields = _profile(records)
-        self.add(_summary(label, records, fields), Tier.SHAPE, 0)
-        standouts = _standouts(fields, len(records))
+        fields = profile(records)
+        self.add(summary(label, len(records), fields.fields), Tier.SHAPE, 0)
+        unlike = standouts(fields.fields, len(records))
+        forms = ShortForms(fields.common(), fields.opaque, self.asked_words)
         if stream is not None:  # the lines as printed, where one holds one value
             fulls = [
                 source if "\n" not in source else _dumps(value)
@@ -611,7 +290,12 @@ class _Builder:
             fulls = [_dumps(item) for item in records]
         if any(key is not None for key, _ in items):
             fulls = [f"{_dumps(key)}: {full}" for (key, _), full in zip(items, fulls, strict=True)]
-        scores = _asked(self.query, fulls)
+        picked = selective(self.terms, fulls)
+        scores = asked(self.query, fulls, words_in=fields.searched, picked=picked)
+        terms_in: dict[int, list[str]] = {}  # the selective terms each record holds
+        for term, hits in picked.items():
+            for i in hits:
+                terms_in.setdefault(i, []).append(term)
         lines = iter(stream) if stream is not None else None
         for index, (key, record) in enumerate(items):
             shown = None
@@ -621,18 +305,18 @@ class _Builder:
                         shown = _source_line(line[1])
                         break
                     self._stray_line(line)
-            standout = standouts.get(index)
+            standout = unlike.get(index)
             if shown is None:
                 shown = fulls[index]
                 if len(shown) > _MAX_RECORD:
-                    keep = standout.routes if standout is not None else set()
-                    shown = self.elider.render(record, keep)
+                    shown = self._short(record, fulls[index], standout, forms, terms_in.get(index))
                     if key is not None:
                         shown = f"{_dumps(key)}: {shown}"
-            if scores[index]:
-                self.add(shown, Tier.ASKED, -scores[index], "records")
-            elif standout is not None:
-                self.add(shown, standout.tier, standout.rarity, "records")
+            if scores[index]:  # what also stands out first
+                then = standout.tier if standout is not None else Tier.REST
+                self.add(shown, Tier.ASKED, -scores[index], "records", then)
+            elif standout is not None:  # the rarer, then the more ways unlike the others
+                self.add(shown, standout.tier, standout.rarity, "records", -len(standout.routes))
             elif index == 0:
                 self.add(shown, Tier.CONTEXT, 0, "records")
             else:
@@ -646,45 +330,28 @@ class _Builder:
         if self.query.mentions(line):
             self.add(line, Tier.ASKED, -1)
         else:
-            self.add(line, Tier.ALARM if _ALARM_VALUE.search(line) else Tier.STANDOUT, 1)
+            self.add(line, Tier.ALARM if mentions_failure(line) else Tier.STANDOUT, 1)
+
+    def _short(
+        self,
+        record: Any,
+        full: str,
+        standout: Standout | None,
+        forms: ShortForms,
+        terms: list[str] | None,
+    ) -> str:
+        """A long record in its short form (another long value cut)."""
+        if not isinstance(record, dict):
+            return full[: _MAX_RECORD - 20] + f"…(+{len(full) - _MAX_RECORD + 20} chars)"
+        if standout is None:
+            return forms.render(record, terms=terms or ())
+        return forms.render(record, keep=standout.routes, alarms=standout.alarms, terms=terms or ())
 
 
 def _source_line(source: str) -> str | None:
     """A JSON line as it was printed, when it is one line and not long."""
     source = source.strip()
     return source if len(source) <= _MAX_RECORD and "\n" not in source else None
-
-
-def _asked(query: Query, texts: list[str]) -> list[float]:
-    """How much each text has to do with the call: its selective terms, then the
-    question's rare words (a word in few texts: "failed" among 500 charges)."""
-    scores = [10.0 * count for count in _matches(query, texts)]
-    content = [w for w in query.words if len(w) >= 4 and w.isalpha()]
-    if content:
-        relevance = Relevance(content, texts)
-        least = math.log(max(2.0, min(10.0, (len(texts) + 1) / 2)))
-        for i, text in enumerate(texts if relevance else ()):
-            score = relevance.score(text)
-            if score >= least:
-                scores[i] += score
-    return scores
-
-
-def _matches(query: Query, texts: list[str]) -> list[int]:
-    """How many of the call's selective terms each text holds. A term is selective as in
-    ``Query.picks``: in at most a tenth of the texts, or ten; where it stands alone in some
-    (``ord_42``), its hits inside a longer word (``ord_420``) are other names."""
-    counts = [0] * len(texts)
-    limit = max(10, len(texts) // 10)
-    for term in query.terms:
-        hits = [i for i, text in enumerate(texts) if term in text]
-        if hits:
-            alone = re.compile(r"(?<!\w)" + re.escape(term) + r"(?!\w)")
-            hits = [i for i in hits if alone.search(texts[i])] or hits
-        if len(hits) <= limit:
-            for i in hits:
-                counts[i] += 1
-    return counts
 
 
 def _path_lines(

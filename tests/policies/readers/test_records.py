@@ -152,7 +152,7 @@ def test_a_long_record_keeps_what_makes_it_stand_out_and_its_name() -> None:
     assert "status.phase Running 39, Failed 1" in fitted.text
     line = next(line for line in fitted.text.split("\n") if evicted in line)
     assert '"phase": "Failed", ' in line and '"reason": "Evicted"' in line
-    assert '"managedFields": […3]' in line  # elided: the record stays one short line
+    assert '"…": "+2 keys"' in line and len(line) < 400  # short form: what it left out counted
     assert all(len(piece.text) < 700 for piece in reading.pieces)
 
 
@@ -271,3 +271,333 @@ def test_any_text_is_read_or_refused_and_fits(text: str) -> None:
     if reading is not None:
         fitted = fit(reading, 50, COUNTER)
         assert fitted is None or fitted.tokens <= 50
+
+
+def check_runs(seed: int, *, n: int = 24) -> tuple[str, str]:
+    """A GitHub check-runs page: long records (urls, node ids, the app), one failed run."""
+    rng = random.Random(seed)
+    sha = f"{rng.getrandbits(160):040x}"
+    failed = rng.randrange(n)
+    runs = []
+    for i in range(n):
+        run_id = rng.randint(10**10, 10**11)
+        name = f"{rng.choice(('test', 'lint', 'build'))} (py3.{10 + i % 3}, shard {i}/{n})"
+        runs.append(
+            {
+                "id": run_id,
+                "name": name,
+                "node_id": f"CR_kwDO{rng.getrandbits(96):024x}",
+                "head_sha": sha,
+                "external_id": f"{rng.getrandbits(128):032x}",
+                "url": f"https://api.github.com/repos/acme/shop/check-runs/{run_id}",
+                "html_url": f"https://github.com/acme/shop/actions/runs/{run_id}/job/{i}",
+                "status": "completed",
+                "conclusion": "failure" if i == failed else "success",
+                "started_at": f"2026-03-04T10:{i:02d}:00Z",
+                "completed_at": f"2026-03-04T10:{i:02d}:42Z",
+                "output": {"title": None, "summary": None, "annotations_count": int(i == failed)},
+                "app": {"id": 15368, "slug": "github-actions", "owner": {"login": "github"}},
+                "pull_requests": [],
+            }
+        )
+    return json.dumps({"total_count": n, "check_runs": runs}), runs[failed]["name"]
+
+
+def test_a_long_record_is_short_its_identity_and_state_first_urls_and_hashes_left_out() -> None:
+    text, failed = check_runs(11)
+    reading = read_json(text, Query.of("http", {"url": "https://api.github.com/repos/acme/shop"}))
+    assert reading is not None
+    alarms = [p.text for p in reading.pieces if p.rank[0] == Tier.ALARM]
+    assert len(alarms) == 1 and f'"name": "{failed}"' in alarms[0]
+    line = alarms[0]
+    assert line.startswith('{"id": ') and '"conclusion": "failure"' in line
+    for left_out in ("node_id", "head_sha", "external_id", "html_url", "https://", "CR_kwDO"):
+        assert left_out not in line
+    assert '"…": "+' in line and COUNTER.count(line) < 80
+    fitted = fit(reading, 200, COUNTER)
+    assert fitted is not None and failed in fitted.text and COUNTER.count(text) > 4_000
+
+
+def test_the_summary_names_few_keys_and_the_most_telling_fields() -> None:
+    text, _ = check_runs(12)
+    reading = read_json(text, Query.of())
+    assert reading is not None
+    summary = reading.pieces[1].text
+    keys = summary.split("; keys ")[1].split(";")[0].split(", ")
+    assert len(keys) <= 9 and keys[-1].startswith("+") and keys[:2] == ["id", "name"]
+    assert "conclusion success 23, failure 1" in summary
+    assert "head_sha" not in summary.split("; keys ")[1]  # a hash names nothing: not described
+    assert COUNTER.count(summary) < 60
+
+
+def crash_looping_pods(seed: int, *, n: int = 7) -> tuple[str, str]:
+    """``kubectl get pods -o json`` where every pod is Running and one container waits in
+    CrashLoopBackOff after an OOM kill: the state is three levels into a list."""
+    rng = random.Random(seed)
+    bad = rng.randrange(n)
+    items = []
+    for i in range(n):
+        name = f"api-{rng.getrandbits(32):08x}-{rng.getrandbits(20):05x}"
+        container: dict[str, object] = {
+            "name": "api",
+            "image": f"registry.internal/api:{rng.getrandbits(28):07x}",
+            "ready": True,
+            "restartCount": rng.randint(0, 1),
+            "state": {"running": {"startedAt": "2026-03-04T09:00:00Z"}},
+            "lastState": {},
+        }
+        if i == bad:
+            container.update(
+                ready=False,
+                restartCount=41,
+                state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s"}},
+                lastState={"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            )
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "prod", "uid": f"{rng.getrandbits(64):x}"},
+                "spec": {"nodeName": f"node-{i % 3}", "containers": [{"name": "api"}]},
+                "status": {"phase": "Running", "containerStatuses": [container]},
+            }
+        )
+    doc = {"apiVersion": "v1", "kind": "List", "items": items}
+    return json.dumps(doc, indent=2), items[bad]["metadata"]["name"]  # type: ignore[index]
+
+
+def test_a_state_deep_in_a_list_makes_its_record_an_alarm_and_is_shown() -> None:
+    text, bad = crash_looping_pods(13)
+    reading = read_json(text, Query.of("shell", {"cmd": "kubectl get pods -n prod -o json"}))
+    assert reading is not None
+    alarms = [p.text for p in reading.pieces if p.rank[0] == Tier.ALARM]
+    assert len(alarms) == 1 and bad in alarms[0]
+    assert '"reason": "CrashLoopBackOff"' in alarms[0] and '"reason": "OOMKilled"' in alarms[0]
+    fitted = fit(reading, 300, COUNTER)
+    assert fitted is not None and "CrashLoopBackOff" in fitted.text
+
+
+def test_a_term_in_every_record_picks_none_out() -> None:
+    text, _ = crash_looping_pods(14)  # every pod is in "prod", as the call asked
+    reading = read_json(text, Query.of("shell", {"cmd": "kubectl get pods -n prod -o json"}))
+    assert reading is not None
+    assert not [p for p in reading.pieces if p.rank[0] == Tier.ASKED]
+
+
+def issues(seed: int, *, n: int = 30) -> tuple[str, dict[str, object]]:
+    """A GitHub issues page; one issue's title says what the question asks about."""
+    rng = random.Random(seed)
+    topics = ("flaky upload test", "dark mode colours", "slow search page", "docs typo")
+    asked_at = rng.randrange(n)
+    found: dict[str, object] = {}
+    page = []
+    for i in range(n):
+        number = 900 + i
+        title = f"{rng.choice(topics)} in {rng.choice(('web', 'ios', 'android'))}"
+        if i == asked_at:
+            title = "Webhook retries ignore the configured backoff"
+        issue = {
+            "url": f"https://api.github.com/repos/acme/shop/issues/{number}",
+            "html_url": f"https://github.com/acme/shop/issues/{number}",
+            "id": rng.randint(10**9, 10**10),
+            "node_id": f"I_kwDO{rng.getrandbits(80):020x}",
+            "number": number,
+            "title": title,
+            "user": {"login": f"user{rng.randint(1, 99)}", "id": rng.randint(1, 10**7)},
+            "state": "open",
+            "assignee": {"login": rng.choice(("mlee", "okafor", "tsato"))},
+            "comments": rng.randint(0, 30),
+            "created_at": f"2026-02-{1 + i % 28:02d}T10:00:00Z",
+            "body": "Steps to reproduce: " + " ".join(rng.choice(topics) for _ in range(30)),
+        }
+        if i == asked_at:
+            found = issue
+        page.append(issue)
+    return json.dumps(page), found
+
+
+def test_a_record_whose_words_the_question_uses_is_asked_for_and_shows_who_has_it() -> None:
+    text, issue = issues(15)
+    question = "Has anyone reported webhook retries ignoring the backoff, and who is assigned?"
+    reading = read_json(text, Query.of("http", {"url": "/repos/acme/shop/issues"}, question))
+    assert reading is not None
+    asked = sorted((p for p in reading.pieces if p.rank[0] == Tier.ASKED), key=lambda p: p.rank)
+    assert asked and f'"number": {issue["number"]}' in asked[0].text
+    assignee = issue["assignee"]["login"]  # type: ignore[index]
+    fitted = fit(reading, 250, COUNTER)
+    assert fitted is not None and f'"login": "{assignee}"' in fitted.text
+
+
+def test_an_identifier_in_the_question_picks_its_records_and_the_failed_one_comes_first() -> None:
+    rng = random.Random(16)
+    lines = []
+    for i in range(120):
+        request = f"req_{rng.getrandbits(60):015x}"
+        lines.append(
+            {"ts": f"10:{i // 60:02d}:{i % 60:02d}", "level": "info", "request_id": request}
+        )
+    wanted = lines[70]["request_id"]
+    lines[40]["request_id"] = lines[95]["request_id"] = wanted  # three lines of one request
+    lines[95].update(level="error", event="charge declined", error="card_declined")
+    text = "\n".join(json.dumps(line) for line in lines)
+    reading = read_json(text, Query.of("logs", {}, f"Did request {wanted} fail, and why?"))
+    assert reading is not None
+    asked = sorted((p for p in reading.pieces if p.rank[0] == Tier.ASKED), key=lambda p: p.rank)
+    assert len(asked) == 3 and all(wanted in p.text for p in asked)
+    assert '"error": "card_declined"' in asked[0].text
+
+
+def spans(seed: int, *, n: int = 40, errored: int = 4) -> tuple[str, list[int]]:
+    """OpenTelemetry spans as JSON lines; a few errored, more than a rare value's share."""
+    rng = random.Random(seed)
+    bad = sorted(rng.sample(range(n), errored))
+    lines = []
+    for i in range(n):
+        status: dict[str, str] = {"code": "STATUS_CODE_UNSET"}
+        if i in bad:
+            status = {"code": "STATUS_CODE_ERROR", "message": "upstream connect error"}
+        span = {
+            "trace_id": f"{rng.getrandbits(128):032x}",
+            "span_id": f"{rng.getrandbits(64):016x}",
+            "name": rng.choice(("GET /cart", "SELECT carts", "redis GET session")),
+            "duration_ms": round(rng.uniform(1, 40), 2),
+            "status": status,
+            "resource": {"service.name": "cart", "host.name": f"cart-{rng.getrandbits(24):06x}"},
+        }
+        lines.append(json.dumps(span, separators=(",", ":")))
+    return "\n".join(lines), bad
+
+
+def test_failures_a_quarter_of_the_records_share_are_alarms() -> None:
+    text, bad = spans(17)
+    assert len(bad) > 40 // 20  # more than a rare value's share
+    reading = read_json(text, Query.of("read_file", {"path": "/export/spans.jsonl"}))
+    assert reading is not None
+    records = [p for p in reading.pieces if p.what == "records"]
+    alarms = [i for i, p in enumerate(records) if p.rank[0] == Tier.ALARM]
+    assert alarms == bad
+    assert all("upstream connect error" in records[i].text for i in bad)
+    text, _ = spans(18, errored=20)  # half the spans failed: failures are usual here
+    reading = read_json(text, Query.of())
+    assert reading is not None and not [p for p in reading.pieces if p.rank[0] == Tier.ALARM]
+
+
+def test_the_question_finds_its_words_in_other_inflections() -> None:
+    rng = random.Random(19)
+    events = ("upload finished", "thumbnail written", "upload started", "quota checked")
+    lines = [
+        {
+            "ts": f"10:00:{i % 60:02d}",
+            "tenant": f"t{rng.randint(1, 9)}",
+            "event": rng.choice(events),
+        }
+        for i in range(90)
+    ]
+    lines[57]["event"] = "upload throttling enabled"
+    text = "\n".join(json.dumps(line) for line in lines)
+    reading = read_json(text, Query.of("logs", {}, "Were any uploads throttled this morning?"))
+    assert reading is not None
+    asked = [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED]
+    assert asked == [json.dumps(lines[57])]
+
+
+def test_an_acronym_in_the_question_is_a_word_to_find() -> None:
+    text, _ = issues(20)
+    page = json.loads(text)
+    page[7]["title"] = "SSO login loops back to the start page"
+    reading = read_json(json.dumps(page), Query.of("http", {}, "Any open issue about SSO?"))
+    assert reading is not None
+    asked = [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED]
+    assert len(asked) == 1 and '"number": 907' in asked[0]
+
+
+def test_bounds_and_pages_of_the_call_are_not_terms() -> None:
+    text, data = charges(21, n=40)
+    created = data[0]["created"]  # the first charge is exactly at the bound asked
+    query = Query.of("stripe", {"path": "/v1/charges", "params": {"created[gte]": created}})
+    reading = read_json(text, query)
+    assert reading is not None
+    assert not [p for p in reading.pieces if p.rank[0] == Tier.ASKED]
+
+
+def test_who_and_where_ask_for_people_and_places_and_a_key_the_question_names() -> None:
+    rng = random.Random(22)
+    events = []
+    for i in range(30):  # CloudTrail's order of keys: who and where come after much else
+        user = f"user{rng.randint(1, 9)}"
+        events.append(
+            {
+                "eventVersion": "1.09",
+                "userIdentity": {
+                    "type": "IAMUser",
+                    "principalId": f"AIDA{rng.getrandbits(64):016X}",
+                    "arn": f"arn:aws:iam::123456789012:user/{user}",
+                    "accountId": "123456789012",
+                    "accessKeyId": f"AKIA{rng.getrandbits(64):016X}",
+                    "userName": user,
+                },
+                "eventTime": f"2026-03-04T10:{i:02d}:00Z",
+                "eventSource": "s3.amazonaws.com",
+                "eventName": rng.choice(("GetObject", "PutObject", "HeadObject")),
+                "awsRegion": "eu-west-1",
+                "sourceIPAddress": f"203.0.113.{rng.randint(1, 254)}",
+                "userAgent": "aws-cli/2.15.30 Python/3.11.8 Linux/6.1 exe/x86_64.debian.12",
+                "requestParameters": {
+                    "bucketName": rng.choice(("logs-eu", "media-eu")),
+                    "Host": "s3.eu-west-1.amazonaws.com",
+                    "key": f"uploads/{rng.getrandbits(64):016x}.bin",
+                },
+                "responseElements": None,
+                "requestID": f"{rng.getrandbits(64):016X}",
+                "eventID": f"{rng.getrandbits(128):032x}",
+                "readOnly": False,
+                "eventType": "AwsApiCall",
+                "recipientAccountId": "123456789012",
+            }
+        )
+    events[12].update(errorCode="AccessDenied", errorMessage="Access Denied")
+    text = "\n".join(json.dumps(event) for event in events)
+    question = "Who was denied, from where, and on which bucket?"
+    reading = read_json(text, Query.of("shell", {"cmd": "jq -c .Records[]"}, question))
+    assert reading is not None
+    denied = next(p.text for p in reading.pieces if "AccessDenied" in p.text)
+    assert events[12]["userIdentity"]["userName"] in denied  # type: ignore[index]
+    assert events[12]["sourceIPAddress"] in denied
+    assert f'"bucketName": "{events[12]["requestParameters"]["bucketName"]}"' in denied  # type: ignore[index]
+
+
+def test_where_values_fail_the_failure_comes_first_and_other_reasons_room_allowing() -> None:
+    rng = random.Random(23)
+    data = []
+    for i in range(40):
+        charge: dict[str, object] = {
+            "id": f"ch_{rng.getrandbits(80):020x}",
+            "object": "charge",
+            "created": f"2026-03-04T{i // 4:02d}:{i % 60:02d}:00Z",
+            "customer": f"cus_{rng.getrandbits(64):016x}",
+            "payment_method": f"pm_{rng.getrandbits(96):024x}",
+            "receipt_url": f"https://pay.example.com/receipts/{rng.getrandbits(96):024x}",
+            "amount": rng.randint(500, 9000),
+            "amount_refunded": 0,
+            "captured": True,
+            "paid": True,
+            "balance_transaction": f"txn_{rng.getrandbits(80):020x}",
+            "receipt_number": f"{rng.randint(1000, 9999)}-{rng.randint(1000, 9999)}",
+            "description": "Subscription renewal",
+            "status": "succeeded",
+            "failure_code": None,
+        }
+        data.append(charge)
+    data[9].update(
+        status="failed",
+        failure_code="expired_card",
+        captured=False,
+        paid=False,
+        balance_transaction=None,
+        receipt_number=None,
+    )
+    reading = read_json(json.dumps({"data": data}), Query.of("stripe", {"path": "/v1/charges"}))
+    assert reading is not None
+    failed = next(p.text for p in reading.pieces if p.rank[0] == Tier.ALARM)
+    assert '"status": "failed"' in failed and '"failure_code": "expired_card"' in failed
+    assert COUNTER.count(failed) < 70

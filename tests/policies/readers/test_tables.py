@@ -338,3 +338,180 @@ def test_any_text_is_read_or_refused_and_fits(text: str) -> None:
         if reading is not None:
             fitted = fit(reading, 40, COUNTER)
             assert fitted is None or fitted.tokens <= 40
+
+
+def orders_export(seed: int, delimiter: str = ",", *, n: int = 200) -> tuple[str, list[str]]:
+    """A SQL client's export of orders: ids of nine digits, amounts with two decimals (a
+    decimal comma where ``;`` delimits, as European locales write them)."""
+    rng = random.Random(seed)
+    names = ("order_id", "created_at", "email", "status", "items", "amount", "currency", "country")
+    lines = [delimiter.join(names)]
+    for i in range(n):
+        amount = f"{rng.uniform(5, 2000):.2f}"
+        if delimiter == ";":
+            amount = amount.replace(".", ",")
+        fields = (
+            str(rng.randint(10**8, 10**9 - 1)),
+            f"2026-03-04 {i // 60 % 24:02d}:{i % 60:02d}:00",
+            f"{rng.choice(('ana', 'li', 'sam', 'kim'))}{i}@example.com",
+            rng.choice(("paid", "shipped", "pending", "refunded")),
+            str(rng.randint(1, 6)),
+            amount,
+            rng.choice(("EUR", "USD")),
+            rng.choice(("DE", "FR", "ES", "NL", "PL")),
+        )
+        lines.append(delimiter.join(fields))
+    return "\n".join(lines), lines
+
+
+@pytest.mark.parametrize("delimiter", [",", "\t", ";"])
+def test_an_id_in_the_question_picks_its_row(delimiter: str) -> None:
+    text, lines = orders_export(21, delimiter)
+    row = lines[1 + random.Random(22).randrange(200)]
+    order = row.split(delimiter)[0]
+    question = f"Can you look up order {order} for me?"
+    reading = read_table(text, Query.of("sql", {"query": "SELECT * FROM orders"}, question))
+    assert reading is not None and reading.pieces[1].text == lines[0]
+    assert [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED] == [row]
+    fitted = fit(reading, 200, COUNTER)
+    assert fitted is not None and row in fitted.text.split("\n")
+
+
+def test_decimal_commas_are_numbers_where_semicolons_delimit() -> None:
+    text, lines = orders_export(23, ";")
+    reading = read_table(text, Query.of("sql", {}, "Which orders have an amount over 1900?"))
+    assert reading is not None and reading.pieces[0].text.startswith("[csv: 200 rows, 8 columns")
+    amounts = {line: float(line.split(";")[5].replace(",", ".")) for line in lines[1:]}
+    asked = [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED]
+    assert asked == [line for line, amount in amounts.items() if amount > 1900] != []
+
+
+def test_a_threshold_in_percent_compares_a_column_named_in_percent() -> None:
+    rng = random.Random(24)
+    lines = ["hostname,zone,load_pct,swap_pct,fs_used_pct"]
+    for i in range(150):
+        used = 97.5 if i == 61 else round(rng.uniform(5, 85), 1)
+        load, swap = round(rng.uniform(1, 99), 1), round(rng.uniform(10, 99), 1)
+        lines.append(f"web-{i},{rng.choice(('zone-a', 'zone-b'))},{load},{swap},{used}")
+    text = "\n".join(lines)
+    question = "Which machines have their filesystem over 90% used?"
+    reading = read_table(text, Query.of("read_file", {}, question))
+    assert reading is not None
+    assert [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED] == [lines[62]]
+
+
+def test_a_threshold_after_its_number_counts() -> None:
+    text, crashing, _ = kubectl_pods(25)
+    question = "Which pods have 100 restarts or more?"
+    reading = read_table(text, Query.of("shell", {"cmd": "kubectl get pods"}, question))
+    assert reading is not None
+    asked = [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED]
+    assert asked == [text.split("\n")[crashing]]
+
+
+def jobs_box(seed: int, *, n: int = 120) -> tuple[str, int]:
+    """mysql's box around a jobs table: a few queued jobs, one failed with its error."""
+    rng = random.Random(seed)
+    failed = rng.randrange(n)
+    border = "+--------+-----------+---------+----------------------------------+"
+    lines = ["+--------+-----------+---------+----------------------------------+"]
+    lines += ["| id     | queue     | status  | last_error                       |", border]
+    for i in range(n):
+        status = "failed" if i == failed else rng.choice(("done",) * 8 + ("queued",))
+        error = "Deadlock found when trying to get" if i == failed else "NULL"
+        lines.append(
+            f"| {5000 + i:<6} | {rng.choice(('mail', 'exports')):<9} | {status:<7} | {error:<32} |"
+        )
+    lines += [border, f"{n} rows in set (0.03 sec)"]
+    return "\n".join(lines), failed + 3
+
+
+def test_a_term_naming_a_column_picks_no_row_and_the_frame_gives_way_to_an_alarm() -> None:
+    text, failed = jobs_box(26)
+    lines = text.split("\n")
+    sql = "SELECT id, queue, status, last_error FROM jobs ORDER BY id"
+    reading = read_table(text, Query.of("mysql", {"query": sql}, "Which jobs died, and why?"))
+    assert reading is not None
+    assert not [p for p in reading.pieces if p.rank[0] == Tier.ASKED]  # not "queued" rows
+    ranks = {p.text: p.rank[0] for p in reading.pieces}
+    assert ranks[lines[failed]] == Tier.ALARM
+    assert ranks[lines[-1]] == ranks[lines[-2]] == Tier.CONTEXT  # a closing border, a count
+    fitted = fit(reading, 150, COUNTER)
+    assert fitted is not None and lines[failed] in fitted.text.split("\n")
+
+
+def test_failures_in_a_quarter_of_the_rows_or_fewer_are_alarms() -> None:
+    rng = random.Random(27)
+    lines = ["NAME                 STATUS      AGE"]
+    statuses = ["Completed"] * 34 + ["Failed"] * 6
+    rng.shuffle(statuses)
+    lines += [
+        f"backup-{i:<14}{status:<12}{rng.randint(1, 9)}h" for i, status in enumerate(statuses)
+    ]
+    reading = read_table("\n".join(lines), Query.of("shell", {"cmd": "kubectl get jobs"}))
+    assert reading is not None
+    alarms = [p.text for p in reading.pieces if p.rank[0] == Tier.ALARM]
+    assert alarms == [line for line in lines[1:] if "Failed" in line]
+
+
+def test_the_summary_keeps_four_stats_the_most_telling() -> None:
+    text, _ = orders_export(28)
+    reading = read_table(text, Query.of())
+    assert reading is not None
+    summary = reading.pieces[0].text
+    assert summary.count(";") == 4  # the size, then four columns
+    assert "order_id" not in summary  # ids' range says least
+    assert "amount " in summary and "status " in summary
+
+
+def test_sizes_beside_paths_are_a_listing_not_a_table() -> None:
+    rng = random.Random(29)
+    du = "\n".join(
+        f"{rng.choice(('4.0K', '12K', '1.1M', '640K', '3.2G'))}\t./src/module_{i}/file_{i}.py"
+        for i in range(80)
+    )
+    assert read_table(du + "\n9.9G\t.", Query.of("shell", {"cmd": "du -ah ."})) is None
+
+
+def test_the_folders_of_a_path_read_pick_no_row() -> None:
+    rng = random.Random(30)
+    lines = ["host,team,load_pct"]
+    teams = ["reports"] * 4 + ["search", "api", "web"] * 30
+    lines += [f"h{i},{team},{rng.randint(1, 99)}" for i, team in enumerate(teams)]
+    text = "\n".join(lines)
+    reading = read_table(text, Query.of("read_file", {"path": "/srv/reports/hosts.csv"}))
+    assert reading is not None
+    assert not [p for p in reading.pieces if p.rank[0] == Tier.ASKED]
+
+
+def test_a_mark_the_question_says_values_crossed_is_a_threshold() -> None:
+    rng = random.Random(31)
+    lines = ["host;zone;cpu_pct;mem_pct"]
+    for i in range(120):
+        cpu = f"{rng.uniform(1, 85):.1f}".replace(".", ",")
+        lines.append(f"db-{i};zone-{i % 3};{'93,4' if i == 77 else cpu};{rng.randint(10, 99)},0")
+    question = "We were paged for CPU at 90% an hour ago. Which hosts crossed it?"
+    reading = read_table("\n".join(lines), Query.of("read_file", {"path": "fleet.csv"}, question))
+    assert reading is not None
+    assert [p.text for p in reading.pieces if p.rank[0] == Tier.ASKED] == [lines[78]]
+
+
+def test_ps_aux_with_values_wider_than_their_column_is_split_at_its_spaces() -> None:
+    rng = random.Random(32)
+    lines = ["USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND"]
+    for i in range(80):  # as ps prints them: a wide value pushes the rest of its row right
+        vsz, rss = rng.choice(((1689044, 556348), (22079, 693), (141926, 40642)))
+        mem = 61.5 if i == 40 else rng.choice((0.0, 0.3, 1.2))
+        lines.append(
+            f"{rng.choice(('root', 'www-data', 'postgres')):<8} {rng.randint(100, 4_000_000):>7} "
+            f"{rng.uniform(0, 9):>4.1f} {mem:>4.1f} {vsz:>7} {rss:>6} "
+            f"{rng.choice(('?', 'pts/0', 'pts/12')):<8} {rng.choice(('Sl', 'S', 'I<', 'Ssl')):<4} "
+            f"{rng.choice(('11:40', 'Mar04'))} {rng.randint(1, 9000)}:{rng.randint(0, 59):02d} "
+            f"/usr/bin/worker --queue q{i}"
+        )
+    text = "\n".join(lines)
+    reading = read_table(text, Query.of("shell", {"cmd": "ps aux"}, "What uses all the memory?"))
+    assert reading is not None and reading.pieces[1].text == lines[0]
+    assert "%MEM" in reading.pieces[0].text
+    standouts = [p.text for p in reading.pieces if p.rank[0] == Tier.STANDOUT]
+    assert lines[41] in standouts

@@ -25,10 +25,8 @@ __all__ = ["read_prose"]
 
 # A sentence ends at . ! or ? before a space, unless the stop ends a usual abbreviation; the
 # next may start with a lowercase identifier (``snapshot_interval defaults to ...``).
-_SENTENCE_END = re.compile(
-    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)(?<!\bvs\.)(?<!\bcf\.)(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)"
-    r"(?<=[.!?])[\"')\]]*\s+(?=[A-Za-z0-9\"'(\[`*_])"
-)
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[A-Za-z0-9\"'(\[`*_])")
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|St|Dr|Mr|Mrs|Ms|No|Fig)\.)$")
 _HEADING = re.compile(r"#{1,6} \S|[^\n]+\n[=-]{3,}$")
 _CAPS_HEADING = re.compile(r"[A-Z][A-Z0-9 &/-]{2,40}")  # a man page's section name
 _HYPHENS = ("-", "\u2010")
@@ -139,12 +137,26 @@ def _units(blocks: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
         elif kind == "code":
             units.append((body, kind, heading))
         else:
-            split = [part.strip() for part in _SENTENCE_END.split(body) if part.strip()]
+            split = [part.strip() for part in _sentences(body) if part.strip()]
             if len(split) > 1 and _MARKER.fullmatch(split[0]):  # "3." starts an item
                 split[:2] = [f"{split[0]} {split[1]}"]
             for k, part in enumerate(split):
                 units.append((part, "lead" if k == 0 else "sentence", heading))
     return units
+
+
+def _sentences(body: str) -> list[str]:
+    """``body`` cut after each . ! or ? before a space, unless the stop ends a usual
+    abbreviation (e.g. etc.); the next sentence may start with a lowercase identifier."""
+    parts = []
+    start = 0
+    for stop in _SENTENCE_END.finditer(body):
+        if _ABBREVIATION.search(body, max(start, stop.start() - 5), stop.start() + 1):
+            continue
+        parts.append(body[start : stop.start() + 1] + body[stop.start() + 1 : stop.end()].rstrip())
+        start = stop.end()
+    parts.append(body[start:])
+    return parts
 
 
 def _is_prose(text: str) -> bool:

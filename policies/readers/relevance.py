@@ -94,7 +94,7 @@ class Relevance:
     ``default`` and ``defaulted`` does not), or as the word's usual abbreviation (``max``
     in ``max_upload_mb`` for ``maximum``)."""
 
-    __slots__ = ("_seen", "_wanted", "_weights")
+    __slots__ = ("_pattern", "_seen", "_wanted", "_weights")
 
     def __init__(self, query_words: Iterable[str], texts: Sequence[str]) -> None:
         # each accepted word (a query word or an abbreviation of one) -> the query word
@@ -104,6 +104,13 @@ class Relevance:
             for short in _ABBREVIATIONS.get(word, ()):
                 self._wanted.setdefault(short, word)
         self._seen: dict[str, frozenset[str]] = {}  # text -> the query words it holds
+        # Every written form of every accepted word, standing alone: one pass of C a text.
+        forms = {form: word for accepted, word in self._wanted.items() for form in _forms(accepted)}
+        self._wanted = forms
+        alternatives = "|".join(sorted(map(re.escape, forms), key=len, reverse=True))
+        self._pattern = (
+            re.compile(rf"(?<![a-z0-9])(?:{alternatives})(?![a-z0-9])") if forms else None
+        )
         lowered = "\n".join(texts).lower()
         starts = _starts(lowered)
         candidates: set[int] = set()  # lines holding a wanted word at least as a substring
@@ -130,11 +137,27 @@ class Relevance:
         return sum(self._weights.get(word, 0.0) for word in self._held(text))
 
     def _held(self, text: str) -> frozenset[str]:
+        """The query words ``text`` holds as words: in it with its case changes spaced out
+        (``retryTimeout``), or whole (``FastAPI`` for ``fastapi``)."""
         held = self._seen.get(text)
         if held is None:
+            if self._pattern is None:
+                return frozenset()
             wanted = self._wanted
-            held = self._seen[text] = frozenset(wanted[w] for w in words(text) if w in wanted)
+            lowered = f"{_CASE.sub(' ', text).lower()}\n{text.lower()}"
+            held = self._seen[text] = frozenset(wanted[w] for w in self._pattern.findall(lowered))
         return held
+
+
+def _forms(word: str) -> tuple[str, ...]:
+    """``word`` (in normal form) as a text may write it: singular or plural."""
+    if word[-1:].isdigit():
+        return (word,)
+    if word.endswith("y") and len(word) > 3:
+        return word, word[:-1] + "ies", word + "s"
+    if word.endswith(("ch", "sh", "x", "z", "ss")):
+        return word, word + "es"
+    return word, word + "s"
 
 
 def _starts(text: str) -> list[int]:

@@ -160,4 +160,9 @@ def test_quick_run_figures_agree_with_their_rows(monkeypatch: pytest.MonkeyPatch
     ratio = figures["facts_kept_extractive_over_head_tail"]["value"]
     assert ratio == pytest.approx(kept["extractive", 400] / kept["head_tail", 400])
     timing = figures["reduce_ms_per_10k_tokens"]
-    assert timing["value"] > 0 and timing["direction"] == "lower"
+    assert timing["value"] > 0 and timing["direction"] == "lower" and timing["target"] == 20
+    worst = figures["facts_kept_pct_extractive_worst_kind_400"]
+    shares = {kind: figures[f"facts_kept_pct_extractive_{kind}_400"]["value"] for kind in KINDS}
+    assert worst["value"] == min(shares.values()) and worst["target"] == 60
+    assert worst["note"].startswith(min(shares, key=lambda kind: shares[kind]))
+    assert figures["facts_kept_pct_extractive_400"]["target"] == 80

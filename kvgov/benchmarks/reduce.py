@@ -19,7 +19,7 @@ budget by ``TokenCounter().count`` (cl100k) raises ``OverBudgetError``. Figures:
 ``facts_kept_pct_{method}_{budget}``, ``facts_kept_pct_{method}_{kind}_400``,
 ``facts_per_1k_tokens_{method}_{budget}`` (facts kept per 1,000 tokens of reduced
 output), ``facts_kept_extractive_over_head_tail`` at 400 tokens (ratio of counts, the
-per-seed ratios in its note) and ``reduce_ms_per_10k_tokens`` (extractive's time in
+per-seed ratios in its note) and ``reduce_ms_per_10k_tokens`` (extractive's CPU time in
 ``reduce`` per 10,000 input tokens, median over the cases, each reduced once on a counter
 that has counted nothing of it). No model
 reads the reduced outputs: whether an answer could be read from them was not judged.
@@ -287,7 +287,8 @@ def _ratio(
 
 
 def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
-    """Extractive's time per 10,000 input tokens as a governor runs it: one summarizer on
+    """Extractive's CPU time per 10,000 input tokens (the host's other processes do not
+    count; the reduction runs on one thread) as a governor runs it: one summarizer on
     one counter for the whole run (a governor keeps one; its caches hold the pieces of
     words it has counted before), warmed on the tuning seed's outputs, never timed; each
     case reduced once at ``KIND_BUDGET``, the first time the counter sees its text."""
@@ -303,7 +304,7 @@ def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
         )
     per_10k = []
     for _, case in cases:
-        start = time.perf_counter()
+        start = time.process_time()
         reduced = summarizer.reduce(
             case.text,
             budget_tokens=KIND_BUDGET,
@@ -311,7 +312,7 @@ def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
             arguments=case.arguments,
             question=case.question,
         )
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         per_10k.append(1_000 * elapsed * 10_000 / reduced.tokens_before)
     quartiles = statistics.quantiles(per_10k, n=4) if len(per_10k) > 1 else [per_10k[0]] * 3
     return _figure(
@@ -320,7 +321,7 @@ def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
         "ms",
         target=20.0,
         direction="lower",
-        note=f"extractive's time in reduce per 10,000 input tokens, median of {len(per_10k)} "
+        note=f"extractive's CPU time in reduce per 10,000 input tokens, median of {len(per_10k)} "
         f"cases, each reduced once at {KIND_BUDGET} tokens by one summarizer and counter for "
         f"the run (warmed on the tuning seed's outputs; no text counted before), quartiles "
         f"{quartiles[0]:.1f}-{quartiles[2]:.1f} ms, slowest {max(per_10k):.1f} ms; one process, "

@@ -31,6 +31,7 @@ _HEADING = re.compile(r"#{1,6} \S|[^\n]+\n[=-]{3,}$")
 _CAPS_HEADING = re.compile(r"[A-Z][A-Z0-9 &/-]{2,40}")  # a man page's section name
 _HYPHENS = ("-", "\u2010")
 _SPACES = re.compile(r"[ \t]{2,}")
+_LINE_END = re.compile(r"[.!?][\"')\]]*$")
 _MARKER = re.compile(r"\d+[.)]|[-*+•]")
 _LIST_ITEM = re.compile(r"\s*(?:[-*+•]|\d+[.)])\s+\S")
 _FENCE = re.compile(r"\s*(?:```|~~~)")
@@ -221,6 +222,8 @@ def _text_blocks(text: str) -> list[tuple[str, str]]:
             if not paragraph:
                 item = False
             paragraph.append(stripped)
+            if _LINE_END.search(stripped):
+                flush()  # a line that ends a sentence ends its paragraph: a message a line
     flush()
     return blocks
 

@@ -187,9 +187,9 @@ def test_a_summary_that_fell_back_says_why_on_its_event(
         governor.tool_call(lease, "grep") as call,
     ):
         reduction = call.reduce("tests/test_api.py::test_login FAILED\n" * 200)
-    assert reduction.method == "extractive"
+    assert reduction.method == "diagnostics"  # the fallback read a test run's lines
     (event,) = _events(_one(telemetry.finished("execute_tool")), "kvgov.summarized")
-    assert event["kvgov.method"] == "extractive"
+    assert event["kvgov.method"] == "diagnostics"
     assert event["kvgov.detail"] == "llm error: ConnectionError: model server down"
     assert [r.name for r in caplog.records] == ["policies.llm_summarizer"]  # it was logged
     caplog.clear()  # the fixture holds every other warning to none

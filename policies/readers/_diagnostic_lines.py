@@ -36,26 +36,50 @@ _CARGO = (
 _STARTS: tuple[tuple[str, str, str], ...] = (
     ("rule", "=-_*#", r"[=\-_*#](?:[=\-_*# ]){4,}"),
     # verdicts and counts
-    ("v_pytest", "=", r"=+ (?:\d+ \w+(?:, \d+ \w+)*|no tests ran)(?: in [\d.]+m?s"
-                      r"(?: \([\d:.]+\))?)? =+"),
+    (
+        "v_pytest",
+        "=",
+        r"=+ (?:\d+ \w+(?:, \d+ \w+)*|no tests ran)(?: in [\d.]+m?s"
+        r"(?: \([\d:.]+\))?)? =+",
+    ),
     ("v_unittest_ran", "R", r"Ran \d+ tests? in [\d.]+s"),
     ("v_unittest", "OF", r"(?:OK|FAILED)(?: \(\w+=\d+(?:, \w+=\d+)*\))?"),
     ("v_go", "FP", r"FAIL\s+\S+\s+(?:[\d.]+s|\[[\w ]+\])(?:\s.*)?|(?:PASS|FAIL)"),
     ("v_cargo", "t", r"test result: (?:ok|FAILED)\. .*"),
-    ("v_cargo_error", "e", r"error: (?:could not compile|aborting due to|test failed|\d+ targets? "
-                           r"failed|build failed|failed to compile|linking with).*"),
+    (
+        "v_cargo_error",
+        "e",
+        r"error: (?:could not compile|aborting due to|test failed|\d+ targets? "
+        r"failed|build failed|failed to compile|linking with).*",
+    ),
     ("v_warning_count", "w", r"warning: .* generated \d+ warnings?.*"),
     ("v_found", "FSA", r"Found \d+ errors?\b.*|Success: no issues found.*|All checks passed!"),
-    ("v_eslint", _DIGITS + _CROSSES + "x", rf"(?:[{_CROSSES}x] )?\d+ problems? "
-                                        r"\(\d+ errors?, \d+ warnings?\)"),
-    ("h_surefire", "[", r"\[ERROR\] \S+(?:\(\S+\))?\s+(?:-- )?Time elapsed: .*"
-                        r"<<< (?:FAILURE|ERROR)!"),
+    (
+        "v_eslint",
+        _DIGITS + _CROSSES + "x",
+        rf"(?:[{_CROSSES}x] )?\d+ problems? "
+        r"\(\d+ errors?, \d+ warnings?\)",
+    ),
+    (
+        "h_surefire",
+        "[",
+        r"\[ERROR\] \S+(?:\(\S+\))?\s+(?:-- )?Time elapsed: .*"
+        r"<<< (?:FAILURE|ERROR)!",
+    ),
     ("v_maven", "[", r"\[INFO\] BUILD (?:SUCCESS|FAILURE)"),
-    ("v_surefire", "[T", r"(?:\[(?:ERROR|WARNING|INFO)\] )?Tests run: \d+, Failures: \d+, "
-                         r"Errors: \d+, Skipped: \d+"),
-    ("v_gradle", "BF" + _DIGITS, r"BUILD (?:SUCCESSFUL|FAILED) in \S+"
-                                 r"|FAILURE: Build failed with an exception\."
-                                 r"|\d+ tests? completed, \d+ failed(?:, \d+ skipped)?"),
+    (
+        "v_surefire",
+        "[T",
+        r"(?:\[(?:ERROR|WARNING|INFO)\] )?Tests run: \d+, Failures: \d+, "
+        r"Errors: \d+, Skipped: \d+",
+    ),
+    (
+        "v_gradle",
+        "BF" + _DIGITS,
+        r"BUILD (?:SUCCESSFUL|FAILED) in \S+"
+        r"|FAILURE: Build failed with an exception\."
+        r"|\d+ tests? completed, \d+ failed(?:, \d+ skipped)?",
+    ),
     ("v_count", _DIGITS, r"\d+ (?:errors?|warnings?)(?: generated)?\.?"),
     ("v_jest", "TS", r"(?:Tests|Test Suites|Snapshots):\s+.*\btotal"),
     # errors and warnings without a path first
@@ -90,9 +114,13 @@ _STARTS: tuple[tuple[str, str, str], ...] = (
     ("b_arrow", "-", r"--> \S+:\d+:\d+"),
     ("m_surefire", "[T", r"(?:\[ERROR\] )?Tests run: .*<<< (?:FAILURE|ERROR)!.*"),
     ("g_surefire", "[T", r"(?:\[INFO\] )?Tests run: .*(?:Time elapsed|- in ).*"),
-    ("x_maven", "[", r"\[ERROR\] (?:-> \[Help \d+\]|To see the full stack trace.*|Re-run Maven.*"
-                     r"|For more information about.*|\[Help \d+\].*|After correcting the "
-                     r"problems.*|\s*mvn <args>.*|Failures: ?|Errors: ?|COMPILATION ERROR : ?|)"),
+    (
+        "x_maven",
+        "[",
+        r"\[ERROR\] (?:-> \[Help \d+\]|To see the full stack trace.*|Re-run Maven.*"
+        r"|For more information about.*|\[Help \d+\].*|After correcting the "
+        r"problems.*|\s*mvn <args>.*|Failures: ?|Errors: ?|COMPILATION ERROR : ?|)",
+    ),
     ("f_maven", "[", r"\[ERROR\]\s{2,}\S.*"),
     ("m_maven", "[", r"\[ERROR\] .*"),
     ("w_maven", "[", r"\[WARNING\] \S.*"),
@@ -105,12 +133,16 @@ _STARTS: tuple[tuple[str, str, str], ...] = (
     ("h_jest", "\u25cf", r"\u25cf .+"),
     ("m_jest_file", "F", r"FAIL \S+\.\w+.*"),
     ("g_jest_file", "P", r"PASS \S+\.\w+.*"),
-)  # fmt: skip
+)
 # Kinds of indented lines, told by how they start once the indentation is stripped.
 _INDENTED: tuple[tuple[str, str, str], ...] = (
     ("rule", "=-_*#", r"[=\-_*#](?:[=\-_*# ]){4,}"),
-    ("v_eslint", _DIGITS + _CROSSES + "x", rf"(?:[{_CROSSES}x] )?\d+ problems? "
-                                        r"\(\d+ errors?, \d+ warnings?\)"),
+    (
+        "v_eslint",
+        _DIGITS + _CROSSES + "x",
+        rf"(?:[{_CROSSES}x] )?\d+ problems? "
+        r"\(\d+ errors?, \d+ warnings?\)",
+    ),
     ("e_eslint", _DIGITS, r"\d+:\d+\s+error\s+.*"),
     ("w_eslint", _DIGITS, r"\d+:\d+\s+warning\s+.*"),
     ("h_go_fail", "-", r"--- FAIL: \S+ \([\d.]+s\)"),
@@ -122,7 +154,7 @@ _INDENTED: tuple[tuple[str, str, str], ...] = (
     ("g_jest_file", "P", r"PASS \S+\.\w+.*"),
     ("p_jest", _TICKS, rf"[{_TICKS}] .*"),
     ("m_jest", _CROSSES, rf"[{_CROSSES}] .*"),
-)  # fmt: skip
+)
 # Indented kinds that start with a file path, tried when the line holds a colon.
 _INDENTED_PATH: tuple[tuple[str, str], ...] = (
     ("w_py", r"(?:[A-Za-z]:)?[^\s:()\[\]]+:\d+: \w*Warning: .*"),
@@ -193,8 +225,15 @@ STRONG = frozenset(
 )
 # A v_go line is strong when it names a package ("FAIL\tpkg\t0.01s"), f_pytest when it
 # names a test, s_pytest when it is one of pytest's own titles.
-_PYTEST_TITLES = ("test session starts", "FAILURES", "ERRORS", "short test summary info",
-                  "warnings summary", "PASSES", "slowest")  # fmt: skip
+_PYTEST_TITLES = (
+    "test session starts",
+    "FAILURES",
+    "ERRORS",
+    "short test summary info",
+    "warnings summary",
+    "PASSES",
+    "slowest",
+)
 
 _TS_CODE = re.compile(r"\b(TS\d{4,5})\b")
 _RUST_CODE = re.compile(r"(?:error|warning)\[([\w-]+)\]")

@@ -52,8 +52,17 @@ _VERDICTS = frozenset(
         "v_warning_count v_found v_eslint v_maven v_surefire v_gradle v_count v_jest",
     )
 )
-_PASSES = {"p_pytest": 1, "p_pytest_v": 1, "p_unittest_v": 1, "p_cargo_test": 1, "p_go_pass": 1,
-           "p_gradle_test": 1, "p_jest": 1, "g_go_run": 0, "p_go_ok": 0}  # fmt: skip
+_PASSES = {
+    "p_pytest": 1,
+    "p_pytest_v": 1,
+    "p_unittest_v": 1,
+    "p_cargo_test": 1,
+    "p_go_pass": 1,
+    "p_gradle_test": 1,
+    "p_jest": 1,
+    "g_go_run": 0,
+    "p_go_ok": 0,
+}
 _MARKS = frozenset(
     re.findall(
         r"\S+",
@@ -181,8 +190,9 @@ class _Parser:
         elif kind in _ITEMS:
             warning = kind.startswith("w_")
             role = Role.WARNING if warning else Role.ALARM
-            self.add(i, i + 1, role, block=self.block(), kind=kind_of(kind, line),
-                     header=self.header)  # fmt: skip
+            self.add(
+                i, i + 1, role, block=self.block(), kind=kind_of(kind, line), header=self.header
+            )
         elif kind in ("f_pytest", "f_pytest_weak", "f_maven"):
             self.add(i, i + 1, Role.ALARM, block=self.block())
         elif kind in _MARKS:

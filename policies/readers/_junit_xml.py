@@ -51,8 +51,9 @@ def read_junit(text: str, query: Query) -> Reading | None:
         failing = [c for c in suite.cases if _outcome(c)[0] in ("failure", "error")]
         if many:
             line = f"testsuite {suite.name}: {_counts(suite.attrib, suite.cases)}"
-            pieces.append(Piece(line, (Tier.CONTEXT, 2, position) if failing else
-                                (Tier.REST, 2, position)))  # fmt: skip
+            pieces.append(
+                Piece(line, (Tier.CONTEXT, 2, position) if failing else (Tier.REST, 2, position))
+            )
         passed: list[str] = []
         skipped: list[str] = []
         for case in suite.cases:

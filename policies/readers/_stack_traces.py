@@ -22,8 +22,16 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
-    "Frame", "Goroutine", "Part", "PartKind", "Raised", "Trace", "find_traces", "parts", "trace_at",
-]  # fmt: skip
+    "Frame",
+    "Goroutine",
+    "Part",
+    "PartKind",
+    "Raised",
+    "Trace",
+    "find_traces",
+    "parts",
+    "trace_at",
+]
 
 _PY_HEAD = re.compile(r"(.*?)Traceback \(most recent call last\):\s*")
 _PY_FRAME = re.compile(r'\s*File "([^"]*)", line \d+')
@@ -68,18 +76,64 @@ _PY_LIBRARY = re.compile(
     r"|[/\\]\.?venv[/\\]lib[/\\]|^<(?:string|stdin|frozen)"
 )
 _JVM_LIBRARY = (
-    "java.", "javax.", "jakarta.", "sun.", "jdk.", "com.sun.", "kotlin.", "kotlinx.",
-    "scala.", "akka.", "org.springframework.", "org.apache.", "org.junit.", "junit.",
-    "org.hibernate.", "io.netty.", "reactor.", "org.eclipse.", "com.google.common.",
-    "com.google.inject.", "com.google.protobuf.", "com.google.gson.", "org.gradle.",
-    "org.mockito.", "net.bytebuddy.", "com.fasterxml.", "ch.qos.logback.", "org.slf4j.",
-    "io.grpc.", "io.micrometer.", "org.aspectj.", "com.zaxxer.", "org.postgresql.",
-    "com.mysql.", "okhttp3.", "retrofit2.", "io.reactivex.", "groovy.", "org.codehaus.",
-    "org.testng.", "org.glassfish.", "org.jboss.", "io.undertow.", "org.h2.", "android.",
-    "androidx.", "dalvik.", "com.android.", "io.vertx.", "io.quarkus.", "io.micronaut.",
-    "org.opentest4j.", "org.assertj.", "org.hamcrest.", "worker.org.gradle.",
-    "System.", "Microsoft.",  # .NET prints its frames the same way: "at Ns.Type.Method()"
-)  # fmt: skip
+    "java.",
+    "javax.",
+    "jakarta.",
+    "sun.",
+    "jdk.",
+    "com.sun.",
+    "kotlin.",
+    "kotlinx.",
+    "scala.",
+    "akka.",
+    "org.springframework.",
+    "org.apache.",
+    "org.junit.",
+    "junit.",
+    "org.hibernate.",
+    "io.netty.",
+    "reactor.",
+    "org.eclipse.",
+    "com.google.common.",
+    "com.google.inject.",
+    "com.google.protobuf.",
+    "com.google.gson.",
+    "org.gradle.",
+    "org.mockito.",
+    "net.bytebuddy.",
+    "com.fasterxml.",
+    "ch.qos.logback.",
+    "org.slf4j.",
+    "io.grpc.",
+    "io.micrometer.",
+    "org.aspectj.",
+    "com.zaxxer.",
+    "org.postgresql.",
+    "com.mysql.",
+    "okhttp3.",
+    "retrofit2.",
+    "io.reactivex.",
+    "groovy.",
+    "org.codehaus.",
+    "org.testng.",
+    "org.glassfish.",
+    "org.jboss.",
+    "io.undertow.",
+    "org.h2.",
+    "android.",
+    "androidx.",
+    "dalvik.",
+    "com.android.",
+    "io.vertx.",
+    "io.quarkus.",
+    "io.micronaut.",
+    "org.opentest4j.",
+    "org.assertj.",
+    "org.hamcrest.",
+    "worker.org.gradle.",
+    "System.",
+    "Microsoft.",  # .NET prints its frames the same way: "at Ns.Type.Method()"
+)
 _GO_STD = frozenset(
     re.findall(
         r"\S+",
@@ -211,9 +265,12 @@ def parts(
     for exception in trace.exceptions:
         if exception.end > exception.start:
             kinds[exception.start] = Part(
-                exception.start, exception.start + 1, PartKind.MESSAGE, exception.role,
+                exception.start,
+                exception.start + 1,
+                PartKind.MESSAGE,
                 exception.role,
-            )  # fmt: skip
+                exception.role,
+            )
             detail_end = min(exception.end, exception.start + 1 + _DETAIL)
             for chunk, (a, b) in enumerate(
                 ((exception.start + 1, detail_end), (detail_end, exception.end))
@@ -231,11 +288,11 @@ def parts(
             elif keep is not None and keep("\n".join(lines[frame.start : frame.end])):
                 order, extra = extra, extra + 1
             else:
-                kinds[frame.start] = Part(frame.start, frame.end, PartKind.FRAMES, 0, 0,
-                                          int(frame.counted))  # fmt: skip
+                kinds[frame.start] = Part(
+                    frame.start, frame.end, PartKind.FRAMES, 0, 0, int(frame.counted)
+                )
                 continue
-            kinds[frame.start] = Part(frame.start, frame.end, PartKind.FRAME, order,
-                                      exception.role)  # fmt: skip
+            kinds[frame.start] = Part(frame.start, frame.end, PartKind.FRAME, order, exception.role)
     for goroutine in trace.goroutines:
         kinds[goroutine.start] = Part(
             goroutine.start, goroutine.end, PartKind.GOROUTINE, user=goroutine.user
@@ -474,9 +531,7 @@ def _go(lines: list[str], start: int, end: int) -> Trace | None:
         return None
     first = blocks[0]
     exceptions = (Raised(start, message_end, tuple(first[2]), 0),)
-    goroutines = tuple(
-        Goroutine(a, b, any(f.user for f in fs)) for a, b, fs in blocks[1:]
-    )  # fmt: skip
+    goroutines = tuple(Goroutine(a, b, any(f.user for f in fs)) for a, b, fs in blocks[1:])
     return Trace(start, blocks[-1][1], "go", exceptions, goroutines)
 
 

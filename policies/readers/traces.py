@@ -117,9 +117,10 @@ class _Reader:
                 # A repeat's message says the trace happened again: after the first
                 # occurrences' frames.
                 rank: tuple[float, ...] = (
-                    (Tier.CONTEXT, 2, index, part.order) if repeat
+                    (Tier.CONTEXT, 2, index, part.order)
+                    if repeat
                     else (Tier.ALARM, 0, index, part.order)
-                )  # fmt: skip
+                )
             elif repeat:
                 rank = (Tier.REST, 5, index, part.start)
             elif kind is PartKind.DETAIL and part.order == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -20,36 +21,53 @@ T = TypeVar("T")
 MIN_TOKENS = 1_500
 MAX_TOKENS = 20_000
 
-FIRST_NAMES = (
-    "ana", "ben", "chloe", "dmitri", "elena", "farid", "grace", "hiro", "ines", "jonas",
-    "kavya", "liam", "mei", "nora", "omar", "priya", "quentin", "rosa", "sven", "tara",
-    "umar", "vera", "wei", "ximena", "yusuf", "zoe", "aiko", "bruno", "carmen", "diego",
-)  # fmt: skip
-LAST_NAMES = (
-    "alvarez", "brandt", "chen", "dubois", "eriksen", "fischer", "garcia", "haddad", "ito",
-    "jensen", "kowalski", "lopez", "moreau", "novak", "okafor", "petrov", "quinn", "rossi",
-    "sato", "tanaka", "ueda", "vargas", "weber", "xu", "yilmaz", "zhang", "bianchi", "costa",
-)  # fmt: skip
+FIRST_NAMES = tuple(
+    re.findall(
+        r"[\w-]+",
+        "ana ben chloe dmitri elena farid grace hiro ines jonas kavya liam mei nora omar "
+        "priya quentin rosa sven tara umar vera wei ximena yusuf zoe aiko bruno carmen diego",
+    )
+)
+LAST_NAMES = tuple(
+    re.findall(
+        r"[\w-]+",
+        "alvarez brandt chen dubois eriksen fischer garcia haddad ito jensen kowalski lopez "
+        "moreau novak okafor petrov quinn rossi sato tanaka ueda vargas weber xu yilmaz zhang "
+        "bianchi costa",
+    )
+)
 DOMAINS = ("example.com", "acme.io", "globex.net", "initech.co", "umbrella.org", "hooli.dev")
 ORGS = ("acme", "globex", "initech", "hooli", "umbrella", "stark-labs", "wayne-tech")
-SERVICES = (
-    "checkout", "billing", "orders", "catalog", "search", "notify", "ledger", "ingest",
-    "accounts", "shipping", "inventory", "pricing", "reports", "gateway", "auth", "media",
-)  # fmt: skip
+SERVICES = tuple(
+    re.findall(
+        r"[\w-]+",
+        "checkout billing orders catalog search notify ledger ingest accounts shipping "
+        "inventory pricing reports gateway auth media",
+    )
+)
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-south-1", "ap-northeast-1")
-NOUNS = (
-    "order", "invoice", "user", "session", "token", "config", "event", "batch", "report",
-    "webhook", "payment", "customer", "shipment", "refund", "schedule", "snapshot", "cart",
-    "price", "account", "tenant", "export", "upload", "coupon", "ledger",
-)  # fmt: skip
-VERBS = (
-    "parse", "create", "update", "delete", "retry", "validate", "serialize", "render", "load",
-    "merge", "resolve", "refresh", "cancel", "export", "list", "fetch", "apply", "sync",
-)  # fmt: skip
-QUALIFIERS = (
-    "empty", "invalid", "unicode", "timeout", "concurrent", "large", "missing_key", "expired",
-    "partial", "duplicate", "negative", "zero", "rounding", "legacy", "utc", "paginated",
-)  # fmt: skip
+NOUNS = tuple(
+    re.findall(
+        r"[\w-]+",
+        "order invoice user session token config event batch report webhook payment customer "
+        "shipment refund schedule snapshot cart price account tenant export upload coupon "
+        "ledger",
+    )
+)
+VERBS = tuple(
+    re.findall(
+        r"[\w-]+",
+        "parse create update delete retry validate serialize render load merge resolve "
+        "refresh cancel export list fetch apply sync",
+    )
+)
+QUALIFIERS = tuple(
+    re.findall(
+        r"[\w-]+",
+        "empty invalid unicode timeout concurrent large missing_key expired partial duplicate "
+        "negative zero rounding legacy utc paginated",
+    )
+)
 
 _ALNUM = string.ascii_letters + string.digits
 _LOWER_ALNUM = string.ascii_lowercase + string.digits

@@ -47,6 +47,7 @@ from typing import Any
 
 from governor import TokenCounter
 from kvgov.benchmarks.context_workload import Conversation, build_conversations, context_text
+from kvgov.benchmarks.figure import figure
 from policies import ExtractiveSummarizer, SummarizeOldest
 from policies.benchmarks.tool_outputs import EVALUATION_SEEDS
 
@@ -101,7 +102,8 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
         for method in METHODS:
             outcomes = results[method, budget]
             kept, tokens = sum(o.facts_kept for o in outcomes), sum(o.tokens for o in outcomes)
-            yield _figure(
+            yield figure(
+                _BENCH,
                 f"facts_per_1k_tokens_{method}_{budget}",
                 1_000 * kept / tokens,
                 "facts/1k tokens",
@@ -111,14 +113,16 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     middle = BUDGETS[len(BUDGETS) // 2]
     share = {m: _share(results[m, middle]) for m in METHODS}
     for method in METHODS:
-        yield _figure(
+        yield figure(
+            _BENCH,
             f"facts_retained_pct_{method}",
             share[method],
             "%",
             note=f"at the middle budget, {middle:,} tokens, {len(conversations)} conversations",
         )
     best = max(("context_editing", "trim_messages"), key=lambda m: share[m])
-    yield _figure(
+    yield figure(
+        _BENCH,
         "facts_retained_kvgov_over_best_langchain",
         share["kvgov"] / share[best] if share[best] else float("inf"),
         "x",
@@ -126,7 +130,8 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
         note=f"kvgov {share['kvgov']:.1f}% over {best} {share[best]:.1f}% at {middle:,} tokens",
     )
     orphans = sum(o.orphaned_results for b in BUDGETS for o in results["kvgov", b])
-    yield _figure(
+    yield figure(
+        _BENCH,
         "orphaned_tool_results_kvgov",
         orphans,
         "results",
@@ -336,24 +341,4 @@ def _row(
     note += "; by kind " + ", ".join(f"{k} {n}/{of}" for k, (n, of) in kinds.items())
     if method == "trim_messages":
         note += f"; {trim_setting}"
-    return _figure(f"facts_retained_pct_{method}_{budget}", _share(outcomes), "%", note=note)
-
-
-def _figure(
-    metric: str,
-    value: float,
-    unit: str,
-    *,
-    target: float | None = None,
-    direction: str = "higher",
-    note: str,
-) -> Mapping[str, object]:
-    return {
-        "bench": _BENCH,
-        "metric": metric,
-        "value": float(value),
-        "unit": unit,
-        "target": target,
-        "direction": direction,
-        "note": note,
-    }
+    return figure(_BENCH, f"facts_retained_pct_{method}_{budget}", _share(outcomes), "%", note=note)

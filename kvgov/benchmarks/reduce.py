@@ -35,6 +35,7 @@ from inspect import signature
 from typing import Any
 
 from governor import HeadTailTruncation, TokenCounter, ToolOutputPolicy
+from kvgov.benchmarks.figure import figure
 from policies import ExtractiveSummarizer
 from policies.benchmarks.tool_outputs import (
     EVALUATION_SEEDS,
@@ -122,7 +123,8 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
     for method in policies:
         for kind in KINDS:
             rows = [o for o in table[method, KIND_BUDGET] if o.kind == kind]
-            yield _figure(
+            yield figure(
+                _BENCH,
                 f"facts_kept_pct_{method}_{kind}_{KIND_BUDGET}",
                 _share(rows),
                 "%",
@@ -134,7 +136,8 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
             for kind in KINDS
         }
         worst = min(KINDS, key=lambda kind: shares[kind])
-        yield _figure(
+        yield figure(
+            _BENCH,
             f"facts_kept_pct_extractive_worst_kind_{KIND_BUDGET}",
             shares[worst],
             "%",
@@ -145,7 +148,8 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
         for method in policies:
             rows = table[method, budget]
             tokens = sum(o.tokens_out for o in rows)
-            yield _figure(
+            yield figure(
+                _BENCH,
                 f"facts_per_1k_tokens_{method}_{budget}",
                 1_000 * sum(o.facts_kept for o in rows) / tokens if tokens else 0.0,
                 "facts",
@@ -246,7 +250,8 @@ def _kept_row(
     method: str, budget: int, outcomes: Sequence[Outcome], ran: str
 ) -> Mapping[str, object]:
     tokens = [o.tokens_out for o in outcomes]
-    return _figure(
+    return figure(
+        _BENCH,
         f"facts_kept_pct_{method}_{budget}",
         _share(outcomes),
         "%",
@@ -277,7 +282,8 @@ def _ratio(
     )
     if skipped:
         note += "; " + "; ".join(skipped)
-    return _figure(
+    return figure(
+        _BENCH,
         "facts_kept_extractive_over_head_tail",
         kept / reference if reference else float("inf"),
         "x",
@@ -315,7 +321,8 @@ def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
         elapsed = time.process_time() - start
         per_10k.append(1_000 * elapsed * 10_000 / reduced.tokens_before)
     quartiles = statistics.quantiles(per_10k, n=4) if len(per_10k) > 1 else [per_10k[0]] * 3
-    return _figure(
+    return figure(
+        _BENCH,
         "reduce_ms_per_10k_tokens",
         statistics.median(per_10k),
         "ms",
@@ -327,23 +334,3 @@ def _timing(cases: Sequence[tuple[int, Case]]) -> Mapping[str, object]:
         f"{quartiles[0]:.1f}-{quartiles[2]:.1f} ms, slowest {max(per_10k):.1f} ms; one process, "
         "on this host's CPU",
     )
-
-
-def _figure(
-    metric: str,
-    value: float,
-    unit: str,
-    *,
-    target: float | None = None,
-    direction: str = "higher",
-    note: str,
-) -> Mapping[str, object]:
-    return {
-        "bench": _BENCH,
-        "metric": metric,
-        "value": float(value),
-        "unit": unit,
-        "target": target,
-        "direction": direction,
-        "note": note,
-    }

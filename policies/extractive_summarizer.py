@@ -21,7 +21,7 @@ from typing import Any
 from governor import TokenCounter, ToolOutputReduction
 from policies._conversation import check_setting
 from policies.readers import READERS, Reader
-from policies.readers.fit import fit, marker
+from policies.readers.fit import fit, gist, marker
 from policies.readers.lines import read_lines
 from policies.readers.pieces import Query
 
@@ -69,6 +69,31 @@ class ExtractiveSummarizer:
             elapsed_s=time.perf_counter() - started,
             elided=tuple((what, n) for what, n in elided if n),
         )
+
+    def gist(
+        self,
+        text: str,
+        *,
+        budget_tokens: int,
+        tool_name: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
+    ) -> str:
+        """The output's most telling lines within ``budget_tokens``, for a summary of many
+        outputs (``SummarizeOldest``): what ``reduce`` keeps first, most telling first,
+        without the shape lines and elision markers that a reduction shows in place of
+        the rest (so a shorter gist of it is its first lines); the text itself where it
+        fits, its longest prefix where no piece of it does."""
+        check_setting("budget_tokens", budget_tokens, 1)
+        if self._counter.count(text) <= budget_tokens:
+            return text
+        query = Query.of(tool_name, arguments, question)
+        for reader in self._readers:
+            reading = reader(text, query)
+            if reading is not None and (kept := gist(reading, budget_tokens, self._counter)):
+                return kept
+        kept = gist(read_lines(text, query, counter=self._counter), budget_tokens, self._counter)
+        return kept if kept is not None else self._counter.truncate(text, budget_tokens)
 
     def _reduce(
         self, text: str, budget: int, query: Query

@@ -143,13 +143,20 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
 
 
 # -- the methods ---------------------------------------------------------------------------
+def kvgov_compaction(reducer: ExtractiveSummarizer, ceiling_tokens: int) -> SummarizeOldest:
+    """kvgov's compaction as the benchmarks run it (here and ``kvgov bench openloop``'s
+    whole system): a running summary of up to a quarter of the ceiling, the rest for the
+    latest turns whole."""
+    return SummarizeOldest(reducer, summary_tokens=ceiling_tokens // 4)
+
+
 def kvgov_context(
     messages: Sequence[Mapping[str, Any]], budget: int, counter: TokenCounter
 ) -> Messages:
     """The context of kvgov's last model call: tool outputs reduced on arrival, the history
     compacted (and kept compacted) before any model call that would exceed the ceiling."""
     reducer = ExtractiveSummarizer(counter)
-    ceiling = SummarizeOldest(reducer, summary_tokens=budget // 4)
+    ceiling = kvgov_compaction(reducer, budget)
     calls = {
         call["id"]: call["function"]
         for message in messages

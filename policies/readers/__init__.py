@@ -2,7 +2,8 @@
 
 Each reader recognises one kind of structure by content and splits the text into ranked
 ``Piece``s (``pieces.py``); ``fit`` keeps them in rank order under a token budget and marks
-what it leaves out. ``READERS`` is the order ``ExtractiveSummarizer`` tries them in: the
+what it leaves out; ``gist`` keeps the first-ranked ones alone, for a summary of many
+outputs. ``READERS`` is the order ``ExtractiveSummarizer`` tries them in: the
 most specific structure first, so that a test run holding tracebacks is read as
 diagnostics, and a log holding a traceback as a trace. ``read_lines`` reads anything,
 line by line.
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 from policies.readers.diagnostics import read_diagnostics
 from policies.readers.diff import read_diff
-from policies.readers.fit import Fitted, fit
+from policies.readers.fit import Fitted, fit, gist
 from policies.readers.lines import read_lines
 from policies.readers.listing import read_listing
 from policies.readers.logs import read_log
@@ -33,6 +34,7 @@ __all__ = [
     "Reading",
     "Tier",
     "fit",
+    "gist",
     "read_diagnostics",
     "read_diff",
     "read_json",

@@ -13,14 +13,17 @@ The result never exceeds the budget by the counter's exact count.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from governor import TokenCounter
-from policies.readers.pieces import Piece, Reading
+from policies.readers.pieces import Piece, Reading, Tier
 
-__all__ = ["Fitted", "fit", "marker"]
+__all__ = ["Fitted", "fit", "gist", "marker"]
 
 _REFILLS = 2  # passes that fill the room left once the exact count is known
+# An earlier reduction's shape line (``[prose: 7 headings, 80 sentences]``) or marker.
+_ANNOTATION = re.compile(r"\[(?:[a-z][a-z -]*: [^\]]*|\.\.\. .* elided \.\.\.)\]")
 _SINGULAR = {"entries": "entry", "matches": "match", "similar lines": "similar line"}
 
 
@@ -73,6 +76,43 @@ def fit(reading: Reading, budget: int, counter: TokenCounter) -> Fitted | None:
     if not any(selected):
         return None  # only markers
     return Fitted(rendered, used, _elided(pieces, selected))
+
+
+def gist(reading: Reading, budget: int, counter: TokenCounter) -> str | None:
+    """The reading's most telling pieces within ``budget`` tokens, for a summary that
+    holds many outputs at once: pieces in rank order up to the first that does not fit
+    (the first itself cut to the budget where it alone does not), shown in that order so
+    that a shorter gist is its first lines; no shape pieces and no markers (the summary
+    says what it stands for), a folded run as its first piece. None where the reading
+    has no piece of its own to show."""
+    pieces = reading.pieces
+    order = sorted(
+        (i for i, piece in enumerate(pieces) if piece.rank[0] != Tier.SHAPE and _telling(piece)),
+        key=lambda i: pieces[i].rank,
+    )
+    if not order:
+        return None
+    kept: list[str] = []
+    used = -1  # a newline between pieces, none after the last
+    for i in order:
+        cost = counter.count(pieces[i].text) + 1
+        if used + cost > budget:
+            break
+        kept.append(pieces[i].text)
+        used += cost
+    while kept:  # the estimate checked by counting the text exactly
+        text = "\n".join(kept)
+        if counter.count(text) <= budget:
+            return text
+        kept.pop()
+    return counter.truncate(pieces[order[0]].text, budget)
+
+
+def _telling(piece: Piece) -> bool:
+    """Whether a piece says something of its own: not blank, not an earlier reduction's
+    shape line or marker (or a piece of one) read back as text."""
+    text = piece.text.strip()
+    return bool(text) and not text.startswith("[...") and _ANNOTATION.fullmatch(text) is None
 
 
 def marker(counts: dict[str, int], tokens: int) -> str:

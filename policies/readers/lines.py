@@ -4,7 +4,8 @@
 Lines that name the call's terms come first (only terms found on few lines pick anything
 out); then lines that report an error (an exception named, a traceback header, an
 upper-case level or verdict, an ``error:`` prefix, an OS error, a count of failures) with
-their tracebacks and indented context; then the tail and the head; then lines that merely
+their tracebacks and indented context; then, in text whose lines mostly repeat a few forms (records,
+fields), the lines of a form seen once; then the tail and the head; then lines that merely
 use an error word; then the rest, from both ends inwards. Runs of near-identical lines
 (equal once digits are stripped, every number counting up or staying put, as in
 ``test_7 PASSED [ 3%]``) fold into their first line and a count; lines whose numbers jump
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import Counter
 from enum import IntEnum
 from itertools import accumulate
 
@@ -70,6 +72,10 @@ _MIN_RUN = 3  # a run of near-identical lines shorter than this is left alone
 _CONTEXT_LINES = 5  # indented lines before and after an error line kept with it
 _TRACEBACK_LINES = 40  # a traceback's body kept with its header, at most
 _BAND = 10  # lines at each end that count as head and tail
+_FORM_NUMBER = re.compile(r"[^\s\[\](){}=:,;\"']*\d[^\s\[\](){}=:,;\"']*")  # as logs mask them
+_FORM_VALUE = re.compile(r":[ \t]*\"(?:[^\"\\\n]|\\[^\n])*\"")  # a quoted value after its key
+_MIN_FORMS = 20  # fewer lines than this have no form to stand out from
+_ONCE_SHARE = 0.2  # of the lines at most may be of a form seen once, for any to stand out
 
 
 class _Kind(IntEnum):
@@ -79,6 +85,7 @@ class _Kind(IntEnum):
     ERROR_WORD = 3
     AFTER_ERROR = 4  # ranked as plain, but never collapsed: it shows what came next
     PLAIN = 5
+    STANDOUT = 6  # ranked after errors: the one line of its form in repetitive text
 
 
 def is_alarm(line: str) -> bool:
@@ -157,6 +164,8 @@ def _rank(kind: _Kind, position: int, n: int) -> tuple[int, int, int]:
         return (Tier.ALARM, 0, from_end)  # the last error is the most telling
     if kind is _Kind.CONTEXT:
         return (Tier.ALARM, 1, from_end)
+    if kind is _Kind.STANDOUT:
+        return (Tier.STANDOUT, from_end)
     if from_end < _BAND:  # the tail: verdicts, exit codes, the final error
         return (Tier.CONTEXT, 0, from_end)
     if position < _BAND:  # the head: the command, headers, the first results
@@ -195,6 +204,7 @@ def _kinds(text: str, lines: list[str], query: Query) -> list[_Kind]:
     words = {i for i in candidates if _ERROR_WORD.search(lines[i])}
     kinds = [_Kind.PLAIN] * len(lines)
     for kind, indexes in (
+        (_Kind.STANDOUT, _standouts(lines)),
         (_Kind.AFTER_ERROR, after),
         (_Kind.ERROR_WORD, words),
         (_Kind.MENTION, mentions),
@@ -204,6 +214,20 @@ def _kinds(text: str, lines: list[str], query: Query) -> list[_Kind]:
         for i in indexes:
             kinds[i] = kind
     return kinds
+
+
+def _standouts(lines: list[str]) -> set[int]:
+    """The lines of a form no other line has, where most lines share their form with
+    others (records, fields, a listing): a field seen once among repeated ones. A line's
+    form is the line with its values masked (numbers, ids, quoted values)."""
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    if len(filled) < _MIN_FORMS:
+        return set()
+    # One pass over the whole text: neither pattern crosses a line's end.
+    forms = _FORM_VALUE.sub(": _", _FORM_NUMBER.sub("#", "\n".join(lines))).split("\n")
+    seen = Counter(forms[i] for i in filled)
+    once = {i for i in filled if seen[forms[i]] == 1}
+    return once if len(once) <= len(filled) * _ONCE_SHARE else set()
 
 
 def _candidates(text: str, starts: list[int]) -> set[int]:

@@ -7,8 +7,9 @@ read when most lines are sentences. Paragraphs are unwrapped and cut into senten
 headings, list items and code lines stand alone. A summary comes first (the title, the
 sections and sentences); then the sentences that hold the call's terms or the most of the
 rare words of the arguments and the agent's last request, shown in their order, each
-section's heading before its best sentence; then the headings; then each paragraph's first sentence;
-then the rest.
+section's heading before its best sentence; then the sentences that name a setting, a
+file or an id no other sentence names; then the headings; then each paragraph's first
+sentence; then the rest.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ _PAGE = re.compile(r"\s*(?:<!doctype html|<html|<\?xml[^>]*>\s*<html)|<body[\s>]
 _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(r"\d+")
 _QUANTITY_BONUS = 2.0
+# A name a program reads: a setting or constant (BILLING_WINDOW_x967z), a path to a file
+# (src/billing/sync.py), a long number or id. In one sentence only, it stands out.
+_CODE_NAME = re.compile(
+    r"(?<![\w/.])(?:[A-Z][A-Z0-9]*(?:_[A-Za-z0-9]+)+|[\w.-]*/[\w./-]*\.[A-Za-z]\w{0,4}|\d{6,})(?![\w/])"
+)
 _MIN_WORDS = 6  # a line with fewer words is not a sentence's worth
 _SENTENCE_STOP = re.compile(r"[a-z0-9)][.!?][\"')\]]?(?:\s|$)")
 _SENTENCE_WORDS = 40  # prose has a sentence end for every this many words, at least
@@ -91,6 +97,10 @@ def read_prose(text: str, query: Query) -> Reading | None:
             # "how many connections": a sentence with "301 connections" comes first
             found = measured is not None and measured.search(units[u][0]) is not None
             asked[u] = (0.0 if found else 1.0, -score)
+    named = Counter(name for u in sentences for name in set(_CODE_NAME.findall(units[u][0])))
+    standout = {
+        u for u in sentences if any(named[name] == 1 for name in _CODE_NAME.findall(units[u][0]))
+    }
     # A heading: the rank of its section's best sentence, and it is kept right after it
     # (shown before it): a heading that would crowd out its own sentence is not kept.
     sections: dict[int, tuple[float, ...]] = {}
@@ -107,6 +117,8 @@ def read_prose(text: str, query: Query) -> Reading | None:
             rank: tuple[float, ...] = (Tier.ASKED, *asked[u], u)
         elif is_alarm(body):
             rank = (Tier.ALARM, -u)  # an error quoted in a page, a traceback in a document
+        elif u in standout:
+            rank = (Tier.STANDOUT, u)  # names a setting, a file or an id no other sentence does
         elif kind == "heading":
             rank = (Tier.ASKED, *sections[u]) if u in sections else (Tier.CONTEXT, 0, u)
         elif kind == "lead":

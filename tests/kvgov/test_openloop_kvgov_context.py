@@ -1,7 +1,8 @@
 """kvgov's context knobs in the whole-system comparison (``openloop/kvgov_context.py``):
 they bound kvgov's prompts and no other system's, and are chosen on the tuning seed by
-the rule that chose context editing's trigger. The real engine (the stand-in the twin
-times) on the tiny workload of ``test_openloop_system``."""
+the rule that chose context editing's trigger, among the points that keep as many facts
+as the best LangChain handling. The real engine (the stand-in the twin times) on the
+tiny workload of ``test_openloop_system``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from kvgov.benchmarks.openloop import bench, system
 from kvgov.benchmarks.openloop.editing_trigger import choose
 from kvgov.benchmarks.openloop.handled import KVGOV, prepare
-from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, tune
+from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, choose_keeping, tune
+from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
 from kvgov.benchmarks.openloop.panel import longest_call
 from kvgov.benchmarks.openloop.system import SeedRuns, System
 from tests.kvgov.test_openloop_system import RATE, TINY, TRIGGER_TOKENS, WINDOW_TOKENS, WINDOWS_S
@@ -87,14 +89,36 @@ def test_tuning_runs_kvgov_alone_on_the_tuning_seed_and_chooses_by_the_rule(both
         trigger_tokens=TRIGGER_TOKENS,
     )
     assert set(table) == {KvgovContext(c, t) for c in ceilings for t in outputs}
-    objective = {p: math.exp(sum(map(math.log, r.values())) / len(r)) for p, r in table.items()}
-    assert chosen == choose(objective)
+    objective = {
+        p: math.exp(sum(map(math.log, r.jct_mean_s.values())) / len(r.jct_mean_s))
+        for p, r in table.items()
+    }
+    facts = {p: r.facts_kept_pct for p, r in table.items()}
+    (floor,) = {r.facts_floor_pct for r in table.values()}  # the LangChain handlings' own
+    assert chosen == choose_keeping(objective, facts, floor)
     # Each point's figure is kvgov's run on the tuning seed; seed 1's differs.
     only = [System(KVGOV, KVGOV)]
-    tuning = _run(bench.TUNING_SEED, TIGHT, only=only).results[(KVGOV, RATE)]
-    assert table[TIGHT] == {RATE: tuning.jct_mean_s}
+    runs = _run(bench.TUNING_SEED, TIGHT, only=only)
+    tuning = runs.results[(KVGOV, RATE)]
+    assert table[TIGHT].jct_mean_s == {RATE: tuning.jct_mean_s}
+    assert table[TIGHT].facts_kept_pct == runs.facts[(KVGOV, RATE)].pct
+    assert floor == max(runs.facts[(h, RATE)].pct for h in HANDLINGS)
     _, tight = both
     assert tight.results[(KVGOV, RATE)].jct_mean_s != tuning.jct_mean_s
+
+
+def test_the_fastest_point_that_keeps_as_many_facts_as_langchain_is_chosen() -> None:
+    fast, slow, slower = (
+        KvgovContext(8_000, 2_048),
+        KvgovContext(16_000, 2_048),
+        KvgovContext(24_000, 2_048),
+    )
+    objective = {fast: 300.0, slow: 500.0, slower: 700.0}
+    facts = {fast: 50.0, slow: 75.0, slower: 83.0}
+    assert choose_keeping(objective, facts, 74.0) == slow
+    assert choose_keeping(objective, facts, 40.0) == fast
+    # None keeps as many: the one that keeps most.
+    assert choose_keeping(objective, facts, 90.0) == slower
 
 
 def test_a_context_the_workload_refuses_says_what_to_raise() -> None:

@@ -390,3 +390,20 @@ def test_describe_says_what_ran() -> None:
         assert part in line
     raw = describe(dataclasses.replace(CPU, ceiling_tokens=None, tool_output_tokens=None))
     assert "no ceiling" in raw and "raw tool outputs" in raw
+
+
+def test_histories_read_as_tool_calls_and_written_back_unchanged(small: tuple[Any, ...]) -> None:
+    from kvgov.benchmarks.openloop import chat_text
+
+    worker = next(s for s in small if not s.planner)
+    history = list(worker.turns[-1].messages)
+    assert history[2]["content"].startswith("[Summary of ")  # compacted: a summary, then calls
+    calls = chat_text.as_calls(history)
+    assert chat_text.as_text(calls) == history
+    made = [m for m in calls if m.get("tool_calls")]
+    answered = [m for m in calls if m["role"] == "tool"]
+    assert made and len(answered) == len(made)
+    for call, result in zip(made, answered, strict=True):
+        (asked,) = call["tool_calls"]
+        assert result["tool_call_id"] == asked["id"]
+        assert chat_text.CALLING not in call["content"]

@@ -270,3 +270,17 @@ def test_deterministic_and_a_fitting_result_is_left_alone(lines: list[str], budg
     assert (first.text, first.method, first.elided) == (again.text, again.method, again.elided)
     second = SUMMARIZER.reduce(first.text, budget_tokens=budget)
     assert (second.text, second.method) == (first.text, "none")
+
+
+def test_the_one_field_of_its_kind_in_a_window_of_records_stands_out() -> None:
+    # A window cut from a JSON response is no whole document: read line by line, the
+    # field no other record has comes before the head and the tail.
+    records = [
+        f'    {{\n      "name": "orders-{i:04x}a9",\n      "phase": "Running",\n      '
+        f'"input": "s3://orders-in/{i * 7919:08x}.csv",\n      "restarts": {i % 3}\n    }},'
+        for i in range(40)
+    ]
+    records.insert(23, '"balance_cents": 16750271,')
+    text = "\n".join(records)[9:]  # cut mid-record
+    result = ExtractiveSummarizer(COUNTER).reduce(text, budget_tokens=60)
+    assert '"balance_cents": 16750271,' in result.text.split("\n")

@@ -1,15 +1,16 @@
 """kvgov's context knobs in the whole-system comparison (``system``): the ceiling at which
 an agent's history is compacted and the budget each tool output is reduced to, chosen on
-the tuning seed by the rule that chose context editing's trigger (``editing_trigger``),
-never on a reported seed.
+the tuning seed, never on a reported seed.
 
 Context editing's trigger is tuned for its users' stack, so kvgov's own handling is tuned
 with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point of
-``CEILINGS`` x ``TOOL_OUTPUTS`` at the rates context editing was tuned at; the point with
-the least geometric mean over the rates of the mean job time is chosen, and a point
-within 1% of the least goes to the one that keeps most (the largest ceiling, then the
-largest tool output: ``editing_trigger.choose``). Facts kept are reported beside job time
-for every system, so what a smaller context costs the agent stays in view.
+``CEILINGS`` x ``TOOL_OUTPUTS`` at the rates context editing was tuned at. The rule
+(``choose_keeping``) is context editing's (``editing_trigger.choose``: the least
+geometric mean over the rates of the mean job time, a point within 1% of the least going
+to the one that keeps most) among the points whose agents keep at least as many of the
+planted facts as the best LangChain handling's on the same seed: the comparison asks
+for kvgov's speed with no fewer facts kept. Where no point keeps as many, the one that
+keeps most is chosen. Facts kept are reported beside job time for every system.
 
 ``KVGOV_CONTEXT`` is what the rule chose (``tune`` reruns it).
 """
@@ -25,7 +26,15 @@ from dataclasses import dataclass
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 
-__all__ = ["CEILINGS", "KVGOV_CONTEXT", "TOOL_OUTPUTS", "KvgovContext", "tune"]
+__all__ = [
+    "CEILINGS",
+    "KVGOV_CONTEXT",
+    "TOOL_OUTPUTS",
+    "KvgovContext",
+    "PointRun",
+    "choose_keeping",
+    "tune",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -52,10 +61,11 @@ class KvgovContext:
 
 
 # Context editing's trigger grid's lower half (its least, 8,000, was its grid's edge), up
-# to the memory-policy panel's own 16,000. Tool outputs at the panel's 2,048 only: the
-# workload draws an agent's words around the lines it quotes of its last result, so
-# outputs cut to 1,024 draw other jobs on seed 0 (``handled.prepare`` refuses them).
-CEILINGS = (8_000, 12_000, 16_000)
+# to 24,000, where kvgov keeps more of the facts than trim_messages keeps at the window.
+# Tool outputs at the panel's 2,048 only: the workload draws an agent's words around the
+# lines it quotes of its last result, so outputs cut to 1,024 draw other jobs on seed 0
+# (``handled.prepare`` refuses them).
+CEILINGS = (8_000, 12_000, 16_000, 20_000, 24_000)
 TOOL_OUTPUTS = (2_048,)
 
 # Chosen by ``tune`` on seed 0 (at commit a2c9561 and this module, 2026-12-07, 63 s in two
@@ -74,6 +84,32 @@ TOOL_OUTPUTS = (2_048,)
 KVGOV_CONTEXT = KvgovContext(ceiling_tokens=8_000, tool_output_tokens=2_048)
 
 
+@dataclass(frozen=True, slots=True)
+class PointRun:
+    """One point of the grid on the tuning seed: kvgov's mean job time by rate, the
+    facts its agents keep, and the most any LangChain handling keeps (percent)."""
+
+    jct_mean_s: dict[float, float]
+    facts_kept_pct: float
+    facts_floor_pct: float
+
+
+def choose_keeping(
+    objective: Mapping[KvgovContext, float],
+    facts_kept_pct: Mapping[KvgovContext, float],
+    floor: float,
+) -> KvgovContext:
+    """The point ``editing_trigger.choose`` picks among those that keep at least
+    ``floor`` percent of the facts; where none does, the one that keeps most (the one
+    that keeps more context on a tie)."""
+    from kvgov.benchmarks.openloop.editing_trigger import choose
+
+    enough = {p: v for p, v in objective.items() if facts_kept_pct[p] >= floor}
+    if not enough:
+        return max(facts_kept_pct, key=lambda p: (facts_kept_pct[p], p))
+    return choose(enough)
+
+
 def tune(
     rates: Sequence[float],
     *,
@@ -85,12 +121,11 @@ def tune(
     trigger_tokens: int | None = None,
     processes: int = 1,
     progress: Callable[[str], None] = lambda line: None,
-) -> tuple[KvgovContext, dict[KvgovContext, dict[float, float]]]:
-    """The chosen point, and each point's mean job time by rate, all on the tuning
-    seed; ``processes`` points at once, each in a process of its own. ``base``,
-    ``window_tokens`` and ``trigger_tokens`` (None: context editing's as tuned) as
-    ``system.run_seed`` takes them: every handling is built for the jobs' SLOs."""
-    from kvgov.benchmarks.openloop.editing_trigger import choose
+) -> tuple[KvgovContext, dict[KvgovContext, PointRun]]:
+    """The chosen point, and each point's run, all on the tuning seed; ``processes``
+    points at once, each in a process of its own. ``base``, ``window_tokens`` and
+    ``trigger_tokens`` (None: context editing's as tuned) as ``system.run_seed`` takes
+    them: every handling is built for the jobs' SLOs."""
     from kvgov.benchmarks.openloop.processes import in_processes
 
     points = [KvgovContext(c, t) for c in ceilings for t in tool_outputs]
@@ -102,13 +137,18 @@ def tune(
         for point in points
     ]
 
-    def done(index: int, row: dict[float, float]) -> None:
-        progress(f"{points[index].describe()}: {row} ({time.perf_counter() - began:.0f} s)")
+    def done(index: int, run: PointRun) -> None:
+        progress(
+            f"{points[index].describe()}: {run.jct_mean_s}, facts kept "
+            f"{run.facts_kept_pct:.1f}% ({time.perf_counter() - began:.0f} s)"
+        )
 
     rows = in_processes(jobs, processes=processes, done=done)
     table = dict(zip(points, rows, strict=True))
-    objective = {point: stats.tuning_objective(row.values()) for point, row in table.items()}
-    return choose(objective), table
+    objective = {p: stats.tuning_objective(run.jct_mean_s.values()) for p, run in table.items()}
+    facts = {p: run.facts_kept_pct for p, run in table.items()}
+    floor = max(run.facts_floor_pct for run in table.values())
+    return choose_keeping(objective, facts, floor), table
 
 
 def _jct_by_rate(
@@ -118,11 +158,13 @@ def _jct_by_rate(
     base: openloop.OpenLoopWorkload,
     window_tokens: int | None,
     trigger_tokens: int | None,
-) -> dict[float, float]:
-    """kvgov's mean job time at each rate on the tuning seed with its context so."""
+) -> PointRun:
+    """kvgov's run on the tuning seed with its context so: its mean job time at each
+    rate, and the facts kept by it and by the best LangChain handling."""
     from kvgov.benchmarks.openloop import bench
     from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
     from kvgov.benchmarks.openloop.handled import KVGOV
+    from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
     from kvgov.benchmarks.openloop.system import System, run_seed
 
     runs = run_seed(
@@ -135,4 +177,9 @@ def _jct_by_rate(
         trigger_tokens=TRIGGER_TOKENS if trigger_tokens is None else trigger_tokens,
         kvgov_context=point,
     )
-    return {rate: result.jct_mean_s for (_, rate), result in runs.results.items()}
+    rate = rates[0]  # facts kept are a handling's, the same at every rate
+    return PointRun(
+        {rate: result.jct_mean_s for (_, rate), result in runs.results.items()},
+        runs.facts[(KVGOV, rate)].pct,
+        max(runs.facts[(handling, rate)].pct for handling in HANDLINGS),
+    )

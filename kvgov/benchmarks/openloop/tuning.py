@@ -388,7 +388,8 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
     """The whole-system comparison's context knobs, each on the tuning seed by the rule
     ``editing_trigger`` states: context editing's trigger (``editing_trigger.tune``, the
     baselines with context editing), then kvgov's ceiling and tool-output budget
-    (``kvgov_context.tune``); each point's objective, the chosen one marked, to commit as
+    (``kvgov_context.tune``, among the points that keep as many facts as the best
+    LangChain handling); each point's objective, the chosen one marked, to commit as
     ``TRIGGER_TOKENS`` and ``KVGOV_CONTEXT``."""
     from kvgov.benchmarks.baselines import BASELINES
     from kvgov.benchmarks.openloop import editing_trigger, kvgov_context
@@ -408,13 +409,17 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
     context, by_context = kvgov_context.tune(
         rates, window_s=window, processes=default_processes(), progress=_progress
     )
-    for point, by_rate in by_context.items():
-        row = {f"{rate:g}/min": jct for rate, jct in by_rate.items()}
+    for point, run in by_context.items():
+        row = {f"{rate:g}/min": jct for rate, jct in run.jct_mean_s.items()}
+        kept = (
+            f"facts kept {run.facts_kept_pct:.1f}% (the best LangChain handling "
+            f"{run.facts_floor_pct:.1f}%)"
+        )
         yield _context_point(
             f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens}",
             row,
             point == context,
-            where,
+            f"{kept}; {where}",
         )
     _progress(f"chosen: TRIGGER_TOKENS = {trigger}, KVGOV_CONTEXT = {context!r}")
 

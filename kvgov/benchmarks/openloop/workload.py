@@ -12,9 +12,12 @@ text (the engine's generated text is not fed back, so a numeric difference betwe
 runs cannot change the next prompt) and the tool's output, cut from the policies
 benchmark's corpus to a drawn size, reduced by kvgov's ``ExtractiveSummarizer`` when
 ``tool_output_tokens`` is set and compacted at ``ceiling_tokens`` by its
-``SummarizeOldest``: the same functions, applied once, before any run, so every policy
-sends exactly the same requests. With ``facts``, each raw tool output first gets facts
-planted in it (``facts.plant``, from draws of their own; ``build_planted`` says which).
+``SummarizeOldest`` (``context.kvgov_compaction``: a summary of up to a quarter of the
+ceiling), which reads the history as tool calls and their results (``chat_text``), as
+kvgov's ceiling policy reads a LangGraph agent's: the same functions, applied once,
+before any run, so every policy sends exactly the same requests. With ``facts``, each
+raw tool output first gets facts planted in it (``facts.plant``, from draws of their
+own; ``build_planted`` says which).
 A reply quotes its last result, so planted lines can change later draws: a workload with
 facts is compared with itself under other context handlings, never with the workload
 without them.
@@ -40,7 +43,9 @@ from typing import Any
 from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
 from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
+from kvgov.benchmarks.context import kvgov_compaction
 from kvgov.benchmarks.context_workload import Fact
+from kvgov.benchmarks.openloop import chat_text
 from kvgov.benchmarks.openloop import facts as planting
 from kvgov.benchmarks.openloop.chat_ids import LineIds
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus
@@ -65,7 +70,6 @@ __all__ = [
 
 _MIN_LATENCY_S = 0.001
 _MAX_LATENCY_S = 30.0
-_SUMMARY_TOKENS = 160  # SummarizeOldest's summary of what it folds, as the swarm's _fit
 # A ceiling must hold the system prompt, the task, one reply and room to compact into.
 _MIN_ROOM_TOKENS = 512
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -417,7 +421,8 @@ def build_planted(
     order planted (none without ``workload.facts``)."""
     corpus = _Corpus(workload.seed, counter)
     reduce = ExtractiveSummarizer(counter)
-    compact = SummarizeOldest(reduce, summary_tokens=_SUMMARY_TOKENS)
+    ceiling = workload.ceiling_tokens
+    compact = None if ceiling is None else kvgov_compaction(reduce, ceiling)
     scripts: list[AgentScript] = []
     planted: dict[str, tuple[Fact, ...]] = {}
     for team, (arrival_s, tenant) in enumerate(arrivals(workload)):
@@ -518,7 +523,7 @@ class _Team:
         counter: TokenCounter,
         corpus: _Corpus,
         reduce: ExtractiveSummarizer,
-        compact: SummarizeOldest,
+        compact: SummarizeOldest | None,
     ) -> None:
         self.workload, self.tenant, self.team, self.rng = workload, tenant, team, rng
         self.counter, self.corpus, self.reduce, self.compact = counter, corpus, reduce, compact
@@ -564,15 +569,18 @@ class _Team:
                     tool_name=tool.name,
                     arguments=arguments,
                 ).text
-            call = json.dumps({"tool": tool.name, "arguments": arguments})
             said = self._text(
-                _THOUGHTS, reply, quote=last, tail=f"\nCalling {call}", verb=_VERBS[tool.name]
+                _THOUGHTS,
+                reply,
+                quote=last,
+                tail=chat_text.calling(tool.name, arguments),
+                verb=_VERBS[tool.name],
             )
             last = output
             history = [
                 *history,
                 {"role": "assistant", "content": said},
-                {"role": "user", "content": f"Tool result:\n{output}"},
+                {"role": "user", "content": chat_text.RESULT + output},
             ]
         if planted:
             self.planted[f"{self.prefix}-w{j}"] = tuple(planted)
@@ -617,18 +625,21 @@ class _Team:
         """The history compacted so the next call and its reply fit the ceiling (as it is,
         with no ceiling)."""
         ceiling = self.workload.ceiling_tokens
-        if ceiling is None:
+        if ceiling is None or self.compact is None:
             return history
         try:
             compacted, _ = self.compact.compact(
-                history, ceiling_tokens=ceiling, reserve_tokens=reply_tokens, counter=self.counter
+                chat_text.as_calls(history),
+                ceiling_tokens=ceiling,
+                reserve_tokens=reply_tokens,
+                counter=chat_text.TextCounter(self.counter),  # type: ignore[arg-type]
             )
         except CeilingExceeded as exc:
             raise OpenLoopWorkloadError(
                 f"{self.prefix}: a history cannot be compacted under ceiling_tokens="
                 f"{ceiling:,} ({exc}); raise ceiling_tokens or lower tool_output_tokens"
             ) from exc
-        return list(compacted)
+        return chat_text.as_text(compacted)
 
     def _system_text(self) -> str:
         """The tenant's instructions and its tools' schemas, then this team's line: about

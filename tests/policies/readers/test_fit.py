@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor import TokenCounter
-from policies.readers import Piece, Query, Reading, Tier, fit
+from policies.readers import Piece, Query, Reading, Tier, fit, gist
 
 COUNTER = TokenCounter()
 
@@ -100,3 +100,43 @@ def test_a_marker_never_counts_nothing() -> None:
     )
     fitted = fit(reading, 20, COUNTER)
     assert fitted is not None and "0 files" not in fitted.text and "3 lines (" in fitted.text
+
+
+def test_a_gist_is_the_first_ranked_pieces_without_shape_or_markers() -> None:
+    reading = Reading(
+        "x",
+        (
+            Piece("[log: 400 entries, 2 errors]", (Tier.SHAPE, 0)),
+            Piece("INFO started", (Tier.CONTEXT, 1)),
+            Piece("[... 12 lines (80 tokens) elided ...]", (Tier.REST, 0)),
+            Piece("   ", (Tier.ALARM, 0)),
+            Piece("ERROR db: connection refused", (Tier.ALARM, 1)),
+            Piece("WARN slow query 812 ms", (Tier.STANDOUT, 0)),
+        ),
+    )
+    # Most telling first, so a shorter gist is its first lines.
+    assert gist(reading, 200, COUNTER) == (
+        "ERROR db: connection refused\nWARN slow query 812 ms\nINFO started"
+    )
+    tight = COUNTER.count("ERROR db: connection refused\nWARN slow query 812 ms")
+    assert gist(reading, tight, COUNTER) == "ERROR db: connection refused\nWARN slow query 812 ms"
+    # The first piece cut to the budget where it alone does not fit.
+    assert gist(reading, 2, COUNTER) == COUNTER.truncate("ERROR db: connection refused", 2)
+    assert gist(Reading("x", reading.pieces[:3]), 1, COUNTER) == "INFO"
+    assert gist(Reading("x", reading.pieces[:1]), 100, COUNTER) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.text(min_size=0, max_size=80), st.integers(0, 5), st.integers(0, 9)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 120),
+)
+def test_a_gist_is_never_over_budget(parts: list[tuple[str, int, int]], budget: int) -> None:
+    pieces = tuple(Piece(text, (tier, order)) for text, tier, order in parts)
+    kept = gist(Reading("x", pieces), budget, COUNTER)
+    if kept is not None:
+        assert COUNTER.count(kept) <= budget

@@ -104,3 +104,13 @@ def test_a_man_page_body_is_prose_not_code() -> None:
     fitted = fit(read_prose("\n".join(page), query) or pytest.fail(), 80, COUNTER)
     assert fitted is not None
     assert "The prefetch_count option defaults to 1136 messages." in fitted.text.split("\n")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sentence_naming_a_setting_no_other_does_stands_out(seed: int) -> None:
+    setting = "In production the limit is read from BILLING_WINDOW_x967z, set per region."
+    text = markdown(seed, f"Limits are read at start. {setting} Nothing else is read.")
+    reading = read_prose(text, Query.of())  # no call's terms, no question
+    assert reading is not None
+    fitted = fit(reading, 80, COUNTER)
+    assert fitted is not None and setting in fitted.text.split("\n")

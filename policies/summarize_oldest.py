@@ -6,20 +6,31 @@ the latest turns as fit, and replaces the turns before them with one message::
     {"role": "user", "content": "[Summary of N earlier messages]\\n<summary>"}
 
 It is a user message rather than a system one because many chat templates accept a
-system message only at the start. ``N`` counts the original messages it stands for. The
-summary holds, within ``summary_tokens`` tokens (fewer when less room is left), what the
-user and the model said in the span, verbatim, one ``role: content`` line per message
-(instructions and decisions, which no tool can give back), then the summarizer's
-reduction (``ExtractiveSummarizer`` over the counter in use by default) of the rest: the
-tool calls and their results. Where what was said and the rest do not both fit, what
-was said keeps at most half the summary (reduced where it is longer: the summarizer
-keeps its tail and head lines first) and the tool output the rest, so an agent that
-narrates at length still keeps what its tools found. A
-running summary from an earlier compaction is folded into the next one, its count carried
-over and its said lines kept as said. An assistant message that calls tools and its
-results are summarized or kept together; when no whole turn can be kept (an agent loop
-answering one user message), the loop's rounds are folded from the oldest instead. When
-even the head, a summary and the last turn do not fit it raises ``CeilingExceeded``.
+system message only at the start. ``N`` counts the original messages it stands for.
+
+The summary keeps its room: the latest turns kept are the most that leave it
+``summary_tokens`` (or what the folded turns hold, where less), and only where none do
+does it take what is left. It holds what the user and the model said in the span, one
+``role: content`` line per message, then each tool call with its result, one
+``name(arguments) -> result`` entry per call. Where they do not all fit:
+
+- what the user said stays whole (instructions and decisions, which no tool can give
+  back), the latest lines first where not even they fit;
+- the model's own words keep a share of the room left in proportion to their part of
+  what is folded, its latest lines whole;
+- each result keeps its gist (``ExtractiveSummarizer.gist``: the lines its reader ranks
+  first, told the call's tool and arguments) in an equal share of the rest, the shorter
+  ones whole; the oldest entries go first where a share would leave a result fewer than
+  ``_LEAST_RESULT_TOKENS``. A summarizer without ``gist`` reduces the entries at once.
+
+So an agent loop that narrates at length still keeps what each tool found. A running
+summary from an earlier compaction is folded into the next one: its count carried over,
+its said lines kept as said, and its entries read back and cut to their first lines (a
+gist is written most telling first), never read again. An assistant message that calls
+tools and its results are summarized or kept together; when no whole turn can be kept
+(an agent loop answering one user message), the loop's rounds are folded from the oldest
+instead. When even the head, a summary and the last turn do not fit it raises
+``CeilingExceeded``.
 """
 
 from __future__ import annotations
@@ -109,7 +120,14 @@ class SummarizeOldest:
                 if whole and free < min(self._summary_tokens, _size(said, rest, counter)):
                     continue
                 found = self._within(
-                    messages, span, kept_indexes, (folded, said, rest), free, summarizer, counter
+                    messages,
+                    span,
+                    kept_indexes,
+                    (folded, said, rest),
+                    room,
+                    free,
+                    summarizer,
+                    counter,
                 )
                 if found is not None:
                     return found
@@ -121,14 +139,14 @@ class SummarizeOldest:
         span: list[int],
         kept_indexes: list[int],
         folded_span: tuple[int, list[str], list[_Entry]],
+        room: int,
         free: int,
         summarizer: ToolOutputPolicy,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], int] | None:
-        """The kept messages with a summary of the span in the ``free`` tokens they
-        leave, or None where it does not fit."""
+        """The kept messages with a summary of the span in the ``free`` tokens of
+        ``room`` they leave, or None where it does not fit."""
         folded, said, rest = folded_span
-        room = counter.count_messages(_build(messages, span, kept_indexes, folded, "")) + free
         budget = min(self._summary_tokens, free)
         while budget >= 1:
             body = _body(said, rest, budget, summarizer, counter)

@@ -1,8 +1,8 @@
 """The knobs each policy of ``kvgov bench openloop`` runs with, chosen on the
 tuning seed by ``tuning``'s rule. Written by that run (below), not by hand."""
 
-# Produced by `kvgov bench openloop-tune` (its two grids run in two processes), started
-# at commit 9e650ee, 2026-12-06 23:56 UTC, in 818 s of host time. Tuning seed 0; twin-rx9070xt;
+# Produced by `kvgov bench openloop-tune`, started at commit 8ade560, 2026-12-07 12:16 UTC,
+# in 289 s of host time. Tuning seed 0; twin-rx9070xt;
 # constrained runs at 0.1, 0.2, 0.4, 1 teams/min over 3600, 1800, 900, 360 s. Objective: the
 # geometric mean over rates of the mean job time, s (* chosen; - disqualified).
 #
@@ -10,19 +10,19 @@ tuning seed by ``tuning``'s rule. Written by that run (below), not by hand."""
 # |---|---|---|---|---|---|---|
 # | paged | (none) | not run: one point |  |  |  |  |
 # | paged+offload | (none) | not run: one point |  |  |  |  |
-# | ttl-pin | num_prior_samples=100 queue_window=100 | 653 | 427 | 519 | 886 | 924 |
-# | ttl-pin | num_prior_samples=25 queue_window=25 | 650 | 414 | 530 | 926 | 876 |
-# | ttl-pin | num_prior_samples=25 queue_window=100 | 656 | 422 | 541 | 889 | 910 |
-# | ttl-pin | num_prior_samples=100 queue_window=25 | 660 | 450 | 500 | 903 | 936 |
-# | ttl-pin | num_prior_samples=400 queue_window=25 | 645* | 431 | 488 | 874 | 939 |
-# | ttl-pin | num_prior_samples=400 queue_window=100 | 675 | 450 | 526 | 860 | 1,021 |
+# | ttl-pin | num_prior_samples=100 queue_window=100 | 638 | 421 | 468 | 821 | 1,023 |
+# | ttl-pin | num_prior_samples=25 queue_window=25 | 622 | 432 | 513 | 775 | 871 |
+# | ttl-pin | num_prior_samples=25 queue_window=100 | 637 | 411 | 508 | 827 | 954 |
+# | ttl-pin | num_prior_samples=100 queue_window=25 | 638 | 432 | 509 | 862 | 873 |
+# | ttl-pin | num_prior_samples=400 queue_window=25 | 622* | 406 | 444 | 848 | 977 |
+# | ttl-pin | num_prior_samples=400 queue_window=100 | 651 | 423 | 533 | 787 | 1,016 |
 # | intercept | (none) | not run: one point |  |  |  |  |
-# | kvgov | headroom_ratio=0.25 retain_s=5.0 | 597* | 416 | 509 | 746 | 803 |
-# | kvgov | headroom_ratio=0.1 retain_s=2.0 | 601 | 418 | 520 | 749 | 802 |
-# | kvgov | headroom_ratio=0.1 retain_s=5.0 | 626 | 418 | 531 | 768 | 899 |
-# | kvgov | headroom_ratio=0.1 retain_s=15.0 | 634 | 420 | 547 | 785 | 895 |
-# | kvgov | headroom_ratio=0.25 retain_s=2.0 | 595 | 414 | 490 | 750 | 823 |
-# | kvgov | headroom_ratio=0.25 retain_s=15.0 | 614 | 415 | 530 | 775 | 833 |
+# | kvgov | headroom_ratio=0.25 retain_s=5.0 | 582 | 398 | 477 | 731 | 827 |
+# | kvgov | headroom_ratio=0.1 retain_s=2.0 | 578 | 401 | 467 | 719 | 830 |
+# | kvgov | headroom_ratio=0.1 retain_s=5.0 | 596 | 405 | 480 | 758 | 855 |
+# | kvgov | headroom_ratio=0.1 retain_s=15.0 | 595 | 405 | 486 | 728 | 875 |
+# | kvgov | headroom_ratio=0.25 retain_s=2.0 | 562* | 394 | 461 | 666 | 824 |
+# | kvgov | headroom_ratio=0.25 retain_s=15.0 | 567 | 398 | 484 | 691 | 775 |
 
 from __future__ import annotations
 
@@ -35,5 +35,5 @@ TUNED: dict[str, dict[str, Any]] = {
     "paged+offload": {},
     "ttl-pin": {"num_prior_samples": 400, "queue_window": 25},
     "intercept": {},
-    "kvgov": {"retain_s": 5.0, "headroom_ratio": 0.25},
+    "kvgov": {"headroom_ratio": 0.25, "retain_s": 2.0},
 }

@@ -124,3 +124,7 @@ def test_any_output_fits_its_budget(
         )
         if result.tokens_before > budget:
             assert result.tokens_after <= budget and result.method != "none"
+        kept = SUMMARIZER.gist(
+            damaged, budget_tokens=budget, arguments={"q": argument}, question=question
+        )
+        assert COUNTER.count(kept) <= budget  # a gist, for a summary of many outputs

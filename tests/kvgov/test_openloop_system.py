@@ -341,3 +341,39 @@ def _digest(scripts, prompts) -> str:  # type: ignore[no-untyped-def]
     for key in sorted(prompts):
         h.update(json.dumps([key, prompts[key]]).encode())
     return h.hexdigest()
+
+
+def test_kvgov_at_another_context_runs_beside_it_on_the_same_jobs_and_slos(
+    runs: SeedRuns,
+) -> None:
+    from kvgov.benchmarks.openloop.kvgov_context import KvgovContext
+
+    other = KvgovContext(ceiling_tokens=1_000, tool_output_tokens=TINY.tool_output_tokens or 0)
+    both = system.run_seed(
+        1,
+        tuple(WINDOWS_S),
+        window_s=WINDOWS_S,
+        policies=POLICIES,
+        trigger_tokens=TRIGGER_TOKENS,
+        base=TINY,
+        window_tokens=WINDOW_TOKENS,
+        also=(other,),
+    )
+    name = other.system
+    assert name == "kvgov@1000" and both.also == (other,)
+    for rate in WINDOWS_S:
+        # Its own row: its prompts under its ceiling, its facts; the same jobs' SLOs.
+        ours = both.results[(name, rate)]
+        assert not ours.failed and ours.prompts != both.results[(KVGOV, rate)].prompts
+        assert both.slo_s(name, rate) == runs.slo_s(KVGOV, rate)
+        assert both.facts[(name, rate)].num_planted == both.facts[(KVGOV, rate)].num_planted
+        # Every other system ran as without it.
+        for s in system.systems(POLICIES):
+            assert both.results[(s.name, rate)].jct_s == runs.results[(s.name, rate)].jct_s
+    figures = {
+        m.metric: m for m in system_figures.figures([both], tuple(WINDOWS_S), policies=POLICIES)
+    }
+    assert figures[f"facts_kept_pct_{name}"].value == pytest.approx(both.facts[(name, RATE)].pct)
+    ratio = figures[f"goodput_{name}_over_best_system@{RATE:g}/min_twin"]
+    assert ratio.target is None and name in ratio.note
+    assert figures[f"goodput_kvgov_over_best_system@{RATE:g}/min_twin"].target == 2.0

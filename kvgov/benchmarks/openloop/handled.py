@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from governor import TokenCounter
     from kvgov.benchmarks.openloop.panel import WorkloadSetup
 
-__all__ = ["KVGOV", "HandledWorkloadError", "Prepared", "counter", "prepare"]
+__all__ = ["KVGOV", "HandledWorkloadError", "Prepared", "counter", "prepare", "prepare_kvgov"]
 
 KVGOV = "kvgov"  # kvgov's policy, and its context handling
 
@@ -119,6 +119,22 @@ def prepare(
         CONTEXT_EDITING: _setup(raw, edited.scripts, tokenizer, block_size, window),
     }
     return Prepared(setups, facts, edited.num_trimmed_after_edit)
+
+
+def prepare_kvgov(
+    workload: openloop.OpenLoopWorkload, like: Prepared, *, window_tokens: int, block_size: int
+) -> WorkloadSetup:
+    """kvgov's handling of ``workload`` (facts planted; its own ceiling and tool-output
+    budget) beside ``like``'s: the same jobs and facts, checked, or
+    ``HandledWorkloadError``."""
+    scripts, facts = openloop.build_planted(workload, counter())
+    if facts != like.facts or _jobs(scripts) != _jobs(like.setups[KVGOV].scripts):
+        raise HandledWorkloadError(
+            f"seed {workload.seed}: kvgov's context at {workload.ceiling_tokens:,} tokens "
+            "draws other jobs than the comparison's, so the systems would not run the same "
+            "jobs; use another ceiling or seed, and report it"
+        )
+    return _setup(workload, scripts, _tokenizer(), block_size, window_tokens)
 
 
 @functools.cache

@@ -50,7 +50,7 @@ from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
-from kvgov.benchmarks.openloop.handled import KVGOV, Prepared, counter, prepare
+from kvgov.benchmarks.openloop.handled import KVGOV, Prepared, counter, prepare, prepare_kvgov
 from kvgov.benchmarks.openloop.kvgov_context import KVGOV_CONTEXT, KvgovContext
 from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
 
@@ -83,17 +83,23 @@ class System:
     """A memory policy and the context handling its users run it with."""
 
     policy: str
-    handling: str  # KVGOV, or one of langchain_context.HANDLINGS
+    # KVGOV, another of kvgov's contexts (``KvgovContext.system``), or one of
+    # langchain_context.HANDLINGS
+    handling: str
 
     @property
     def name(self) -> str:
-        return KVGOV if self.policy == KVGOV else f"{self.policy}+{self.handling}"
+        return self.handling if self.policy == KVGOV else f"{self.policy}+{self.handling}"
 
 
-def systems(policies: Sequence[str] = POLICIES) -> tuple[System, ...]:
-    """kvgov, then each of ``policies`` with each LangChain handling."""
+def systems(
+    policies: Sequence[str] = POLICIES, also: Sequence[KvgovContext] = ()
+) -> tuple[System, ...]:
+    """kvgov, kvgov with each context of ``also``, then each of ``policies`` with each
+    LangChain handling."""
     return (
         System(KVGOV, KVGOV),
+        *(System(KVGOV, context.system) for context in also),
         *(System(p, h) for p in policies for h in HANDLINGS),
     )
 
@@ -113,6 +119,7 @@ class SeedRuns:
     window_tokens: int = 0  # the model's context window
     trigger_tokens: int = 0  # context editing's trigger
     kvgov_context: KvgovContext | None = None  # kvgov's ceiling and tool-output budget
+    also: tuple[KvgovContext, ...] = ()  # kvgov's other contexts run beside it
     wall_s: float = 0.0  # host seconds
 
     def slo_s(self, system: str, rate: float) -> dict[str, float]:
@@ -142,6 +149,7 @@ def run_seed(
     base: openloop.OpenLoopWorkload = openloop.TWIN,
     window_tokens: int | None = None,
     kvgov_context: KvgovContext | None = None,
+    also: Sequence[KvgovContext] = (),
     progress: Callable[[str], None] = lambda line: None,
 ) -> SeedRuns:
     """Every system (``systems(policies)``, or ``only`` those) on the twin of the
@@ -150,7 +158,9 @@ def run_seed(
     ``knobs``: policy -> its settings (``tuned.TUNED`` unless given); ``base``: the
     workload at every rate (its rate, window and seed replaced); ``window_tokens``: the
     model's context window (the reference card's target's unless given);
-    ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own)."""
+    ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own);
+    ``also``: kvgov's other contexts, each run as a system of its own (``KvgovContext.
+    system``) on the same jobs and SLOs (the SLOs are the three handlings')."""
     from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.benchmarks.openloop.panel import check_knobs, reference_card
     from kvgov.benchmarks.openloop.tuned import TUNED
@@ -159,7 +169,7 @@ def run_seed(
 
     began = time.perf_counter()
     knobs = TUNED if knobs is None else knobs
-    every = systems(policies) if only is None else tuple(only)
+    every = (*(systems(policies, also) if only is None else only),)
     for system in every:
         check_knobs(system.policy, knobs.get(system.policy, {}))
     panel = reference_card()
@@ -180,6 +190,7 @@ def run_seed(
         window_tokens=window_tokens,
         trigger_tokens=trigger_tokens,
         kvgov_context=KvgovContext(base.ceiling_tokens, base.tool_output_tokens),
+        also=tuple(also),
     )
     prepared: Prepared | None = None
     facts: dict[str, FactsKept] = {}
@@ -206,8 +217,19 @@ def run_seed(
         for handling in prepared.setups:
             runs.facts[(handling, rate)] = facts[handling]
             runs.unloaded_s[(handling, rate)] = unloaded[handling]
+        setups = dict(prepared.setups)
+        for context in also:
+            setups[context.system] = prepare_kvgov(
+                context.apply(workload),
+                prepared,
+                window_tokens=window_tokens,
+                block_size=scenario.block_size,
+            )
+            runs.facts[(context.system, rate)] = kept(
+                setups[context.system].scripts, prepared.facts, counter()
+            )
         for system in every:
-            setup = prepared.setups[system.handling]
+            setup = setups[system.handling]
             progress(f"whole system: {system.name} at {rate:g} teams/min, seed {seed} ...")
             runs.results[(system.name, rate)] = run_twin_policy(
                 engine,
@@ -233,13 +255,15 @@ def measure(
     policies: Sequence[str] = POLICIES,
     trigger_tokens: int = TRIGGER_TOKENS,
     kvgov_context: KvgovContext = KVGOV_CONTEXT,
+    also: Sequence[KvgovContext] = (),
     progress: Callable[[str], None] = lambda line: None,
     processes: int = 1,
 ) -> Iterator[Measurement]:
     """The whole-system figures on the evaluation ``seeds`` at ``rates`` (``window_s``:
     one arrival window for every rate, or each rate's), each seed a cell of its own
     (``run_seed``), ``processes`` of them at once in processes of their own; context
-    editing and kvgov's context each as tuned on the tuning seed unless given."""
+    editing and kvgov's context each as tuned on the tuning seed unless given; ``also``:
+    kvgov's other contexts, each reported as a system of its own."""
     from kvgov.benchmarks.openloop.processes import in_processes
     from kvgov.benchmarks.openloop.system_figures import figures
 
@@ -252,6 +276,7 @@ def measure(
         policies=policies,
         trigger_tokens=trigger_tokens,
         kvgov_context=kvgov_context,
+        also=tuple(also),
     )
     if processes == 1 or len(seeds) == 1:
         runs = [cell(seed, progress=progress) for seed in seeds]

@@ -23,7 +23,7 @@ from itertools import accumulate
 from governor import TokenCounter
 from policies.readers.pieces import Piece, Query, Reading, Tier
 
-__all__ = ["is_alarm", "read_lines"]
+__all__ = ["VALUE", "is_alarm", "read_lines"]
 
 # _FRAME runs over the whole text (MULTILINE): no pattern may match across a newline.
 _ERROR = re.compile(
@@ -72,7 +72,9 @@ _MIN_RUN = 3  # a run of near-identical lines shorter than this is left alone
 _CONTEXT_LINES = 5  # indented lines before and after an error line kept with it
 _TRACEBACK_LINES = 40  # a traceback's body kept with its header, at most
 _BAND = 10  # lines at each end that count as head and tail
-_FORM_NUMBER = re.compile(r"[^\s\[\](){}=:,;\"']*\d[^\s\[\](){}=:,;\"']*")  # as logs mask them
+# A value with a digit in it (a number, an id, a timestamp), masked where lines are
+# compared by their form here and in ``logs``: from a token's start only, no backtracking.
+VALUE = re.compile(r"(?<![^\s\[\](){}=:,;\"'])[^\s\[\](){}=:,;\"'\d]*+\d[^\s\[\](){}=:,;\"']*+")
 _FORM_VALUE = re.compile(r":[ \t]*\"(?:[^\"\\\n]|\\[^\n])*\"")  # a quoted value after its key
 _MIN_FORMS = 20  # fewer lines than this have no form to stand out from
 _ONCE_SHARE = 0.2  # of the lines at most may be of a form seen once, for any to stand out
@@ -224,7 +226,7 @@ def _standouts(lines: list[str]) -> set[int]:
     if len(filled) < _MIN_FORMS:
         return set()
     # One pass over the whole text: neither pattern crosses a line's end.
-    forms = _FORM_VALUE.sub(": _", _FORM_NUMBER.sub("#", "\n".join(lines))).split("\n")
+    forms = _FORM_VALUE.sub(": _", VALUE.sub("#", "\n".join(lines))).split("\n")
     seen = Counter(forms[i] for i in filled)
     once = {i for i in filled if seen[forms[i]] == 1}
     return once if len(once) <= len(filled) * _ONCE_SHARE else set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from policies.readers.lines import VALUE
 from policies.readers.pieces import Piece, Query, Reading, Tier
 from policies.readers.relevance import Relevance
 
@@ -46,7 +47,6 @@ _ACCESS = re.compile(r"\S+ \S+ \S+ \[\d{2}/\w{3}/\d{4}:")
 _STATUS = re.compile(r'" ([1-5]\d\d) ')  # an access log's response status
 # Numbers, and every token holding a digit (ids, addresses, keys, veth4a0b7c): masked, the
 # entries of one message look alike.
-_MASK = re.compile(r"[^\s\[\](){}=:,;\"']*\d[^\s\[\](){}=:,;\"']*")
 # Trouble said in words, for entries with no level (syslog, journald, kernel lines).
 _TROUBLE = re.compile(
     r"(?i)\b(?:error|errors|fail|failed|failure|fatal|panic|critical|crash|crashed|abort"
@@ -79,7 +79,7 @@ def read_log(text: str, query: Query) -> Reading | None:
     firsts = [lines[first] for first, _ in entries]
     access = sum(1 for line in firsts if _ACCESS.match(line)) > len(firsts) // 2
     levels = [_level(line, access=access) for line in firsts]
-    templates = [_MASK.sub("#", line) for line in firsts]
+    templates = [VALUE.sub("#", line) for line in firsts]
     repeats = Counter(templates)
     relevance = Relevance(query.words, firsts)
     mentions = query.picks_in(firsts)
@@ -193,6 +193,6 @@ def _message(line: str) -> str:
     """An entry without its timestamp, what differs between alike entries masked, cut to
     ``_SHOWN`` characters."""
     found = _TIME.search(line, 0, 40)
-    message = _MASK.sub("#", line[found.end() :] if found else line)
+    message = VALUE.sub("#", line[found.end() :] if found else line)
     message = message.strip(" []")
     return message if len(message) <= _SHOWN else message[: _SHOWN - 1] + "…"

@@ -15,7 +15,9 @@ facts planted in every raw tool output, ``OpenLoopWorkload.facts``):
   LangChain's ``trim_messages`` (``langchain_context``);
 - ``<baseline>+context_editing``: each baseline with LangChain's
   ``ContextEditingMiddleware`` and ``ClearToolUsesEdit``, its trigger chosen on the
-  tuning seed (``editing_trigger``).
+  tuning seed (``editing_trigger``);
+- ``kvgov@<ceiling>`` (``also``): kvgov at another of its contexts, beside the chosen one,
+  so the trade between job time and facts kept shows.
 
 Systems with the same handling send the same prompts, so among them only memory policy
 differs. A job's goodput SLO is the job's, not the system's: ``stats.SLO_FACTOR`` times

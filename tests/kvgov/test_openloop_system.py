@@ -64,8 +64,8 @@ def prepared() -> Prepared:
     )
 
 
-@pytest.fixture(scope="module")
-def runs() -> SeedRuns:
+def _seed_1(**kwargs: object) -> SeedRuns:
+    """Seed 1 of ``TINY`` at both rates, every system of ``POLICIES``."""
     return system.run_seed(
         1,
         tuple(WINDOWS_S),
@@ -74,7 +74,13 @@ def runs() -> SeedRuns:
         trigger_tokens=TRIGGER_TOKENS,
         base=TINY,
         window_tokens=WINDOW_TOKENS,
+        **kwargs,  # type: ignore[arg-type]
     )
+
+
+@pytest.fixture(scope="module")
+def runs() -> SeedRuns:
+    return _seed_1()
 
 
 def test_systems_with_the_same_handling_send_the_same_requests(runs: SeedRuns) -> None:
@@ -349,16 +355,7 @@ def test_kvgov_at_another_context_runs_beside_it_on_the_same_jobs_and_slos(
     from kvgov.benchmarks.openloop.kvgov_context import KvgovContext
 
     other = KvgovContext(ceiling_tokens=1_000, tool_output_tokens=TINY.tool_output_tokens or 0)
-    both = system.run_seed(
-        1,
-        tuple(WINDOWS_S),
-        window_s=WINDOWS_S,
-        policies=POLICIES,
-        trigger_tokens=TRIGGER_TOKENS,
-        base=TINY,
-        window_tokens=WINDOW_TOKENS,
-        also=(other,),
-    )
+    both = _seed_1(also=(other,))
     name = other.system
     assert name == "kvgov@1000" and both.also == (other,)
     for rate in WINDOWS_S:

@@ -11,6 +11,12 @@ from governor import TokenCounter
 from policies.readers import Piece, Query, Reading, Tier, fit, gist
 
 COUNTER = TokenCounter()
+# Pieces of any text, tier and order within it.
+PIECES = st.lists(
+    st.tuples(st.text(min_size=0, max_size=80), st.integers(0, 5), st.integers(0, 9)),
+    min_size=1,
+    max_size=40,
+)
 
 
 def rows(n: int, asked: int) -> Reading:
@@ -66,11 +72,7 @@ def test_nothing_fits_is_none() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.text(min_size=0, max_size=80), st.integers(0, 5), st.integers(0, 9)),
-        min_size=1,
-        max_size=40,
-    ),
+    PIECES,
     st.integers(1, 120),
 )
 def test_never_over_budget(parts: list[tuple[str, int, int]], budget: int) -> None:
@@ -128,11 +130,7 @@ def test_a_gist_is_the_first_ranked_pieces_without_shape_or_markers() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.text(min_size=0, max_size=80), st.integers(0, 5), st.integers(0, 9)),
-        min_size=1,
-        max_size=40,
-    ),
+    PIECES,
     st.integers(1, 120),
 )
 def test_a_gist_is_never_over_budget(parts: list[tuple[str, int, int]], budget: int) -> None:

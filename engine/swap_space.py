@@ -8,6 +8,8 @@ come back from host memory.
 
 from __future__ import annotations
 
+import operator
+
 from engine.block import KVCacheBlock
 from engine.block_pool import BlockPool
 from engine.block_results import BlockMove, Fit, Shortfall
@@ -17,6 +19,7 @@ from engine.errors import OutOfBlocksError, OutOfSwapSpaceError
 __all__ = ["SwapSpace"]
 
 _FITS = Fit()
+_REF_CNT = operator.attrgetter("ref_cnt")
 
 
 class SwapSpace:
@@ -71,6 +74,8 @@ class SwapSpace:
     def can_swap_in(self, table: BlockTable, num_extra_blocks: int = 0) -> Fit:
         """Room to bring the sequence back with ``num_extra_blocks`` more left free. A
         refusal repeated before room changed carries the figures it was found with."""
+        if len(table.blocks) + num_extra_blocks <= self.device_pool.num_free_blocks:
+            return _FITS  # room for every block, whatever the cache still holds
         room = self.device_pool.num_room_changes
         if room != self._refused_at:
             self._refused.clear()
@@ -113,12 +118,17 @@ class SwapSpace:
     def _plan_swap_in(
         self, table: BlockTable, num_extra_blocks: int = 0
     ) -> tuple[Fit, list[KVCacheBlock | None]]:
-        lookup = self.device_pool.lookup
-        hits: list[KVCacheBlock | None] = [
-            lookup(table.block_hashes[i]) if i < table.num_cached_blocks else None
-            for i in range(len(table.blocks))
-        ]
-        needed = sum(1 for hit in hits if hit is None or hit.ref_cnt == 0) + num_extra_blocks
+        """The room a swap-in needs (a block for each one the prefix cache no longer
+        holds, or holds unused) and the cached block found for each of the table's."""
+        num_blocks = len(table.blocks)
+        num_cached = min(table.num_cached_blocks, num_blocks)
+        # In C, not a Python loop: a context waiting to come back is asked at every step.
+        hits: list[KVCacheBlock | None] = list(
+            map(self.device_pool.cached.get, table.block_hashes[:num_cached])
+        )
+        hits.extend([None] * (num_blocks - num_cached))
+        in_use = sum(map(bool, map(_REF_CNT, filter(None, hits))))
+        needed = num_blocks - in_use + num_extra_blocks
         available = self.device_pool.num_free_blocks
         if needed > available:
             return Fit(Shortfall.POOL, needed, available), hits

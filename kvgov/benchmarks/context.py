@@ -143,11 +143,16 @@ def run(*, quick: bool = False) -> Iterator[Mapping[str, object]]:
 
 
 # -- the methods ---------------------------------------------------------------------------
-def kvgov_compaction(reducer: ExtractiveSummarizer, ceiling_tokens: int) -> SummarizeOldest:
+SUMMARY_SHARE = 0.25  # of the ceiling, for the running summary unless a benchmark tunes it
+
+
+def kvgov_compaction(
+    reducer: ExtractiveSummarizer, ceiling_tokens: int, summary_share: float = SUMMARY_SHARE
+) -> SummarizeOldest:
     """kvgov's compaction as the benchmarks run it (here and ``kvgov bench openloop``'s
-    whole system): a running summary of up to a quarter of the ceiling, the rest for the
-    latest turns whole."""
-    return SummarizeOldest(reducer, summary_tokens=ceiling_tokens // 4)
+    workloads): a running summary of up to ``summary_share`` of the ceiling (a quarter
+    unless given), the rest for the latest turns whole."""
+    return SummarizeOldest(reducer, summary_tokens=max(1, int(ceiling_tokens * summary_share)))
 
 
 def kvgov_context(

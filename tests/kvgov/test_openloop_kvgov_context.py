@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from kvgov.benchmarks.context import SUMMARY_SHARE
 from kvgov.benchmarks.openloop import bench, system
 from kvgov.benchmarks.openloop.editing_trigger import choose
 from kvgov.benchmarks.openloop.handled import KVGOV, prepare
@@ -78,17 +79,19 @@ def test_points_are_ordered_by_what_they_keep_and_ties_go_to_the_larger() -> Non
 
 
 def test_tuning_runs_kvgov_alone_on_the_tuning_seed_and_chooses_by_the_rule(both) -> None:
-    ceilings, outputs = (TIGHT.ceiling_tokens, TINY.ceiling_tokens), (TIGHT.tool_output_tokens,)
+    ceilings, outputs = (TIGHT.ceiling_tokens,), (TIGHT.tool_output_tokens,)
+    shares = (SUMMARY_SHARE, 0.5)
     chosen, table = tune(
         (RATE,),
         window_s={RATE: WINDOWS_S[RATE]},
         ceilings=ceilings,
         tool_outputs=outputs,
+        summary_shares=shares,
         base=TINY,
         window_tokens=WINDOW_TOKENS,
         trigger_tokens=TRIGGER_TOKENS,
     )
-    assert set(table) == {KvgovContext(c, t) for c in ceilings for t in outputs}
+    assert set(table) == {KvgovContext(c, t, s) for c in ceilings for t in outputs for s in shares}
     objective = {
         p: math.exp(sum(map(math.log, r.jct_mean_s.values())) / len(r.jct_mean_s))
         for p, r in table.items()
@@ -119,6 +122,14 @@ def test_the_fastest_point_that_keeps_as_many_facts_as_langchain_is_chosen() -> 
     assert choose_keeping(objective, facts, 40.0) == fast
     # None keeps as many: the one that keeps most.
     assert choose_keeping(objective, facts, 90.0) == slower
+
+
+def test_a_summary_share_other_than_a_quarter_names_its_system() -> None:
+    assert KvgovContext(8_000, 2_048).system == "kvgov@8000"
+    half = KvgovContext(8_000, 2_048, 0.5)
+    assert half.system == "kvgov@8000/0.5"
+    assert half.apply(TINY).summary_share == 0.5
+    assert "a summary of up to 0.5 of it" in half.describe()
 
 
 def test_a_context_the_workload_refuses_says_what_to_raise() -> None:

@@ -211,6 +211,32 @@ def test_contexts_grow_every_turn_and_stay_under_the_ceiling(
     assert max(peaks) > 0.9 * ceiling  # the ceiling was reached, not just stayed under
 
 
+def _summaries(scripts: tuple[Any, ...], counter: TokenCounter) -> list[int]:
+    """The tokens of every running summary any call sends."""
+    return [
+        counter.count(str(m["content"]))
+        for script in scripts
+        for turn in script.turns
+        for m in turn.messages
+        if str(m["content"]).startswith("[Summary of ")
+    ]
+
+
+def test_the_running_summary_takes_up_to_its_share_of_the_ceiling(
+    small: tuple[Any, ...], tokenizer: Tokenizer, counter: TokenCounter
+) -> None:
+    ceiling = SMALL.ceiling_tokens
+    assert ceiling is not None and SMALL.summary_share == 0.25
+    half = build(dataclasses.replace(SMALL, summary_share=0.5), counter_for(tokenizer))
+    quarter, halves = _summaries(small, counter), _summaries(half, counter)
+    assert quarter and halves
+    assert max(quarter) <= ceiling // 4 + 16  # the header line beside the summary's body
+    assert max(halves) <= ceiling // 2 + 16
+    assert max(halves) > ceiling // 4 + 16  # the larger share was used
+    assert "a summary of up to 0.5 of it" in describe(dataclasses.replace(SMALL, summary_share=0.5))
+    assert "up to" not in describe(SMALL)
+
+
 def test_without_a_ceiling_contexts_grow_past_it(
     tokenizer: Tokenizer, counter: TokenCounter
 ) -> None:
@@ -337,6 +363,8 @@ def test_a_tokenizer_that_does_not_split_at_lines_is_encoded_whole(
         ({"system_tokens": 0}, "system_tokens"),
         ({"ceiling_tokens": 1_000}, "raise it or lower system_tokens"),
         ({"seed": 1.5}, "seed"),
+        ({"summary_share": 1.0}, "summary_share"),
+        ({"summary_share": 0}, "summary_share"),
     ],
 )
 def test_bad_workload_fields_say_what_to_change(change: dict[str, Any], says: str) -> None:

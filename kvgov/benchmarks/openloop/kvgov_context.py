@@ -1,13 +1,14 @@
 """kvgov's context knobs in the whole-system comparison (``system``): the ceiling at which
-an agent's history is compacted and the budget each tool output is reduced to, chosen on
-the tuning seed, never on a reported seed.
+an agent's history is compacted, the share of it its running summary may take, and the
+budget each tool output is reduced to, chosen on the tuning seed, never on a reported
+seed.
 
 Context editing's trigger is tuned for its users' stack, so kvgov's own handling is tuned
 with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point of
-``CEILINGS`` x ``TOOL_OUTPUTS`` at the rates context editing was tuned at. The rule
-(``choose_keeping``) is context editing's (``editing_trigger.choose``: the least
-geometric mean over the rates of the mean job time, a point within 1% of the least going
-to the one that keeps most) among the points whose agents keep at least as many of the
+``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` at the rates context editing was
+tuned at. The rule (``choose_keeping``) is context editing's (``editing_trigger.choose``:
+the least geometric mean over the rates of the mean job time, a point within 1% of the
+least going to the one that keeps most) among the points whose agents keep at least as many of the
 planted facts as the best LangChain handling's on the same seed: the comparison asks
 for kvgov's speed with no fewer facts kept. Where no point keeps as many, the one that
 keeps most is chosen. Facts kept are reported beside job time for every system.
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kvgov.benchmarks.context import SUMMARY_SHARE
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 
@@ -30,6 +32,7 @@ __all__ = [
     "CEILINGS",
     "KVGOV_CONTEXT",
     "KVGOV_FASTEST",
+    "SUMMARY_SHARES",
     "TOOL_OUTPUTS",
     "KvgovContext",
     "PointRun",
@@ -41,11 +44,13 @@ __all__ = [
 @dataclass(frozen=True, slots=True, order=True)
 class KvgovContext:
     """How kvgov bounds an agent's context: histories compacted at ``ceiling_tokens``
-    (``SummarizeOldest``), each tool output reduced to ``tool_output_tokens``
-    (``ExtractiveSummarizer``). Ordered by how much context it keeps."""
+    (``SummarizeOldest``) with a running summary of up to ``summary_share`` of it, each
+    tool output reduced to ``tool_output_tokens`` (``ExtractiveSummarizer``). Ordered by
+    how much context it keeps."""
 
     ceiling_tokens: int
     tool_output_tokens: int
+    summary_share: float = SUMMARY_SHARE
 
     def apply(self, workload: openloop.OpenLoopWorkload) -> openloop.OpenLoopWorkload:
         """``workload`` with kvgov's context bounded so."""
@@ -53,16 +58,21 @@ class KvgovContext:
             workload,
             ceiling_tokens=self.ceiling_tokens,
             tool_output_tokens=self.tool_output_tokens,
+            summary_share=self.summary_share,
         )
 
     @property
     def system(self) -> str:
-        """Its name as a system of the comparison beside the chosen one's (``kvgov``)."""
-        return f"kvgov@{self.ceiling_tokens}"
+        """Its name as a system of the comparison beside the chosen one's (``kvgov``):
+        ``kvgov@<ceiling>``, and ``/<share>`` where the summary's share is not the
+        default quarter."""
+        share = "" if self.summary_share == SUMMARY_SHARE else f"/{self.summary_share:g}"
+        return f"kvgov@{self.ceiling_tokens}{share}"
 
     def describe(self) -> str:
         return (
-            f"outputs reduced to {self.tool_output_tokens:,}, compacted at {self.ceiling_tokens:,}"
+            f"outputs reduced to {self.tool_output_tokens:,}, compacted at "
+            f"{self.ceiling_tokens:,} with a summary of up to {self.summary_share:g} of it"
         )
 
 
@@ -73,6 +83,9 @@ class KvgovContext:
 # (``handled.prepare`` refuses them).
 CEILINGS = (8_000, 12_000, 16_000, 20_000, 24_000)
 TOOL_OUTPUTS = (2_048,)
+# The running summary's share of the ceiling: the benchmarks' quarter, and half (the
+# folded results' gists get twice the room, the latest turns kept whole less).
+SUMMARY_SHARES = (SUMMARY_SHARE, 0.5)
 
 # Chosen by ``tune`` on seed 0 (at commit 8ade560, 2026-12-07 12:23 UTC, 192 s in two
 # processes), twin-rx9070xt, each rate's window holding 1.5 teams on average as for
@@ -129,6 +142,7 @@ def tune(
     window_s: Mapping[float, float],
     ceilings: Sequence[int] = CEILINGS,
     tool_outputs: Sequence[int] = TOOL_OUTPUTS,
+    summary_shares: Sequence[float] = SUMMARY_SHARES,
     base: openloop.OpenLoopWorkload = openloop.TWIN,
     window_tokens: int | None = None,
     trigger_tokens: int | None = None,
@@ -141,7 +155,12 @@ def tune(
     them: every handling is built for the jobs' SLOs."""
     from kvgov.benchmarks.openloop.processes import in_processes
 
-    points = [KvgovContext(c, t) for c in ceilings for t in tool_outputs]
+    points = [
+        KvgovContext(c, t, share)
+        for c in ceilings
+        for t in tool_outputs
+        for share in summary_shares
+    ]
     began = time.perf_counter()
     jobs = [
         functools.partial(

@@ -191,7 +191,9 @@ def run_seed(
         seed,
         window_tokens=window_tokens,
         trigger_tokens=trigger_tokens,
-        kvgov_context=KvgovContext(base.ceiling_tokens, base.tool_output_tokens),
+        kvgov_context=KvgovContext(
+            base.ceiling_tokens, base.tool_output_tokens, base.summary_share
+        ),
         also=tuple(also),
     )
     prepared: Prepared | None = None

@@ -416,7 +416,8 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
             f"{run.facts_floor_pct:.1f}%)"
         )
         yield _context_point(
-            f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens}",
+            f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens} "
+            f"{point.summary_share:g}",
             row,
             point == context,
             f"{kept}; {where}",

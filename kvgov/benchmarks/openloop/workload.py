@@ -12,12 +12,12 @@ text (the engine's generated text is not fed back, so a numeric difference betwe
 runs cannot change the next prompt) and the tool's output, cut from the policies
 benchmark's corpus to a drawn size, reduced by kvgov's ``ExtractiveSummarizer`` when
 ``tool_output_tokens`` is set and compacted at ``ceiling_tokens`` by its
-``SummarizeOldest`` (``context.kvgov_compaction``: a summary of up to a quarter of the
-ceiling), which reads the history as tool calls and their results (``chat_text``), as
-kvgov's ceiling policy reads a LangGraph agent's: the same functions, applied once,
-before any run, so every policy sends exactly the same requests. With ``facts``, each
-raw tool output first gets facts planted in it (``facts.plant``, from draws of their
-own; ``build_planted`` says which).
+``SummarizeOldest`` (``context.kvgov_compaction``: a summary of up to ``summary_share``
+of the ceiling, a quarter unless set), which reads the history as tool calls and their
+results (``chat_text``), as kvgov's ceiling policy reads a LangGraph agent's: the same
+functions, applied once, before any run, so every policy sends exactly the same requests.
+With ``facts``, each raw tool output first gets facts planted in it (``facts.plant``,
+from draws of their own; ``build_planted`` says which).
 A reply quotes its last result, so planted lines can change later draws: a workload with
 facts is compared with itself under other context handlings, never with the workload
 without them.
@@ -43,7 +43,7 @@ from typing import Any
 from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
 from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
-from kvgov.benchmarks.context import kvgov_compaction
+from kvgov.benchmarks.context import SUMMARY_SHARE, kvgov_compaction
 from kvgov.benchmarks.context_workload import Fact
 from kvgov.benchmarks.openloop import chat_text
 from kvgov.benchmarks.openloop import facts as planting
@@ -320,8 +320,9 @@ class OpenLoopWorkload:
     """Teams arriving at ``rate_per_min`` (Poisson) over ``[0, duration_s)``, at least
     one; every call's reply ``reply_tokens`` tokens (drawn uniformly per call, inclusive);
     tool outputs reduced to ``tool_output_tokens`` (None: appended raw) and histories
-    compacted at ``ceiling_tokens`` (None: never); a team's system prompt about
-    ``system_tokens`` long; with ``facts``, facts planted in every raw tool output."""
+    compacted at ``ceiling_tokens`` (None: never) with a running summary of up to
+    ``summary_share`` of it; a team's system prompt about ``system_tokens`` long; with
+    ``facts``, facts planted in every raw tool output."""
 
     rate_per_min: float
     duration_s: float
@@ -329,6 +330,7 @@ class OpenLoopWorkload:
     reply_tokens: tuple[int, int] = (100, 300)
     tool_output_tokens: int | None = 2_048
     ceiling_tokens: int | None = 16_000
+    summary_share: float = SUMMARY_SHARE
     system_tokens: int = 1_500
     seed: int = 0
     facts: bool = False
@@ -373,6 +375,12 @@ class OpenLoopWorkload:
         if not isinstance(self.facts, bool):
             raise OpenLoopWorkloadError(
                 f"facts is True to plant facts in the tool outputs, else False, got {self.facts!r}"
+            )
+        share = self.summary_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+            raise OpenLoopWorkloadError(
+                f"summary_share is the part of ceiling_tokens the running summary may take, "
+                f"a number between 0 and 1 (exclusive), got {share!r}"
             )
         if self.ceiling_tokens is not None:
             least = self.system_tokens + self.reply_tokens[1] + _MIN_ROOM_TOKENS
@@ -422,7 +430,7 @@ def build_planted(
     corpus = _Corpus(workload.seed, counter)
     reduce = ExtractiveSummarizer(counter)
     ceiling = workload.ceiling_tokens
-    compact = None if ceiling is None else kvgov_compaction(reduce, ceiling)
+    compact = None if ceiling is None else kvgov_compaction(reduce, ceiling, workload.summary_share)
     scripts: list[AgentScript] = []
     planted: dict[str, tuple[Fact, ...]] = {}
     for team, (arrival_s, tenant) in enumerate(arrivals(workload)):
@@ -484,7 +492,12 @@ def describe(workload: OpenLoopWorkload) -> str:
     ceiling = (
         "no ceiling"
         if workload.ceiling_tokens is None
-        else f"compacted at {workload.ceiling_tokens:,} (SummarizeOldest)"
+        else f"compacted at {workload.ceiling_tokens:,} (SummarizeOldest"
+        + (
+            ")"
+            if workload.summary_share == SUMMARY_SHARE
+            else f", a summary of up to {workload.summary_share:g} of it)"
+        )
     )
     return (
         f"open loop: teams at {workload.rate_per_min:g}/min (Poisson) for "

@@ -21,6 +21,7 @@ device only.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -139,17 +140,53 @@ def init_random_weights(
     Drawn in float32 in ``hf_tensor_views`` order: on the CPU, so the result depends on
     the seed alone, not on the device, the dtype or the parameter layout; with
     ``on_device``, on the model's device (the same for a seed on one kind of device).
+    The last CPU draw of at most ``_KEPT_DRAW_FLOATS`` values is kept for the next model
+    of the same shapes, seed and std (a benchmark or a test suite builds many engines of
+    one preset: the draw was most of each build).
     """
-    where = model.device if on_device else torch.device("cpu")
-    generator = torch.Generator(device=where).manual_seed(seed)
+    views = hf_tensor_views(model)
+    drawn = [view for name, view in views.items() if not name.endswith(_NOT_DRAWN)]
     with torch.no_grad():
-        for name, view in hf_tensor_views(model).items():
+        for name, view in views.items():
             if name.endswith("norm.weight"):
                 view.fill_(1.0)
             elif name.endswith(".bias"):
                 view.zero_()
-            else:
+        if on_device:
+            where = model.device
+            generator = torch.Generator(device=where).manual_seed(seed)
+            for view in drawn:
                 values = torch.randn(
                     view.shape, generator=generator, dtype=torch.float32, device=where
                 )
                 view.copy_(values.mul_(std))
+            return
+        for view, values in zip(drawn, _cpu_draw(seed, std, drawn), strict=True):
+            view.copy_(values)
+
+
+_NOT_DRAWN = ("norm.weight", ".bias")
+_KEPT_DRAW_FLOATS = 64 * 2**20  # 256 MB of float32: tiny-random's 29.5M values fit
+_kept_draw: dict[tuple[object, ...], list[torch.Tensor]] = {}  # at most one, read-only
+_kept_draw_lock = threading.Lock()
+
+
+def _cpu_draw(seed: int, std: float, views: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The values of ``views``, in order, from one CPU generator seeded ``seed``, times
+    ``std``: the kept draw where it is the same one. The tensors returned are shared and
+    never written."""
+    shapes = tuple(tuple(view.shape) for view in views)
+    key = (seed, std, shapes)
+    with _kept_draw_lock:
+        kept = _kept_draw.get(key)
+    if kept is not None:
+        return kept
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    values = [
+        torch.randn(shape, generator=generator, dtype=torch.float32).mul_(std) for shape in shapes
+    ]
+    if sum(v.numel() for v in values) <= _KEPT_DRAW_FLOATS:
+        with _kept_draw_lock:
+            _kept_draw.clear()
+            _kept_draw[key] = values
+    return values

@@ -144,14 +144,15 @@ def init_random_weights(
     of the same shapes, seed and std (a benchmark or a test suite builds many engines of
     one preset: the draw was most of each build).
     """
-    views = hf_tensor_views(model)
-    drawn = [view for name, view in views.items() if not name.endswith(_NOT_DRAWN)]
+    drawn: list[torch.Tensor] = []
     with torch.no_grad():
-        for name, view in views.items():
+        for name, view in hf_tensor_views(model).items():
             if name.endswith("norm.weight"):
                 view.fill_(1.0)
             elif name.endswith(".bias"):
                 view.zero_()
+            else:
+                drawn.append(view)
         if on_device:
             where = model.device
             generator = torch.Generator(device=where).manual_seed(seed)
@@ -165,7 +166,6 @@ def init_random_weights(
             view.copy_(values)
 
 
-_NOT_DRAWN = ("norm.weight", ".bias")
 _KEPT_DRAW_FLOATS = 64 * 2**20  # 256 MB of float32: tiny-random's 29.5M values fit
 _kept_draw: dict[tuple[object, ...], list[torch.Tensor]] = {}  # at most one, read-only
 _kept_draw_lock = threading.Lock()

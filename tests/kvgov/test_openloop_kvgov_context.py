@@ -1,6 +1,6 @@
 """kvgov's context knobs in the whole-system comparison (``openloop/kvgov_context.py``):
 they bound kvgov's prompts and no other system's, and are chosen on the tuning seed by
-the rule that chose context editing's trigger, among the points that keep as many facts
+the rule that chose context editing's knobs, among the points that keep as many facts
 as the best LangChain handling. The real engine (the stand-in the twin times) on the
 tiny workload of ``test_openloop_system``."""
 
@@ -13,13 +13,13 @@ import pytest
 
 from kvgov.benchmarks.context import SUMMARY_SHARE
 from kvgov.benchmarks.openloop import bench, system
-from kvgov.benchmarks.openloop.editing_trigger import choose
+from kvgov.benchmarks.openloop.editing_knobs import choose
 from kvgov.benchmarks.openloop.handled import KVGOV, prepare
 from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, choose_keeping, tune
 from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
 from kvgov.benchmarks.openloop.panel import longest_call
 from kvgov.benchmarks.openloop.system import SeedRuns, System
-from tests.kvgov.test_openloop_system import RATE, TINY, TRIGGER_TOKENS, WINDOW_TOKENS, WINDOWS_S
+from tests.kvgov.test_openloop_system import EDITING, RATE, TINY, WINDOW_TOKENS, WINDOWS_S
 
 TIGHT = KvgovContext(ceiling_tokens=1_000, tool_output_tokens=100)
 POLICIES = ("paged",)
@@ -31,7 +31,7 @@ def _run(seed: int, context: KvgovContext | None, **kwargs: object) -> SeedRuns:
         (RATE,),
         window_s=WINDOWS_S,
         policies=POLICIES,
-        trigger_tokens=TRIGGER_TOKENS,
+        editing=EDITING,
         base=TINY,
         window_tokens=WINDOW_TOKENS,
         kvgov_context=context,
@@ -63,7 +63,7 @@ def test_kvgov_s_context_bounds_its_prompts_and_no_other_system_s(both) -> None:
         workload = dataclasses.replace(TINY, facts=True)
         workload = workload if context is None else context.apply(workload)
         setup = prepare(
-            workload, window_tokens=WINDOW_TOKENS, trigger_tokens=TRIGGER_TOKENS, block_size=16
+            workload, window_tokens=WINDOW_TOKENS, editing=EDITING, block_size=16
         ).setups[KVGOV]
         longest[name] = max(longest_call(s, setup.prompts) for s in setup.scripts)
     assert longest["tight"] <= TIGHT.ceiling_tokens < longest["own"], longest
@@ -89,7 +89,7 @@ def test_tuning_runs_kvgov_alone_on_the_tuning_seed_and_chooses_by_the_rule(both
         summary_shares=shares,
         base=TINY,
         window_tokens=WINDOW_TOKENS,
-        trigger_tokens=TRIGGER_TOKENS,
+        editing=EDITING,
     )
     assert set(table) == {KvgovContext(c, t, s) for c in ceilings for t in outputs for s in shares}
     objective = {

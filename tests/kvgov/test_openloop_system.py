@@ -20,6 +20,7 @@ from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop import facts as planting
 from kvgov.benchmarks.openloop import stats, system, system_figures
 from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
 from kvgov.benchmarks.openloop.handled import HandledWorkloadError, Prepared, prepare
 from kvgov.benchmarks.openloop.langchain_context import (
@@ -42,7 +43,7 @@ TINY = OpenLoopWorkload(
     seed=1,
 )
 WINDOW_TOKENS = 2_500
-TRIGGER_TOKENS = 1_200
+EDITING = EditingKnobs(trigger_tokens=1_200)
 POLICIES = ("paged", "intercept")
 RATE = 1.0
 # Twice the rate over half the window: the same team, arriving twice as soon.
@@ -59,7 +60,7 @@ def prepared() -> Prepared:
     return prepare(
         dataclasses.replace(TINY, facts=True),
         window_tokens=WINDOW_TOKENS,
-        trigger_tokens=TRIGGER_TOKENS,
+        editing=EDITING,
         block_size=16,
     )
 
@@ -71,7 +72,7 @@ def _seed_1(**kwargs: object) -> SeedRuns:
         tuple(WINDOWS_S),
         window_s=WINDOWS_S,
         policies=POLICIES,
-        trigger_tokens=TRIGGER_TOKENS,
+        editing=EDITING,
         base=TINY,
         window_tokens=WINDOW_TOKENS,
         **kwargs,  # type: ignore[arg-type]
@@ -104,9 +105,7 @@ def test_a_rate_that_draws_the_same_teams_sends_what_a_fresh_build_sends(
     faster = dataclasses.replace(faster, duration_s=WINDOWS_S[2 * RATE])
     retimed = prepared.retimed(faster)
     assert retimed is not None
-    fresh = prepare(
-        faster, window_tokens=WINDOW_TOKENS, trigger_tokens=TRIGGER_TOKENS, block_size=16
-    )
+    fresh = prepare(faster, window_tokens=WINDOW_TOKENS, editing=EDITING, block_size=16)
     for handling, setup in fresh.setups.items():
         again = retimed.setups[handling]
         assert (again.workload, again.scripts, again.prompts, again.peak_blocks) == (
@@ -140,7 +139,7 @@ def test_every_handling_runs_the_same_jobs_and_fits_the_window(
                 assert sent <= WINDOW_TOKENS, (handling, script.name, i)
     # Raw histories pass the window here, so trimming and editing both had work to do.
     raw = max(len(ids) for ids in prepared.setups[TRIM].prompts.values())
-    assert raw > TRIGGER_TOKENS
+    assert raw > EDITING.trigger_tokens
 
 
 def test_the_tuning_seed_never_appears_in_a_reported_figure(runs: SeedRuns) -> None:
@@ -311,7 +310,7 @@ def test_a_handling_with_a_bad_setting_says_what_to_set() -> None:
     with pytest.raises(openloop.OpenLoopWorkloadError, match="facts is True"):
         dataclasses.replace(TINY, facts="yes")
     with pytest.raises(HandledWorkloadError, match="facts=True"):
-        prepare(TINY, window_tokens=WINDOW_TOKENS, trigger_tokens=1, block_size=16)
+        prepare(TINY, window_tokens=WINDOW_TOKENS, editing=EDITING, block_size=16)
 
 
 def _without(content: str, texts: list[str]) -> str:
@@ -325,7 +324,7 @@ def _synthetic(seed: int, goodput: dict[str, int]) -> SeedRuns:
     so 2 s) in a 60 s window, the others late; kvgov keeps half its facts, the LangChain
     handlings a quarter."""
     jobs = [f"j{i}" for i in range(10)]
-    runs = SeedRuns(seed, window_tokens=WINDOW_TOKENS, trigger_tokens=TRIGGER_TOKENS)
+    runs = SeedRuns(seed, window_tokens=WINDOW_TOKENS, editing=EDITING)
     runs.window_s[RATE] = 60.0
     for handling in (KVGOV, *HANDLINGS):
         runs.unloaded_s[(handling, RATE)] = dict.fromkeys(jobs, 1.0)

@@ -13,7 +13,7 @@ at its papers' best, many seeds and paired confidence bands.
   (``kvgov bench openloop-tune``), and the knobs it chose;
 - ``processes``: runs in a pool of spawned processes, one a core;
 - ``budgets``: goodput against the KV memory the engine is given;
-- ``facts``, ``langchain_context``, ``editing_trigger``, ``kvgov_context``, ``handled``,
+- ``facts``, ``langchain_context``, ``editing_knobs``, ``kvgov_context``, ``handled``,
   ``system`` and ``system_figures``: the whole system, each baseline with LangChain's
   context handling and kvgov with its own (each handling's knobs tuned on the tuning
   seed), facts kept beside goodput;

@@ -33,6 +33,7 @@ from kvgov.benchmarks.openloop.langchain_context import (
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
     from governor import TokenCounter
+    from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
     from kvgov.benchmarks.openloop.panel import WorkloadSetup
 
 __all__ = ["KVGOV", "HandledWorkloadError", "Prepared", "counter", "prepare", "prepare_kvgov"]
@@ -86,12 +87,12 @@ def prepare(
     workload: openloop.OpenLoopWorkload,
     *,
     window_tokens: int,
-    trigger_tokens: int,
+    editing: EditingKnobs,
     block_size: int,
 ) -> Prepared:
     """``workload`` (facts planted) as each handling sends it to a model of
-    ``window_tokens``, context editing triggered at ``trigger_tokens``; ``block_size``
-    for each setup's peak blocks."""
+    ``window_tokens``, context editing with ``editing``'s trigger and keep;
+    ``block_size`` for each setup's peak blocks."""
     if not workload.facts:
         raise HandledWorkloadError(
             "the whole-system comparison measures facts kept: build it from a workload "
@@ -108,11 +109,7 @@ def prepare(
             "systems would not run the same jobs; use another seed or window, and report it"
         )
     trimmed = handle(raw_scripts, ContextHandling(name=TRIM, window_tokens=window), count)
-    edited = handle(
-        raw_scripts,
-        ContextHandling(name=CONTEXT_EDITING, window_tokens=window, trigger_tokens=trigger_tokens),
-        count,
-    )
+    edited = handle(raw_scripts, editing.handling(window), count)
     setups = {
         KVGOV: _setup(workload, scripts, tokenizer, block_size, window),
         TRIM: _setup(raw, trimmed.scripts, tokenizer, block_size, window),

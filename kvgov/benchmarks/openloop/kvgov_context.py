@@ -3,10 +3,10 @@ an agent's history is compacted, the share of it its running summary may take, a
 budget each tool output is reduced to, chosen on the tuning seed, never on a reported
 seed.
 
-Context editing's trigger is tuned for its users' stack, so kvgov's own handling is tuned
-with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point of
-``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` at the rates context editing was
-tuned at. The rule (``choose_keeping``) is context editing's (``editing_trigger.choose``:
+Context editing's trigger and keep are tuned for its users' stack, and kvgov's own
+handling with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point
+of ``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` at the rates context editing was
+tuned at. The rule (``choose_keeping``) is context editing's (``editing_knobs.choose``:
 the least geometric mean over the rates of the mean job time, a point within 1% of the
 least going to the one that keeps most) among the points whose agents keep at least as many of the
 planted facts as the best LangChain handling's on the same seed: the comparison asks
@@ -23,10 +23,14 @@ import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvgov.benchmarks.context import SUMMARY_SHARE
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
+
+if TYPE_CHECKING:
+    from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
 
 __all__ = [
     "CEILINGS",
@@ -133,10 +137,10 @@ def choose_keeping(
     facts_kept_pct: Mapping[KvgovContext, float],
     floor: float,
 ) -> KvgovContext:
-    """The point ``editing_trigger.choose`` picks among those that keep at least
+    """The point ``editing_knobs.choose`` picks among those that keep at least
     ``floor`` percent of the facts; where none does, the one that keeps most (the one
     that keeps more context on a tie)."""
-    from kvgov.benchmarks.openloop.editing_trigger import choose
+    from kvgov.benchmarks.openloop.editing_knobs import choose
 
     enough = {p: v for p, v in objective.items() if facts_kept_pct[p] >= floor}
     if not enough:
@@ -153,13 +157,13 @@ def tune(
     summary_shares: Sequence[float] = SUMMARY_SHARES,
     base: openloop.OpenLoopWorkload = openloop.TWIN,
     window_tokens: int | None = None,
-    trigger_tokens: int | None = None,
+    editing: EditingKnobs | None = None,
     processes: int = 1,
     progress: Callable[[str], None] = lambda line: None,
 ) -> tuple[KvgovContext, dict[KvgovContext, PointRun]]:
     """The chosen point, and each point's run, all on the tuning seed; ``processes``
     points at once, each in a process of its own. ``base``, ``window_tokens`` and
-    ``trigger_tokens`` (None: context editing's as tuned) as ``system.run_seed`` takes
+    ``editing`` (None: context editing's knobs as tuned) as ``system.run_seed`` takes
     them: every handling is built for the jobs' SLOs."""
     from kvgov.benchmarks.openloop.processes import in_processes
 
@@ -172,7 +176,7 @@ def tune(
     began = time.perf_counter()
     jobs = [
         functools.partial(
-            _jct_by_rate, point, tuple(rates), dict(window_s), base, window_tokens, trigger_tokens
+            _jct_by_rate, point, tuple(rates), dict(window_s), base, window_tokens, editing
         )
         for point in points
     ]
@@ -197,12 +201,12 @@ def _jct_by_rate(
     window_s: dict[float, float],
     base: openloop.OpenLoopWorkload,
     window_tokens: int | None,
-    trigger_tokens: int | None,
+    editing: EditingKnobs | None,
 ) -> PointRun:
     """kvgov's run on the tuning seed with its context so: its mean job time at each
     rate, and the facts kept by it and by the best LangChain handling."""
     from kvgov.benchmarks.openloop import bench
-    from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
+    from kvgov.benchmarks.openloop.editing_knobs import EDITING_KNOBS
     from kvgov.benchmarks.openloop.handled import KVGOV
     from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
     from kvgov.benchmarks.openloop.system import System, run_seed
@@ -214,7 +218,7 @@ def _jct_by_rate(
         only=[System(KVGOV, KVGOV)],
         base=base,
         window_tokens=window_tokens,
-        trigger_tokens=TRIGGER_TOKENS if trigger_tokens is None else trigger_tokens,
+        editing=EDITING_KNOBS if editing is None else editing,
         kvgov_context=point,
     )
     rate = rates[0]  # facts kept are a handling's, the same at every rate

@@ -63,6 +63,11 @@ class ContextHandling:
                 f"context editing needs trigger_tokens, an int in 1-{self.window_tokens:,} "
                 f"(the window), got {self.trigger_tokens!r}"
             )
+        if not (isinstance(self.keep, int) and self.keep >= 0):
+            raise ValueError(
+                f"context editing's keep is the tool results kept whole, an int of at least "
+                f"0, got {self.keep!r}"
+            )
 
     @property
     def label(self) -> str:

@@ -9,13 +9,13 @@ facts planted in every raw tool output, ``OpenLoopWorkload.facts``):
 - ``kvgov``: kvgov's policy with its tool-output reducer, ceiling and compaction: outputs
   reduced by ``ExtractiveSummarizer``, histories compacted by ``SummarizeOldest``, at
   the budget and ceiling tuned on the tuning seed (``kvgov_context``), as context
-  editing's trigger is;
+  editing's knobs are;
 - ``<baseline>+trim_messages``: each baseline (``POLICIES``) with raw tool outputs, the
   history brought under the target model's context window (Qwen3-8B: 32,768) by
   LangChain's ``trim_messages`` (``langchain_context``);
 - ``<baseline>+context_editing``: each baseline with LangChain's
-  ``ContextEditingMiddleware`` and ``ClearToolUsesEdit``, its trigger chosen on the
-  tuning seed (``editing_trigger``);
+  ``ContextEditingMiddleware`` and ``ClearToolUsesEdit``, its trigger and ``keep``
+  chosen on the tuning seed (``editing_knobs``);
 - ``kvgov@<ceiling>`` (``also``): kvgov at another of its contexts, beside the chosen one,
   so the trade between job time and facts kept shows.
 
@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
-from kvgov.benchmarks.openloop.editing_trigger import TRIGGER_TOKENS
+from kvgov.benchmarks.openloop.editing_knobs import EDITING_KNOBS, EditingKnobs
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
 from kvgov.benchmarks.openloop.handled import KVGOV, Prepared, counter, prepare, prepare_kvgov
 from kvgov.benchmarks.openloop.kvgov_context import KVGOV_CONTEXT, KvgovContext
@@ -119,7 +119,7 @@ class SeedRuns:
     window_s: dict[float, float] = field(default_factory=dict)
     num_trimmed_after_edit: int = 0  # calls context editing left over the window
     window_tokens: int = 0  # the model's context window
-    trigger_tokens: int = 0  # context editing's trigger
+    editing: EditingKnobs = EDITING_KNOBS  # context editing's trigger and keep
     kvgov_context: KvgovContext | None = None  # kvgov's ceiling and tool-output budget
     also: tuple[KvgovContext, ...] = ()  # kvgov's other contexts run beside it
     wall_s: float = 0.0  # host seconds
@@ -145,7 +145,7 @@ def run_seed(
     *,
     window_s: float | Mapping[float, float],
     policies: Sequence[str] = POLICIES,
-    trigger_tokens: int = TRIGGER_TOKENS,
+    editing: EditingKnobs = EDITING_KNOBS,
     knobs: Mapping[str, Mapping[str, Any]] | None = None,
     only: Sequence[System] | None = None,
     base: openloop.OpenLoopWorkload = openloop.TWIN,
@@ -157,7 +157,8 @@ def run_seed(
     """Every system (``systems(policies)``, or ``only`` those) on the twin of the
     reference card at each of ``rates`` on ``seed``: one cell of the comparison,
     independent of every other (a runner may take seeds in parallel processes).
-    ``knobs``: policy -> its settings (``tuned.TUNED`` unless given); ``base``: the
+    ``knobs``: policy -> its settings (``tuned.TUNED`` unless given); ``editing``:
+    context editing's trigger and keep (as tuned unless given); ``base``: the
     workload at every rate (its rate, window and seed replaced); ``window_tokens``: the
     model's context window (the reference card's target's unless given);
     ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own);
@@ -190,7 +191,7 @@ def run_seed(
     runs = SeedRuns(
         seed,
         window_tokens=window_tokens,
-        trigger_tokens=trigger_tokens,
+        editing=editing,
         kvgov_context=KvgovContext(
             base.ceiling_tokens, base.tool_output_tokens, base.summary_share
         ),
@@ -209,7 +210,7 @@ def run_seed(
             prepared = prepare(
                 workload,
                 window_tokens=window_tokens,
-                trigger_tokens=trigger_tokens,
+                editing=editing,
                 block_size=scenario.block_size,
             )
             # A team's facts kept and unloaded time are its own, whenever it arrives.
@@ -257,7 +258,7 @@ def measure(
     *,
     window_s: float | Mapping[float, float],
     policies: Sequence[str] = POLICIES,
-    trigger_tokens: int = TRIGGER_TOKENS,
+    editing: EditingKnobs = EDITING_KNOBS,
     kvgov_context: KvgovContext = KVGOV_CONTEXT,
     also: Sequence[KvgovContext] = (),
     progress: Callable[[str], None] = lambda line: None,
@@ -278,7 +279,7 @@ def measure(
         rates=rates,
         window_s=window_s,
         policies=policies,
-        trigger_tokens=trigger_tokens,
+        editing=editing,
         kvgov_context=kvgov_context,
         also=tuple(also),
     )
@@ -304,7 +305,7 @@ def check_seeds(seeds: Sequence[int]) -> None:
 
     if TUNING_SEED in seeds:
         raise SystemComparisonError(
-            f"seed {TUNING_SEED} is the tuning seed (context editing's trigger and every "
+            f"seed {TUNING_SEED} is the tuning seed (context editing's knobs and every "
             "policy's knobs are chosen on it): no reported figure comes from it; evaluate "
             "on other seeds"
         )

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from engine.benchmarks import Direction, Measurement
 from kvgov.benchmarks.openloop import stats
+from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
 from kvgov.benchmarks.openloop.facts import FactsKept
 from kvgov.benchmarks.openloop.handled import KVGOV
 from kvgov.benchmarks.openloop.langchain_context import (
@@ -50,9 +51,9 @@ def figures(
     baselines = [s.name for s in every if s.policy != KVGOV]
     ours = [s.name for s in every if s.policy == KVGOV]
     panel = reference_card()
-    window, trigger_tokens = runs[0].window_tokens, runs[0].trigger_tokens
+    window, editing = runs[0].window_tokens, runs[0].editing
     seeds = sorted(r.seed for r in runs)
-    what = _what(runs, rates, window, trigger_tokens)
+    what = _what(runs, rates, window, editing)
     where = f"{panel.title}; {len(runs)} evaluation seeds ({_span(seeds)}); {what}"
     for rate in rates:
         at = f"{rate:g}/min"
@@ -78,7 +79,7 @@ def figures(
                 )
         for name in ours:
             yield from _against_best(name, rate, per_system, baselines, where)
-    yield from _facts(runs, rates, every, window, trigger_tokens)
+    yield from _facts(runs, rates, every, window, editing)
     failed = {
         s.name: sum(len(r.results[(s.name, rate)].failed) for r in runs for rate in rates)
         for s in every
@@ -140,7 +141,7 @@ def _facts(
     rates: Sequence[float],
     every: Sequence[System],
     window: int,
-    trigger_tokens: int,
+    editing: EditingKnobs,
 ) -> Iterator[Measurement]:
     by_handling: dict[str, dict[int, float]] = {}
     counts: dict[str, FactsKept] = {}
@@ -158,9 +159,7 @@ def _facts(
         KVGOV: "kvgov's reducer and compaction",
         **{c.system: f"kvgov's reducer and compaction, {c.describe()}" for c in runs[0].also},
         TRIM: ContextHandling(name=TRIM, window_tokens=window).label,
-        CONTEXT_EDITING: ContextHandling(
-            name=CONTEXT_EDITING, window_tokens=window, trigger_tokens=trigger_tokens
-        ).label,
+        CONTEXT_EDITING: editing.handling(window).label,
     }
     for system in every:
         interval = stats.median_interval(by_handling[system.handling])
@@ -195,7 +194,7 @@ def _facts(
 
 
 def _what(
-    runs: Sequence[SeedRuns], rates: Sequence[float], window: int, trigger_tokens: int
+    runs: Sequence[SeedRuns], rates: Sequence[float], window: int, editing: EditingKnobs
 ) -> str:
     windows = runs[0].window_s
     trimmed = sum(r.num_trimmed_after_edit for r in runs)
@@ -205,7 +204,7 @@ def _what(
         f"teams at {', '.join(f'{r:g}' for r in rates)}/min over "
         f"{', '.join(f'{windows[r]:g}' for r in rates)} s, facts planted in every raw tool "
         f"output; kvgov: {kvgov_context}; the baselines: raw outputs, trim_messages at "
-        f"the {window:,}-token window or ClearToolUsesEdit at {trigger_tokens:,} (keep 3; "
+        f"the {window:,}-token window or ClearToolUsesEdit ({editing.describe()}; "
         f"{trimmed} calls still over the window trimmed after it); each policy with its "
         "knobs tuned on seed 0"
     )

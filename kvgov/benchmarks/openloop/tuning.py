@@ -16,7 +16,7 @@ point within 1% of the default's objective does not displace it (ties go to the 
 a point where any job failed is disqualified. A grid of one point has nothing to choose
 and is not run. The choice is committed as ``tuned.TUNED``, which ``kvgov bench
 openloop`` runs with, on evaluation seeds only; no figure it reports comes from here.
-Then the whole-system comparison's context knobs by the same rule (``editing_trigger``
+Then the whole-system comparison's context knobs by the same rule (``editing_knobs``
 and ``kvgov_context``), each point's figure named ``tuning_objective[...]`` as well.
 
 Errors, raised before any run::
@@ -386,13 +386,13 @@ def run(*, quick: bool = False) -> Iterator[Measurement]:
 
 def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
     """The whole-system comparison's context knobs, each on the tuning seed by the rule
-    ``editing_trigger`` states: context editing's trigger (``editing_trigger.tune``, the
-    baselines with context editing), then kvgov's ceiling and tool-output budget
+    ``editing_knobs`` states: context editing's trigger and keep (``editing_knobs.tune``,
+    the baselines with context editing), then kvgov's ceiling and tool-output budget
     (``kvgov_context.tune``, among the points that keep as many facts as the best
     LangChain handling); each point's objective, the chosen one marked, to commit as
-    ``TRIGGER_TOKENS`` and ``KVGOV_CONTEXT``."""
+    ``EDITING_KNOBS`` and ``KVGOV_CONTEXT``."""
     from kvgov.benchmarks.baselines import BASELINES
-    from kvgov.benchmarks.openloop import editing_trigger, kvgov_context
+    from kvgov.benchmarks.openloop import editing_knobs, kvgov_context
     from kvgov.benchmarks.openloop.processes import default_processes
 
     window = bench.windows(rates, teams)
@@ -401,11 +401,17 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
         f"teams/min over {_rates(list(window.values()))} s; objective: geometric mean over "
         "rates of the mean job time"
     )
-    trigger, by_trigger = editing_trigger.tune(
-        rates, window_s=window, policies=BASELINES, progress=_progress
+    editing, by_editing = editing_knobs.tune(
+        rates,
+        window_s=window,
+        policies=BASELINES,
+        processes=default_processes(),
+        progress=_progress,
     )
-    for point, row in by_trigger.items():
-        yield _context_point(f"context_editing_trigger {point}", row, point == trigger, where)
+    for point, row in by_editing.items():
+        yield _context_point(
+            f"context_editing {point.trigger_tokens} {point.keep}", row, point == editing, where
+        )
     context, by_context = kvgov_context.tune(
         rates, window_s=window, processes=default_processes(), progress=_progress
     )
@@ -422,7 +428,7 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
             point == context,
             f"{kept}; {where}",
         )
-    _progress(f"chosen: TRIGGER_TOKENS = {trigger}, KVGOV_CONTEXT = {context!r}")
+    _progress(f"chosen: EDITING_KNOBS = {editing!r}, KVGOV_CONTEXT = {context!r}")
 
 
 def _context_point(

@@ -224,5 +224,5 @@ def test_a_context_grid_point_reports_its_objective_and_whether_it_was_chosen() 
     assert point.metric == "tuning_objective[kvgov_context 8000 2048]"
     assert point.value == pytest.approx(200.0)  # the geometric mean, as the policies' grids
     assert point.note == "mean job 0.1 100 s, 1 400 s; chosen; tuning seed 0 only"
-    other = tuning._context_point("context_editing_trigger 16000", {"a": 9.0}, False, "x")
+    other = tuning._context_point("context_editing 16000 3", {"a": 9.0}, False, "x")
     assert "chosen" not in other.note and other.value == pytest.approx(9.0)

@@ -31,6 +31,14 @@ tools and its results are summarized or kept together; when no whole turn can be
 (an agent loop answering one user message), the loop's rounds are folded from the oldest
 instead. When even the head, a summary and the last turn do not fit it raises
 ``CeilingExceeded``.
+
+``compact_to`` is how far under the ceiling a compaction goes: the result fits that
+share of the room (the ceiling less the reply's reserve), or the whole room where it
+cannot. At 1 a history past the ceiling is compacted to the brim, so every later call
+folds one more turn and rewrites the summary: the engine's prefix cache holds nothing of
+the prompt past the head, and the whole history is computed again at every call. Below
+1 the next calls append to a prompt the engine has cached, and compaction runs once in
+a few calls.
 """
 
 from __future__ import annotations
@@ -41,7 +49,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from governor import CeilingExceeded, CompactionEvent, TokenCounter, ToolOutputPolicy
+from governor import (
+    CeilingExceeded,
+    CompactionEvent,
+    ConfigError,
+    TokenCounter,
+    ToolOutputPolicy,
+)
 from policies._conversation import Compaction, Split, check_setting, splits
 from policies.extractive_summarizer import ExtractiveSummarizer
 
@@ -62,17 +76,31 @@ class SummarizeOldest:
         summarizer: ToolOutputPolicy | None = None,
         summary_tokens: int = 256,
         *,
+        compact_to: float = 1.0,
         agent: str = "agent",
     ) -> None:
         check_setting("summary_tokens", summary_tokens, 1)
+        if not (
+            isinstance(compact_to, (int, float))
+            and not isinstance(compact_to, bool)
+            and 0 < compact_to <= 1
+        ):
+            raise ConfigError(
+                f"compact_to must be a share of the ceiling in (0, 1], got {compact_to!r}; "
+                "pass 1 to compact to the ceiling, or less (such as 0.8) to leave room for "
+                "the next calls to append to a cached prompt",
+                setting="compact_to",
+            )
         self._summarizer = summarizer
         self._summary_tokens = summary_tokens
+        self._compact_to = float(compact_to)
         self._agent = agent
 
     def __repr__(self) -> str:
         return (
             f"SummarizeOldest(summarizer={self._summarizer!r}, "
-            f"summary_tokens={self._summary_tokens}, agent={self._agent!r})"
+            f"summary_tokens={self._summary_tokens}, compact_to={self._compact_to:g}, "
+            f"agent={self._agent!r})"
         )
 
     def compact(
@@ -88,15 +116,16 @@ class SummarizeOldest:
         )
         if run.fits:
             return run.unchanged()
-        room = run.room
         summarizer = self._summarizer or ExtractiveSummarizer(counter)
         tokens = run.before
-        for parts in splits(messages):  # whole turns first, then an agent loop's rounds
-            found = self._fold(messages, parts, room, summarizer, counter)
-            if found is not None:
-                kept, tokens = found
-                gone = len(messages) - len(kept) + 1  # the summary stands in for them
-                return kept, run.event("summarize_oldest", kept, tokens, summarized=gone)
+        # Under the ceiling by compact_to where that fits, else to the brim.
+        for room in dict.fromkeys((max(1, int(run.room * self._compact_to)), run.room)):
+            for parts in splits(messages):  # whole turns first, then an agent loop's rounds
+                found = self._fold(messages, parts, room, summarizer, counter)
+                if found is not None:
+                    kept, tokens = found
+                    gone = len(messages) - len(kept) + 1  # the summary stands in for them
+                    return kept, run.event("summarize_oldest", kept, tokens, summarized=gone)
         raise CeilingExceeded(self._agent, tokens + reserve_tokens, ceiling_tokens)
 
     def _fold(

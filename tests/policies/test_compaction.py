@@ -178,6 +178,41 @@ def test_summarize_oldest_replaces_the_oldest_turns_with_one_message() -> None:
     assert again[3:] == more[2 + second.summarized :]
 
 
+def test_compact_to_leaves_room_under_the_ceiling_so_the_next_calls_append() -> None:
+    messages = conversation(12, size=60)
+    ceiling = COUNTER.count_messages(messages) // 2
+    brim = SummarizeOldest(summary_tokens=64)
+    under = SummarizeOldest(summary_tokens=64, compact_to=0.6)
+    full, _ = brim.compact(messages, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER)
+    kept, event = under.compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    assert event.tokens_after <= int((ceiling - 100) * 0.6) < COUNTER.count_messages(full)
+    assert kept[3:] == messages[2 + event.summarized :]  # the latest turns, whole
+    # Calls appended after it fit without compacting again, where the brim's do not: the
+    # prompt they extend is the one the engine computed last.
+    grown = kept + tool_turn(12, size=60)
+    again, second = under.compact(
+        grown, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    assert second.method == "none" and again == grown
+    _, third = brim.compact(
+        full + tool_turn(12, size=60), ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    assert third.method == "summarize_oldest"
+    # Where the share cannot hold the head, a summary and the last turn, it goes to the brim.
+    tight = SummarizeOldest(summary_tokens=64, compact_to=0.01)
+    kept, event = tight.compact(
+        messages, ceiling_tokens=ceiling, reserve_tokens=100, counter=COUNTER
+    )
+    assert event.method == "summarize_oldest" and event.tokens_after <= ceiling - 100
+    assert kept == full
+    with pytest.raises(ConfigError, match="compact_to must be a share of the ceiling"):
+        SummarizeOldest(compact_to=0)
+    with pytest.raises(ConfigError, match="compact_to"):
+        SummarizeOldest(compact_to=1.5)
+
+
 def test_summarize_oldest_uses_the_given_summarizer() -> None:
     class Tiny:
         def reduce(self, text, *, budget_tokens, tool_name=None, arguments=None):

@@ -147,12 +147,20 @@ SUMMARY_SHARE = 0.25  # of the ceiling, for the running summary unless a benchma
 
 
 def kvgov_compaction(
-    reducer: ExtractiveSummarizer, ceiling_tokens: int, summary_share: float = SUMMARY_SHARE
+    reducer: ExtractiveSummarizer,
+    ceiling_tokens: int,
+    summary_share: float = SUMMARY_SHARE,
+    compact_to: float = 1.0,
 ) -> SummarizeOldest:
     """kvgov's compaction as the benchmarks run it (here and ``kvgov bench openloop``'s
     workloads): a running summary of up to ``summary_share`` of the ceiling (a quarter
-    unless given), the rest for the latest turns whole."""
-    return SummarizeOldest(reducer, summary_tokens=max(1, int(ceiling_tokens * summary_share)))
+    unless given), the rest for the latest turns whole; each compaction to ``compact_to``
+    of the ceiling where it can (to the ceiling unless given)."""
+    return SummarizeOldest(
+        reducer,
+        summary_tokens=max(1, int(ceiling_tokens * summary_share)),
+        compact_to=compact_to,
+    )
 
 
 def kvgov_context(

@@ -87,6 +87,7 @@ def test_tuning_runs_kvgov_alone_on_the_tuning_seed_and_chooses_by_the_rule(both
         ceilings=ceilings,
         tool_outputs=outputs,
         summary_shares=shares,
+        compact_tos=(1.0,),
         base=TINY,
         window_tokens=WINDOW_TOKENS,
         editing=EDITING,
@@ -130,6 +131,11 @@ def test_a_summary_share_other_than_a_quarter_names_its_system() -> None:
     assert half.system == "kvgov@8000/0.5"
     assert half.apply(TINY).summary_share == 0.5
     assert "a summary of up to 0.5 of it" in half.describe()
+    under = KvgovContext(8_000, 2_048, 0.5, 0.8)
+    assert under.system == "kvgov@8000/0.5/to0.8"
+    assert under.apply(TINY).compact_to == 0.8
+    assert "down to 0.8 of it" in under.describe() and "down to" not in half.describe()
+    assert under < half  # compacting to the ceiling keeps more
 
 
 def test_a_context_the_workload_refuses_says_what_to_raise() -> None:

@@ -237,6 +237,34 @@ def test_the_running_summary_takes_up_to_its_share_of_the_ceiling(
     assert "up to" not in describe(SMALL)
 
 
+def _compacted(scripts: tuple[Any, ...]) -> list[tuple[Any, int]]:
+    """Each worker's calls whose history is not the call before's with more appended
+    (compacted before it), with their index."""
+    return [
+        (script, i)
+        for script in scripts
+        if not script.planner
+        for i in range(1, len(script.turns))
+        if script.turns[i].messages[: len(script.turns[i - 1].messages)]
+        != script.turns[i - 1].messages
+    ]
+
+
+def test_compacting_under_the_ceiling_leaves_the_next_calls_to_append(
+    small: tuple[Any, ...], tokenizer: Tokenizer, counter: TokenCounter
+) -> None:
+    ceiling = SMALL.ceiling_tokens
+    assert ceiling is not None and SMALL.compact_to == 1
+    under = build(dataclasses.replace(SMALL, compact_to=0.6), counter_for(tokenizer))
+    brim, low = _compacted(small), _compacted(under)
+    assert 0 < len(low) < len(brim), (len(low), len(brim))
+    for script, i in low:  # each compaction went to 0.6 of the room (ceiling less reply)
+        turn = script.turns[i]
+        assert _count(counter, turn) <= 0.6 * (ceiling - turn.reply_tokens), (script.name, i)
+    assert "down to 0.6 of it" in describe(dataclasses.replace(SMALL, compact_to=0.6))
+    assert "down to" not in describe(SMALL)
+
+
 def test_without_a_ceiling_contexts_grow_past_it(
     tokenizer: Tokenizer, counter: TokenCounter
 ) -> None:
@@ -365,6 +393,8 @@ def test_a_tokenizer_that_does_not_split_at_lines_is_encoded_whole(
         ({"seed": 1.5}, "seed"),
         ({"summary_share": 1.0}, "summary_share"),
         ({"summary_share": 0}, "summary_share"),
+        ({"compact_to": 0}, "compact_to"),
+        ({"compact_to": 1.2}, "compact_to"),
     ],
 )
 def test_bad_workload_fields_say_what_to_change(change: dict[str, Any], says: str) -> None:

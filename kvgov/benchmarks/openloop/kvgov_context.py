@@ -1,17 +1,18 @@
 """kvgov's context knobs in the whole-system comparison (``system``): the ceiling at which
-an agent's history is compacted, the share of it its running summary may take, and the
-budget each tool output is reduced to, chosen on the tuning seed, never on a reported
-seed.
+an agent's history is compacted, the share of it its running summary may take, how far
+under it a compaction goes, and the budget each tool output is reduced to, chosen on the
+tuning seed, never on a reported seed.
 
 Context editing's trigger and keep are tuned for its users' stack, and kvgov's own
 handling with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point
-of ``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` at the rates context editing was
-tuned at. The rule (``choose_keeping``) is context editing's (``editing_knobs.choose``:
-the least geometric mean over the rates of the mean job time, a point within 1% of the
-least going to the one that keeps most) among the points whose agents keep at least as many of the
-planted facts as the best LangChain handling's on the same seed: the comparison asks
-for kvgov's speed with no fewer facts kept. Where no point keeps as many, the one that
-keeps most is chosen. Facts kept are reported beside job time for every system.
+of ``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` x ``COMPACT_TOS`` at the rates
+context editing was tuned at. The rule (``choose_keeping``) is context editing's
+(``editing_knobs.choose``: the least geometric mean over the rates of the mean job time,
+a point within 1% of the least going to the one that keeps most) among the points whose
+agents keep at least as many of the planted facts as the best LangChain handling's on
+the same seed: the comparison asks for kvgov's speed with no fewer facts kept. Where no
+point keeps as many, the one that keeps most is chosen. Facts kept are reported beside
+job time for every system.
 
 ``KVGOV_CONTEXT`` is what the rule chose (``tune`` reruns it).
 """
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CEILINGS",
+    "COMPACT_TOS",
     "KVGOV_CONTEXT",
     "KVGOV_FASTEST",
     "SUMMARY_SHARES",
@@ -48,13 +50,15 @@ __all__ = [
 @dataclass(frozen=True, slots=True, order=True)
 class KvgovContext:
     """How kvgov bounds an agent's context: histories compacted at ``ceiling_tokens``
-    (``SummarizeOldest``) with a running summary of up to ``summary_share`` of it, each
-    tool output reduced to ``tool_output_tokens`` (``ExtractiveSummarizer``). Ordered by
-    how much context it keeps."""
+    (``SummarizeOldest``) with a running summary of up to ``summary_share`` of it, down
+    to ``compact_to`` of it where they can, each tool output reduced to
+    ``tool_output_tokens`` (``ExtractiveSummarizer``). Ordered by how much context it
+    keeps."""
 
     ceiling_tokens: int
     tool_output_tokens: int
     summary_share: float = SUMMARY_SHARE
+    compact_to: float = 1.0
 
     def apply(self, workload: openloop.OpenLoopWorkload) -> openloop.OpenLoopWorkload:
         """``workload`` with kvgov's context bounded so."""
@@ -63,20 +67,23 @@ class KvgovContext:
             ceiling_tokens=self.ceiling_tokens,
             tool_output_tokens=self.tool_output_tokens,
             summary_share=self.summary_share,
+            compact_to=self.compact_to,
         )
 
     @property
     def system(self) -> str:
         """Its name as a system of the comparison beside the chosen one's (``kvgov``):
-        ``kvgov@<ceiling>``, and ``/<share>`` where the summary's share is not the
-        default quarter."""
+        ``kvgov@<ceiling>``, then ``/<share>`` where the summary's share is not the
+        default quarter and ``/to<compact_to>`` where compaction goes under the ceiling."""
         share = "" if self.summary_share == SUMMARY_SHARE else f"/{self.summary_share:g}"
-        return f"kvgov@{self.ceiling_tokens}{share}"
+        to = "" if self.compact_to == 1 else f"/to{self.compact_to:g}"
+        return f"kvgov@{self.ceiling_tokens}{share}{to}"
 
     def describe(self) -> str:
         return (
             f"outputs reduced to {self.tool_output_tokens:,}, compacted at "
             f"{self.ceiling_tokens:,} with a summary of up to {self.summary_share:g} of it"
+            + ("" if self.compact_to == 1 else f", down to {self.compact_to:g} of it")
         )
 
 
@@ -90,6 +97,10 @@ TOOL_OUTPUTS = (2_048,)
 # The running summary's share of the ceiling: the benchmarks' quarter, and half (the
 # folded results' gists get twice the room, the latest turns kept whole less).
 SUMMARY_SHARES = (SUMMARY_SHARE, 0.5)
+# How far under the ceiling a compaction goes: to the ceiling (every call past it folds a
+# turn and rewrites the summary, so the prompt is computed again whole), or to 0.8 or 0.6
+# of it (the next calls append to the prompt the engine has cached).
+COMPACT_TOS = (1.0, 0.8, 0.6)
 
 # Chosen by ``tune`` on seed 0 (at commit 167da54, 2026-12-07 15:52 UTC, 129 s in two
 # processes), twin-rx9070xt, each rate's window holding 1.5 teams on average as for
@@ -155,6 +166,7 @@ def tune(
     ceilings: Sequence[int] = CEILINGS,
     tool_outputs: Sequence[int] = TOOL_OUTPUTS,
     summary_shares: Sequence[float] = SUMMARY_SHARES,
+    compact_tos: Sequence[float] = COMPACT_TOS,
     base: openloop.OpenLoopWorkload = openloop.TWIN,
     window_tokens: int | None = None,
     editing: EditingKnobs | None = None,
@@ -168,10 +180,11 @@ def tune(
     from kvgov.benchmarks.openloop.processes import in_processes
 
     points = [
-        KvgovContext(c, t, share)
+        KvgovContext(c, t, share, to)
         for c in ceilings
         for t in tool_outputs
         for share in summary_shares
+        for to in compact_tos
     ]
     began = time.perf_counter()
     jobs = [

@@ -193,7 +193,7 @@ def run_seed(
         window_tokens=window_tokens,
         editing=editing,
         kvgov_context=KvgovContext(
-            base.ceiling_tokens, base.tool_output_tokens, base.summary_share
+            base.ceiling_tokens, base.tool_output_tokens, base.summary_share, base.compact_to
         ),
         also=tuple(also),
     )

@@ -423,7 +423,7 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
         )
         yield _context_point(
             f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens} "
-            f"{point.summary_share:g}",
+            f"{point.summary_share:g} {point.compact_to:g}",
             row,
             point == context,
             f"{kept}; {where}",

@@ -321,7 +321,8 @@ class OpenLoopWorkload:
     one; every call's reply ``reply_tokens`` tokens (drawn uniformly per call, inclusive);
     tool outputs reduced to ``tool_output_tokens`` (None: appended raw) and histories
     compacted at ``ceiling_tokens`` (None: never) with a running summary of up to
-    ``summary_share`` of it; a team's system prompt about ``system_tokens`` long; with
+    ``summary_share`` of it, each compaction to ``compact_to`` of it where it can
+    (``SummarizeOldest``'s); a team's system prompt about ``system_tokens`` long; with
     ``facts``, facts planted in every raw tool output."""
 
     rate_per_min: float
@@ -331,6 +332,7 @@ class OpenLoopWorkload:
     tool_output_tokens: int | None = 2_048
     ceiling_tokens: int | None = 16_000
     summary_share: float = SUMMARY_SHARE
+    compact_to: float = 1.0
     system_tokens: int = 1_500
     seed: int = 0
     facts: bool = False
@@ -382,6 +384,12 @@ class OpenLoopWorkload:
                 f"summary_share is the part of ceiling_tokens the running summary may take, "
                 f"a number between 0 and 1 (exclusive), got {share!r}"
             )
+        to = self.compact_to
+        if isinstance(to, bool) or not isinstance(to, (int, float)) or not 0 < to <= 1:
+            raise OpenLoopWorkloadError(
+                f"compact_to is the part of ceiling_tokens a compaction goes down to, a "
+                f"number in (0, 1] (1: to the ceiling), got {to!r}"
+            )
         if self.ceiling_tokens is not None:
             least = self.system_tokens + self.reply_tokens[1] + _MIN_ROOM_TOKENS
             if not _count(self.ceiling_tokens, least):
@@ -430,7 +438,11 @@ def build_planted(
     corpus = _Corpus(workload.seed, counter)
     reduce = ExtractiveSummarizer(counter)
     ceiling = workload.ceiling_tokens
-    compact = None if ceiling is None else kvgov_compaction(reduce, ceiling, workload.summary_share)
+    compact = (
+        None
+        if ceiling is None
+        else kvgov_compaction(reduce, ceiling, workload.summary_share, workload.compact_to)
+    )
     scripts: list[AgentScript] = []
     planted: dict[str, tuple[Fact, ...]] = {}
     for team, (arrival_s, tenant) in enumerate(arrivals(workload)):
@@ -494,10 +506,12 @@ def describe(workload: OpenLoopWorkload) -> str:
         if workload.ceiling_tokens is None
         else f"compacted at {workload.ceiling_tokens:,} (SummarizeOldest"
         + (
-            ")"
+            ""
             if workload.summary_share == SUMMARY_SHARE
-            else f", a summary of up to {workload.summary_share:g} of it)"
+            else f", a summary of up to {workload.summary_share:g} of it"
         )
+        + ("" if workload.compact_to == 1 else f", down to {workload.compact_to:g} of it")
+        + ")"
     )
     return (
         f"open loop: teams at {workload.rate_per_min:g}/min (Poisson) for "

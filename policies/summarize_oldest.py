@@ -33,12 +33,13 @@ instead. When even the head, a summary and the last turn do not fit it raises
 ``CeilingExceeded``.
 
 ``compact_to`` is how far under the ceiling a compaction goes: the result fits that
-share of the room (the ceiling less the reply's reserve), or the whole room where it
-cannot. At 1 a history past the ceiling is compacted to the brim, so every later call
-folds one more turn and rewrites the summary: the engine's prefix cache holds nothing of
-the prompt past the head, and the whole history is computed again at every call. Below
-1 the next calls append to a prompt the engine has cached, and compaction runs once in
-a few calls.
+share of the room (the ceiling less the reply's reserve), its summary that share of
+``summary_tokens`` (the summary keeps its part of what the compaction leaves), or the
+whole room and ``summary_tokens`` where it cannot. At 1 a history past the ceiling is
+compacted to the brim, so every later call folds one more turn and rewrites the summary:
+the engine's prefix cache holds nothing of the prompt past the head, and the whole
+history is computed again at every call. Below 1 the next calls append to a prompt the
+engine has cached, and compaction runs once in a few calls.
 """
 
 from __future__ import annotations
@@ -119,9 +120,11 @@ class SummarizeOldest:
         summarizer = self._summarizer or ExtractiveSummarizer(counter)
         tokens = run.before
         # Under the ceiling by compact_to where that fits, else to the brim.
-        for room in dict.fromkeys((max(1, int(run.room * self._compact_to)), run.room)):
+        share = self._compact_to
+        under = (max(1, int(run.room * share)), max(1, int(self._summary_tokens * share)))
+        for room, summary in dict.fromkeys((under, (run.room, self._summary_tokens))):
             for parts in splits(messages):  # whole turns first, then an agent loop's rounds
-                found = self._fold(messages, parts, room, summarizer, counter)
+                found = self._fold(messages, parts, room, summary, summarizer, counter)
                 if found is not None:
                     kept, tokens = found
                     gone = len(messages) - len(kept) + 1  # the summary stands in for them
@@ -133,6 +136,7 @@ class SummarizeOldest:
         messages: Sequence[Mapping[str, Any]],
         parts: Split,
         room: int,
+        summary_tokens: int,
         summarizer: ToolOutputPolicy,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], int] | None:
@@ -146,15 +150,14 @@ class SummarizeOldest:
                 folded, said, rest = _span(messages, span)
                 empty = _build(messages, span, kept_indexes, folded, "")
                 free = room - counter.count_messages(empty)
-                if whole and free < min(self._summary_tokens, _size(said, rest, counter)):
+                if whole and free < min(summary_tokens, _size(said, rest, counter)):
                     continue
                 found = self._within(
                     messages,
                     span,
                     kept_indexes,
                     (folded, said, rest),
-                    room,
-                    free,
+                    (room, free, summary_tokens),
                     summarizer,
                     counter,
                 )
@@ -168,15 +171,16 @@ class SummarizeOldest:
         span: list[int],
         kept_indexes: list[int],
         folded_span: tuple[int, list[str], list[_Entry]],
-        room: int,
-        free: int,
+        sizes: tuple[int, int, int],
         summarizer: ToolOutputPolicy,
         counter: TokenCounter,
     ) -> tuple[list[dict[str, Any]], int] | None:
-        """The kept messages with a summary of the span in the ``free`` tokens of
-        ``room`` they leave, or None where it does not fit."""
+        """The kept messages with a summary of the span (of at most ``summary_tokens``)
+        in the ``free`` tokens of ``room`` they leave (``sizes``: the three), or None
+        where it does not fit."""
         folded, said, rest = folded_span
-        budget = min(self._summary_tokens, free)
+        room, free, summary_tokens = sizes
+        budget = min(summary_tokens, free)
         while budget >= 1:
             body = _body(said, rest, budget, summarizer, counter)
             kept = _build(messages, span, kept_indexes, folded, body)

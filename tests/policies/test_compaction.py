@@ -189,6 +189,8 @@ def test_compact_to_leaves_room_under_the_ceiling_so_the_next_calls_append() -> 
     )
     assert event.tokens_after <= int((ceiling - 100) * 0.6) < COUNTER.count_messages(full)
     assert kept[3:] == messages[2 + event.summarized :]  # the latest turns, whole
+    # The summary keeps its part of what the compaction leaves: 0.6 of its 64 tokens.
+    assert COUNTER.count(kept[2]["content"].split("\n", 1)[1]) <= int(64 * 0.6)
     # Calls appended after it fit without compacting again, where the brim's do not: the
     # prompt they extend is the one the engine computed last.
     grown = kept + tool_turn(12, size=60)

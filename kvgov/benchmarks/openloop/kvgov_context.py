@@ -87,8 +87,8 @@ class KvgovContext:
         )
 
 
-# Context editing's trigger grid's lower half (its least, 8,000, was its grid's edge), up
-# to 24,000, where kvgov keeps more of the facts than trim_messages keeps at the window.
+# From 8,000 (a quarter of the model's window) to 24,000, where kvgov keeps more of the
+# facts than trim_messages keeps at the window.
 # Tool outputs at the panel's 2,048 only: the workload draws an agent's words around the
 # lines it quotes of its last result, so outputs cut to 1,024 draw other jobs on seed 0
 # (``handled.prepare`` refuses them).
@@ -102,35 +102,57 @@ SUMMARY_SHARES = (SUMMARY_SHARE, 0.5)
 # of it (the next calls append to the prompt the engine has cached).
 COMPACT_TOS = (1.0, 0.8, 0.6)
 
-# Chosen by ``tune`` on seed 0 (at commit 167da54, 2026-12-07 15:52 UTC, 129 s in two
+# Chosen by ``tune`` on seed 0 (at commit 0ac595a, 2026-12-07 17:45 UTC, 376 s in two
 # processes), twin-rx9070xt, each rate's window holding 1.5 teams on average as for
-# context editing's trigger (900, 450, 225, 90 s). kvgov's mean job time, s, at 0.1, 0.2,
+# context editing's knobs (900, 450, 225, 90 s). kvgov's mean job time, s, at 0.1, 0.2,
 # 0.4 and 1 teams/min, the objective (their geometric mean) and the facts its agents keep
 # (the best LangChain handling, trim_messages, keeps 67.2% on the same jobs) (* chosen):
 #
-# | ceiling | summary | objective | 0.1/min | 0.2/min | 0.4/min | 1/min | facts kept |
-# |---|---|---|---|---|---|---|---|
-# | 8,000 | 0.25 | 314 | 276 | 311 | 330 | 342 | 46.9% |
-# | 8,000 | 0.5 | 327 | 288 | 325 | 343 | 355 | 55.0% |
-# | 12,000 | 0.25 | 423 | 368 | 418 | 446 | 468 | 62.7% |
-# | 12,000 | 0.5 | 413* | 359 | 412 | 433 | 453 | 69.0% |
-# | 16,000 | 0.25 | 556 | 486 | 549 | 591 | 606 | 69.4% |
-# | 16,000 | 0.5 | 540 | 479 | 544 | 564 | 578 | 76.4% |
-# | 20,000 | 0.25 | 628 | 561 | 625 | 656 | 675 | 77.1% |
-# | 20,000 | 0.5 | 627 | 561 | 621 | 658 | 673 | 79.7% |
-# | 24,000 | 0.25 | 696 | 628 | 700 | 718 | 744 | 82.3% |
-# | 24,000 | 0.5 | 686 | 640 | 666 | 707 | 737 | 85.2% |
+# | ceiling | summary | compact to | objective | 0.1/min | 0.2/min | 0.4/min | 1/min | facts kept |
+# |---|---|---|---|---|---|---|---|---|
+# | 8,000 | 0.25 | 0.6 | 256 | 230 | 253 | 267 | 276 | 25.5% |
+# | 8,000 | 0.25 | 0.8 | 273 | 243 | 270 | 286 | 296 | 39.9% |
+# | 8,000 | 0.25 | 1.0 | 314 | 276 | 311 | 330 | 342 | 46.9% |
+# | 8,000 | 0.5 | 0.6 | 258 | 232 | 255 | 270 | 279 | 26.6% |
+# | 8,000 | 0.5 | 0.8 | 284 | 252 | 281 | 299 | 309 | 25.1% |
+# | 8,000 | 0.5 | 1.0 | 327 | 288 | 325 | 343 | 355 | 55.0% |
+# | 12,000 | 0.25 | 0.6 | 294 | 258 | 290 | 309 | 322 | 45.8% |
+# | 12,000 | 0.25 | 0.8 | 329 | 287 | 324 | 346 | 362 | 55.0% |
+# | 12,000 | 0.25 | 1.0 | 423 | 368 | 418 | 446 | 468 | 62.7% |
+# | 12,000 | 0.5 | 0.6 | 304 | 267 | 300 | 319 | 333 | 42.4% |
+# | 12,000 | 0.5 | 0.8 | 329* | 288 | 324 | 347 | 360 | 67.5% |
+# | 12,000 | 0.5 | 1.0 | 413 | 359 | 412 | 433 | 453 | 69.0% |
+# | 16,000 | 0.25 | 0.6 | 341 | 295 | 337 | 362 | 378 | 58.7% |
+# | 16,000 | 0.25 | 0.8 | 388 | 330 | 385 | 415 | 432 | 66.1% |
+# | 16,000 | 0.25 | 1.0 | 556 | 486 | 549 | 591 | 606 | 69.4% |
+# | 16,000 | 0.5 | 0.6 | 339 | 294 | 334 | 359 | 375 | 70.1% |
+# | 16,000 | 0.5 | 0.8 | 400 | 344 | 395 | 427 | 441 | 76.8% |
+# | 16,000 | 0.5 | 1.0 | 540 | 479 | 544 | 564 | 578 | 76.4% |
+# | 20,000 | 0.25 | 0.6 | 404 | 343 | 406 | 434 | 442 | 65.3% |
+# | 20,000 | 0.25 | 0.8 | 467 | 410 | 465 | 497 | 504 | 73.1% |
+# | 20,000 | 0.25 | 1.0 | 628 | 561 | 625 | 656 | 675 | 77.1% |
+# | 20,000 | 0.5 | 0.6 | 398 | 347 | 394 | 421 | 436 | 74.9% |
+# | 20,000 | 0.5 | 0.8 | 456 | 397 | 457 | 479 | 498 | 79.7% |
+# | 20,000 | 0.5 | 1.0 | 627 | 561 | 621 | 658 | 673 | 79.7% |
+# | 24,000 | 0.25 | 0.6 | 446 | 386 | 441 | 471 | 491 | 72.7% |
+# | 24,000 | 0.25 | 0.8 | 499 | 427 | 503 | 537 | 537 | 80.8% |
+# | 24,000 | 0.25 | 1.0 | 696 | 628 | 700 | 718 | 744 | 82.3% |
+# | 24,000 | 0.5 | 0.6 | 444 | 391 | 438 | 469 | 484 | 80.4% |
+# | 24,000 | 0.5 | 0.8 | 495 | 446 | 486 | 520 | 534 | 84.5% |
+# | 24,000 | 0.5 | 1.0 | 686 | 640 | 666 | 707 | 737 | 85.2% |
 #
-# The fastest point keeps fewer facts than trim_messages; 12,000 with half of it for the
-# summary is the fastest that keeps as many. From 12,000 up, a half share keeps more facts
-# at the same or less time: the folded results' gists are what the questions ask for.
-# (At 8ade560, with the quarter share alone, 16,000 was chosen; before each folded result
-# kept its gist, at a2c9561, 8,000 was chosen by job time alone and kept as many facts as
-# context editing, a fifth.)
-KVGOV_CONTEXT = KvgovContext(ceiling_tokens=12_000, tool_output_tokens=2_048, summary_share=0.5)
+# Compacting to the ceiling (1.0) is the slowest at every ceiling: each call past it folds
+# one turn and rewrites the summary, so the whole prompt is computed again. Under it, the
+# next calls append to a cached prompt: at 12,000 with half for the summary, 0.8 takes 329
+# s against 413 s and keeps 67.5% of the facts against 69.0%, the fastest point that keeps
+# as many as trim_messages. (Compacting to the ceiling alone, at 167da54, 12,000 with half
+# was chosen; with the quarter alone, at 8ade560, 16,000.)
+KVGOV_CONTEXT = KvgovContext(
+    ceiling_tokens=12_000, tool_output_tokens=2_048, summary_share=0.5, compact_to=0.8
+)
 # The grid's fastest point on the same runs, whatever it keeps: reported beside the chosen
 # one (``system.measure``'s ``also``), so the trade between speed and facts kept shows.
-KVGOV_FASTEST = KvgovContext(ceiling_tokens=8_000, tool_output_tokens=2_048)
+KVGOV_FASTEST = KvgovContext(ceiling_tokens=8_000, tool_output_tokens=2_048, compact_to=0.6)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,8 +61,10 @@ class Prepared:
         the same expected teams: its gaps scaled, its teams and their draws the same);
         None where it is not."""
         ours = self.setups[KVGOV].workload
-        shape = {"rate_per_min": ours.rate_per_min, "duration_s": ours.duration_s}
-        if dataclasses.replace(workload, **shape) != ours:
+        at_ours = dataclasses.replace(
+            workload, rate_per_min=ours.rate_per_min, duration_s=ours.duration_s
+        )
+        if at_ours != ours:
             return None
         teams = openloop.arrivals(workload)
         planners = [s for s in self.setups[KVGOV].scripts if s.planner]

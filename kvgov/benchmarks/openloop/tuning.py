@@ -412,8 +412,13 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
         yield _context_point(
             f"context_editing {point.trigger_tokens} {point.keep}", row, point == editing, where
         )
+    # kvgov's floor is the best LangChain handling's facts: context editing's as chosen.
     context, by_context = kvgov_context.tune(
-        rates, window_s=window, processes=default_processes(), progress=_progress
+        rates,
+        window_s=window,
+        editing=editing,
+        processes=default_processes(),
+        progress=_progress,
     )
     for point, run in by_context.items():
         row = {f"{rate:g}/min": jct for rate, jct in run.jct_mean_s.items()}

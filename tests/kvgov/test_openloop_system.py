@@ -371,6 +371,14 @@ def test_kvgov_at_another_context_runs_beside_it_on_the_same_jobs_and_slos(
         m.metric: m for m in system_figures.figures(twice, tuple(WINDOWS_S), policies=POLICIES)
     }
     assert figures[f"facts_kept_pct_{name}"].value == pytest.approx(both.facts[(name, RATE)].pct)
+    # The prompt tokens the engine computed, each system's own.
+    for s in (name, KVGOV, "paged+trim_messages"):
+        computed = figures[f"prefill_tokens_system[{s}]@{RATE:g}/min_twin"]
+        assert computed.value == both.results[(s, RATE)].counters.prefill_tokens > 0, s
+    assert (
+        figures[f"prefill_tokens_system[{name}]@{RATE:g}/min_twin"].value
+        != figures[f"prefill_tokens_system[{KVGOV}]@{RATE:g}/min_twin"].value
+    )
     ratio = figures[f"goodput_{name}_over_best_system@{RATE:g}/min_twin"]
     assert ratio.target is None and name in ratio.note
     assert figures[f"goodput_kvgov_over_best_system@{RATE:g}/min_twin"].target == 2.0

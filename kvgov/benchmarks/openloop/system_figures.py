@@ -2,8 +2,9 @@
 evaluation seeds with its paired 95% bootstrap interval (``stats``), in ``Measurement``
 lines of the ``swarm`` bench, every one modelled.
 
-Per rate: each system's mean job time and goodput (``jct_mean_system[<system>]``,
-``goodput_system[<system>]``), and kvgov's goodput over the best baseline system's
+Per rate: each system's mean job time, goodput and prompt tokens computed
+(``jct_mean_system[<system>]``, ``goodput_system[<system>]``,
+``prefill_tokens_system[<system>]``), and kvgov's goodput over the best baseline system's
 (``goodput_kvgov_over_best_system``, with ``_lower95``), the best picked once on its
 median (``stats.best_of``) and paired seed by seed (``stats.paired_ratio``). Over all
 rates: each system's facts kept (``facts_kept_pct_<system>``, its handling's), kvgov's
@@ -34,6 +35,10 @@ __all__ = ["figures"]
 
 _BENCH = "swarm"
 _LOWER, _HIGHER = Direction.LOWER_IS_BETTER, Direction.HIGHER_IS_BETTER
+_PREFILL_NOTE = (
+    "the prompt tokens the engine computed in the run, every job's (those its prefix cache "
+    "served are not counted; a recomputed token is)"
+)
 
 
 def figures(
@@ -61,9 +66,13 @@ def figures(
         for system in every:
             jct = {r.seed: r.results[(system.name, rate)].jct_mean_s for r in runs}
             per_system[system.name] = good = {r.seed: r.goodput(system.name, rate) for r in runs}
+            computed = {
+                r.seed: float(r.results[(system.name, rate)].counters.prefill_tokens) for r in runs
+            }
             for figure, values, unit, direction in (
                 ("jct_mean_system", jct, "s", _LOWER),
                 ("goodput_system", good, "jobs/min", _HIGHER),
+                ("prefill_tokens_system", computed, "tokens", _LOWER),
             ):
                 interval = stats.median_interval(values)
                 yield Measurement(
@@ -75,6 +84,7 @@ def figures(
                     direction,
                     note=f"modelled; whole system; median and 95% band {interval}; "
                     + (f"{_slo_note()}; " if figure == "goodput_system" else "")
+                    + (f"{_PREFILL_NOTE}; " if figure == "prefill_tokens_system" else "")
                     + where,
                 )
         for name in ours:

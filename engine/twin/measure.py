@@ -56,6 +56,7 @@ __all__ = [
     "LINK_SIZES",
     "MAX_TRIES_PER_REPEAT",
     "GridPoint",
+    "card_points",
     "default_points",
     "grid_engine_config",
     "measure_grid",
@@ -138,6 +139,30 @@ def default_points(*, quick: bool = False) -> tuple[GridPoint, ...]:
         prefill += [(512, 6144), (1024, 6144), (2048, 0), (2048, 2048), (2048, 4096)]
         mixed = [(b, n, p) for b in (4, 16) for n in (256, 1024) for p in (64, 512)]
         mixed += [(2, 2048, 1024), (4, 3072, 1024), (2, 4096, 1024)]
+    return (
+        *(GridPoint(num_decode_seqs=b, num_decode_context_tokens=n) for b, n in decode),
+        *(GridPoint(num_prefill_tokens=p, num_prefill_context_tokens=c) for p, c in prefill),
+        *(
+            GridPoint(num_decode_seqs=b, num_decode_context_tokens=n, num_prefill_tokens=p)
+            for b, n, p in mixed
+        ),
+    )
+
+
+def card_points(
+    *, max_context_tokens: int = 16_384, max_kv_tokens: int = 131_072
+) -> tuple[GridPoint, ...]:
+    """The grid a lent GPU measures in its few minutes (``tests/gpu_run.sh``): decode steps
+    of 1-32 sequences at contexts of 512 to ``max_context_tokens``, as many of them as
+    hold at most ``max_kv_tokens`` of context together (128k tokens: 16 GiB of an 8B
+    model's KV beside its 15 GiB of bf16 weights), prefills of 512 and 2,048 tokens on 0
+    to 14k cached, and mixed batches of a long prefill beside decodes."""
+    contexts = [n for n in (512, 1024, 2048, 4096, 8192, 16_384) if n <= max_context_tokens]
+    decode = [(b, n) for b in (1, 2, 4, 8, 16, 32) for n in contexts if b * n <= max_kv_tokens]
+    cached = [c for c in (0, 2048, 8192, 14_336) if c + 2048 <= max_context_tokens]
+    prefill = [(p, c) for p in (512, 2048) for c in cached]
+    mixed = [(8, 4096, 512), (32, 1024, 2048), (4, 8192, 1024)]
+    mixed = [(b, n, p) for b, n, p in mixed if n <= max_context_tokens]
     return (
         *(GridPoint(num_decode_seqs=b, num_decode_context_tokens=n) for b, n in decode),
         *(GridPoint(num_prefill_tokens=p, num_prefill_context_tokens=c) for p, c in prefill),

@@ -15,10 +15,13 @@ import torch
 
 from engine.quantization import WeightQuantization, dequantize, quantize
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None,
-    reason="Triton is not installed (pip install 'kvgov[triton]', or a GPU build of torch)",
-)
+pytestmark = [
+    pytest.mark.kernels,  # tests/gpu_run.sh selects these with -m "gpu or kernels"
+    pytest.mark.skipif(
+        importlib.util.find_spec("triton") is None,
+        reason="Triton is not installed (pip install 'kvgov[triton]', or a GPU build of torch)",
+    ),
+]
 
 _TOLERANCE = {torch.float32: 1e-5, torch.float16: 2**-10, torch.bfloat16: 2**-7}
 

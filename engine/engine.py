@@ -32,9 +32,10 @@ from engine.errors import (
     SequenceStateError,
     UnknownSequenceError,
 )
+from engine.expandable_segments import enable_expandable_segments
 from engine.kv_cache import KVCache
 from engine.loader import load_parts, num_kv_blocks
-from engine.memory_profile import enable_expandable_segments, profile_largest_step
+from engine.memory_profile import profile_largest_step
 from engine.model_runner import ModelRunner
 from engine.outputs import (
     Capacity,
@@ -65,7 +66,8 @@ class Engine:
         self.device = resolve_device(config.device)
         self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
         if self.device.type == "cuda":
-            enable_expandable_segments()  # before the weights take their segments
+            # Before the weights take their segments; a build without them says so here.
+            enable_expandable_segments(device=self.device)
         self.attention = get_attention_backend(config.attention, device=self.device)
         self.model_config, self.model, self.tokenizer = load_parts(
             config, attention=self.attention, device=self.device, dtype=self.dtype

@@ -11,8 +11,9 @@ where "used before" is everything the device already holds (the weights, the CUD
 context, other processes: ``total - free``) and the step's peak is the most the
 allocator held above its level before the step. So activations, the attention workspace
 and the logits of the largest step are paid for before the KV pool takes the rest. The
-allocator runs with ``expandable_segments`` so the pool and the step's buffers do not
-fragment it; the figure is logged at startup.
+allocator runs with ``expandable_segments`` where the build has them
+(``engine.expandable_segments``) so the pool and the step's buffers do not fragment it;
+the figure is logged at startup.
 
 The device calls go through ``DeviceMemory`` so the arithmetic is tested on a CPU with
 a fake device (``tests/engine/test_memory_profile.py``).
@@ -37,7 +38,6 @@ __all__ = [
     "CudaMemory",
     "DeviceMemory",
     "MemoryProfile",
-    "enable_expandable_segments",
     "profile_kv_bytes",
     "profile_largest_step",
     "run_largest_step",
@@ -131,19 +131,6 @@ def profile_kv_bytes(
             "the weights (quantize='int4'), or free the device"
         )
     return profile
-
-
-def enable_expandable_segments() -> bool:
-    """Ask the caching allocator for expandable segments (fewer fragmented blocks when
-    the pool and a step's buffers come and go); False where this build cannot."""
-    setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
-    if setter is None:
-        return False
-    try:
-        setter("expandable_segments:True")
-    except RuntimeError:  # e.g. a ROCm build without support
-        return False
-    return True
 
 
 def run_largest_step(

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.benchmarks.hf_batching import paged_batching_config
 from engine.benchmarks.measurement import Direction, Measurement
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -214,7 +215,7 @@ def _versus_transformers(
     config = transformers.GenerationConfig(
         max_new_tokens=num_new, do_sample=False, eos_token_id=None, pad_token_id=0
     )
-    pages = ContinuousBatchingConfig(num_blocks=1024, page_size=16)
+    pages = paged_batching_config(ContinuousBatchingConfig, num_blocks=1024, page_size=16)
 
     def hf_batch() -> list[tuple[int, ...]]:
         out = hf.generate_batch(

@@ -54,6 +54,7 @@ from engine.errors import (
     WeightsDoNotFitError,
 )
 from engine.hf_export import export_preset
+from engine.host_swap import HostSwap, SwapSizing
 from engine.kv_cache import BlockPairs, KVCache
 from engine.model_config import ModelConfig, RopeScaling
 from engine.models import LlamaForCausalLM
@@ -111,6 +112,7 @@ __all__ = [
     "EngineMetrics",
     "FinishReason",
     "Fit",
+    "HostSwap",
     "IncrementalDecoder",
     "InvalidRequestError",
     "KVCache",
@@ -139,6 +141,7 @@ __all__ = [
     "Shortfall",
     "StopChecker",
     "StopResult",
+    "SwapSizing",
     "TokenStopChecker",
     "Tokenizer",
     "TokenizerLoadError",

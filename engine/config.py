@@ -10,8 +10,6 @@ from engine.quantization.scheme import parse_quantization
 
 __all__ = ["EngineConfig", "PreemptionMode"]
 
-_MIB = 1 << 20
-
 
 class PreemptionMode(Enum):
     SWAP = "swap"  # swap to host while swap space lasts, then recompute
@@ -23,7 +21,14 @@ class EngineConfig:
     """KV capacity is set by at most one of ``num_blocks``, ``kv_cache_bytes`` or
     ``kv_cache_fraction`` (of free device memory); with none set, 256 MiB on CPU, and on a
     GPU ``gpu_memory_utilization`` of the card less what is in use and what the largest
-    step peaks at, measured by a dummy step (``engine.memory_profile``)."""
+    step peaks at, measured by a dummy step (``engine.memory_profile``).
+
+    Host swap (the pool that swapped and offloaded blocks move to) is set by
+    ``swap_space_blocks``, else ``swap_space_bytes`` (0: none), taken exactly; with
+    neither, it is sized from the model (``engine.host_swap``): enough for
+    max(32,768, max_model_len) tokens of its KV (4 GiB for an 8B model in bf16, vLLM's
+    default ``--swap-space``), at most a quarter of the host's available memory, never
+    under 64 MiB (the former fixed default)."""
 
     model: str = "tiny-random"  # a preset name or a local Hugging Face folder
     tokenizer: str | None = None  # "tiktoken:<encoding>" or a folder; None: the model's own
@@ -38,9 +43,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # of the card's total, for everything the engine holds
     # The host pool for swapped and offloaded blocks, in blocks (each holds block_size
     # tokens of every layer: a 9B model's 16-token block is about 2.2 MB, so 64 MiB is
-    # only about 480 tokens); None: as many blocks as swap_space_bytes holds.
+    # only about 480 tokens), else in bytes; both None: sized from the model.
     swap_space_blocks: int | None = None
-    swap_space_bytes: int = 64 * _MIB
+    swap_space_bytes: int | None = None
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # per-step token budget (chunked prefill)
@@ -77,8 +82,14 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidRequestError(f"{name} must be a positive int, got {value!r}")
-        if self.swap_space_bytes < 0:
-            raise InvalidRequestError("swap_space_bytes must be >= 0")
+        swap_bytes = self.swap_space_bytes
+        if swap_bytes is not None and (
+            not isinstance(swap_bytes, int) or isinstance(swap_bytes, bool) or swap_bytes < 0
+        ):
+            raise InvalidRequestError(
+                f"swap_space_bytes must be an int >= 0 (0: no swap space; None: sized from "
+                f"the model), got {swap_bytes!r}"
+            )
         fraction = self.kv_cache_fraction
         if fraction is not None and not 0 < fraction <= 1:
             raise InvalidRequestError(f"kv_cache_fraction must be in (0, 1], got {fraction}")
@@ -93,10 +104,3 @@ class EngineConfig:
             raise InvalidRequestError(
                 f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}"
             )
-
-    def host_blocks(self, bytes_per_block: int) -> int:
-        """Blocks of host swap space: ``swap_space_blocks``, else what
-        ``swap_space_bytes`` holds."""
-        if self.swap_space_blocks is not None:
-            return self.swap_space_blocks
-        return self.swap_space_bytes // bytes_per_block

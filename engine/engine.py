@@ -33,8 +33,9 @@ from engine.errors import (
     UnknownSequenceError,
 )
 from engine.expandable_segments import enable_expandable_segments
+from engine.host_swap import size_host_swap
 from engine.kv_cache import KVCache
-from engine.loader import load_parts, num_kv_blocks
+from engine.loader import free_bytes, load_parts, num_kv_blocks
 from engine.memory_profile import profile_largest_step
 from engine.model_runner import ModelRunner
 from engine.outputs import (
@@ -82,13 +83,19 @@ class Engine:
             bytes_per_block=bytes_per_block,
             profile=lambda: profile_largest_step(self.model, config),
         )
+        self.host_swap = size_host_swap(
+            config,
+            bytes_per_block=bytes_per_block,
+            max_model_len=self.max_model_len,
+            host_available_bytes=free_bytes(torch.device("cpu")),
+        )
         self.kv_cache = KVCache(
             num_layers=mc.num_layers,
             num_blocks=num_blocks,
             block_size=config.block_size,
             num_kv_heads=mc.num_kv_heads,
             head_dim=mc.head_dim,
-            num_host_blocks=config.host_blocks(bytes_per_block),
+            num_host_blocks=self.host_swap.num_blocks,
             dtype=self.dtype,
             device=self.device,
         )

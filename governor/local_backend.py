@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from engine.block_results import PinnedPrefix
     from engine.engine import Engine
     from engine.engine_loop import EngineLoop, Submission
+    from engine.host_swap import HostSwap
     from engine.loop_snapshot import LoopSnapshot
     from engine.outputs import EngineSnapshot, KVSnapshot
     from engine.sampling import SamplingParams
@@ -303,6 +304,12 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     def weights_bytes(self) -> int:
         """Device memory the model's weights take."""
         return self._weights_bytes
+
+    @property
+    def host_swap(self) -> HostSwap:
+        """The engine's host swap space for offloaded KV: its size, and why that size
+        (set in the config, or sized from the model). Fixed once the engine is built."""
+        return self._engine.host_swap
 
     def health(self) -> BackendHealth:
         """Ok when the engine thread answers within a few seconds."""

@@ -2,7 +2,8 @@
 
     kvgov serve [--model PRESET|PATH] [--host 127.0.0.1] [--port 8000]
                 [--api-key KEY ...] [--api-key-file PATH] [--admin-api-key KEY ...]
-                [--num-blocks N | --kv-budget SIZE] [--device auto] [--quantize int4|int8]
+                [--num-blocks N | --kv-budget SIZE] [--swap-space SIZE] [--device auto]
+                [--quantize int4|int8]
                 [--served-model-name NAME] [--max-body-bytes N] [--max-waiting N]
                 [--allowed-host NAME ...] [--max-head-bytes N] [--head-timeout S]
                 [--body-timeout S] [--max-connections N] [--tenant-pin-share F]
@@ -10,9 +11,11 @@
 
 Also ``python -m kvgov.serve`` with the same options. Keys may also come from the
 environment (``KVGOV_API_KEY``, or ``KVGOV_API_KEYS`` comma-separated). The command
-prints where it listens, the model, the KV capacity (blocks, tokens, bytes) and the
-security settings (how many keys, never the keys; a warning when it listens beyond
-loopback without one) and its limits, serves until interrupted, then closes the engine.
+prints where it listens, the model, the KV capacity (blocks, tokens, bytes), the host
+swap space for offloaded KV (blocks, tokens, bytes, and whether ``--swap-space`` set it
+or it was sized from the model: ``engine.host_swap``) and the security settings (how many
+keys, never the keys; a warning when it listens beyond loopback without one) and its
+limits, serves until interrupted, then closes the engine.
 ``kvgov.serve.settings`` says what each limit bounds.
 
 Kept outside ``kvgov.serve`` so that ``kvgov --version`` imports neither FastAPI nor torch.
@@ -29,6 +32,7 @@ from kvgov.cli_output import fail
 if TYPE_CHECKING:
     import uvicorn
 
+    from engine.host_swap import HostSwap
     from governor.backend import BackendCapacity
     from kvgov.serve.settings import ServeSettings
 
@@ -63,6 +67,12 @@ def serve(
     ] = None,
     kv_budget: Annotated[
         str | None, typer.Option(help="KV cache size: 256MiB, 2GB, 1.5GiB.")
+    ] = None,
+    swap_space: Annotated[
+        str | None,
+        typer.Option(
+            help="Host memory for offloaded KV: 4GiB, 512MiB (default: sized from the model)."
+        ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     quantize: Annotated[
@@ -149,13 +159,18 @@ def serve(
             config["num_blocks"] = num_blocks
         if kv_budget is not None:
             config["kv_cache_bytes"] = parse_size(kv_budget)
+        if swap_space is not None:
+            config["swap_space_bytes"] = parse_size(swap_space)
     except (GovernorError, ValueError) as exc:
         fail(str(exc))
     failures: list[BaseException] = []
     servers: list[uvicorn.Server] = []  # the loader's callbacks run once the server exists
 
     def ready(backend: LocalBackend) -> None:
-        for line in engine_lines(settings, backend.model, backend.capacity(), quantize):
+        lines = engine_lines(
+            settings, backend.model, backend.capacity(), quantize, host_swap=backend.host_swap
+        )
+        for line in lines:
             typer.echo(line)
         typer.echo("ready")
 
@@ -228,16 +243,22 @@ def uvicorn_config(
     )
 
 
-def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | None) -> list[str]:
-    """What ``kvgov serve`` prints: the address, the model and its KV capacity (once it
-    is loaded: ``cap``), and the security settings and limits."""
+def startup_lines(
+    settings: ServeSettings,
+    model: str,
+    cap: BackendCapacity | None,
+    *,
+    host_swap: HostSwap | None = None,
+) -> list[str]:
+    """What ``kvgov serve`` prints: the address, the model, its KV capacity and host swap
+    (once it is loaded: ``cap``, ``host_swap``), and the security settings and limits."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     lines = [
         f"kvgov serve: http://{host}:{settings.port}  (OpenAI API under /v1, control plane "
         "under /kvgov/v1, /metrics, /health)",
     ]
     if cap is not None:
-        lines += engine_lines(settings, model, cap)
+        lines += engine_lines(settings, model, cap, host_swap=host_swap)
     keys = len(settings.api_keys)
     if keys:
         lines.append(
@@ -279,23 +300,42 @@ def startup_lines(settings: ServeSettings, model: str, cap: BackendCapacity | No
 
 
 def engine_lines(
-    settings: ServeSettings, model: str, cap: BackendCapacity, quantize: str | None = None
+    settings: ServeSettings,
+    model: str,
+    cap: BackendCapacity,
+    quantize: str | None = None,
+    *,
+    host_swap: HostSwap | None = None,
 ) -> list[str]:
-    """The model, its weights and its KV capacity, printed once the engine is loaded."""
+    """The model, its weights, its KV capacity and its host swap (``host_swap``, where
+    known), printed once the engine is loaded."""
     tokens = cap.num_blocks * cap.block_size
     size = cap.num_blocks * cap.bytes_per_block
     name = settings.served_model_name or model
-    return [
+    lines = [
         f"model: {name}"
         + ("" if name == model else f" (serving {model})")
         + f", context {cap.max_model_len:,} tokens",
         f"KV cache: {cap.num_blocks:,} blocks of {cap.block_size} tokens = {tokens:,} tokens, "
         f"{size / _MIB:,.1f} MiB ({cap.bytes_per_block:,} bytes per block)",
-    ] + (
-        [
+    ]
+    if cap.weights_bytes:
+        lines.append(
             f"weights: {cap.weights_bytes / _MIB:,.1f} MiB "
             + (f"({quantize} weight-only, group-wise scales)" if quantize else "(full precision)")
-        ]
-        if cap.weights_bytes
-        else []
-    )
+        )
+    if host_swap is not None:
+        lines.append(host_swap_line(host_swap))
+    return lines
+
+
+def host_swap_line(swap: HostSwap) -> str:
+    """How much host memory holds offloaded KV, in blocks and tokens, and why that much:
+    the serve option that set it, or the engine's rule from the model."""
+    import dataclasses
+
+    from engine.host_swap import SwapSizing
+
+    if swap.sizing is SwapSizing.BYTES:  # the only setting kvgov serve passes
+        swap = dataclasses.replace(swap, reason="set by --swap-space")
+    return swap.describe()

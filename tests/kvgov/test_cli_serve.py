@@ -58,6 +58,31 @@ def test_startup_lines_say_address_model_capacity_and_security() -> None:
     assert "2 API key(s)" in text and "sk-secret" not in text and "WARNING" not in text
 
 
+def test_startup_lines_say_how_much_host_swap_and_why() -> None:
+    """A real engine's host swap: sized from tiny-random (its 32,768-token context), or
+    set by --swap-space (the CLI's wiring is checked in the served process below)."""
+    from engine.host_swap import SwapSizing
+    from governor.local_backend import LocalBackend
+
+    with LocalBackend(config={"num_blocks": 16, "device": "cpu"}) as backend:
+        swap = backend.host_swap
+        lines = startup_lines(ServeSettings(), "tiny-random", CAP, host_swap=swap)
+    assert swap.sizing is SwapSizing.MODEL
+    (line,) = [line for line in lines if line.startswith("host swap: ")]
+    assert line.startswith(
+        "host swap: 2,048 blocks of 16 tokens = 32,768 tokens, 64.0 MiB (sized from the "
+        "model: 32,768 tokens, the larger of 32,768 and its context, at 2,048 bytes a token)"
+    )
+    assert not any(
+        line.startswith("host swap") for line in startup_lines(ServeSettings(), "m", CAP)
+    )
+
+
+def test_a_swap_space_that_is_no_size_is_refused() -> None:
+    result = CliRunner().invoke(app, ["serve", "--swap-space", "plenty"])
+    assert result.exit_code == 2 and "cannot read a size from 'plenty'" in result.output
+
+
 def test_listening_beyond_loopback_without_a_key_warns() -> None:
     open_lines = startup_lines(ServeSettings(host="0.0.0.0"), "m", CAP)
     assert open_lines[-1].startswith("WARNING: listening on 0.0.0.0 without an API key")
@@ -90,6 +115,8 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
             "cpu",
             "--quantize",
             "int8",
+            "--swap-space",
+            "8MiB",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -124,6 +151,9 @@ def test_python_m_kvgov_serve_serves_with_keys_and_stops_on_ctrl_c() -> None:
         _int8_weights_mib(), abs=0.05
     )
     assert "1 API key(s)" in output and "sk-env-key" not in output
+    assert (
+        "host swap: 256 blocks of 16 tokens = 4,096 tokens, 8.0 MiB (set by --swap-space)" in output
+    )
 
 
 def test_admin_api_keys_are_api_keys_that_may_pin_shared(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ import torch
 
 from engine.device import default_dtype, resolve_device
 from engine.errors import InvalidRequestError
+from engine.host_staging import stage_tensor
 from engine.validation import require_int
 
 __all__ = ["BlockPairs", "KVCache"]
@@ -181,7 +182,7 @@ class KVCache:
             return
         # Non-blocking: copy-on-write happens mid-step, and a blocking copy of the ids
         # would make the host wait for the device.
-        src, dst = (t.to(self.device, non_blocking=True) for t in ids)
+        src, dst = (stage_tensor(t, self.device) for t in ids)
         # index_select returns a fresh tensor: all sources are read before any write.
         self.kv.index_copy_(2, dst, self.kv.index_select(2, src))
 
@@ -198,7 +199,7 @@ class KVCache:
         compute, side = torch.cuda.current_stream(self.device), self._stream
         side.wait_stream(compute)  # the blocks' K/V are written
         with torch.cuda.stream(side):
-            index = src.to(self.device, non_blocking=True)
+            index = stage_tensor(src, self.device)
             # [n, 2, L, B, H, D]; allocated on the side stream, which alone uses it
             staged = self.kv.index_select(2, index).permute(2, 0, 1, 3, 4, 5).contiguous()
             gathered = side.record_event()
@@ -230,7 +231,7 @@ class KVCache:
             arrived = side.record_event()
         compute.wait_event(arrived)
         staged.record_stream(compute)  # read below, on the compute stream
-        index = dst.to(self.device, non_blocking=True)
+        index = stage_tensor(dst, self.device)
         self.kv.index_copy_(2, index, staged.permute(1, 2, 0, 3, 4, 5))
 
     def _layer(self, layer: int) -> int:

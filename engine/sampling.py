@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import InvalidRequestError, SamplingParamsError
+from engine.host_staging import stage_values
 
 __all__ = ["Sampler", "SamplingParams", "request_generator"]
 
@@ -260,11 +261,8 @@ def _index(rows: list[int], device: torch.device) -> torch.Tensor:
 def _host_to(
     values: list[float] | list[int], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """``values`` on ``device`` without blocking the host: on a GPU, from pinned memory
-    with a non-blocking copy (``torch.tensor(..., device=cuda)`` waits for its copy)."""
-    if device.type == "cpu":
-        return torch.tensor(values, dtype=dtype)
-    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+    """``values`` on ``device`` without blocking the host (``engine.host_staging``)."""
+    return stage_values(values, dtype=dtype, device=device)
 
 
 def _is_int(value: object) -> bool:

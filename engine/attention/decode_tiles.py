@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.attention.gathered_keys import GatheredKeys
+from engine.host_staging import stage_tensor
 
 __all__ = ["DecodeTile", "plan_decode_tiles"]
 
@@ -39,7 +40,7 @@ class DecodeTile:
 
     def to(self, device: torch.device) -> DecodeTile:
         return DecodeTile(
-            rows=self.rows.to(device, non_blocking=True),
+            rows=stage_tensor(self.rows, device),
             keys=self.keys.to(device),
             every_token=self.every_token,
         )

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.host_staging import stage_tensor
+
 __all__ = ["DecodeView", "Leftover", "plan_decode_views"]
 
 
@@ -52,7 +54,7 @@ class DecodeView:
 
     def to(self, device: torch.device) -> DecodeView:
         return DecodeView(
-            rows=self.rows.to(device, non_blocking=True),
+            rows=stage_tensor(self.rows, device),
             start_slot=self.start_slot,
             num_chunks=self.num_chunks,
             chunk_tokens=self.chunk_tokens,

@@ -30,6 +30,7 @@ from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
 from engine.attention.sdpa_prefill import attend_chunk
 from engine.attention.sdpa_probe import probe_sdpa
+from engine.host_staging import stage_values
 
 __all__ = ["GatherAttention"]
 
@@ -89,16 +90,16 @@ class GatherAttention:
         decodes = []
         for members in buckets.values():
             width = max(-(-metadata.seq_lens_cpu[s] // block_size) for s in members)
-            seqs = torch.tensor(members, dtype=torch.int64).to(device, non_blocking=True)
+            seqs = stage_values(members, dtype=torch.int64, device=device)
             seq_lens = metadata.seq_lens.index_select(0, seqs)  # [R]
             tables = metadata.block_tables.index_select(0, seqs)[:, :width]  # [R, W]
+            rows = [first_rows[s] for s in members]
             real = torch.arange(width, device=device)[None, :] * block_size < seq_lens[:, None]
             positions = torch.arange(width * block_size, device=device)
             visible = positions[None, :] < seq_lens[:, None]
-            rows = torch.tensor([first_rows[s] for s in members], dtype=torch.int64)
             decodes.append(
                 _Decodes(
-                    rows=rows.to(device, non_blocking=True),
+                    rows=stage_values(rows, dtype=torch.int64, device=device),
                     blocks=torch.where(real, tables, tables[:, :1]),
                     mask=visible[:, None, None, :],
                 )

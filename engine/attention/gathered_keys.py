@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.host_staging import stage_tensor
+
 __all__ = ["GatheredKeys", "Workspace"]
 
 
@@ -46,8 +48,8 @@ class GatheredKeys:
         return cls(blocks=blocks, mask=mask[:, None, None, :])
 
     def to(self, device: torch.device) -> GatheredKeys:
-        mask = None if self.mask is None else self.mask.to(device, non_blocking=True)
-        return GatheredKeys(blocks=self.blocks.to(device, non_blocking=True), mask=mask)
+        mask = None if self.mask is None else stage_tensor(self.mask, device)
+        return GatheredKeys(blocks=stage_tensor(self.blocks, device), mask=mask)
 
 
 class Workspace:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.host_staging import stage_values
+
 __all__ = ["AttentionMetadata", "stage_int64"]
 
 
@@ -114,13 +116,11 @@ def stage_int64(arrays: Sequence[Sequence[int]], device: torch.device) -> list[t
     """The arrays as int64 tensors on ``device``, views of one buffer.
 
     On a GPU the buffer is built in pinned host memory and copied with one non-blocking
-    transfer: no synchronization with the device (a ``torch.tensor(..., device=cuda)``
-    per array would block the host on each copy from pageable memory). Torch's pinned
-    allocator keeps the host buffer until the copy that reads it is done. On a CPU the
-    buffer is the tensors.
+    transfer (``engine.host_staging``): no synchronization with the device (a
+    ``torch.tensor(..., device=cuda)`` per array would block the host on each copy from
+    pageable memory). On a CPU the buffer is the tensors.
     """
     sizes = [len(a) for a in arrays]
     flat = list(itertools.chain.from_iterable(arrays))
-    host = torch.tensor(flat, dtype=torch.int64, pin_memory=device.type == "cuda")
-    staged = host if device.type == "cpu" else host.to(device, non_blocking=True)
+    staged = stage_values(flat, dtype=torch.int64, device=device)
     return list(staged.split(sizes))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.attention.torch_features import flash_cpu_op, flash_cpu_shares_kv_heads
+from engine.host_staging import stage_tensor
 
 __all__ = ["MergeLayout", "attend", "merge_partials"]
 
@@ -128,10 +129,10 @@ class MergeLayout:
         )
 
     def to(self, device: torch.device) -> MergeLayout:
-        slots = None if self.slots is None else self.slots.to(device, non_blocking=True)
-        cells = None if self.cells is None else self.cells.to(device, non_blocking=True)
+        slots = None if self.slots is None else stage_tensor(self.slots, device)
+        cells = None if self.cells is None else stage_tensor(self.cells, device)
         return MergeLayout(
-            rows=self.rows.to(device, non_blocking=True),
+            rows=stage_tensor(self.rows, device),
             slots=slots,
             num_rows=self.num_rows,
             width=self.width,

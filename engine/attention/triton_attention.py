@@ -27,6 +27,7 @@ import torch
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
 from engine.errors import InvalidRequestError
+from engine.host_staging import stage_values
 from engine.validation import require_int
 
 __all__ = [
@@ -136,8 +137,7 @@ class TritonAttention:
             row += q_len
         num_decodes = len(decode_rows)
         flat = decode_rows + decode_seqs + [cell for cells in tiles.values() for cell in cells]
-        staged = torch.tensor(flat, dtype=torch.int32)
-        staged = staged.to(device, non_blocking=True)
+        staged = stage_values(flat, dtype=torch.int32, device=device)
         self._plan = _Plan(
             block_tables=metadata.block_tables.to(torch.int32),
             seq_lens=metadata.seq_lens.to(torch.int32),

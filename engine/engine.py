@@ -17,6 +17,7 @@ import torch
 
 from engine import decode_run, introspection
 from engine.attention.select import get_attention_backend
+from engine.attention.shape import AttentionShape
 from engine.block_manager import BlockManager
 from engine.block_results import PinnedPrefix
 from engine.budget import BudgetInfo
@@ -34,8 +35,9 @@ from engine.errors import (
 )
 from engine.expandable_segments import enable_expandable_segments
 from engine.host_swap import size_host_swap
+from engine.kernel_warmup import warm_up_attention
 from engine.kv_cache import KVCache
-from engine.loader import free_bytes, load_parts, num_kv_blocks
+from engine.loader import free_bytes, load_parts, num_kv_blocks, read_model_config
 from engine.memory_profile import profile_largest_step
 from engine.model_runner import ModelRunner
 from engine.outputs import (
@@ -69,7 +71,10 @@ class Engine:
         if self.device.type == "cuda":
             # Before the weights take their segments; a build without them says so here.
             enable_expandable_segments(device=self.device)
-        self.attention = get_attention_backend(config.attention, device=self.device)
+        shape = AttentionShape.of(
+            read_model_config(config), block_size=config.block_size, dtype=self.dtype
+        )
+        self.attention = get_attention_backend(config.attention, device=self.device, shape=shape)
         self.model_config, self.model, self.tokenizer = load_parts(
             config, attention=self.attention, device=self.device, dtype=self.dtype
         )
@@ -121,6 +126,7 @@ class Engine:
             if self.device.type == "cpu" and config.adapt_cpu_threads
             else None,
         )
+        warm_up_attention(self.runner, max_len=self.max_model_len)  # before the first step
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
         self.pending = PendingRestores(self.retained)
         self.scheduler.reclaim = self._reclaim_hold

@@ -26,9 +26,21 @@ from engine.quantization.scheme import WeightQuantization, parse_quantization
 from engine.tokenizer import Tokenizer, load_tokenizer
 from engine.weights import load_model
 
-__all__ = ["check_weights_fit", "free_bytes", "load_parts", "num_kv_blocks"]
+__all__ = ["check_weights_fit", "free_bytes", "load_parts", "num_kv_blocks", "read_model_config"]
 
 _CPU_DEFAULT_KV_BYTES = 256 << 20
+
+
+def read_model_config(config: EngineConfig) -> ModelConfig:
+    """The model's config, from a preset or a local folder's ``config.json``."""
+    if config.model in PRESETS:
+        return PRESETS[config.model].config
+    if not os.path.exists(config.model):
+        raise ModelConfigError(
+            f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
+            "existing folder; pass a preset name or a local Hugging Face model folder"
+        )
+    return ModelConfig.from_pretrained(config.model)
 
 
 def load_parts(
@@ -40,9 +52,9 @@ def load_parts(
 ) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
     """The model config, weights and tokenizer, from a preset or a local folder."""
     quantization = parse_quantization(config.quantize)
+    model_config = read_model_config(config)
+    check_weights_fit(config.model, model_config, device, dtype, quantization)
     if config.model in PRESETS:
-        preset = PRESETS[config.model]
-        check_weights_fit(config.model, preset.config, device, dtype, quantization)
         model = build_preset_model(
             config.model,
             attention=attention,
@@ -51,18 +63,16 @@ def load_parts(
             seed=config.seed,
             quantization=quantization,
         )
-        return preset.config, model, load_tokenizer(config.tokenizer or preset.tokenizer)
-    if not os.path.exists(config.model):
-        raise ModelConfigError(
-            f"{config.model!r} is neither a preset ({', '.join(PRESETS)}) nor an "
-            "existing folder; pass a preset name or a local Hugging Face model folder"
+        tokenizer = load_tokenizer(config.tokenizer or PRESETS[config.model].tokenizer)
+    else:
+        model = load_model(
+            config.model,
+            attention=attention,
+            device=device,
+            dtype=dtype,
+            quantization=quantization,
         )
-    model_config = ModelConfig.from_pretrained(config.model)
-    check_weights_fit(config.model, model_config, device, dtype, quantization)
-    model = load_model(
-        config.model, attention=attention, device=device, dtype=dtype, quantization=quantization
-    )
-    tokenizer = load_tokenizer(config.tokenizer or config.model)
+        tokenizer = load_tokenizer(config.tokenizer or config.model)
     return model_config, model, tokenizer
 
 

@@ -9,8 +9,8 @@
   path (CUDA and ROCm). On CPU tensors it runs only under Triton's interpreter (tests).
 - ``"fast"`` and ``"auto"``: the best of those for the device (``resolve_name``):
   ``paged`` on CPU; ``triton`` on CUDA/ROCm where triton imports and its kernels run
-  (``triton_probe``), else ``gather``; ``gather`` on anything else (its ops are
-  device-agnostic torch).
+  for the model's ``AttentionShape`` (``triton_probe``), else ``gather``; ``gather`` on
+  anything else (its ops are device-agnostic torch).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engine.attention.gather import GatherAttention
 from engine.attention.paged import PagedAttention
 from engine.attention.reference import ReferenceAttention
 from engine.attention.sdpa_probe import probe_sdpa
+from engine.attention.shape import AttentionShape
 from engine.attention.triton_attention import TritonAttention, triton_available
 from engine.attention.triton_probe import triton_runs_on
 from engine.device import default_dtype, resolve_device
@@ -52,8 +53,13 @@ def resolve_name(name: str, *, device_type: str, has_triton: bool) -> str:
     return "gather"
 
 
-def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> AttentionBackend:
-    """A new backend instance (backends keep per-step plans, so share one per model)."""
+def get_attention_backend(
+    name: str = "auto", *, device: str | torch.device, shape: AttentionShape | None = None
+) -> AttentionBackend:
+    """A new backend instance (backends keep per-step plans, so share one per model).
+    ``shape``: the model's, which ``auto`` probes the Triton kernels with on a GPU;
+    ``None`` probes a small one (head_dim 64, 4 query and 2 kv heads, in the device's
+    default dtype)."""
     resolved = resolve_device(device)
     device_type = resolved.type
     # At startup, before the model's first attention call: the probe logs the fused
@@ -65,7 +71,15 @@ def get_attention_backend(name: str = "auto", *, device: str | torch.device) -> 
     wants = name == "triton" or (name in ("auto", "fast") and device_type == "cuda")
     has_triton = wants and triton_available()
     if has_triton and name != "triton":
-        has_triton = triton_runs_on(resolved, default_dtype(resolved))
+        if shape is None:
+            shape = AttentionShape(
+                num_heads=4,
+                num_kv_heads=2,
+                head_dim=64,
+                block_size=16,
+                dtype=default_dtype(resolved),
+            )
+        has_triton = triton_runs_on(resolved, shape)
     chosen = resolve_name(name, device_type=device_type, has_triton=has_triton)
     if chosen == "paged":
         return PagedAttention()

@@ -12,6 +12,14 @@ rows x kv heads are fewer than ``target_programs`` (4 per multiprocessor on a GP
 batch of 8 long sequences with 8 kv heads is 64 programs, half an H200's 132
 multiprocessors, each streaming 4,096 tokens alone, until split.
 
+Triton compiles a kernel again for each new set of constexprs and argument
+specializations (ints equal to 1 or divisible by 16, pointers 16-byte aligned), 1-3 s on
+a GPU. So what a step passes is kept to one specialization whatever the batch (each
+staged view starts 16-byte aligned; the block table's row stride and the merge's split
+count are not specialized, ``triton_kernels``), and the one constexpr a batch changes,
+the decode's split count padded to a power of two, takes a handful of values
+(``decode_variants``), which the engine compiles before it serves (``engine.kernel_warmup``).
+
 On CPU tensors the same kernels run under Triton's interpreter: slow, for tests.
 """
 
@@ -35,6 +43,7 @@ __all__ = [
     "TritonAttention",
     "launch_options",
     "num_splits",
+    "padded_splits",
     "triton_available",
 ]
 
@@ -42,6 +51,7 @@ _TILE_ROWS = (16, 32)  # prefill query rows per program: for wide heads, for the
 _MIN_DOT = 16  # tl.dot's smallest tile side
 _PARTITION_QUANTUM = 64  # decode partitions are whole K/V tiles (16 to 64 tokens)
 _TILE_ELEMENTS = 4096  # a K/V tile's tokens x head_dim (padded)
+_ALIGN = 4  # int32s in 16 bytes: Triton specializes a pointer on 16-byte alignment
 
 
 def launch_options(*, hip: bool) -> dict[str, object]:
@@ -79,6 +89,11 @@ def num_splits(
 
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
+
+
+def padded_splits(splits: int) -> int:
+    """The decode kernels' ``NUM_SPLITS`` for ``splits`` partitions (1: unsplit)."""
+    return 1 if splits == 1 else _pow2(splits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,19 +151,24 @@ class TritonAttention:
                         cells += [row + i, min(rows, q_len - i), context + i, s]
             row += q_len
         num_decodes = len(decode_rows)
-        flat = decode_rows + decode_seqs + [cell for cells in tiles.values() for cell in cells]
+        # Each section starts on 16 bytes (tiles are 4 int32s each), so whatever the
+        # batch, every pointer into the buffer keeps one specialization: no recompile.
+        section = num_decodes + -num_decodes % _ALIGN
+        padding = [0] * (section - num_decodes)
+        flat = [*decode_rows, *padding, *decode_seqs, *padding]
+        flat += [cell for cells in tiles.values() for cell in cells]
         staged = stage_values(flat, dtype=torch.int32, device=device)
         self._plan = _Plan(
             block_tables=metadata.block_tables.to(torch.int32),
             seq_lens=metadata.seq_lens.to(torch.int32),
             num_decodes=num_decodes,
             decode_rows=staged[:num_decodes],
-            decode_seqs=staged[num_decodes : 2 * num_decodes],
+            decode_seqs=staged[section : section + num_decodes],
             max_decode_len=max_decode_len,
             tiles=dict(
                 zip(
                     tiles,
-                    staged[2 * num_decodes :].split([len(c) for c in tiles.values()]),
+                    staged[2 * section :].split([len(c) for c in tiles.values()]),
                     strict=True,
                 )
             ),
@@ -217,6 +237,28 @@ class TritonAttention:
         partition = -(-partition // _PARTITION_QUANTUM) * _PARTITION_QUANTUM
         return -(-max_len // partition), partition
 
+    def decode_variants(
+        self, *, kv_heads: int, max_len: int, device: torch.device
+    ) -> dict[int, int]:
+        """Every decode kernel a step can launch on ``device``, by ``NUM_SPLITS`` (the
+        partitions padded to a power of two; 1 unsplit), each with the length of one
+        decode row that launches it. One row splits the most (the fewest programs), and
+        no row is longer than ``max_len``."""
+        most = num_splits(
+            num_programs=kv_heads,
+            max_len=max_len,
+            target_programs=self._targets(device),
+            min_partition_tokens=self._min_partition_tokens,
+        )
+        # A row of splits x (the shortest partition, in whole tiles) makes that many.
+        shortest = -(-self._min_partition_tokens // _PARTITION_QUANTUM) * _PARTITION_QUANTUM
+        variants: dict[int, int] = {}
+        for want in range(1, most + 1):
+            length = 1 if want == 1 else min(want * shortest, max_len)
+            splits, _ = self.partitions(num_programs=kv_heads, max_len=length, device=device)
+            variants[padded_splits(splits)] = length
+        return dict(sorted(variants.items()))
+
     def _decode(self, kernels: ModuleType, plan: _Plan, shape: KernelShape, args: tuple) -> None:
         num_decodes, out = plan.num_decodes, args[4]
         splits, partition = self.partitions(
@@ -224,7 +266,7 @@ class TritonAttention:
             max_len=plan.max_decode_len,
             device=out.device,
         )
-        padded = 1 if splits == 1 else _pow2(splits)
+        padded = padded_splits(splits)
         if splits == 1:
             part_out = part_lse = out  # not written: the kernel stores the output directly
         else:

@@ -32,7 +32,10 @@ import triton.language as tl
 __all__ = ["INTERPRETED", "decode_merge", "decode_partition", "prefill"]
 
 
-@triton.jit
+# Not specialized: ints Triton would otherwise compile apart when equal to 1 or divisible
+# by 16, and that a step changes (the block table's width, the split count). One compiled
+# kernel serves every value; they are a multiplier of one row index, and a mask's bound.
+@triton.jit(do_not_specialize=["stride_bt_seq"])
 def decode_partition(
     q_ptr,
     k_cache_ptr,
@@ -126,7 +129,7 @@ def decode_partition(
         tl.store(part_out_ptr + cell[:, None] * DIM_PAD + d[None, :], out, mask=g_ok[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def decode_merge(
     part_out_ptr,
     part_lse_ptr,
@@ -156,7 +159,7 @@ def decode_merge(
     tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_bt_seq"])
 def prefill(
     q_ptr,
     k_cache_ptr,

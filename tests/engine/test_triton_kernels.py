@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from engine.attention import AttentionMetadata, ReferenceAttention
+from engine.attention import AttentionMetadata, AttentionShape, ReferenceAttention
 from engine.attention.triton_attention import TritonAttention, num_splits
 from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
 
@@ -178,12 +178,24 @@ def test_the_kernels_under_the_interpreter() -> None:
     assert f"{len(CASES) + 5} passed" in done.stdout and "failed" not in done.stdout, report
 
 
+PROBED = {
+    # tiny-random's heads in float32; a 9B model's (GQA 4, d=128) in bfloat16, blocks of 32
+    "tiny-random-fp32": AttentionShape(
+        num_heads=8, num_kv_heads=2, head_dim=32, block_size=16, dtype=torch.float32
+    ),
+    "d128-gqa4-bf16-b32": AttentionShape(
+        num_heads=8, num_kv_heads=2, head_dim=128, block_size=32, dtype=torch.bfloat16
+    ),
+}
+
+
 @runs_kernels
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_startup_probe_finds_the_kernels_run_here(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("shape", PROBED.values(), ids=PROBED.keys())
+def test_the_startup_probe_finds_the_kernels_run_here(shape: AttentionShape) -> None:
+    # The model's own shapes, its decodes split and not (the merge kernel runs too).
     from engine.attention.triton_probe import triton_runs_on
 
-    assert triton_runs_on(torch.device(DEVICE), dtype) is True
+    assert triton_runs_on(torch.device(DEVICE), shape) is True
 
 
 @runs_kernels

@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from engine.attention import AttentionMetadata
+from engine.attention import AttentionMetadata, AttentionShape
 from engine.attention.gather import GatherAttention
 from engine.attention.select import get_attention_backend, resolve_name
 from engine.attention.triton_attention import TritonAttention
@@ -69,6 +69,11 @@ def test_triton_on_cpu_tensors_without_the_interpreter_says_how_to_run_it() -> N
         TritonAttention().forward(token, token, token, cache, cache.clone(), metadata, scale=1.0)
 
 
+MODEL = AttentionShape(
+    num_heads=32, num_kv_heads=8, head_dim=128, block_size=16, dtype=torch.float16
+)
+
+
 @pytest.mark.parametrize(("runs", "want"), [(True, TritonAttention), (False, GatherAttention)])
 def test_auto_on_a_gpu_takes_triton_only_where_its_kernels_ran(runs: bool, want: type) -> None:
     # Faked: a CUDA device (none here), its SDPA probe and the Triton probe's answer.
@@ -82,9 +87,26 @@ def test_auto_on_a_gpu_takes_triton_only_where_its_kernels_ran(runs: bool, want:
         mock.patch.object(select, "triton_available", return_value=True),
         mock.patch.object(select, "triton_runs_on", return_value=runs) as probe,
     ):
-        assert isinstance(get_attention_backend("auto", device="cuda"), want)
+        assert isinstance(get_attention_backend("auto", device="cuda", shape=MODEL), want)
         assert isinstance(get_attention_backend("triton", device="cuda"), TritonAttention)
-    probe.assert_called_once_with(cuda0, torch.bfloat16)  # by name: not probed
+        assert isinstance(get_attention_backend("auto", device="cuda"), want)
+    # The model's shape, dtype included; by name: not probed; no model: a small shape.
+    small = AttentionShape(
+        num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype=torch.bfloat16
+    )
+    assert probe.call_args_list == [mock.call(cuda0, MODEL), mock.call(cuda0, small)]
+
+
+def test_the_probe_splits_its_decodes_so_the_merge_compiles_too() -> None:
+    from engine.attention.triton_probe import _QUERY_LENS, _SEQ_LENS, probe_backends
+
+    split, unsplit = probe_backends()
+    decodes = sum(n == 1 for n in _QUERY_LENS)
+    longest = max(s for q, s in zip(_QUERY_LENS, _SEQ_LENS, strict=True) if q == 1)
+    for kv_heads in (1, 8, 64):
+        programs, cpu = decodes * kv_heads, torch.device("cpu")
+        assert split.partitions(num_programs=programs, max_len=longest, device=cpu)[0] >= 3
+        assert unsplit.partitions(num_programs=programs, max_len=longest, device=cpu)[0] == 1
 
 
 def test_the_triton_probe_falls_back_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
@@ -95,6 +117,13 @@ def test_the_triton_probe_falls_back_and_says_why(caplog: pytest.LogCaptureFixtu
 
     if triton_kernels.INTERPRETED:
         pytest.skip("this process runs Triton's interpreter (TRITON_INTERPRET=1)")
-    with caplog.at_level(logging.WARNING, logger="engine.attention.triton_probe"):
-        assert triton_runs_on(torch.device("cpu"), torch.float32) is False
-    assert "using the SDPA path" in caplog.text and "TRITON_INTERPRET=1" in caplog.text
+    shape = AttentionShape(
+        num_heads=6, num_kv_heads=2, head_dim=80, block_size=32, dtype=torch.float32
+    )
+    with caplog.at_level(logging.INFO, logger="engine.attention.triton_probe"):
+        assert triton_runs_on(torch.device("cpu"), shape) is False
+    (record,) = caplog.records  # exactly one line, naming the shape and the reason
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING and "\n" not in message
+    assert "using the SDPA path" in message and "TRITON_INTERPRET=1" in message
+    assert "head_dim 80, 6 query / 2 kv heads, blocks of 32, torch.float32" in message

@@ -23,6 +23,7 @@ from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.presets import PRESETS, build_preset_model
 from engine.quantization.scheme import WeightQuantization, parse_quantization
+from engine.quantization.triton_probe import choose_matmul_kernel
 from engine.tokenizer import Tokenizer, load_tokenizer
 from engine.weights import load_model
 
@@ -50,7 +51,9 @@ def load_parts(
     device: torch.device,
     dtype: torch.dtype,
 ) -> tuple[ModelConfig, LlamaForCausalLM, Tokenizer]:
-    """The model config, weights and tokenizer, from a preset or a local folder."""
+    """The model config, weights and tokenizer, from a preset or a local folder. A
+    quantized model's layers take the Triton kernel where it runs for them
+    (``choose_matmul_kernel``)."""
     quantization = parse_quantization(config.quantize)
     model_config = read_model_config(config)
     check_weights_fit(config.model, model_config, device, dtype, quantization)
@@ -73,6 +76,8 @@ def load_parts(
             quantization=quantization,
         )
         tokenizer = load_tokenizer(config.tokenizer or config.model)
+    if quantization is not None:
+        choose_matmul_kernel(model, device=device)
     return model_config, model, tokenizer
 
 

@@ -8,7 +8,9 @@ to float rounding:
   (on CPU, and on GPUs without Triton): one layer's full-precision weight exists at a
   time, for the length of the matmul;
 - the Triton kernel (``engine.quantization.triton_kernel``) on CUDA/ROCm where Triton is
-  installed: codes are dequantized tile by tile in registers, never written out.
+  installed and the startup probe found it runs for the model's layers
+  (``triton_probe.choose_matmul_kernel`` sets ``use_triton``): codes are dequantized tile
+  by tile in registers, never written out.
 
 Weights arrive through ``QuantizedRows``, a row range of the layer that quantizes what is
 copied into it, so the loader fills a fused projection (q, k and v rows of ``qkv_proj``)
@@ -64,6 +66,7 @@ class QuantizedLinear(nn.Module):
         self.bias: nn.Parameter | None = (
             nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
         )
+        self.use_triton = False  # until the probe finds the kernel runs (on a GPU)
 
     def extra_repr(self) -> str:
         return (
@@ -82,14 +85,11 @@ class QuantizedLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., N]
-        if x.device.type == "cuda":
-            from engine.quantization.triton_matmul import triton_matmul_available
+        if self.use_triton and x.device.type == "cuda":
+            from engine.quantization.triton_matmul import dequant_matmul
 
-            if triton_matmul_available():
-                from engine.quantization.triton_matmul import dequant_matmul
-
-                out = dequant_matmul(x, self.qweight, self.scales, self.scheme, self.group_size)
-                return out if self.bias is None else out + self.bias
+            out = dequant_matmul(x, self.qweight, self.scales, self.scheme, self.group_size)
+            return out if self.bias is None else out + self.bias
         return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
 

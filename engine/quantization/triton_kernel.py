@@ -93,4 +93,7 @@ def _dequant_matmul(
 
 @functools.cache
 def dequant_matmul_kernel():  # the jitted (or, under TRITON_INTERPRET=1, interpreted) kernel
-    return triton.jit(_dequant_matmul)
+    # M, the batch's rows, is not specialized: Triton would compile a kernel for M == 1
+    # (a decode of one sequence) apart from the rest, and one for M divisible by 16, in
+    # the middle of serving. It bounds a mask only.
+    return triton.jit(do_not_specialize=["M"])(_dequant_matmul)

@@ -60,17 +60,19 @@ def test_kernel_matches_the_torch_reference(interpreted, scheme, dtype, rows, ou
 @pytest.mark.parametrize("scheme", list(WeightQuantization))
 def test_a_quantized_layer_on_a_gpu_runs_the_kernel(scheme, monkeypatch) -> None:
     from engine.quantization import QuantizedLinear, triton_matmul
+    from engine.quantization.triton_probe import choose_matmul_kernel
+
+    layer = QuantizedLinear(4096, 1024, bias=False, scheme=scheme, dtype=torch.bfloat16)
+    layer = layer.to("cuda")
+    generator = torch.Generator().manual_seed(0)
+    layer.rows().copy_(torch.randn(1024, 4096, generator=generator) * 0.02)
+    assert choose_matmul_kernel(layer, device=layer.qweight.device)  # the startup probe
 
     calls = []
     launch = triton_matmul.dequant_matmul
     monkeypatch.setattr(
         triton_matmul, "dequant_matmul", lambda *a, **k: calls.append(1) or launch(*a, **k)
     )
-
-    layer = QuantizedLinear(4096, 1024, bias=False, scheme=scheme, dtype=torch.bfloat16)
-    layer = layer.to("cuda")
-    generator = torch.Generator().manual_seed(0)
-    layer.rows().copy_(torch.randn(1024, 4096, generator=generator) * 0.02)
     x = torch.randn(8, 4096, generator=generator).to("cuda", torch.bfloat16)
     want = x.float() @ layer.dequantized_weight(torch.float32).T
     got = layer(x)

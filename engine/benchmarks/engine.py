@@ -1,7 +1,7 @@
 """``kvgov bench engine``: throughput and time to first token of the bundled engine.
 
-Everything runs on the same ``tiny-random`` weights (exported to a Hugging Face folder
-for transformers by ``engine.hf_export``, tokenizer included) and the same prompts, and
+Everything runs on the same ``tiny-random`` weights (transformers' model holds the
+engine's own tensors: ``same_weights``) and the same prompts, and
 every comparison first checks that the greedy outputs are identical. Figures (targets
 from the engine issue, 2-core CPU):
 
@@ -32,7 +32,6 @@ comparisons with transformers are reported as skipped.
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,12 +40,12 @@ import torch
 
 from engine.benchmarks.hf_batching import paged_batching_config
 from engine.benchmarks.measurement import Direction, Measurement
+from engine.benchmarks.same_weights import transformers_model
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.hf_export import export_preset
 from engine.sampling import SamplingParams
 
-__all__ = ["ColdRun", "run", "time_cold"]
+__all__ = ["ColdRun", "run", "time_cold", "versus_transformers"]
 
 _BENCH = "engine"
 _VOCAB_HIGH = 100_000  # stay below cl100k's special and unused ids
@@ -89,7 +88,7 @@ def run(*, quick: bool = False, seed: int = 0, device: str = "cpu") -> Iterator[
 
     if engine.device.type == "cuda":
         yield _peak_reserved(engine)
-    yield from _versus_transformers(engine, prompts, greedy, repeats)
+    yield from versus_transformers(engine, prompts, greedy, repeats)
     yield _prefix_ttft(engine, g, repeats)
 
 
@@ -176,7 +175,7 @@ def _decode_rate(engine: Engine, prompts: list[list[int]], sampling: SamplingPar
     return produced / elapsed
 
 
-def _versus_transformers(
+def versus_transformers(
     engine: Engine, prompts: list[list[int]], greedy: SamplingParams, repeats: int
 ) -> Iterator[Measurement]:
     """Rounds of ours, then transformers' ``generate_batch``, then its ``generate``, side
@@ -202,10 +201,7 @@ def _versus_transformers(
             )
         return
     transformers.logging.set_verbosity_error()
-    with tempfile.TemporaryDirectory() as folder:
-        export_preset(folder, name=engine.config.model, model=engine.model)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=engine.dtype)
-    hf.to(engine.device).eval()
+    hf = transformers_model(engine)  # the engine's own weight tensors, on its device
     # On a CPU both run float32 and must agree token for token. On a GPU both run the
     # same bf16/fp16 weights with different kernels: a near tie may flip a greedy token,
     # so parity is a tolerance on the logits, and the timed runs produce the same count.

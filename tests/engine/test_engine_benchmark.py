@@ -88,7 +88,7 @@ def test_versus_transformers_runs_side_by_side_rounds_on_the_same_tokens(
         return timed(engine, prompts, sampling, repeats)
 
     monkeypatch.setattr(bench, "time_cold", counting)
-    figures = list(bench._versus_transformers(engine, prompts[:2], greedy, repeats=2))
+    figures = list(bench.versus_transformers(engine, prompts[:2], greedy, repeats=2))
     assert [m.metric for m in figures] == ["vs_hf_generate_batch", "vs_hf_generate"]
     assert cold_runs == [bench._OURS_RUNS] * 2  # one timing of ours a round, all of it cold
     for m in figures:

@@ -31,6 +31,7 @@ from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_comman
 
 WHERE = kernel_device()
 DEVICE = "cuda" if WHERE is Where.GPU else "cpu"
+pytestmark = pytest.mark.kernels  # tests/gpu_run.sh selects the matrix with -m "gpu or kernels"
 runs_kernels = pytest.mark.skipif(
     WHERE in (Where.CHILD, Where.NOWHERE),
     reason=NO_TRITON

@@ -52,6 +52,9 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's maximum positions
     enable_prefix_caching: bool = True
     attention: str = "auto"  # one of engine.attention.ATTENTION_BACKENDS; auto picks per device
+    # Decode steps as CUDA/HIP graphs (engine.decode_graphs): "auto" on a GPU with Triton
+    # attention, "off" never (vLLM's enforce_eager), "eager" their static path uncaptured.
+    decode_graphs: str = "auto"
     seed: int = 0  # for the random weights of presets
     # CPU: run steps on one thread while they are faster so (other processes holding the
     # cores make every OpenMP region wait); False keeps torch's thread count throughout.

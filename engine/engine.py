@@ -22,6 +22,7 @@ from engine.block_manager import BlockManager
 from engine.block_results import PinnedPrefix
 from engine.budget import BudgetInfo
 from engine.config import EngineConfig, PreemptionMode
+from engine.decode_graphs import set_up_decode_graphs, wants_decode_graphs
 from engine.decode_run import DecodeRun
 from engine.device import default_dtype, resolve_device
 from engine.errors import (
@@ -104,8 +105,12 @@ class Engine:
             dtype=self.dtype,
             device=self.device,
         )
+        # Decode graphs keep the pool's last block as the scratch their padding rows write.
+        graphs = wants_decode_graphs(config.decode_graphs, self.attention, self.device)
+        if graphs and num_blocks < 2:
+            raise InvalidRequestError("decode graphs need 2 KV blocks or more (one is scratch)")
         self.block_manager = BlockManager(
-            num_blocks=num_blocks,
+            num_blocks=num_blocks - 1 if graphs else num_blocks,
             block_size=config.block_size,
             num_host_blocks=self.kv_cache.num_host_blocks,
             enable_prefix_caching=config.enable_prefix_caching,
@@ -127,6 +132,15 @@ class Engine:
             else None,
         )
         warm_up_attention(self.runner, max_len=self.max_model_len)  # before the first step
+        if graphs:  # after the warm-up: every kernel a graph records is compiled by then
+            self.runner.graphs = set_up_decode_graphs(
+                mode=config.decode_graphs,
+                model=self.model,
+                kv_cache=self.kv_cache,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=self.max_model_len,
+                scratch_block=num_blocks - 1,
+            )
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
         self.pending = PendingRestores(self.retained)
         self.scheduler.reclaim = self._reclaim_hold

@@ -13,6 +13,7 @@ import torch
 from engine.attention.backend import AttentionBackend
 from engine.attention.metadata import AttentionMetadata, stage_int64
 from engine.block_manager import BlockManager
+from engine.decode_graphs import DecodeGraphs
 from engine.kv_cache import KVCache
 from engine.models.llama import LlamaForCausalLM
 from engine.request import Request
@@ -40,6 +41,7 @@ class ModelRunner:
         self.device = kv_cache.device
         self.sampler = Sampler()
         self.threads = threads  # the CPU threads a step runs on (None: torch's, as set)
+        self.graphs: DecodeGraphs | None = None  # set by the engine where it has them
 
     def execute(self, chunks: Sequence[ScheduledChunk]) -> list[int | None]:
         """Compute every chunk's tokens; for chunks that complete their request's known
@@ -70,22 +72,24 @@ class ModelRunner:
             if chunk.completes:
                 ends.append(end - 1)
                 sampling_rows.append(chunk.request)
-        hidden, rows = self.run(
-            [
-                (
-                    chunk.request.token_ids,
-                    chunk.request.num_computed_tokens,
-                    chunk.num_tokens,
-                    self.manager.block_ids(chunk.request.request_id),
-                )
-                for chunk in chunks
-            ],
-            sample_rows=ends,
-        )
+        items = [
+            (
+                chunk.request.token_ids,
+                chunk.request.num_computed_tokens,
+                chunk.num_tokens,
+                self.manager.block_ids(chunk.request.request_id),
+            )
+            for chunk in chunks
+        ]
+        if self.graphs is not None and len(ends) == len(chunks) and self.graphs.fits(items):
+            hidden = self.graphs.run(items)  # a decode of every sequence: one graph replay
+        else:
+            hidden, rows = self.run(items, sample_rows=ends)
+            hidden = hidden[rows]
         results: list[int | None] = [None] * len(chunks)
         if not ends:
             return results
-        sampled = self.sample(hidden[rows], sampling_rows).tolist()  # the step's one sync
+        sampled = self.sample(hidden, sampling_rows).tolist()  # the step's one sync
         row = 0
         for index, chunk in enumerate(chunks):
             if chunk.completes:

@@ -10,7 +10,11 @@ to float rounding:
 - the Triton kernel (``engine.quantization.triton_kernel``) on CUDA/ROCm where Triton is
   installed and the startup probe found it runs for the model's layers
   (``triton_probe.choose_matmul_kernel`` sets ``use_triton``): codes are dequantized tile
-  by tile in registers, never written out.
+  by tile in registers, never written out. Only for up to ``TRITON_MAX_ROWS`` rows (a
+  decode batch): its fixed tiles dequantize each weight tile once per 16 rows, so a
+  2,048-token prefill would dequantize it 128 times; past that the weight is dequantized
+  once and the matmul is the vendor library's (vLLM's AWQ layer switches the same way, at
+  256 rows).
 
 Weights arrive through ``QuantizedRows``, a row range of the layer that quantizes what is
 copied into it, so the loader fills a fused projection (q, k and v rows of ``qkv_proj``)
@@ -31,7 +35,9 @@ from engine.quantization.scheme import (
     quantize,
 )
 
-__all__ = ["QuantizedLinear", "QuantizedRows", "make_linear"]
+__all__ = ["TRITON_MAX_ROWS", "QuantizedLinear", "QuantizedRows", "make_linear"]
+
+TRITON_MAX_ROWS = 256  # the most rows (tokens) a step sends through the Triton kernel
 
 
 class QuantizedLinear(nn.Module):
@@ -85,7 +91,11 @@ class QuantizedLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., N]
-        if self.use_triton and x.device.type == "cuda":
+        if (
+            self.use_triton
+            and x.device.type == "cuda"
+            and x.numel() <= TRITON_MAX_ROWS * x.shape[-1]
+        ):
             from engine.quantization.triton_matmul import dequant_matmul
 
             out = dequant_matmul(x, self.qweight, self.scales, self.scheme, self.group_size)

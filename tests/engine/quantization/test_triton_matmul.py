@@ -81,6 +81,33 @@ def test_a_quantized_layer_on_a_gpu_runs_the_kernel(scheme, monkeypatch) -> None
     assert error <= _TOLERANCE[torch.bfloat16], f"relative error {error:.2e}"
 
 
+@pytest.mark.gpu
+def test_a_prefill_past_the_kernel_s_rows_dequantizes_once_and_uses_the_library(
+    monkeypatch,
+) -> None:
+    from engine.quantization import QuantizedLinear, triton_matmul
+    from engine.quantization.linear import TRITON_MAX_ROWS
+
+    scheme = WeightQuantization.INT4
+    layer = QuantizedLinear(4096, 1024, bias=False, scheme=scheme, dtype=torch.bfloat16)
+    layer = layer.to("cuda")
+    generator = torch.Generator().manual_seed(0)
+    layer.rows().copy_(torch.randn(1024, 4096, generator=generator) * 0.02)
+    layer.use_triton = True
+    calls = []
+    launch = triton_matmul.dequant_matmul
+    monkeypatch.setattr(
+        triton_matmul, "dequant_matmul", lambda *a, **k: calls.append(1) or launch(*a, **k)
+    )
+    for rows, kernel_calls in ((TRITON_MAX_ROWS, [1]), (TRITON_MAX_ROWS + 1, [1])):
+        x = torch.randn(rows, 4096, generator=generator).to("cuda", torch.bfloat16)
+        want = x.float() @ layer.dequantized_weight(torch.float32).T
+        got = layer(x)
+        assert calls == kernel_calls  # the kernel up to TRITON_MAX_ROWS rows, not past it
+        error = (got.float() - want).abs().max() / want.abs().max()
+        assert error <= _TOLERANCE[torch.bfloat16], f"{rows} rows: relative error {error:.2e}"
+
+
 @pytest.mark.parametrize(
     "target",
     [("cuda", 90, 32), ("hip", "gfx1201", 32), ("hip", "gfx942", 64)],

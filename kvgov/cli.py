@@ -48,6 +48,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "allocator": "engine.benchmarks.allocator",
         "attention": "engine.benchmarks.attention",
         "engine": "engine.benchmarks.engine",
+        "model": "engine.benchmarks.model_run",
         "quantization": "engine.benchmarks.quantization",
         "governor": "governor.benchmarks.governor",
         "policies": "policies.benchmarks.policies",

@@ -114,13 +114,7 @@ def _model(options: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
     cpu = options.device == "cpu"
     return _json(
-        run(
-            model=options.model,
-            device=options.device,
-            quantize=options.quantize,
-            prompt_tokens=128 if cpu else 512,
-            new_tokens=8 if cpu else 64,
-        )
+        run(quick=cpu, model=options.model, device=options.device, quantize=options.quantize)
     )
 
 

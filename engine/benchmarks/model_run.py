@@ -12,6 +12,8 @@ Figures (bench ``model``, each named with the weights' format, e.g.
 - ``prefill_tok_s_batch8``: 8 prompts of ``prompt_tokens`` prefilled from cold, prompt
   tokens a second;
 - ``decode_tok_s_batch8`` and ``decode_ms_per_step``: the 8 then decoding together;
+- ``decode_graph_speedup`` (where the engine captured decode graphs): the same batch's
+  median decode step launched eagerly over replayed as a graph;
 - ``decode_weights_gbps``: the weights' bytes over a decode step's time, what the step
   would stream if reading the weights were all it did, and
   ``decode_roofline_fraction``: that over the device's own copy bandwidth, measured just
@@ -33,6 +35,7 @@ import torch
 
 from engine.benchmarks.measurement import Direction, Measurement
 from engine.config import EngineConfig
+from engine.device import resolve_device
 from engine.engine import Engine
 from engine.sampling import SamplingParams
 from engine.weights import weights_nbytes
@@ -49,21 +52,29 @@ _ROOFLINE_TARGET = 0.6  # of the copy bandwidth, bf16 on a GPU
 
 def run(
     *,
-    model: str = "llama-8b-random",
-    device: str = "cuda",
+    quick: bool = False,
+    model: str | None = None,
+    device: str = "auto",
     quantize: str | None = None,
-    prompt_tokens: int = 512,
-    new_tokens: int = 64,
+    prompt_tokens: int | None = None,
+    new_tokens: int | None = None,
     seed: int = 0,
     kv_cache_bytes: int | None = None,
 ) -> Iterator[Measurement]:
     """Build the engine, then prefill 8 prompts and decode them together; each figure is
-    yielded as soon as it is measured."""
+    yielded as soon as it is measured. ``model``: ``llama-8b-random`` on a GPU,
+    ``tiny-random`` on a CPU (``kvgov bench model``; ``tests/gpu_run.sh`` adds int4);
+    ``quick``: 128-token prompts and 8 new tokens (512 and 64 otherwise)."""
+    resolved = resolve_device(device)
+    if model is None:
+        model = "llama-8b-random" if resolved.type == "cuda" else "tiny-random"
+    prompt_tokens = prompt_tokens or (128 if quick else 512)
+    new_tokens = new_tokens or (8 if quick else 64)
     began = time.perf_counter()
     engine = Engine(
         EngineConfig(
             model=model,
-            device=device,
+            device=str(resolved),
             quantize=quantize,
             seed=seed,
             kv_cache_bytes=kv_cache_bytes,
@@ -105,23 +116,7 @@ def run(
     ]
     greedy = SamplingParams(max_tokens=new_tokens + 1, temperature=0, ignore_eos=True)
     engine.generate([prompts[0][:32]], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
-    if not engine.reset_prefix_cache():
-        raise RuntimeError("a request, hold or pin keeps cached blocks: cannot time cold")
-
-    ids = [engine.add_request(p, greedy) for p in prompts]
-    requests = [engine._requests[i] for i in ids]
-    began = time.perf_counter()
-    while any(r.num_output_tokens == 0 for r in requests):
-        engine.step()
-    prefill_s = time.perf_counter() - began
-    step_s: list[float] = []
-    produced = 0
-    while engine.has_unfinished():
-        began = time.perf_counter()
-        produced += sum(len(out.new_token_ids) for out in engine.step())
-        step_s.append(time.perf_counter() - began)
-    for request_id in ids:
-        engine.pop_completion(request_id)
+    prefill_s, step_s, produced = _serve_batch(engine, prompts, greedy)
     decode_s = sum(step_s)
     yield _figure(
         f"prefill_tok_s_batch8[{tag}]",
@@ -150,6 +145,23 @@ def run(
         "GB/s",
         f"{where}: {weights / 1e9:.2f} GB of weights over the median decode step",
     )
+    graphs = engine.runner.graphs
+    if graphs is not None and graphs.captured:
+        # The same batch again on the same engine with its graphs set aside: what
+        # replaying a step instead of launching its kernels one by one saves.
+        engine.runner.graphs = None
+        try:
+            _, eager_s, _ = _serve_batch(engine, prompts, greedy)
+        finally:
+            engine.runner.graphs = graphs
+        eager = statistics.median(eager_s)
+        yield _figure(
+            f"decode_graph_speedup[{tag}]",
+            eager / per_step,
+            "x",
+            f"{where}: median decode step at batch 8 launched eagerly ({eager * 1e3:.2f} ms) "
+            f"over replayed as a CUDA/HIP graph ({per_step * 1e3:.2f} ms), the same batch",
+        )
     bandwidth = copy_bandwidth(engine.device)
     on_gpu = engine.device.type == "cuda"
     yield _figure(
@@ -160,6 +172,30 @@ def run(
         f"({bandwidth:,.0f} GB/s, read + written, measured here)",
         target=_ROOFLINE_TARGET if on_gpu and quantize is None else None,
     )
+
+
+def _serve_batch(
+    engine: Engine, prompts: list[list[int]], sampling: SamplingParams
+) -> tuple[float, list[float], int]:
+    """Prefill ``prompts`` from cold, then decode them together to the end: the prefill's
+    seconds (to every prompt's first token), each decode step's, and the tokens decoded."""
+    if not engine.reset_prefix_cache():
+        raise RuntimeError("a request, hold or pin keeps cached blocks: cannot time cold")
+    ids = [engine.add_request(p, sampling) for p in prompts]
+    requests = [engine._requests[i] for i in ids]
+    began = time.perf_counter()
+    while any(r.num_output_tokens == 0 for r in requests):
+        engine.step()
+    prefill_s = time.perf_counter() - began
+    step_s: list[float] = []
+    produced = 0
+    while engine.has_unfinished():
+        began = time.perf_counter()
+        produced += sum(len(out.new_token_ids) for out in engine.step())
+        step_s.append(time.perf_counter() - began)
+    for request_id in ids:
+        engine.pop_completion(request_id)
+    return prefill_s, step_s, produced
 
 
 def copy_bandwidth(device: torch.device, *, num_bytes: int = _GIB, repeats: int = 5) -> float:

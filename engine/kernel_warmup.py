@@ -9,7 +9,9 @@ plus the merge of each split one (``TritonAttention.decode_variants``). At start
 GPU the engine runs each through the model once: one decode row of the variant's length,
 then a prefill chunk, all on block 0 of the cache (free at startup, zeroed afterwards),
 and logs how long that took. On a CPU there is nothing to compile (Triton is taken there
-only by name, interpreted).
+only by name, interpreted). The quantized matmul's kernels, unsplit and split-K, are
+compiled earlier, by the probe that chooses them when the model loads
+(``engine.quantization.triton_probe``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """The Triton source of the dequantize-and-multiply kernel (imported only with Triton).
 
 ``y[M, N] = x[M, K] @ (codes[N, K] * scales[N, K // G]).T``, one program per
-``BLOCK_M x BLOCK_N`` tile of ``y``, walking K in ``BLOCK_K`` steps that never straddle a
-group (``BLOCK_K`` divides ``G``), so each step multiplies by one scale per row. int4
+``BLOCK_M x BLOCK_N`` tile of ``y`` and K range, walking its range in ``BLOCK_K`` steps
+that never straddle a group (``BLOCK_K`` divides ``G``), so each step multiplies by one
+scale per row. Unsplit (one range, the whole of K), a program stores its tile of ``y`` in
+the output's dtype; split (``split_k`` ranges of ``k_per_split`` columns, whole groups,
+the last one shorter), program ``(m, n, s)`` stores its float32 partial sums in slice
+``s`` of a ``[splits, M, N]`` workspace, which the launcher sums. int4
 bytes hold columns 2j (low nibble) and 2j + 1 (high nibble): rather than interleave the
 two nibble planes in registers, the even and odd columns of ``x`` are loaded apart and
 each plane gets its own ``tl.dot``. Accumulates in float32; the codes never leave
@@ -32,6 +36,7 @@ def _dequant_matmul(
     M,
     N,
     K,
+    k_per_split,
     stride_xm,
     stride_qn,
     stride_sn,
@@ -45,6 +50,9 @@ def _dequant_matmul(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = rm < M
@@ -56,7 +64,7 @@ def _dequant_matmul(
     if INT4:
         HALF: tl.constexpr = BLOCK_K // 2
         rb = tl.arange(0, HALF)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_start, k_end, BLOCK_K):
             scale = tl.load(s_ptr + rn * stride_sn + k0 // GROUP, mask=mask_n, other=0.0)
             scale = scale.to(tl.float32)[:, None]  # [BN, 1]
             packed = tl.load(
@@ -73,7 +81,7 @@ def _dequant_matmul(
             acc += tl.dot(x_odd, tl.trans(high))
     else:
         rk = tl.arange(0, BLOCK_K)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_start, k_end, BLOCK_K):
             scale = tl.load(s_ptr + rn * stride_sn + k0 // GROUP, mask=mask_n, other=0.0)
             codes = tl.load(
                 q_ptr + rn[:, None] * stride_qn + (k0 + rk)[None, :],
@@ -87,7 +95,9 @@ def _dequant_matmul(
                 other=0.0,
             ).to(x_dtype)  # [BM, BK]
             acc += tl.dot(x, tl.trans(w))
-    y = y_ptr + rm[:, None] * stride_ym + rn[None, :]
+    # Slice pid_k of the workspace (0: the output itself, unsplit); int64, as the
+    # workspace may pass 2^31 elements where the output does not.
+    y = y_ptr + pid_k.to(tl.int64) * M * stride_ym + rm[:, None] * stride_ym + rn[None, :]
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
@@ -95,5 +105,11 @@ def _dequant_matmul(
 def dequant_matmul_kernel():  # the jitted (or, under TRITON_INTERPRET=1, interpreted) kernel
     # M, the batch's rows, is not specialized: Triton would compile a kernel for M == 1
     # (a decode of one sequence) apart from the rest, and one for M divisible by 16, in
-    # the middle of serving. It bounds a mask only.
+    # the middle of serving. It bounds a mask and strides the workspace only.
+    # The split count is no constexpr, nor an argument: the grid's third dimension and
+    # k_per_split (a whole number of groups, so always a multiple of 16, one
+    # specialization) carry it. As a constexpr each count, which the batch's rows decide,
+    # would compile a kernel of its own, some first mid-serving; as it is, every split
+    # count runs one kernel, which differs from the unsplit one in y_ptr's dtype
+    # (float32 partial sums) and which the startup probe compiles (``triton_probe``).
     return triton.jit(do_not_specialize=["M"])(_dequant_matmul)

@@ -4,15 +4,20 @@ That triton imports says little about the card (its compiler may lack the archit
 or fail for one group size or dtype), so before a quantized model's layers take the
 kernel, each distinct layer shape of the model (its scheme, group size, rows and
 columns) runs through it on random codes and is compared with the torch path
-(dequantize, then ``F.linear``). Any failure is logged on one line with its reason and
-every layer keeps the torch path; the engine never fails at its first real step. The
-answer is cached per device, dtype and set of shapes.
+(dequantize, then ``F.linear``): once unsplit, and once with K split into one range per
+group, the most ``split_k`` cuts (a decode's few rows split where the layer's tiles are
+too few to fill the GPU). Every split count runs the same compiled kernel, so the two
+runs also compile every variant a step can launch before the engine serves. Any failure
+is logged on one line with its reason and every layer keeps the torch path; the engine
+never fails at its first real step. The answer is cached per device, dtype and set of
+shapes.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +33,9 @@ __all__ = ["MatmulShape", "choose_matmul_kernel", "triton_matmul_runs_on"]
 logger = logging.getLogger(__name__)
 
 _ROWS = 3  # a partial tile of rows, as a small decode batch is
+# Programs to aim for: 1 never splits K; the other more than any layer's tiles times its
+# groups, so every group is a range of its own.
+_TARGETS = (1, 2**31 - 1)
 # Relative to the largest output: float32 summation order; else the roundings of a
 # half-precision output on both paths (2^-8 each for bfloat16), with room for the order.
 _TOLERANCE = {torch.float32: 1e-4}
@@ -103,8 +111,12 @@ def _relative_error(device: torch.device, dtype: torch.dtype, shape: MatmulShape
     qweight = qweight.view(scheme.storage_dtype)
     scales = (torch.rand((n, k // shape.group_size), generator=gen, device=device) * 3e-3).to(dtype)
     x = torch.randn((_ROWS, k), generator=gen, device=device).to(dtype)
-    got = dequant_matmul(x, qweight, scales, scheme, shape.group_size)
     # The torch path as a layer takes it: the weight dequantized to the input's dtype.
     weight = dequantize(qweight, scales, scheme, group_size=shape.group_size, dtype=dtype)
     want = F.linear(x, weight).float()
-    return ((got.float() - want).abs().max() / want.abs().max()).item()
+    errors = []
+    for target in _TARGETS:
+        got = dequant_matmul(x, qweight, scales, scheme, shape.group_size, target_programs=target)
+        errors.append((got.float() - want).abs().max() / want.abs().max())
+    # NaN as infinity: Python's max over the shapes would drop a NaN it meets second.
+    return torch.stack(errors).max().nan_to_num(nan=math.inf).item()

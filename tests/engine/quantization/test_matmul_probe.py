@@ -1,8 +1,9 @@
 """The startup probe of the Triton quantized matmul: the model's shapes, one line on failure.
 
 Under Triton's interpreter the probe runs the kernel on CPU tensors at a model's layer
-shapes and finds it agrees with the torch path; without the interpreter the same kernel
-cannot run on CPU tensors, a real failure, which the probe reports on one line. A model
+shapes, unsplit and with K split into one range per group, and finds it agrees with the
+torch path; without the interpreter the same kernel cannot run on CPU tensors, a real
+failure, which the probe reports on one line, as it does a split kernel that fails. A model
 on a CPU keeps the torch path without probing; on a GPU (``gpu``) an int4 engine's
 layers take the kernel.
 """
@@ -49,11 +50,40 @@ def kernel(monkeypatch: pytest.MonkeyPatch):
 
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_probe_finds_the_kernel_runs_at_the_models_shapes(kernel, dtype, caplog) -> None:
+def test_the_probe_finds_the_kernel_runs_at_the_models_shapes(
+    kernel, matmul_grids, dtype, caplog
+) -> None:
     kernel.setenv("TRITON_INTERPRET", "1")
     with caplog.at_level(logging.INFO, logger="engine.quantization.triton_probe"):
         assert triton_matmul_runs_on(CPU, dtype, SHAPES) is True
     assert [r.levelno for r in caplog.records] == [logging.INFO]
+    # Each shape's 3 rows as one tile, unsplit and split into one range per group: the
+    # two kernels a step can launch, compiled (on a GPU) before the engine serves.
+    launched = [
+        (1, -(-shape.out_features // 64), ranges)
+        for shape in SHAPES
+        for ranges in (1, shape.in_features // shape.group_size)
+    ]
+    assert matmul_grids == launched
+
+
+@needs_triton
+def test_a_split_kernel_that_fails_falls_back_at_startup(kernel, caplog) -> None:
+    from engine.quantization import triton_kernel
+
+    class SplitFails:  # the unsplit kernel runs; a launch over K ranges does not compile
+        def __getitem__(self, grid: tuple[int, ...]):
+            if grid[2] > 1:
+                raise RuntimeError("split-K variant: out of shared memory")
+            return dequant_matmul_kernel()[grid]
+
+    dequant_matmul_kernel = triton_kernel.dequant_matmul_kernel
+    kernel.setenv("TRITON_INTERPRET", "1")
+    kernel.setattr(triton_kernel, "dequant_matmul_kernel", SplitFails)
+    with caplog.at_level(logging.INFO, logger="engine.quantization.triton_probe"):
+        assert triton_matmul_runs_on(CPU, torch.float32, SHAPES[:1]) is False
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "split-K variant" in record.getMessage()
 
 
 @needs_triton

@@ -9,11 +9,13 @@ than deep inside the first allocation. ROCm builds of torch expose AMD GPUs as
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from engine.errors import InvalidRequestError
 
-__all__ = ["bf16_matrix_units", "default_dtype", "resolve_device"]
+__all__ = ["bf16_matrix_units", "default_dtype", "multiprocessors", "resolve_device"]
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -93,3 +95,10 @@ def bf16_matrix_units(
     if hip_arch is not None:
         return hip_arch.split(":")[0].startswith(_BF16_HIP_ARCHS)
     raise TypeError("pass cuda_capability or hip_arch")
+
+
+@functools.cache
+def multiprocessors(index: int) -> int:
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) of GPU ``index``, read
+    once: how many programs a kernel needs to fill the card."""
+    return torch.cuda.get_device_properties(index).multi_processor_count

@@ -65,11 +65,13 @@ step() {
     *) status="failed ($rc)"; FAILED=1 ;;
   esac
   echo "=== $name: $status" >> "$LOG"
-  "$PY" -m engine.benchmarks.device_run step "$name" "$status" \
+  "${RECORD[@]}" step "$name" "$status" \
     "$((ms / 1000)).$((ms % 1000 / 100))" --out "$OUT" >> "$LOG" 2>&1
 }
 
 RUN=("$PY" -m engine.benchmarks.device_run --out "$OUT" --device "$DEVICE")
+# Recording a step and the summary import no engine (nor torch): run as a plain script.
+RECORD=("$PY" engine/benchmarks/device_run.py)
 step env 20 "${RUN[@]}" env
 # The gpu tests and the kernel matrix, engine/ only (tests/engine collects without the
 # agent stack: tests/test_gpu_run.py runs this step in the image's packages). On a CPU the
@@ -83,6 +85,6 @@ step model 45 "${RUN[@]}" model
 step model-int4 55 "${RUN[@]}" model --quantize int4
 step transformers 55 "${RUN[@]}" transformers
 step grid 50 "${RUN[@]}" grid
-"$PY" -m engine.benchmarks.device_run summary --out "$OUT" >> "$LOG" 2>&1 || FAILED=1
+"${RECORD[@]}" summary --out "$OUT" >> "$LOG" 2>&1 || FAILED=1
 cat "$OUT/summary.md" 2>/dev/null
 exit $FAILED

@@ -34,6 +34,7 @@ import torch
 
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.reference import write_kv
+from engine.device import multiprocessors
 from engine.errors import InvalidRequestError
 from engine.host_staging import stage_values
 from engine.validation import require_int
@@ -290,7 +291,7 @@ class TritonAttention:
             return self._target_programs
         if device.type != "cuda":
             return 1
-        return 4 * _multiprocessors(device.index or 0)
+        return 4 * multiprocessors(device.index or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,8 +338,3 @@ class KernelShape:
             "BLOCK_SIZE": self.block_size,
             "UPCAST": self.upcast,
         }
-
-
-@functools.cache
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count

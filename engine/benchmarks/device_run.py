@@ -20,6 +20,10 @@ the agent stack), so this module and everything it imports stay inside engine/. 
 - ``step NAME STATUS SECONDS``: the script's record of how a step ended;
 - ``summary``: ``OUT/summary.md``, every step and figure as a table.
 
+The last two import nothing but the standard library (the script runs them as
+``python3 engine/benchmarks/device_run.py``, sparing a torch import each); the others
+import the engine inside their functions.
+
 On ``--device cpu`` (CI runs the script so, in a venv holding only the image's packages:
 ``tests/test_gpu_run.py``) the model is ``tiny-random`` and every step is its short form.
 """
@@ -137,8 +141,9 @@ def _transformers(options: argparse.Namespace) -> Iterator[dict[str, Any]]:
         )
     )
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 100_000, (128,), generator=g).tolist() for _ in range(8)]
-    greedy = SamplingParams(max_tokens=8 if cpu else 32, temperature=0, ignore_eos=True)
+    length = 32 if cpu else 128
+    prompts = [torch.randint(0, 100_000, (length,), generator=g).tolist() for _ in range(8)]
+    greedy = SamplingParams(max_tokens=4 if cpu else 32, temperature=0, ignore_eos=True)
     engine.generate(prompts[:1], greedy)  # warm up, as kvgov bench engine does
     return _json(versus_transformers(engine, prompts, greedy, repeats=1))
 

@@ -23,6 +23,7 @@ import os
 
 import torch
 
+from engine.device import multiprocessors
 from engine.quantization.scheme import WeightQuantization
 
 __all__ = ["dequant_matmul", "split_k", "triton_matmul_available"]
@@ -111,12 +112,7 @@ def dequant_matmul(
 def _targets(device: torch.device) -> int:
     if device.type != "cuda":
         return 1
-    return _PROGRAMS_PER_MULTIPROCESSOR * _multiprocessors(device.index or 0)
-
-
-@functools.cache
-def _multiprocessors(index: int) -> int:  # read once per device
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return _PROGRAMS_PER_MULTIPROCESSOR * multiprocessors(device.index or 0)
 
 
 def _interpreting() -> bool:

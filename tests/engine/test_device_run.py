@@ -42,9 +42,7 @@ def test_transformers_model_refuses_quantized_weights() -> None:
 
 
 def test_model_run_measures_a_batch_of_eight() -> None:
-    figures = {
-        m.metric: m for m in model_run.run(model="tiny-random", device="cpu", new_tokens=4)
-    }
+    figures = {m.metric: m for m in model_run.run(model="tiny-random", device="cpu", new_tokens=4)}
     tag = "float32"
     assert list(figures) == [
         f"{name}[{tag}]"

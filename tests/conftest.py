@@ -1,5 +1,6 @@
-"""Skip tests marked ``gpu`` unless torch sees a CUDA or ROCm device; ``kvgov_server``,
-a real ``kvgov serve`` process for the remote backend's tests."""
+"""Skip tests marked ``gpu`` unless torch sees a CUDA or ROCm device; start the child
+processes of ``background`` tests when collection ends (``tests/background.py``);
+``kvgov_server``, a real ``kvgov serve`` process for the remote backend's tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import background
 from tests.serve_process import ServerProcess, serve_process
 
 
@@ -21,6 +23,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA or ROCm GPU; torch.cuda.is_available() is False")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the children of the modules whose ``background`` tests were collected
+    (``tests/background.py``): they run on the core the serial suite leaves idle."""
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if item.get_closest_marker("background") is None or module is None:
+            continue
+        child = module.background_child()
+        if child is not None:
+            background.start(module.__name__, child)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.stop_all()
 
 
 # One kvgov serve process for the whole session (tests/serve_process.py): starting one

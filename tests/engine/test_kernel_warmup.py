@@ -10,7 +10,6 @@ each variant through tiny-random; on a GPU (``gpu``) serving after it compiles n
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ import torch
 from engine import Engine, EngineConfig, SamplingParams
 from engine.attention.triton_attention import TritonAttention, padded_splits
 from engine.kernel_warmup import warm_up_attention
+from tests import background
 from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
 
 WHERE = kernel_device()
@@ -168,13 +168,22 @@ def test_the_warmup_runs_each_variant_through_the_model() -> None:
     assert not cache.kv.any()  # block 0, written by the launches, is zeros again
 
 
+def background_child() -> background.Child | None:
+    """This file again under Triton's interpreter, started when collection ends
+    (``tests/background.py``); none inside that run itself, or where kernels compile."""
+    if WHERE is not Where.CHILD:
+        return None
+    argv, env, cwd = interpreter_command(__file__)
+    return background.Child(argv, env, cwd, timeout_s=300)
+
+
+@pytest.mark.background
 @pytest.mark.skipif(
     WHERE is not Where.CHILD,
     reason=NO_TRITON if WHERE is Where.NOWHERE else "the warm-up runs in this process",
 )
 def test_the_warmup_under_the_interpreter() -> None:
-    argv, env, cwd = interpreter_command(__file__)
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    done, _ = background.finished(__name__, background_child)
     report = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, report
     # The enumeration's 6 cases and the warm-up ran there (the gpu one skips).

@@ -19,7 +19,6 @@ Under the interpreter bf16 dot products run in fp32 (``triton_kernels``).
 from __future__ import annotations
 
 import random
-import subprocess
 from dataclasses import dataclass
 
 import pytest
@@ -27,6 +26,7 @@ import torch
 
 from engine.attention import AttentionMetadata, AttentionShape, ReferenceAttention
 from engine.attention.triton_attention import TritonAttention, num_splits
+from tests import background
 from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
 
 WHERE = kernel_device()
@@ -166,13 +166,22 @@ def test_splits_fill_the_device_without_tiny_partitions() -> None:
     )
 
 
+def background_child() -> background.Child | None:
+    """This file again under Triton's interpreter, started when collection ends
+    (``tests/background.py``); none inside that run itself, or where kernels compile."""
+    if WHERE is not Where.CHILD:
+        return None
+    argv, env, cwd = interpreter_command(__file__)
+    return background.Child(argv, env, cwd, timeout_s=600)
+
+
+@pytest.mark.background
 @pytest.mark.skipif(
     WHERE is not Where.CHILD,
     reason=NO_TRITON if WHERE is Where.NOWHERE else "the kernels run in this process",
 )
 def test_the_kernels_under_the_interpreter() -> None:
-    argv, env, cwd = interpreter_command(__file__)
-    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    done, _ = background.finished(__name__, background_child)
     report = done.stdout[-6000:] + done.stderr[-2000:]
     assert done.returncode == 0, report
     # Every CPU case ran there (the gpu ones skip): the interpreter really was in use.

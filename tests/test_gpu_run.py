@@ -22,6 +22,7 @@ import pytest
 
 from engine.twin.grid import load_grid
 from tests import background
+from tests.engine.test_device_run import MODEL_FIGURES
 from tests.gpu_like_env import ABSENT_THERE, build_gpu_like_env, carried_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,20 +34,7 @@ FIGURES = {
     "engine.vs_hf_generate_batch",
     "engine.vs_hf_generate",
     "grid.grid_points",
-    *(
-        f"model.{metric}[{tag}]"
-        for tag in ("float32", "int4")
-        for metric in (
-            "load_s",
-            "weights_gib",
-            "kv_gib",
-            "prefill_tok_s_batch8",
-            "decode_tok_s_batch8",
-            "decode_ms_per_step",
-            "decode_weights_gbps",
-            "decode_roofline_fraction",
-        )
-    ),
+    *(f"model.{metric}[{tag}]" for tag in ("float32", "int4") for metric in MODEL_FIGURES),
 }
 
 

@@ -14,7 +14,12 @@ import torch
 
 from engine.decode_graphs import capture_sizes, context_classes
 from tests import background
-from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
+from tests.engine.triton_interpreter import (
+    NO_TRITON,
+    Where,
+    interpreter_child,
+    kernel_device,
+)
 
 WHERE = kernel_device()
 DEVICE = "cuda" if WHERE is Where.GPU else "cpu"
@@ -39,12 +44,7 @@ def test_context_classes_grow_fourfold_to_the_longest() -> None:
 
 
 def background_child() -> background.Child | None:
-    """This file again under Triton's interpreter, started when collection ends
-    (``tests/background.py``); none inside that run itself, or where kernels compile."""
-    if WHERE is not Where.CHILD:
-        return None
-    argv, env, cwd = interpreter_command(__file__)
-    return background.Child(argv, env, cwd, timeout_s=600)
+    return interpreter_child(__file__, timeout_s=600)
 
 
 @pytest.mark.background

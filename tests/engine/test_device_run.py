@@ -41,22 +41,24 @@ def test_transformers_model_refuses_quantized_weights() -> None:
         transformers_model(engine)
 
 
+# The model run's figures, in order, each named with its weights' format (also what
+# tests/test_gpu_run.py expects of the script); a GPU adds decode_graph_speedup.
+MODEL_FIGURES = (
+    "load_s",
+    "weights_gib",
+    "kv_gib",
+    "prefill_tok_s_batch8",
+    "decode_tok_s_batch8",
+    "decode_ms_per_step",
+    "decode_weights_gbps",
+    "decode_roofline_fraction",
+)
+
+
 def test_model_run_measures_a_batch_of_eight() -> None:
     figures = {m.metric: m for m in model_run.run(model="tiny-random", device="cpu", new_tokens=4)}
     tag = "float32"
-    assert list(figures) == [
-        f"{name}[{tag}]"
-        for name in (
-            "load_s",
-            "weights_gib",
-            "kv_gib",
-            "prefill_tok_s_batch8",
-            "decode_tok_s_batch8",
-            "decode_ms_per_step",
-            "decode_weights_gbps",
-            "decode_roofline_fraction",
-        )
-    ]
+    assert list(figures) == [f"{name}[{tag}]" for name in MODEL_FIGURES]
     step_s = figures[f"decode_ms_per_step[{tag}]"].value / 1e3
     # Throughput is tokens over all decode steps' time; a busy host makes some steps slow,
     # so it is not held to the median step (a side-by-side run read 2x apart).

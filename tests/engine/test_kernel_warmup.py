@@ -19,7 +19,12 @@ from engine import Engine, EngineConfig, SamplingParams
 from engine.attention.triton_attention import TritonAttention, padded_splits
 from engine.kernel_warmup import warm_up_attention
 from tests import background
-from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
+from tests.engine.triton_interpreter import (
+    NO_TRITON,
+    Where,
+    interpreter_child,
+    kernel_device,
+)
 
 WHERE = kernel_device()
 CPU = torch.device("cpu")
@@ -169,12 +174,7 @@ def test_the_warmup_runs_each_variant_through_the_model() -> None:
 
 
 def background_child() -> background.Child | None:
-    """This file again under Triton's interpreter, started when collection ends
-    (``tests/background.py``); none inside that run itself, or where kernels compile."""
-    if WHERE is not Where.CHILD:
-        return None
-    argv, env, cwd = interpreter_command(__file__)
-    return background.Child(argv, env, cwd, timeout_s=300)
+    return interpreter_child(__file__, timeout_s=300)
 
 
 @pytest.mark.background

@@ -27,7 +27,12 @@ import torch
 from engine.attention import AttentionMetadata, AttentionShape, ReferenceAttention
 from engine.attention.triton_attention import TritonAttention, num_splits
 from tests import background
-from tests.engine.triton_interpreter import NO_TRITON, Where, interpreter_command, kernel_device
+from tests.engine.triton_interpreter import (
+    NO_TRITON,
+    Where,
+    interpreter_child,
+    kernel_device,
+)
 
 WHERE = kernel_device()
 DEVICE = "cuda" if WHERE is Where.GPU else "cpu"
@@ -167,12 +172,7 @@ def test_splits_fill_the_device_without_tiny_partitions() -> None:
 
 
 def background_child() -> background.Child | None:
-    """This file again under Triton's interpreter, started when collection ends
-    (``tests/background.py``); none inside that run itself, or where kernels compile."""
-    if WHERE is not Where.CHILD:
-        return None
-    argv, env, cwd = interpreter_command(__file__)
-    return background.Child(argv, env, cwd, timeout_s=600)
+    return interpreter_child(__file__, timeout_s=600)
 
 
 @pytest.mark.background

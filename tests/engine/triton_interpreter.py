@@ -5,8 +5,8 @@ its own library, ``tl.zeros``, ``tl.max`` and the rest, is wrapped then), and im
 ``torch.nn.attention`` imports triton (torch._dynamo checks for it), so in a test run
 that imports the engine the choice is made long before any test module could set the
 variable. A kernel test module on a CPU therefore runs itself again in a child process
-started with ``TRITON_INTERPRET=1`` (``interpreter_command``); the variable reaches no
-other test and no other process.
+started with ``TRITON_INTERPRET=1`` (``interpreter_command``; ``interpreter_child``
+starts it when collection ends); the variable reaches no other test and no other process.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Where", "interpreter_command", "kernel_device"]
+from tests.background import Child
+
+__all__ = ["Where", "interpreter_child", "interpreter_command", "kernel_device"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +55,13 @@ def interpreter_command(test_file: str) -> tuple[list[str], dict[str, str], Path
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     argv = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test_file]
     return argv, env, ROOT
+
+
+def interpreter_child(test_file: str, *, timeout_s: float) -> Child | None:
+    """``test_file`` again under the interpreter, as a background child
+    (``tests/background.py``: started when collection ends); ``None`` where this process
+    runs the kernels itself (a GPU, or the interpreter's own run) or cannot (no triton)."""
+    if kernel_device() is not Where.CHILD:
+        return None
+    argv, env, cwd = interpreter_command(test_file)
+    return Child(argv, env, cwd, timeout_s=timeout_s)

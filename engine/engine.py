@@ -13,18 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 
-import torch
-
-from engine import decode_run, introspection
-from engine.attention.select import get_attention_backend
-from engine.attention.shape import AttentionShape
-from engine.block_manager import BlockManager
+from engine import decode_run
+from engine.assembly import assemble
 from engine.block_results import PinnedPrefix
 from engine.budget import BudgetInfo
-from engine.config import EngineConfig, PreemptionMode
-from engine.decode_graphs import set_up_decode_graphs, wants_decode_graphs
+from engine.config import EngineConfig
 from engine.decode_run import DecodeRun
-from engine.device import default_dtype, resolve_device
 from engine.errors import (
     BudgetExceededError,
     CeilingExceededError,
@@ -34,13 +28,7 @@ from engine.errors import (
     SequenceStateError,
     UnknownSequenceError,
 )
-from engine.expandable_segments import enable_expandable_segments
-from engine.host_swap import size_host_swap
-from engine.kernel_warmup import warm_up_attention
-from engine.kv_cache import KVCache
-from engine.loader import free_bytes, load_parts, num_kv_blocks, read_model_config
-from engine.memory_profile import profile_largest_step
-from engine.model_runner import ModelRunner
+from engine.introspection import Introspection
 from engine.outputs import (
     Capacity,
     Completion,
@@ -54,93 +42,27 @@ from engine.prefill_counter import PrefillCounter
 from engine.request import FinishReason, Request, RequestStatus
 from engine.retention import Context, RetainedContexts
 from engine.sampling import SamplingParams, request_generator
-from engine.scheduler import Scheduler
-from engine.step_threads import StepThreads
 from engine.stop import TokenStopChecker
 from engine.validation import monotonic_or_now
 
 __all__ = ["Engine"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config = config or EngineConfig()
-        self.device = resolve_device(config.device)
-        self.dtype = _DTYPES[config.dtype] if config.dtype else default_dtype(self.device)
-        if self.device.type == "cuda":
-            # Before the weights take their segments; a build without them says so here.
-            enable_expandable_segments(device=self.device)
-        shape = AttentionShape.of(
-            read_model_config(config), block_size=config.block_size, dtype=self.dtype
-        )
-        self.attention = get_attention_backend(config.attention, device=self.device, shape=shape)
-        self.model_config, self.model, self.tokenizer = load_parts(
-            config, attention=self.attention, device=self.device, dtype=self.dtype
-        )
-        self.model.eval()
-        mc = self.model_config
-        self.max_model_len = config.max_model_len or mc.max_position_embeddings
-        bytes_per_block = mc.kv_bytes_per_token(self.dtype) * config.block_size
-        num_blocks = num_kv_blocks(
-            config,
-            device=self.device,
-            bytes_per_block=bytes_per_block,
-            profile=lambda: profile_largest_step(self.model, config),
-        )
-        self.host_swap = size_host_swap(
-            config,
-            bytes_per_block=bytes_per_block,
-            max_model_len=self.max_model_len,
-            host_available_bytes=free_bytes(torch.device("cpu")),
-        )
-        self.kv_cache = KVCache(
-            num_layers=mc.num_layers,
-            num_blocks=num_blocks,
-            block_size=config.block_size,
-            num_kv_heads=mc.num_kv_heads,
-            head_dim=mc.head_dim,
-            num_host_blocks=self.host_swap.num_blocks,
-            dtype=self.dtype,
-            device=self.device,
-        )
-        # Decode graphs keep the pool's last block as the scratch their padding rows write.
-        graphs = wants_decode_graphs(config.decode_graphs, self.attention, self.device)
-        if graphs and num_blocks < 2:
-            raise InvalidRequestError("decode graphs need 2 KV blocks or more (one is scratch)")
-        self.block_manager = BlockManager(
-            num_blocks=num_blocks - 1 if graphs else num_blocks,
-            block_size=config.block_size,
-            num_host_blocks=self.kv_cache.num_host_blocks,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
-        self.scheduler = Scheduler(
-            block_manager=self.block_manager,
-            kv_cache=self.kv_cache,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            allow_swap=config.preemption_mode is PreemptionMode.SWAP,
-        )
-        self.runner = ModelRunner(
-            model=self.model,
-            attention=self.attention,
-            kv_cache=self.kv_cache,
-            block_manager=self.block_manager,
-            threads=StepThreads()
-            if self.device.type == "cpu" and config.adapt_cpu_threads
-            else None,
-        )
-        warm_up_attention(self.runner, max_len=self.max_model_len)  # before the first step
-        if graphs:  # after the warm-up: every kernel a graph records is compiled by then
-            self.runner.graphs = set_up_decode_graphs(
-                mode=config.decode_graphs,
-                model=self.model,
-                kv_cache=self.kv_cache,
-                max_num_seqs=config.max_num_seqs,
-                max_model_len=self.max_model_len,
-                scratch_block=num_blocks - 1,
-            )
+        parts = assemble(config)
+        self.device, self.dtype = parts.device, parts.dtype
+        self.attention = parts.attention
+        self.model_config = parts.model_config
+        self.model = parts.model
+        self.tokenizer = parts.tokenizer
+        self.max_model_len = parts.max_model_len
+        self.host_swap = parts.host_swap
+        self.kv_cache = parts.kv_cache
+        self.block_manager = parts.block_manager
+        self.scheduler = parts.scheduler
+        self.runner = parts.runner
         self.retained = RetainedContexts(self.block_manager, self.kv_cache)
         self.pending = PendingRestores(self.retained)
         self.scheduler.reclaim = self._reclaim_hold
@@ -153,6 +75,15 @@ class Engine:
         # default order time. Monotonic seconds; the hardware twin puts its virtual clock
         # here (``engine.twin.attach_twin``), so a twin run's figures are virtual time.
         self.clock: Callable[[], float] = time.monotonic
+        self._introspection = Introspection(
+            block_manager=self.block_manager,
+            scheduler=self.scheduler,
+            kv_cache=self.kv_cache,
+            retained=self.retained,
+            prefill=self.prefill,
+            requests=self._requests,
+            max_model_len=self.max_model_len,
+        )
 
     @classmethod
     def from_pretrained(cls, path_or_preset: str = "tiny-random", **overrides: object) -> Engine:
@@ -573,20 +504,20 @@ class Engine:
 
     # -- introspection (engine.introspection; read-only, between two steps) -------------
     def capacity(self) -> Capacity:
-        return introspection.capacity(self)
+        return self._introspection.capacity()
 
     def metrics(self) -> EngineMetrics:
-        return introspection.metrics(self)
+        return self._introspection.metrics()
 
     def kv_snapshot(self) -> KVSnapshot:
         """Each open budget's blocks (on the device and offloaded), the pinned prefixes'
         blocks and the pool's counts, read together between two steps."""
-        return introspection.kv_snapshot(self)
+        return self._introspection.kv_snapshot()
 
     def snapshot(self) -> EngineSnapshot:
         """Metrics, capacity, the KV map and the unfinished requests, read together between
         two steps: one instant, so a live view's figures agree."""
-        return introspection.snapshot(self)
+        return self._introspection.snapshot()
 
 
 def _is_single_prompt(prompts: object) -> bool:

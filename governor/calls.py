@@ -1,57 +1,63 @@
-"""Model calls within a lease: the part of ``Governor`` between a lease and the backend.
+"""``ModelCalls``: model calls within a lease, between the lease and the backend.
 
 ``complete`` / ``acomplete`` / ``astream`` resume a parked lease, put the agent's shared
 prefix first, compact the conversation by the ceiling policy when the call and its
-reply's reserve would not fit, open the lease's engine budget at its first call, bring
-its held KV back, and record usage and events. ``Governor`` inherits these; they use its
-backend, counter, config, policies, idle keeper and event publisher.
+reply's reserve would not fit, have the lease's budget open and its held KV back
+(``LeaseLifecycle.before_call``), and record usage and events.
 
 ``acomplete`` and ``astream`` compact on a worker thread (counting and summarizing may
-take long), open the lease's budget with the backend's ``aopen_budget`` (I/O of its own
-for a remote backend, a worker thread in process) and bring held KV back on a worker
-thread (the idle keeper's lock is for threads only): an event loop never waits on the
+take long) and prepare the lease with ``abefore_call``: an event loop never waits on the
 engine or the network, and other agents' coroutines run meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from governor.backend import GenerationChunk, GenerationRequest, GenerationResult, Message
-from governor.ceiling import CompactionEvent, RaiseAtCeiling
+from governor.backend import (
+    Backend,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+)
+from governor.ceiling import CeilingPolicy, CompactionEvent, RaiseAtCeiling
+from governor.clock import Clock
+from governor.config import GovernorConfig
 from governor.errors import CeilingExceeded, ConfigError, LeaseReleased
-from governor.events import error_name
+from governor.events import LeaseEvents, error_name
 from governor.lease import Lease, LeaseState
-
-if TYPE_CHECKING:
-    from governor.backend import Backend
-    from governor.clock import Clock
-    from governor.config import GovernorConfig
-    from governor.idle import IdleKeeper
-    from governor.policy_set import Policies
-    from governor.prefixes import PrefixRegistry
-    from governor.tokens import TokenCounter
+from governor.lifecycle import LeaseLifecycle
+from governor.prefixes import PrefixRegistry
+from governor.tokens import TokenCounter
 
 __all__ = ["ModelCalls"]
 
 
 class ModelCalls:
-    """Mixed into ``Governor``; the attributes below, and ``resume``, ``aresume`` and
-    ``_publish``, are the governor's."""
-
-    backend: Backend
-    clock: Clock
-    config: GovernorConfig
-    counter: TokenCounter
-    policies: Policies
-    idle: IdleKeeper
-    prefixes: PrefixRegistry
-    _lock: threading.Lock
-    _budgets_open: set[str]
+    def __init__(
+        self,
+        *,
+        lifecycle: LeaseLifecycle,
+        backend: Backend,
+        prefixes: PrefixRegistry,
+        ceiling: CeilingPolicy | None,  # None: each lease's RaiseAtCeiling
+        counter: TokenCounter,
+        config: GovernorConfig,
+        events: LeaseEvents,
+        clock: Clock,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.backend = backend
+        self.prefixes = prefixes
+        self.ceiling = ceiling
+        self.counter = counter
+        self.config = config
+        self.events = events
+        self.clock = clock
 
     # -- model calls ----------------------------------------------------------------
     def complete(
@@ -59,7 +65,7 @@ class ModelCalls:
     ) -> GenerationResult:
         """One model call within the lease (resumed first if it was parked; compacted by
         the ceiling policy when it would not fit; its held KV restored)."""
-        self.resume(lease)
+        self.lifecycle.resume(lease)
         request = self._prepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         try:
@@ -72,7 +78,7 @@ class ModelCalls:
     async def acomplete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
-        await self.aresume(lease)
+        await self.lifecycle.aresume(lease)
         request = await self._aprepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         try:
@@ -86,7 +92,7 @@ class ModelCalls:
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> AsyncIterator[GenerationChunk]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
-        await self.aresume(lease)
+        await self.lifecycle.aresume(lease)
         request = await self._aprepare_call(lease, messages, options)
         started = self._call_started(lease, request)
         finished = False
@@ -109,59 +115,25 @@ class ModelCalls:
     def _prepare_call(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
     ) -> GenerationRequest:
-        """The request, the lease's budget open and its held KV back (it may wait on the
-        engine: a worker thread's work on an event loop)."""
         request = self._request(lease, messages, options)
-        if not self._budget_is_open(lease):
-            self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
-            if not self._budget_opened(lease):
-                self.backend.close_budget(lease.budget)
-                raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        if self.idle.has_work_before_call(lease):
-            self.idle.before_call(lease)
+        self.lifecycle.before_call(lease)
         return request
 
     async def _aprepare_call(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
     ) -> GenerationRequest:
-        """``_prepare_call`` for an event loop: the budget opens with ``aopen_budget``."""
         request = await asyncio.to_thread(self._request, lease, messages, options)
-        if not self._budget_is_open(lease):
-            # Shielded: a caller cancelled while the budget opens must still have it
-            # marked open (and closed at release), or closed here when released meanwhile.
-            opening = asyncio.ensure_future(self._aopen_budget(lease))
-            opening.add_done_callback(_retrieved)
-            await asyncio.shield(opening)
-        if self.idle.has_work_before_call(lease):
-            await asyncio.to_thread(self.idle.before_call, lease)
+        await self.lifecycle.abefore_call(lease)
         return request
 
-    async def _aopen_budget(self, lease: Lease) -> None:
-        await self.backend.aopen_budget(lease.budget, max_blocks=lease.blocks_reserved)
-        if not self._budget_opened(lease):
-            await self.backend.aclose_budget(lease.budget)
-            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-
-    def _budget_is_open(self, lease: Lease) -> bool:
-        with self._lock:
-            return lease.budget in self._budgets_open
-
-    def _budget_opened(self, lease: Lease) -> bool:
-        """Mark the lease's new budget open; False when the lease was released meanwhile
-        (by another thread or task, which found no budget to close: the caller closes it)."""
-        with self._lock:
-            if lease.released_at is not None:
-                return False
-            self._budgets_open.add(lease.budget)
-            return True
-
     def _call_started(self, lease: Lease, request: GenerationRequest) -> float:
-        self._publish("call.started", lease, max_tokens=request.max_tokens)
+        self.events.publish("call.started", lease, max_tokens=request.max_tokens)
         return self.clock.now()
 
     def _call_failed(self, lease: Lease, started: float, error: BaseException | None) -> None:
         reason = "no result" if error is None else error_name(error)
-        self._publish("call.failed", lease, error=reason, elapsed_s=self.clock.now() - started)
+        elapsed_s = self.clock.now() - started
+        self.events.publish("call.failed", lease, error=reason, elapsed_s=elapsed_s)
 
     def _request(
         self, lease: Lease, messages: Sequence[Message], options: dict[str, Any]
@@ -184,7 +156,7 @@ class ModelCalls:
             cache_salt=salt,
             priority=lease.priority,
             order_time=lease.root_requested_at,
-            retain=self.idle.holds_at_finish,
+            retain=self.lifecycle.holds_at_finish,
             **options,
         )
 
@@ -221,15 +193,16 @@ class ModelCalls:
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError.below_minimum(name, value, 0)
-        result = GenerationResult("", (), finish_reason, prompt_tokens, completion_tokens,
-                                  cached_tokens)  # fmt: skip
+        result = GenerationResult(
+            "", (), finish_reason, prompt_tokens, completion_tokens, cached_tokens
+        )
         self._record(lease, result, self.clock.now() - elapsed_s)
 
     def _record(self, lease: Lease, result: GenerationResult, started: float) -> GenerationResult:
         lease.tokens_in_context = result.prompt_tokens + result.completion_tokens
         lease.retained_at_finish = result.retained_tokens
         lease.num_calls += 1
-        self._publish(
+        self.events.publish(
             "call.finished",
             lease,
             prompt_tokens=result.prompt_tokens,
@@ -256,7 +229,7 @@ class ModelCalls:
     def _compact(
         self, lease: Lease, messages: Sequence[Message], reserve: int
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        policy = self.policies.ceiling or RaiseAtCeiling(agent=lease.agent.name, clock=self.clock)
+        policy = self.ceiling or RaiseAtCeiling(agent=lease.agent.name, clock=self.clock)
         compacted, event = policy.compact(
             messages,
             ceiling_tokens=lease.ceiling_tokens,
@@ -266,7 +239,7 @@ class ModelCalls:
         if event.changed:
             lease.num_compactions += 1
             lease.tokens_compacted += event.tokens_saved
-            self._publish("compacted", lease, record=event)
+            self.events.publish("compacted", lease, record=event)
         return compacted, event
 
     def reply_reserve(self, lease: Lease, max_tokens: int | None = None) -> int:
@@ -278,9 +251,3 @@ class ModelCalls:
                 raise ConfigError.below_minimum("max_tokens", max_tokens, 1)
             return max_tokens
         return min(self.config.reply_reserve_tokens, max(1, lease.ceiling_tokens // 4))
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """Its outcome is read: a shielded task whose awaiter was cancelled logs no warning."""
-    if not task.cancelled():
-        task.exception()

@@ -11,13 +11,10 @@ resumed when it next calls the model.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from governor.fanout import FanoutSlot
 from governor.lease import Lease
-
-if TYPE_CHECKING:
-    from governor.governor import LeaseContext
+from governor.lease_context import LeaseContext
 
 __all__ = ["ChildContext"]
 

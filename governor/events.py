@@ -43,12 +43,15 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from governor.clock import SYSTEM_CLOCK
+from governor.clock import SYSTEM_CLOCK, Clock
 from governor.errors import ConfigError
 
-__all__ = ["EventBus", "GovernorEvent", "error_name"]
+if TYPE_CHECKING:
+    from governor.lease import Lease
+
+__all__ = ["EventBus", "GovernorEvent", "LeaseEvents", "error_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,38 @@ class EventBus:
                     RuntimeWarning,
                     stacklevel=2,
                 )
+
+
+class LeaseEvents:
+    """Publishes a lease's events on a bus, stamped with the wall time of the governor's
+    clock; builds nothing while nobody subscribes."""
+
+    __slots__ = ("bus", "clock")
+
+    def __init__(self, bus: EventBus, clock: Clock) -> None:
+        self.bus = bus
+        self.clock = clock
+
+    @property
+    def active(self) -> bool:
+        return self.bus.active
+
+    def publish(
+        self, kind: str, lease: Lease, *, record: object = None, **attributes: object
+    ) -> None:
+        if self.bus.active:
+            self.bus.publish(
+                GovernorEvent(
+                    kind,
+                    lease_id=lease.lease_id,
+                    agent=lease.agent.name,
+                    tenant=lease.tenant,
+                    run_id=lease.run_id,
+                    attributes=attributes,
+                    record=record,
+                    at=self.clock.wall(),
+                )
+            )
 
 
 def error_name(error: BaseException | None) -> str | None:

@@ -1,4 +1,4 @@
-"""The governor: agents request context the way programs request memory.
+"""``Governor``: agents request context the way programs request memory; the front.
 
 ``governor.lease(agent, ...)`` waits for admission and yields an ACTIVE ``Lease``; the
 same call works as ``with`` (threads) and ``async with`` (event loops). Model calls go
@@ -9,81 +9,58 @@ enforces too (opened at its first call, closed at release). ``tool_call`` marks 
 lease idle while a tool runs: parked, its KV held, offloaded under pressure, restored
 before its next call (``governor.idle``); a tool's result is reduced to the agent's
 ``tool_output_tokens`` by the tool-output policy. Every decision is published as a
-``GovernorEvent`` (``subscribe``). A cancelled or timed-out waiter leaves no trace; a
-released lease returns its budget and its held KV, exactly once, whatever state it is in
-(active, parked, or queued again when its owner gave up).
+``GovernorEvent`` (``subscribe``).
 
-Async paths never wait on the engine or the network on the event loop: opening and
-resizing a budget use the backend's async calls (``aopen_budget``, ``aresize_budget``);
-what runs under the idle keeper's lock (closing a budget, holding, offloading and
-restoring KV) and tokenizing run on a worker thread (``asyncio.to_thread``) or on the
-deadline thread.
+``Governor`` builds its collaborators, each given what its constructor names, and
+delegates to them: ``LeaseLifecycle`` (``governor.lifecycle``: request, acquire, park,
+resume, grow, release; where the lock order is written), ``ModelCalls``
+(``governor.calls``) and ``ToolCalls`` (``governor.tool_calls``).
 
-Time comes from one clock, ``Governor(clock=...)`` (``governor.clock``): lease times,
-queue ages, order times, elapsed times, event timestamps and the deadlines of idle
-leases. The default, ``SYSTEM_CLOCK``, is real time; the hardware twin passes a virtual
-one, and drives the governor through its async API (``governor.clock`` says why). "The
-deadline thread" here is wherever the clock runs its callbacks (``SystemClock``: one
-daemon thread).
-
-Threads and event loops share a governor. Its locks, in the only order they are taken
-(a lock is never taken while one after it is held):
-
-1. ``IdleKeeper._backend`` (re-entrant): the keeper's backend calls (hold, offload,
-   restore, drop) and each lease's ``close_budget``. Held across engine steps, so only
-   threads take it: never an event loop, never a fan-out hook.
-2. ``FanoutLimiter._lock``: a child's slot. Its hook parks the parent (3, 4) and leaves
-   the hold of the parent's KV to the deadline thread; it never waits.
-3. ``IdleKeeper._lock``: idle periods and holds. Never held across a backend call.
-   Parking by deadline checks and parks under it.
-4. ``Governor._lock``: the open budgets, parents and released marks. Nothing is called
-   under it.
-5. ``AdmissionController._lock``: the queue and the ledger of reservations and holds;
-   an active lease's ceiling changes only under it. The admission policy and waiter
-   wake-ups run under it and never call back.
-
-Backend locks (``LocalBackend``'s, ``FakeBackend``'s, the engine loop's), the deadline
-thread's, the event bus's and ``ToolDurations``' come after all of these and call nothing
-back (arming a deadline under 5 is allowed); subscribers run under none of 3-5.
+Async paths never wait on the engine or the network on the event loop. Time comes from
+one clock, ``Governor(clock=...)`` (``governor.clock``): lease times, queue ages, event
+timestamps and the deadlines of idle leases; the default, ``SYSTEM_CLOCK``, is real
+time. "The deadline thread" is wherever the clock runs its callbacks.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
-import itertools
-import math
-import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
-from governor.admission import AdmissionController, Waiter
+from governor.admission import AdmissionController
 from governor.agent import AgentSpec
-from governor.backend import Backend, Message, PrefixHandle
+from governor.backend import (
+    Backend,
+    GenerationChunk,
+    GenerationResult,
+    Message,
+    PrefixHandle,
+)
 from governor.calls import ModelCalls
+from governor.ceiling import CompactionEvent
 from governor.children import ChildContext
 from governor.clock import SYSTEM_CLOCK, Clock
 from governor.config import GovernorConfig
-from governor.errors import AdmissionTimeout, BackendError, ConfigError, LeaseReleased
-from governor.events import EventBus, GovernorEvent, Subscriber, error_name
-from governor.fanout import FanoutLimiter
-from governor.growth import Growth
+from governor.errors import BackendError, ConfigError, LeaseReleased
+from governor.events import EventBus, GovernorEvent, LeaseEvents, Subscriber
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseState
 from governor.lease_context import LeaseContext
+from governor.lifecycle import LeaseLifecycle
 from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
-from governor.runs import Run, current_run_id
-from governor.tool_calls import ToolCalls, ToolDurations
+from governor.runs import Run
+from governor.tool_calls import ToolCall, ToolCalls, ToolDurations
+from governor.tool_output import ToolOutputReduction
 from governor.topology import TopologyReport, check_topology
 from governor.truncate import HeadTailTruncation
-from governor.unwaited import UnwaitedErrors, close_budget_unwaited
+from governor.unwaited import UnwaitedErrors
 
 __all__ = ["Governor", "LeaseContext"]
 
 
-class Governor(ModelCalls, ToolCalls, Growth):
+class Governor:
     def __init__(
         self,
         backend: Backend,
@@ -148,12 +125,36 @@ class Governor(ModelCalls, ToolCalls, Growth):
         placement = getattr(backend, "placement", None)
         if callable(placement):
             self.admission.placement = placement(safety_factor=self.config.safety_factor)
-        self._ids = itertools.count()
-        self._lock = threading.Lock()  # the two below and release marks (lock order: top)
-        self._budgets_open: set[str] = set()
-        self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         self.prefixes = PrefixRegistry(backend)
-        self.fanout_limiter = FanoutLimiter(on_first_child=self._park_parent)
+        lease_events = LeaseEvents(self.events, clock)
+        self._lifecycle = LeaseLifecycle(
+            backend=backend,
+            config=self.config,
+            admission=self.admission,
+            idle=self.idle,
+            events=lease_events,
+            unwaited=self.unwaited,
+            clock=clock,
+        )
+        self.fanout_limiter = self._lifecycle.fanout
+        self._model_calls = ModelCalls(
+            lifecycle=self._lifecycle,
+            backend=backend,
+            prefixes=self.prefixes,
+            ceiling=self.policies.ceiling,
+            counter=self.counter,
+            config=self.config,
+            events=lease_events,
+            clock=clock,
+        )
+        self._tool_calls = ToolCalls(
+            lifecycle=self._lifecycle,
+            durations=self.tool_durations,
+            output_policy=self.tool_output_policy,
+            counter=self.counter,
+            events=lease_events,
+            clock=clock,
+        )
         # A backend that can restart (RemoteBackend), or lose a replica (MultiBackend),
         # sets its budgets and pins up again itself; the held KV it lost is the
         # governor's to forget, and its capacity may have changed.
@@ -254,9 +255,8 @@ class Governor(ModelCalls, ToolCalls, Growth):
                 "for one sub-agent or governor.fanout(parent, agent, n) for several",
                 setting="parent",
             )
-        return LeaseContext(
-            self, self._new_lease(agent, ceiling_tokens, priority, parent=None, tenant=tenant)
-        )
+        lease = self._new_lease(agent, ceiling_tokens, priority, parent=None, tenant=tenant)
+        return LeaseContext(self._lifecycle, lease)
 
     def _new_lease(
         self,
@@ -268,35 +268,15 @@ class Governor(ModelCalls, ToolCalls, Growth):
         tenant: str | None,
     ) -> Lease:
         spec = agent if isinstance(agent, AgentSpec) else self.agent(agent)
-        ceiling = spec.ceiling_tokens if ceiling_tokens is None else ceiling_tokens
-        if not isinstance(ceiling, int) or isinstance(ceiling, bool) or ceiling < 1:
-            raise ConfigError.below_minimum("ceiling_tokens", ceiling, 1)
-        number = next(self._ids)
-        lease = Lease(
-            lease_id=str(number),
-            agent=spec,
-            ceiling_tokens=ceiling,
+        return self._lifecycle.request(
+            spec,
+            ceiling_tokens=spec.ceiling_tokens if ceiling_tokens is None else ceiling_tokens,
             priority=spec.priority if priority is None else priority,
-            block_size=self.admission.block_size,
-            arrival=number,
-            requested_at=self.clock.now(),
-            tenant=tenant,
             parent=parent,
-            run_id=current_run_id(),
-            governor=self,
-            expected_tokens=math.ceil(ceiling * self.config.expected_use),
+            tenant=tenant,
             prefix_blocks=self.prefixes.pinned_blocks(spec.prefix, tenant=tenant),
+            owner=self,
         )
-        self.admission.check_can_ever_fit(lease)
-        self._publish(
-            "requested",
-            lease,
-            ceiling_tokens=ceiling,
-            priority=lease.priority,
-            parent_id=None if parent is None else parent.lease_id,
-            prefix_blocks=lease.prefix_blocks,
-        )
-        return lease
 
     def child(
         self,
@@ -317,12 +297,8 @@ class Governor(ModelCalls, ToolCalls, Growth):
             parent=parent,
             tenant=parent.tenant,
         )
-        with self._lock:
-            self._parents[parent.lease_id] = parent
-        slot = self.fanout_limiter.slot(
-            parent.lease_id, parent.agent.max_fanout, timeout_s=self.config.admission_timeout_s
-        )
-        return ChildContext(parent, slot, LeaseContext(self, lease))
+        slot = self._lifecycle.child_slot(parent, lease)
+        return ChildContext(parent, slot, LeaseContext(self._lifecycle, lease))
 
     def fanout(
         self, parent: Lease, agent: str | AgentSpec, n: int, **options: int | None
@@ -349,120 +325,38 @@ class Governor(ModelCalls, ToolCalls, Growth):
         w = worker if isinstance(worker, AgentSpec) else self.agent(worker)
         pinned = self.prefixes.pinned_blocks
         return check_topology(
-            planner_ceiling=p.ceiling_tokens, worker_ceiling=w.ceiling_tokens,
-            num_workers=num_workers, max_fanout=p.max_fanout, planners=planners,
+            planner_ceiling=p.ceiling_tokens,
+            worker_ceiling=w.ceiling_tokens,
+            num_workers=num_workers,
+            max_fanout=p.max_fanout,
+            planners=planners,
             available_blocks=self.admission.available_blocks,
             block_size=self.admission.block_size,
-            safety_factor=self.config.safety_factor, expected_use=self.config.expected_use,
+            safety_factor=self.config.safety_factor,
+            expected_use=self.config.expected_use,
             planner_prefix_blocks=pinned(p.prefix, tenant=tenant),
             worker_prefix_blocks=pinned(w.prefix, tenant=tenant),
-        )  # fmt: skip
+        )
 
-    def _park_parent(self, parent_id: object) -> None:
-        # Under the fan-out lock, maybe on an event loop: parked at once (its children
-        # need the room), its KV held later on the deadline thread; nothing here waits.
-        with self._lock:
-            parent = self._parents.get(str(parent_id))
-            budget_open = parent is not None and parent.budget in self._budgets_open
-        if parent is not None:
-            self.idle.begin(
-                parent, reason="children", budget_open=budget_open, park_now=True, defer_hold=True
-            )
-
+    # -- a lease's life: LeaseLifecycle ------------------------------------------------
     def acquire(self, lease: Lease) -> Lease:
         """Wait (blocking this thread) until the lease is ACTIVE."""
-        waiter = Waiter()
-        started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
-        self.admission.enqueue(lease, waiter)
-        if not waiter.wait(self.config.admission_timeout_s) and self.admission.cancel(lease):
-            raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
-        self._admitted(lease, started, resumed)
-        return lease
+        return self._lifecycle.acquire(lease)
 
     async def aacquire(self, lease: Lease) -> Lease:
-        waiter = Waiter(loop=asyncio.get_running_loop())
-        started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
-        self.admission.enqueue(lease, waiter)
-        try:
-            admitted = await waiter.await_(self.config.admission_timeout_s)
-        except asyncio.CancelledError:
-            if not self.admission.cancel(lease):  # admitted as we were cancelled:
-                self._publish_admitted(lease, started, resumed)  # its span says both
-                await self.arelease(lease, error=asyncio.CancelledError())
-            raise
-        if not admitted and self.admission.cancel(lease):
-            raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
-        self._admitted(lease, started, resumed)
-        return lease
-
-    def _admitted(self, lease: Lease, started: float, resumed: bool) -> None:
-        if lease.state is LeaseState.RELEASED:  # released by another thread as it waited
-            raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        self._publish_admitted(lease, started, resumed)
-
-    def _publish_admitted(self, lease: Lease, started: float, resumed: bool) -> None:
-        if self.events.active:
-            wait_s = self.clock.now() - started
-            kind = "resumed" if resumed else "admitted"
-            self._publish(kind, lease, wait_s=wait_s, ceiling_tokens=lease.ceiling_tokens)
+        return await self._lifecycle.aacquire(lease)
 
     def release(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """Return the lease's context, its held KV and its engine budget, exactly once
         whatever its state (a second call does nothing). ``error``: what ended the
         lease's work, when it failed (the ``released`` event's ``error``, so tracing
         marks the agent's span failed). Blocks on the engine: ``arelease`` on a loop."""
-        if not self._mark_released(lease):
-            return
-        try:
-            self._release_admission(lease)
-        finally:
-            self._release_budget(lease, error)
+        self._lifecycle.release(lease, error=error)
 
     async def arelease(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """``release`` for an event loop: the budget closes on a worker thread, and is
         closed even when this task is cancelled meanwhile."""
-        if not self._mark_released(lease):
-            return
-        try:
-            self._release_admission(lease)
-        finally:
-            if self._budget_open(lease):  # closing it waits on the engine
-                await _to_thread_to_the_end(self._release_budget, lease, error)
-            else:
-                self._release_budget(lease, error)
-
-    def _mark_released(self, lease: Lease) -> bool:
-        """True for the one caller that releases the lease (a lease is released once)."""
-        with self._lock:
-            if lease.released_at is not None:
-                return False
-            lease.released_at = self.clock.now()
-            self._parents.pop(lease.lease_id, None)
-            return True
-
-    def _release_admission(self, lease: Lease) -> None:
-        try:
-            self.admission.release(lease)  # a failing admission policy raises here...
-        finally:  # ...and the lease's hold is forgotten all the same
-            self.idle.forget(lease)
-
-    def _release_budget(self, lease: Lease, error: BaseException | None) -> None:
-        with self._lock:
-            budget_open = lease.budget in self._budgets_open
-            self._budgets_open.discard(lease.budget)
-        try:
-            if budget_open:
-                with self.idle.backend_lock:  # never in the middle of an offload of it
-                    # Not waited for where the backend allows (governor.unwaited).
-                    close_budget_unwaited(self.backend, lease.budget, self.unwaited)
-        finally:  # the lease has ended, even where the engine failed to close its budget
-            self._publish(
-                "released",
-                lease,
-                tokens_in_context=lease.tokens_in_context,
-                num_calls=lease.num_calls,
-                error=error_name(error),
-            )
+        await self._lifecycle.arelease(lease, error=error)
 
     def between_calls(self, lease: Lease) -> None:
         """The lease's agent is between model calls, with no tool running: reading its
@@ -470,54 +364,131 @@ class Governor(ModelCalls, ToolCalls, Growth):
         it stands). It is parked after ``park_after_s`` (reason ``"turn"``) unless a
         call, a tool or its release comes first, so an abandoned run holds no admission
         room while it waits for the garbage collector. Its KV is not held for it."""
-        if lease.state is LeaseState.ACTIVE:
-            self.idle.begin(lease, reason="turn", budget_open=False, hold_kv=False)
+        self._lifecycle.between_calls(lease)
 
     def park(self, lease: Lease, *, reason: str = "manual") -> None:
         """The lease waits on a tool or its children: it stops counting against limits."""
-        if self.admission.park(lease):
-            self._publish("parked", lease, reason=reason)
-
-    def _budget_open(self, lease: Lease) -> bool:
-        with self._lock:
-            return lease.budget in self._budgets_open
-
-    def _publish(
-        self, kind: str, lease: Lease, *, record: object = None, **attributes: object
-    ) -> None:
-        if self.events.active:
-            self.events.publish(
-                GovernorEvent(
-                    kind,
-                    lease_id=lease.lease_id,
-                    agent=lease.agent.name,
-                    tenant=lease.tenant,
-                    run_id=lease.run_id,
-                    attributes=attributes,
-                    record=record,
-                    at=self.clock.wall(),
-                )
-            )
+        self._lifecycle.park(lease, reason=reason)
 
     def resume(self, lease: Lease) -> Lease:
         """Back to work: its idle period ends; a parked lease waits for admission again."""
-        self.idle.end(lease)
-        if lease.state is LeaseState.PARKED:
-            return self.acquire(lease)
-        return lease
+        return self._lifecycle.resume(lease)
 
     async def aresume(self, lease: Lease) -> Lease:
-        self.idle.end(lease)
-        if lease.state is LeaseState.PARKED:
-            return await self.aacquire(lease)
-        return lease
+        return await self._lifecycle.aresume(lease)
 
+    def grow(self, lease: Lease, tokens: int) -> None:
+        """Raise the lease's ceiling by ``tokens`` (``Lease.grow``): at once when admission
+        has room for the larger reservation, else parked at the larger size and queued
+        again; blocks this thread while it waits. ``agrow`` on an event loop. The engine
+        budget the lease owns is resized after either."""
+        self._lifecycle.grow(lease, tokens)
 
-async def _to_thread_to_the_end(fn: Callable[..., None], *args: object) -> None:
-    """``fn(*args)`` on a worker thread, run to its end even when the awaiting task is
-    cancelled: ``asyncio.to_thread`` would drop a call still queued for a thread."""
-    call = functools.partial(contextvars.copy_context().run, fn, *args)
-    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, call))
+    async def agrow(self, lease: Lease, tokens: int) -> None:
+        await self._lifecycle.agrow(lease, tokens)
+
+    @property
+    def _budgets_open(self) -> frozenset[str]:
+        """The engine budgets of leases not yet released (tests read it)."""
+        return self._lifecycle.open_budgets
+
+    # -- model calls: ModelCalls -----------------------------------------------------
+    def complete(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> GenerationResult:
+        """One model call within the lease (resumed first if it was parked; compacted by
+        the ceiling policy when it would not fit; its held KV restored)."""
+        return self._model_calls.complete(lease, messages, **options)
+
+    async def acomplete(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> GenerationResult:
+        return await self._model_calls.acomplete(lease, messages, **options)
+
+    def astream(
+        self, lease: Lease, messages: Sequence[Message], **options: Any
+    ) -> AsyncIterator[GenerationChunk]:
+        """A streamed model call within the lease; usage is recorded from the last chunk."""
+        return self._model_calls.astream(lease, messages, **options)
+
+    def with_prefix(
+        self, lease: Lease, messages: Sequence[Message]
+    ) -> tuple[Sequence[Message], str | None]:
+        """The messages a call of this lease sends (the agent's registered prefix first,
+        unless they start with it already) and the cache salt it is sent with."""
+        return self._model_calls.with_prefix(lease, messages)
+
+    def record_call(
+        self,
+        lease: Lease,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        finish_reason: str = "stop",
+        elapsed_s: float = 0.0,
+    ) -> None:
+        """Record a model call the lease's agent made without the governor (a LangChain
+        chat model of its own): its context and usage, and a ``call.finished`` event."""
+        self._model_calls.record_call(
+            lease,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
+            finish_reason=finish_reason,
+            elapsed_s=elapsed_s,
+        )
+
+    def compact(
+        self, lease: Lease, messages: Sequence[Message], *, max_tokens: int | None = None
+    ) -> tuple[list[dict[str, Any]], CompactionEvent]:
+        """The conversation the lease's next call sends (its shared prefix first),
+        compacted by the ceiling policy when it and the reply's reserve (``max_tokens``,
+        else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
+        the result as the history, so later turns stay compacted."""
+        return self._model_calls.compact(lease, messages, max_tokens=max_tokens)
+
+    def reply_reserve(self, lease: Lease, max_tokens: int | None = None) -> int:
+        """Tokens kept free for the reply when checking the ceiling: ``max_tokens``
+        when the call names it, else ``reply_reserve_tokens`` up to a quarter of the
+        ceiling."""
+        return self._model_calls.reply_reserve(lease, max_tokens)
+
+    # -- tool calls: ToolCalls -------------------------------------------------------
+    def tool_call(
+        self,
+        lease: Lease,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        expected_s: float | None = None,
+        question: str | None = None,
+    ) -> ToolCall:
+        """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
+        (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
+        ``expected_s`` to take longer, or, without ``expected_s``, its calls so far mostly
+        took longer). ``call.reduce(output)`` fits its result to the agent's
+        ``tool_output_tokens``, keeping what ``arguments`` and ``question`` (the agent's
+        last request) ask for."""
+        return self._tool_calls.tool_call(
+            lease, tool, arguments, expected_s=expected_s, question=question
+        )
+
+    def reduce_tool_output(
+        self,
+        lease: Lease,
+        text: str,
+        *,
+        tool: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        question: str | None = None,
+    ) -> ToolOutputReduction:
+        """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
+        policy (unchanged, method ``"none"``, when the agent sets no such budget);
+        ``question`` is the agent's last request, for a policy that reads it."""
+        return self._tool_calls.reduce_tool_output(
+            lease, text, tool=tool, arguments=arguments, question=question
+        )
 
 
 def _agent_name(agent: str | AgentSpec) -> str:

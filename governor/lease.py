@@ -5,6 +5,9 @@ WAITING until admission grants it, ACTIVE while it may call the model, PARKED wh
 waits on a tool or on its children (it then stops counting against the concurrency
 limit), and RELEASED at the end. Each lease owns one engine budget sized to its
 ceiling, so the engine enforces the ceiling, not just the governor's bookkeeping.
+
+A lease's own verbs (``park``, ``resume``, ``grow``) go to its owner, any ``LeaseOwner``:
+the ``Governor`` that made it. This module imports nothing that knows a governor.
 """
 
 from __future__ import annotations
@@ -12,14 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from governor.agent import AgentSpec
 
-if TYPE_CHECKING:
-    from governor.governor import Governor
-
-__all__ = ["Lease", "LeaseState"]
+__all__ = ["Lease", "LeaseOwner", "LeaseState"]
 
 
 class LeaseState(Enum):
@@ -27,6 +27,20 @@ class LeaseState(Enum):
     ACTIVE = "active"
     PARKED = "parked"
     RELEASED = "released"
+
+
+class LeaseOwner(Protocol):
+    """What a lease asks of whoever made it, for the agent that holds it."""
+
+    def park(self, lease: Lease, *, reason: str = ...) -> None: ...
+
+    def resume(self, lease: Lease) -> Lease: ...
+
+    async def aresume(self, lease: Lease) -> Lease: ...
+
+    def grow(self, lease: Lease, tokens: int) -> None: ...
+
+    async def agrow(self, lease: Lease, tokens: int) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -70,7 +84,7 @@ class Lease:
     num_compactions: int = 0
     tokens_compacted: int = 0  # tokens removed from its prompts by compaction
     tokens_summarized: int = 0  # tokens removed from its tool results
-    governor: Governor | None = field(default=None, repr=False)
+    governor: LeaseOwner | None = field(default=None, repr=False)  # its owner
 
     def __post_init__(self) -> None:
         if self.queued_at is None:
@@ -155,6 +169,6 @@ class Lease:
         """``grow`` for an event loop: waits for admission without blocking it."""
         await self._owner().agrow(self, tokens)
 
-    def _owner(self) -> Governor:
+    def _owner(self) -> LeaseOwner:
         assert self.governor is not None, "a lease is made by Governor.lease()"
         return self.governor

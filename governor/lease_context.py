@@ -1,19 +1,16 @@
 """``LeaseContext``: what ``Governor.lease`` returns, for ``with`` and ``async with``.
 
-Entering waits for admission (``acquire``, or ``aacquire`` on an event loop); leaving
-releases the lease, whatever ended the block (``release``, or ``arelease``, which
-closes its engine budget on a worker thread).
+Entering waits for admission (``LeaseLifecycle.acquire``, or ``aacquire`` on an event
+loop); leaving releases the lease, whatever ended the block (``release``, or
+``arelease``, which closes its engine budget on a worker thread).
 """
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from governor.lease import Lease
-
-if TYPE_CHECKING:
-    from governor.governor import Governor
+from governor.lifecycle import LeaseLifecycle
 
 __all__ = ["LeaseContext"]
 
@@ -21,14 +18,14 @@ __all__ = ["LeaseContext"]
 class LeaseContext:
     """What ``Governor.lease`` returns: a context manager for ``with`` and ``async with``."""
 
-    __slots__ = ("governor", "lease")
+    __slots__ = ("lease", "lifecycle")
 
-    def __init__(self, governor: Governor, lease: Lease) -> None:
-        self.governor = governor
+    def __init__(self, lifecycle: LeaseLifecycle, lease: Lease) -> None:
+        self.lifecycle = lifecycle
         self.lease = lease
 
     def __enter__(self) -> Lease:
-        return self.governor.acquire(self.lease)
+        return self.lifecycle.acquire(self.lease)
 
     def __exit__(
         self,
@@ -36,10 +33,10 @@ class LeaseContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor.release(self.lease, error=exc)
+        self.lifecycle.release(self.lease, error=exc)
 
     async def __aenter__(self) -> Lease:
-        return await self.governor.aacquire(self.lease)
+        return await self.lifecycle.aacquire(self.lease)
 
     async def __aexit__(
         self,
@@ -47,4 +44,4 @@ class LeaseContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.governor.arelease(self.lease, error=exc)
+        await self.lifecycle.arelease(self.lease, error=exc)

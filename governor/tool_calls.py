@@ -7,7 +7,8 @@
 While the block runs the lease is idle: parked after ``park_after_s``, its KV held for
 up to ``retain_s`` and offloaded under pressure (``governor.idle``). The same object
 works with ``async with``. ``reduce`` may be called inside or after the block.
-``ToolCalls`` is the part of ``Governor`` that makes and serves them.
+``ToolCalls`` makes and serves them, with the lease's idle period kept by the
+``LeaseLifecycle``.
 
 ``ToolDurations`` keeps each tool's history (Continuum's per-tool durations), for a tool
 call made without ``expected_s``:
@@ -27,19 +28,16 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from governor.clock import Clock
 from governor.config import finite_number
 from governor.errors import ConfigError, LeaseReleased
-from governor.events import error_name
+from governor.events import LeaseEvents, error_name
 from governor.lease import Lease, LeaseState
+from governor.lifecycle import LeaseLifecycle
+from governor.tokens import TokenCounter
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction, reduce_output
-
-if TYPE_CHECKING:
-    from governor.clock import Clock
-    from governor.governor import Governor
-    from governor.idle import IdleKeeper
-    from governor.tokens import TokenCounter
 
 __all__ = ["ToolCall", "ToolCalls", "ToolDurations"]
 
@@ -78,14 +76,22 @@ class ToolDurations:
 
 
 class ToolCalls:
-    """Mixed into ``Governor``; the attributes below, and ``_budget_open`` and
-    ``_publish``, are the governor's."""
-
-    clock: Clock
-    idle: IdleKeeper
-    tool_durations: ToolDurations
-    counter: TokenCounter
-    tool_output_policy: ToolOutputPolicy
+    def __init__(
+        self,
+        *,
+        lifecycle: LeaseLifecycle,
+        durations: ToolDurations,
+        output_policy: ToolOutputPolicy,
+        counter: TokenCounter,
+        events: LeaseEvents,
+        clock: Clock,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.durations = durations
+        self.output_policy = output_policy
+        self.counter = counter
+        self.events = events
+        self.clock = clock
 
     def tool_call(
         self,
@@ -112,26 +118,26 @@ class ToolCalls:
             )
         return ToolCall(self, lease, tool, arguments, expected_s=expected_s, question=question)
 
-    def _tool_needs_backend(self, lease: Lease) -> bool:
-        return self.idle.needs_backend(lease, budget_open=self._budget_open(lease))
+    def needs_backend(self, lease: Lease) -> bool:
+        """Whether a tool starting now calls the backend (to hold the lease's KV)."""
+        return self.lifecycle.tool_calls_backend(lease)
 
-    def _tool_started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
+    def started(self, lease: Lease, tool: str, expected_s: float | None) -> None:
         lease.tool = tool
-        expected = self.tool_durations.mean(tool) if expected_s is None else expected_s
+        expected = self.durations.mean(tool) if expected_s is None else expected_s
         lease.tool_started_at, lease.tool_expected_s = self.clock.now(), expected
-        self._publish("tool.started", lease, tool=tool)
-        budget_open = self._budget_open(lease)
-        typical = self.tool_durations.median(tool) if expected_s is None else expected_s
-        self.idle.begin(lease, reason="tool", budget_open=budget_open, expected_s=typical)
+        self.events.publish("tool.started", lease, tool=tool)
+        typical = self.durations.median(tool) if expected_s is None else expected_s
+        self.lifecycle.begin_tool(lease, expected_s=typical)
 
-    def _tool_ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
+    def ended(self, lease: Lease, started: float, error: BaseException | None) -> None:
         tool, lease.tool = lease.tool, None
         lease.tool_started_at = lease.tool_expected_s = None
-        self.idle.end(lease)
+        self.lifecycle.end_tool(lease)
         elapsed_s = self.clock.now() - started
         if error is None and tool is not None:
-            self.tool_durations.record(tool, elapsed_s)
-        self._publish(
+            self.durations.record(tool, elapsed_s)
+        self.events.publish(
             "tool.finished", lease, tool=tool, elapsed_s=elapsed_s, error=error_name(error)
         )
 
@@ -152,7 +158,7 @@ class ToolCalls:
             tokens = self.counter.count(text)
             return ToolOutputReduction(text, tokens, tokens, "none", 0.0)
         reduction = reduce_output(
-            self.tool_output_policy,
+            self.output_policy,
             text,
             budget_tokens=budget,
             tool_name=tool,
@@ -161,16 +167,16 @@ class ToolCalls:
         )
         if reduction.changed:
             lease.tokens_summarized += reduction.tokens_saved
-            self._publish("summarized", lease, record=reduction, tool=tool)
+            self.events.publish("summarized", lease, record=reduction, tool=tool)
         return reduction
 
 
 class ToolCall:
-    __slots__ = ("_started", "arguments", "expected_s", "governor", "lease", "question", "tool")
+    __slots__ = ("_calls", "_started", "arguments", "expected_s", "lease", "question", "tool")
 
     def __init__(
         self,
-        governor: Governor,
+        calls: ToolCalls,
         lease: Lease,
         tool: str,
         arguments: Mapping[str, Any] | None,
@@ -178,7 +184,7 @@ class ToolCall:
         expected_s: float | None,
         question: str | None = None,
     ) -> None:
-        self.governor = governor
+        self._calls = calls
         self.lease = lease
         self.tool = tool
         self.arguments = arguments
@@ -191,13 +197,13 @@ class ToolCall:
 
     def reduce(self, output: str) -> ToolOutputReduction:
         """The tool's output fitted to the agent's ``tool_output_tokens``."""
-        return self.governor.reduce_tool_output(
+        return self._calls.reduce_tool_output(
             self.lease, output, tool=self.tool, arguments=self.arguments, question=self.question
         )
 
     def __enter__(self) -> ToolCall:
-        self._started = self.governor.clock.now()
-        self.governor._tool_started(self.lease, self.tool, self.expected_s)
+        self._started = self._calls.clock.now()
+        self._calls.started(self.lease, self.tool, self.expected_s)
         return self
 
     def __exit__(
@@ -206,10 +212,10 @@ class ToolCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor._tool_ended(self.lease, self._started, exc)
+        self._calls.ended(self.lease, self._started, exc)
 
     async def __aenter__(self) -> ToolCall:
-        if self.governor._tool_needs_backend(self.lease):
+        if self._calls.needs_backend(self.lease):
             # Holding its KV calls the backend (an engine round trip): off the event loop.
             await asyncio.to_thread(self.__enter__)
             return self
@@ -221,4 +227,4 @@ class ToolCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.governor._tool_ended(self.lease, self._started, exc)
+        self._calls.ended(self.lease, self._started, exc)

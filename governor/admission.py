@@ -34,7 +34,7 @@ lease's own blocks beyond them. Parked leases' reservations count against neithe
 backend of several replicas also answers where a lease fits (``placement``,
 ``governor.placement``): guaranteed mode admits a lease only where one replica has room
 for it, not just the sum. The lock is the last in the governor's lock order
-(``governor.governor``): nothing is called under it but the policy and the waiters'
+(``governor.lifecycle``): nothing is called under it but the policy and the waiters'
 wake-ups, which never wait.
 """
 
@@ -161,8 +161,13 @@ class AdmissionController:
     def max_concurrent(self, ceiling_tokens: int, prefix_blocks: int = 0) -> int:
         """How many leases of this ceiling guaranteed mode runs at once, each starting
         with a shared prefix of ``prefix_blocks`` pinned blocks (counted once, in the pins)."""
-        fit = max_concurrent(self.available_blocks, ceiling_tokens, self.block_size,
-                             self.config.safety_factor, prefix_blocks)  # fmt: skip
+        fit = max_concurrent(
+            self.available_blocks,
+            ceiling_tokens,
+            self.block_size,
+            self.config.safety_factor,
+            prefix_blocks,
+        )
         cap = self.config.max_concurrent
         return fit if cap is None else min(fit, cap)
 
@@ -186,8 +191,8 @@ class AdmissionController:
         possible = max_ceiling_tokens(
             self.available_blocks, self.block_size, self.config.safety_factor
         )
-        return (min(possible, self._most_blocks() * self.block_size)
-                + lease.prefix_blocks * self.block_size)  # fmt: skip
+        most = min(possible, self._most_blocks() * self.block_size)
+        return most + lease.prefix_blocks * self.block_size
 
     def _placement(self) -> Placement | None:
         return self.placement if self.config.mode is AdmissionMode.GUARANTEED else None

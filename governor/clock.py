@@ -25,7 +25,7 @@ default, is one instance, so every governor left at the default shares that thre
 Another clock (the hardware twin's virtual clock) runs callbacks wherever it runs its own,
 on its event loop's thread. A clock's ``call_later`` and ``Timer.cancel`` are called from
 any thread, under the governor's locks (the idle keeper's and the admission controller's:
-lock order in ``governor.governor``), so they must never run ``fn`` before returning, even
+lock order in ``governor.lifecycle``), so they must never run ``fn`` before returning, even
 for 0 seconds, nor wait; ``fn`` takes those locks itself. Some callbacks call the backend
 and wait for it (the idle keeper holds, offloads and drops a context's KV on them, where
 no caller waits), so a clock must run them where a blocking backend call is allowed:

@@ -28,7 +28,7 @@ each idle period is its own object, so a deadline that fires as its wait ends do
 nothing. "The deadline thread" below is wherever the clock runs its callbacks.
 
 Locks. Two (where they sit in the governor's lock order, the one place it is written,
-is ``governor.governor``'s docstring):
+is ``governor.lifecycle``'s docstring):
 
 - ``_backend`` serializes the keeper's calls to the backend (hold, offload, restore,
   drop) and the governor's ``close_budget``, so that a lease's budget is never closed

@@ -1,7 +1,7 @@
 """``Placement``: where a lease's blocks go, for a backend that is several engines in one.
 
 The governor's admission counts one pool: the sum of the backend's blocks. A backend
-made of several replicas (``integrations.MultiBackend``) is that sum, but a lease runs
+made of several replicas (``backends.MultiBackend``) is that sum, but a lease runs
 on one replica, so it fits only where one replica has room for all of it. Such a
 backend offers ``placement(safety_factor=...)``, and guaranteed-mode admission asks it
 as well as the sum:
@@ -19,7 +19,7 @@ as well as the sum:
 
 The four are called under the admission lock, so a check and its act see the same
 state; they must be bookkeeping in memory, never I/O, and call nothing back (a leaf
-lock at most: the governor's lock order in ``governor.governor``). Overcommit mode does
+lock at most: the governor's lock order in ``governor.lifecycle``). Overcommit mode does
 not use them: it admits on live use, and the backend routes by free blocks instead.
 """
 

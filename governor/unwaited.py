@@ -44,8 +44,9 @@ class UnwaitedErrors:
         with self._lock:
             self.count += 1
             self.last = (what, error)
-        _log.warning("%s failed, after its caller went on: %s: %s", what,
-                     type(error).__name__, error)  # fmt: skip
+        _log.warning(
+            "%s failed, after its caller went on: %s: %s", what, type(error).__name__, error
+        )
 
 
 def close_budget_unwaited(backend: Backend, name: str, errors: UnwaitedErrors) -> None:

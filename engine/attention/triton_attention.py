@@ -207,21 +207,34 @@ class TritonAttention:
             query = query.contiguous()
         shape = KernelShape.of(query, key_cache, interpreted=kernels.INTERPRETED)
         args = (
-            query, key_cache, value_cache, plan.block_tables, out,
+            query,
+            key_cache,
+            value_cache,
+            plan.block_tables,
+            out,
             scale * 1.4426950408889634,  # scale * log2(e): the kernels use exp2
-            query.stride(0), query.stride(1),
-            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-            plan.block_tables.stride(0), out.stride(0), out.stride(1),
-        )  # fmt: skip
+            query.stride(0),
+            query.stride(1),
+            key_cache.stride(0),
+            key_cache.stride(1),
+            key_cache.stride(2),
+            plan.block_tables.stride(0),
+            out.stride(0),
+            out.stride(1),
+        )
         if plan.num_decodes:
             self._decode(kernels, plan, shape, args)
         tiles = plan.tiles[shape.block_m].view(-1, 4)
         if tiles.numel():
             kernels.prefill[(tiles.shape[0], shape.num_heads)](
-                *args, tiles,
-                GROUP=shape.group, BLOCK_M=shape.block_m, TILE_N=shape.tile_n,
-                **shape.constexprs(), **LAUNCH,
-            )  # fmt: skip
+                *args,
+                tiles,
+                GROUP=shape.group,
+                BLOCK_M=shape.block_m,
+                TILE_N=shape.tile_n,
+                **shape.constexprs(),
+                **LAUNCH,
+            )
         return out
 
     def partitions(
@@ -275,16 +288,34 @@ class TritonAttention:
             part_out = torch.empty((*cells, shape.dim_pad), dtype=torch.float32, device=out.device)
             part_lse = torch.empty(cells, dtype=torch.float32, device=out.device)
         kernels.decode_partition[(num_decodes, shape.kv_heads, splits)](
-            *args, plan.seq_lens, plan.decode_rows, plan.decode_seqs, part_out, part_lse,
+            *args,
+            plan.seq_lens,
+            plan.decode_rows,
+            plan.decode_seqs,
+            part_out,
+            part_lse,
             partition,
-            GROUP=shape.group, GROUP_PAD=max(_MIN_DOT, _pow2(shape.group)), TILE_N=shape.tile_n,
-            NUM_SPLITS=padded, **shape.constexprs(), **LAUNCH,
-        )  # fmt: skip
+            GROUP=shape.group,
+            GROUP_PAD=max(_MIN_DOT, _pow2(shape.group)),
+            TILE_N=shape.tile_n,
+            NUM_SPLITS=padded,
+            **shape.constexprs(),
+            **LAUNCH,
+        )
         if splits > 1:
             kernels.decode_merge[(num_decodes, shape.num_heads)](
-                part_out, part_lse, plan.decode_rows, out, splits, out.stride(0), out.stride(1),
-                HEAD_DIM=shape.head_dim, DIM_PAD=shape.dim_pad, NUM_SPLITS=padded, **LAUNCH,
-            )  # fmt: skip
+                part_out,
+                part_lse,
+                plan.decode_rows,
+                out,
+                splits,
+                out.stride(0),
+                out.stride(1),
+                HEAD_DIM=shape.head_dim,
+                DIM_PAD=shape.dim_pad,
+                NUM_SPLITS=padded,
+                **LAUNCH,
+            )
 
     def _targets(self, device: torch.device) -> int:
         if self._target_programs is not None:

@@ -79,10 +79,22 @@ def _matmul(
     """``((rows - 128) / 127) @ (p * s).T`` in float32: [S, K] u8 by the packed [V, K]."""
     if zero_points is None:
         zero_points = torch.zeros(scales.shape[0], dtype=torch.int64)
+    # The op takes its arguments by position only.
     return torch.ops.onednn.qlinear_pointwise(
-        rows, 1 / 127, 128, packed, scales, zero_points, None, 1.0, 0, torch.float32,
-        "none", [], "",
-    )  # fmt: skip
+        rows,
+        1 / 127,  # the rows' scale
+        128,  # and zero point
+        packed,
+        scales,
+        zero_points,
+        None,  # bias
+        1.0,  # output scale
+        0,  # output zero point
+        torch.float32,
+        "none",  # no fused post-op, so no post-op arguments or algorithm
+        [],
+        "",
+    )
 
 
 class Int8Screen:
@@ -141,8 +153,9 @@ class Int8Screen:
         step = (peak / 127)[:, None]  # [S, 1]
         codes = torch.round(hidden / step).clamp_(-127, 127)  # [S, H]
         rounded = codes * step  # h^
-        screened = _matmul(codes.add_(128).to(torch.uint8), self.packed, self.scales,
-                           self._zero_points)  # fmt: skip
+        screened = _matmul(
+            codes.add_(128).to(torch.uint8), self.packed, self.scales, self._zero_points
+        )
         norms = torch.linalg.vector_norm(torch.stack((hidden - rounded, rounded, hidden)), dim=2)
         bound = self._bound_weights @ norms  # [S], doubled for the norms' own rounding
         return screened, (bound + 1e-30) / peak

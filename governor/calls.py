@@ -63,8 +63,7 @@ class ModelCalls:
     def complete(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> GenerationResult:
-        """One model call within the lease (resumed first if it was parked; compacted by
-        the ceiling policy when it would not fit; its held KV restored)."""
+        """Serves ``Governor.complete``, where its contract is written."""
         self.lifecycle.resume(lease)
         request = self._prepare_call(lease, messages, options)
         started = self._call_started(lease, request)
@@ -91,7 +90,7 @@ class ModelCalls:
     async def astream(
         self, lease: Lease, messages: Sequence[Message], **options: Any
     ) -> AsyncIterator[GenerationChunk]:
-        """A streamed model call within the lease; usage is recorded from the last chunk."""
+        """Serves ``Governor.astream``, where its contract is written."""
         await self.lifecycle.aresume(lease)
         request = await self._aprepare_call(lease, messages, options)
         started = self._call_started(lease, request)
@@ -163,8 +162,7 @@ class ModelCalls:
     def with_prefix(
         self, lease: Lease, messages: Sequence[Message]
     ) -> tuple[Sequence[Message], str | None]:
-        """The messages a call of this lease sends (the agent's registered prefix first,
-        unless they start with it already) and the cache salt it is sent with."""
+        """Serves ``Governor.with_prefix``, where its contract is written."""
         if lease.agent.prefix is None:
             return messages, lease.tenant
         prefix = self.prefixes.lookup(
@@ -184,8 +182,7 @@ class ModelCalls:
         finish_reason: str = "stop",
         elapsed_s: float = 0.0,
     ) -> None:
-        """Record a model call the lease's agent made without the governor (a LangChain
-        chat model of its own): its context and usage, and a ``call.finished`` event."""
+        """Serves ``Governor.record_call``, where its contract is written."""
         for name, value in (
             ("prompt_tokens", prompt_tokens),
             ("completion_tokens", completion_tokens),
@@ -219,10 +216,7 @@ class ModelCalls:
     def compact(
         self, lease: Lease, messages: Sequence[Message], *, max_tokens: int | None = None
     ) -> tuple[list[dict[str, Any]], CompactionEvent]:
-        """The conversation the lease's next call sends (its shared prefix first),
-        compacted by the ceiling policy when it and the reply's reserve (``max_tokens``,
-        else ``reply_reserve_tokens`` up to a quarter of the ceiling) would not fit. Keep
-        the result as the history, so later turns stay compacted."""
+        """Serves ``Governor.compact``, where its contract is written."""
         messages, _ = self.with_prefix(lease, messages)
         return self._compact(lease, messages, self.reply_reserve(lease, max_tokens))
 
@@ -243,9 +237,7 @@ class ModelCalls:
         return compacted, event
 
     def reply_reserve(self, lease: Lease, max_tokens: int | None = None) -> int:
-        """Tokens kept free for the reply when checking the ceiling: ``max_tokens``
-        when the call names it, else ``reply_reserve_tokens`` up to a quarter of the
-        ceiling."""
+        """Serves ``Governor.reply_reserve``, where its contract is written."""
         if max_tokens is not None:
             if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
                 raise ConfigError.below_minimum("max_tokens", max_tokens, 1)

@@ -115,8 +115,8 @@ class EventBus:
 
 
 class LeaseEvents:
-    """Publishes a lease's events on a bus, stamped with the wall time of the governor's
-    clock; builds nothing while nobody subscribes."""
+    """Publishes the events of a lease (or of none: ``pressure``) on a bus, stamped with
+    the wall time of the governor's clock; builds nothing while nobody subscribes."""
 
     __slots__ = ("bus", "clock")
 
@@ -129,21 +129,22 @@ class LeaseEvents:
         return self.bus.active
 
     def publish(
-        self, kind: str, lease: Lease, *, record: object = None, **attributes: object
+        self, kind: str, lease: Lease | None, *, record: object = None, **attributes: object
     ) -> None:
-        if self.bus.active:
-            self.bus.publish(
-                GovernorEvent(
-                    kind,
-                    lease_id=lease.lease_id,
-                    agent=lease.agent.name,
-                    tenant=lease.tenant,
-                    run_id=lease.run_id,
-                    attributes=attributes,
-                    record=record,
-                    at=self.clock.wall(),
-                )
+        if not self.bus.active:
+            return
+        self.bus.publish(
+            GovernorEvent(
+                kind,
+                lease_id=None if lease is None else lease.lease_id,
+                agent=None if lease is None else lease.agent.name,
+                tenant=None if lease is None else lease.tenant,
+                run_id=None if lease is None else lease.run_id,
+                attributes=attributes,
+                record=record,
+                at=self.clock.wall(),
             )
+        )
 
 
 def error_name(error: BaseException | None) -> str | None:

@@ -107,13 +107,14 @@ class Governor:
             self.counter, clock=clock
         )
         self.events = EventBus()
+        lease_events = LeaseEvents(self.events, clock)
         self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
         self.tool_durations = ToolDurations()  # each tool's history, where expected_s is unset
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,
             pressure=self.policies.pressure or PressureOrder(clock=clock),
-            events=self.events,
+            events=lease_events,
             park=self.admission.park,
             held=self.admission.set_held,
             room_made=self.admission.room_made,
@@ -126,7 +127,6 @@ class Governor:
         if callable(placement):
             self.admission.placement = placement(safety_factor=self.config.safety_factor)
         self.prefixes = PrefixRegistry(backend)
-        lease_events = LeaseEvents(self.events, clock)
         self._lifecycle = LeaseLifecycle(
             backend=backend,
             config=self.config,

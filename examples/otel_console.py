@@ -25,7 +25,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from governor import AgentSpec, Governor, LocalBackend
+from backends import LocalBackend
+from governor import AgentSpec, Governor
 from integrations import JsonLinesSpanExporter, SpanRecord, instrument, read_spans
 
 LOG = "".join(f"tests/test_api.py::test_{i} PASSED\n" for i in range(400)) + (

@@ -24,7 +24,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from governor import AgentSpec, Governor, GovernorEvent, LocalBackend
+from backends import LocalBackend
+from governor import AgentSpec, Governor, GovernorEvent
 from integrations import GovernedChatModel, govern
 
 

@@ -21,6 +21,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+from backends import LocalBackend
 from governor import (
     AdmissionMode,
     AgentSpec,
@@ -28,7 +29,6 @@ from governor import (
     Governor,
     GovernorConfig,
     GovernorEvent,
-    LocalBackend,
     Policies,
 )
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus

@@ -1,9 +1,8 @@
 """The runtime layer of kvgov: leases, admission, fan-out, ceilings and shared prefixes.
 
 governor/ drives any inference engine through its own small ``Backend`` protocol and
-never imports engine/ at module level; see CONTRIBUTING.md for the import rules.
-``import governor`` does not import torch: ``LocalBackend`` loads the bundled engine
-only when one is built.
+never imports engine/: the backends that reach an engine live in backends/ (see
+CONTRIBUTING.md for the import rules), so ``import governor`` does not import torch.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from governor.backend import (
     Message,
     PrefixHandle,
 )
+from governor.backend_async import ThreadedAsyncBookkeeping
 from governor.ceiling import CeilingPolicy, CompactionEvent, RaiseAtCeiling
 from governor.children import ChildContext
 from governor.clock import SYSTEM_CLOCK, Clock, SystemClock, Timer
@@ -44,7 +44,6 @@ from governor.events import GovernorEvent
 from governor.fanout import FanoutLimiter, FanoutSlot, FanoutTimeout
 from governor.governor import Governor, LeaseContext
 from governor.lease import Lease, LeaseState
-from governor.local_backend import LocalBackend
 from governor.placement import Placement
 from governor.policy_set import Policies
 from governor.pressure import PressureChoice, PressureOrder, PressurePolicy
@@ -116,7 +115,6 @@ __all__ = [
     "LeaseNotFound",
     "LeaseReleased",
     "LeaseState",
-    "LocalBackend",
     "Message",
     "Placement",
     "Policies",
@@ -131,6 +129,7 @@ __all__ = [
     "SchemeComparison",
     "SchemeSizing",
     "SystemClock",
+    "ThreadedAsyncBookkeeping",
     "Timer",
     "TokenCounter",
     "Tokenizes",

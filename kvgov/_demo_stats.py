@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from governor import BackendError, Governor, GovernorEvent, LocalBackend
+from backends import LocalBackend
+from governor import BackendError, Governor, GovernorEvent
 
 __all__ = ["KVSnapshot", "LeaseInfo", "PeakSnapshot", "RunStats", "budget_of"]
 

@@ -36,19 +36,13 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends import LocalBackend
 from engine import Engine
 from engine.twin import Direction, HostLink, VirtualClock
 from engine.twin.event_loop import run_virtual
 from engine.twin.twin_engine import attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
-from governor import (
-    AgentSpec,
-    GenerationRequest,
-    GenerationResult,
-    Governor,
-    Lease,
-    LocalBackend,
-)
+from governor import AgentSpec, GenerationRequest, GenerationResult, Governor, Lease
 from kvgov._trace_prompts import PromptBook
 from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult

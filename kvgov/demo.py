@@ -46,16 +46,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from backends import LocalBackend
 from engine import PreemptionMode
-from governor import (
-    AdmissionMode,
-    AgentSpec,
-    ConfigError,
-    Governor,
-    GovernorConfig,
-    LocalBackend,
-    Policies,
-)
+from governor import AdmissionMode, AgentSpec, ConfigError, Governor, GovernorConfig, Policies
 from integrations.jsonl import JsonLinesSpanExporter
 from integrations.otel import instrument
 from kvgov._demo_stats import PeakSnapshot, RunStats

@@ -121,8 +121,8 @@ def serve(
         fail(missing)
     import uvicorn
 
+    from backends.local.backend import LocalBackend
     from governor.errors import GovernorError
-    from governor.local_backend import LocalBackend
     from kvgov.demo import parse_size
     from kvgov.serve import ServeSettings
     from kvgov.serve.loading import LoadingApp

@@ -154,7 +154,7 @@ class LLMSummarizer:
             raise ConfigError(
                 f"model must be a governor Backend (agenerate and count_messages) or a "
                 f"LangChain chat model (ainvoke or invoke), got {type(model).__name__}; pass "
-                "a backend such as governor.LocalBackend() or a chat model such as "
+                "a backend such as backends.LocalBackend() or a chat model such as "
                 "langchain_openai.ChatOpenAI(...)",
                 setting="model",
             )

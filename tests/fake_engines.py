@@ -1,7 +1,7 @@
 """Fake vLLM and SGLang servers: Starlette apps that answer in the engines' own shapes.
 
 A FAKE, because neither engine runs on these machines (CUDA only). Each app serves the
-recorded fixtures of tests/integrations/fixtures/{vllm,sglang}/ (what each engine's source
+recorded fixtures of tests/backends/fixtures/{vllm,sglang}/ (what each engine's source
 at the version named in the README there emits) and a minimal ``/v1/chat/completions``,
 ``/v1/completions``, ``/v1/models`` and ``/tokenize``: one token per whitespace-separated
 word, a reply of ``max_tokens`` words, and the engine's own 400 body when the prompt is
@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-FIXTURES = Path(__file__).resolve().parent / "integrations" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "backends" / "fixtures"
 
 # route -> fixture file, per engine and fixture set
 VLLM_SETS = {

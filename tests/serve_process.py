@@ -33,7 +33,7 @@ _SERVER = """
 import json, sys
 sys.path[:0] = [sys.argv[3]]
 import uvicorn
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve import create_app
 
 backend = LocalBackend(config=json.loads(sys.argv[1]))

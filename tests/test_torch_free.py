@@ -1,5 +1,6 @@
-"""The governor core runs without torch: ``governor``, ``policies`` and ``integrations``
-(``RemoteBackend`` and the wire models included) import, and a governed call runs, in a
+"""The governor core runs without torch: ``governor``, ``policies``, ``backends`` (
+``LocalBackend``'s module, ``RemoteBackend`` and the wire models included) and
+``integrations`` import, and a governed call runs, in a
 Python where torch and the engine cannot be imported at all, as on an agent-runtime box
 that installed plain ``kvgov`` and talks to ``kvgov serve`` elsewhere.
 
@@ -32,7 +33,7 @@ class Refuse:
 sys.meta_path.insert(0, Refuse())
 
 names = []
-for package in ("governor", "policies", "integrations"):
+for package in ("governor", "policies", "backends", "integrations"):
     module = importlib.import_module(package)
     names.append(package)
     for info in pkgutil.walk_packages(module.__path__, prefix=package + "."):
@@ -40,7 +41,7 @@ for package in ("governor", "policies", "integrations"):
             continue  # benchmarks compare against the bundled engine: they need it
         importlib.import_module(info.name)
         names.append(info.name)
-assert "integrations.remote_backend" in names and "integrations.wire" in names, names
+assert {"backends.local.backend", "backends.remote.backend", "backends.remote.wire"} <= set(names)
 
 from governor import AgentSpec, Governor
 from governor.testing import FakeBackend

@@ -1,7 +1,7 @@
 """``TwinEngineLoop``: ``EngineLoop``'s contract for an engine on a twin, stepped by a task
 on a virtual-time event loop (``engine.twin.event_loop``) instead of by a thread.
 
-Everything that uses an ``EngineLoop`` (``governor.LocalBackend`` above all) takes one, so
+Everything that uses an ``EngineLoop`` (``backends.LocalBackend`` above all) takes one, so
 a twin run drives the real engine through the real backend and governor. What differs is
 who runs the engine and when:
 

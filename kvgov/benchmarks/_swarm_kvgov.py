@@ -30,17 +30,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from backends import LocalBackend
 from engine import Engine
 from engine.engine_loop import EngineLoop
-from governor import (
-    AdmissionMode,
-    AgentSpec,
-    Governor,
-    GovernorConfig,
-    Lease,
-    LocalBackend,
-    Policies,
-)
+from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, Lease, Policies
 from governor.clock import Clock
 from kvgov.benchmarks._swarm_result import EngineTap, RunResult
 from kvgov.benchmarks._swarm_runner import SwarmTimeout

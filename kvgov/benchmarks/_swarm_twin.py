@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from backends import LocalBackend
 from engine import Engine
 from engine.twin import (
     DeviceProfile,
@@ -36,7 +37,7 @@ from engine.twin import (
 from engine.twin.event_loop import ThreadClock, VirtualTimeLoop, run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
-from governor import GovernorConfig, LocalBackend
+from governor import GovernorConfig
 from kvgov.benchmarks._swarm_breakdown import job_times
 from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, kvgov_program
 from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult

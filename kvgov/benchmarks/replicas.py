@@ -44,9 +44,9 @@ from typing import IO
 
 import httpx
 
+from backends import MultiBackend, RemoteBackend, Routing
 from engine.benchmarks import Measurement
 from governor import AdmissionMode, AgentSpec, Backend, Governor, GovernorConfig
-from integrations import MultiBackend, RemoteBackend, Routing
 
 __all__ = ["DEFAULT", "QUICK", "RunResult", "Workload", "compare", "run"]
 

@@ -53,7 +53,7 @@ it too), the engine's end back to the event loop 0.22 ms (``LocalBackend.agenera
 wake-up per call, not one per token), the answer's JSON 0.18 ms, its head 0.32 ms (0.23 of
 it uvicorn's access log, now written by the gateway after the answer: 0.10 ms left), and
 the answer back to the caller 0.42 ms (``RemoteBackend.generate`` over kvgov's own
-HTTP/1.1 transport, ``integrations._http11``, its answer read as a lean ``Reply``: 35%
+HTTP/1.1 transport, ``backends.http._http11``, its answer read as a lean ``Reply``: 35%
 less client time than through httpx's ``Response`` against a server that answers at once,
 and 1.3 ms through httpx's client and httpcore before that). The in-process call spends
 0.7-0.9 ms outside the engine (tokenizing, the hand-offs). Streaming costs the client about
@@ -75,9 +75,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from backends import LocalBackend, RemoteBackend
 from engine.benchmarks import Direction, Measurement
-from governor import BackendMetrics, GenerationRequest, GenerationResult, LocalBackend
-from integrations import RemoteBackend
+from governor import BackendMetrics, GenerationRequest, GenerationResult
 from integrations.benchmarks.integrations import MODEL_LATENCY_S, NUM_AGENTS, agent_run
 from kvgov.benchmarks.serve_child import ServeChild
 

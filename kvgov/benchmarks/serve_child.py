@@ -103,7 +103,7 @@ class ServeChild(ServerProcess):
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    from governor import LocalBackend
+    from backends import LocalBackend
     from kvgov.serve.loading import LoadingApp
     from kvgov.serve.settings import ServeSettings
     from kvgov.serve_command import uvicorn_config

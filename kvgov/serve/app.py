@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from backends.local.backend import LocalBackend
 from governor import __version__
-from governor.local_backend import LocalBackend
 from kvgov.serve import control, openai_api, ops, page
 from kvgov.serve.errors import install_error_handlers
 from kvgov.serve.gateway import Endpoint, Gateway

@@ -1,6 +1,6 @@
 """The control plane under ``/kvgov/v1``: every call ``LocalBackend`` makes, over HTTP.
 
-Request and response bodies are the models of ``integrations.wire`` (its docstring has
+Request and response bodies are the models of ``backends.remote.wire`` (its docstring has
 the route table), which ``RemoteBackend`` sends and reads. Every handler is a plain
 ``def``: Starlette runs it on its thread pool, so the event loop never waits for the
 engine thread's next step. Budget names and prefix keys are the tenant's own
@@ -37,9 +37,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from backends.remote import wire
 from governor.backend import PrefixHandle
 from governor.errors import BackendError, ConfigError
-from integrations import wire
 from kvgov.serve.errors import ApiError
 from kvgov.serve.state import ServerState
 from kvgov.serve.tenancy import (
@@ -217,7 +217,7 @@ def pin_prefix(request: Request, pin: wire.PinRequest) -> wire.Prefix:
     )
 
 
-_Prefix = str | list[int] | list[dict[str, Any]]  # integrations.wire.PinRequest's
+_Prefix = str | list[int] | list[dict[str, Any]]  # backends.remote.wire.PinRequest's
 
 
 def _pin_own(state: ServerState, tenant: str, prefix: _Prefix, salt: str | None) -> PrefixHandle:

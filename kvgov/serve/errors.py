@@ -2,7 +2,7 @@
 
     {"error": {"message", "type", "param", "code", "kvgov"?}}
 
-``kvgov`` (``integrations.wire.ErrorDetail``) is added for the engine's and the
+``kvgov`` (``backends.remote.wire.ErrorDetail``) is added for the engine's and the
 governor's own errors: the error's class name, its fields (``needed``, ``available``,
 ``name``...) and whether a retry may succeed, so ``RemoteBackend`` raises the same typed
 error a ``LocalBackend`` would.

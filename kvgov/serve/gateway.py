@@ -59,7 +59,7 @@ from starlette.responses import Response
 from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from integrations.wire import INSTANCE_HEADER
+from backends.remote.wire import INSTANCE_HEADER
 from kvgov.serve.errors import handler_for, on_bug
 from kvgov.serve.limits import BodyTooLarge, declared_length
 from kvgov.serve.security import OPEN_PATHS, ApiKeys, SameOrigin

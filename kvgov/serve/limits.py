@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.errors import ApiError
 
 __all__ = ["RETRY_AFTER_S", "BodyTooLarge", "QueueGate", "declared_length"]

@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.app import create_app
 from kvgov.serve.errors import ApiError
 from kvgov.serve.settings import ServeSettings

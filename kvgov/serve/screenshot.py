@@ -18,8 +18,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from backends.local.backend import LocalBackend
 from governor.backend import GenerationRequest, GenerationResult
-from governor.local_backend import LocalBackend
 from kvgov.serve.app import create_app
 from kvgov.serve.background import serving
 from kvgov.serve.events import EventLog

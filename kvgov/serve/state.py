@@ -13,8 +13,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from backends.local.backend import LocalBackend
 from governor import __version__
-from governor.local_backend import LocalBackend
 from kvgov.serve.events import EventLog
 from kvgov.serve.settings import ServeSettings
 from kvgov.serve.tenancy import TenantPins, tenant_id

@@ -30,9 +30,9 @@ from typing import TypeVar
 
 from fastapi import Request
 
+from backends.remote import wire
 from governor.backend import PrefixHandle
 from governor.errors import BackendError
-from integrations import wire
 from kvgov.serve.errors import ApiError
 
 __all__ = [
@@ -107,7 +107,7 @@ def cache_salt_for(tenant: str, cache_salt: str | None) -> str | None:
 def check_budget_name(name: str, *, param: str = "name") -> None:
     """Refuse (400) a budget name that could not round-trip through a URL path, the
     tenant's scoping or a ``/metrics`` label unchanged: the rule of
-    ``integrations.wire.name_problem``, which ``RemoteBackend`` checks before it sends."""
+    ``backends.remote.wire.name_problem``, which ``RemoteBackend`` checks before it sends."""
     problem = wire.name_problem(name)
     if problem is not None:
         raise ApiError(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from backends import LocalBackend
 from governor import (
     AdmissionMode,
     AdmissionRejected,
@@ -19,7 +20,6 @@ from governor import (
     Governor,
     GovernorConfig,
     LeaseState,
-    LocalBackend,
 )
 
 BLOCK = 16

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from governor import AgentSpec, Governor, LocalBackend
+from backends import LocalBackend
+from governor import AgentSpec, Governor
 from governor.backend import Backend
 from governor.testing import FakeBackend
 from policies import LLMSummarizer

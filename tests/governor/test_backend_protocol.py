@@ -15,11 +15,11 @@ from contextlib import aclosing
 
 import pytest
 
+from backends.local.backend import LocalBackend
+from backends.remote.backend import RemoteBackend
 from governor.backend import Backend, GenerationChunk, GenerationRequest, GenerationResult
 from governor.errors import BackendError
-from governor.local_backend import LocalBackend
 from governor.testing import FakeBackend
-from integrations.remote_backend import RemoteBackend
 from tests.serve_process import ServerProcess
 
 NUM_BLOCKS = 64

@@ -13,15 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from governor import (
-    AdmissionTimeout,
-    AgentSpec,
-    GovernorConfig,
-    GovernorEvent,
-    Lease,
-    LeaseState,
-    LocalBackend,
-)
+from backends import LocalBackend
+from governor import AdmissionTimeout, AgentSpec, GovernorConfig, GovernorEvent, Lease, LeaseState
 from governor.backend import Backend
 from governor.governor import Governor
 from governor.testing import FakeBackend

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from governor import AgentSpec, Governor, LocalBackend, Policies
+from backends import LocalBackend
+from governor import AgentSpec, Governor, Policies
 from policies import ExtractiveSummarizer, SummarizeOldest
 
 CEILING = 700

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, GovernorEvent, LocalBackend
-from integrations.remote_backend import RemoteBackend
+from backends import LocalBackend
+from backends.remote.backend import RemoteBackend
+from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, GovernorEvent
 
 # The governor never offloads on its own (pressure_watermark 1.0): every move is the
 # engine's. Parked at once, held for longer than the test.

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from governor import AgentSpec, Governor, GovernorConfig, LocalBackend
+from backends import LocalBackend
+from governor import AgentSpec, Governor, GovernorConfig
 from tests.loop_ticker import loop_ticker
 
 STEP_S = 0.25  # what each engine round trip takes here

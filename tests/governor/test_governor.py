@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from backends import LocalBackend
 from governor import (
     AdmissionMode,
     AdmissionRejected,
@@ -16,7 +17,6 @@ from governor import (
     CeilingExceeded,
     ConfigError,
     GovernorConfig,
-    LocalBackend,
 )
 from governor.errors import AdmissionTimeout
 from governor.governor import Governor

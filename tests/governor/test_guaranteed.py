@@ -11,15 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from governor import (
-    AdmissionMode,
-    AgentSpec,
-    Governor,
-    GovernorConfig,
-    GovernorEvent,
-    LeaseState,
-    LocalBackend,
-)
+from backends import LocalBackend
+from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, GovernorEvent, LeaseState
 from governor.testing import FakeBackend
 
 WORKER = AgentSpec(name="worker", ceiling_tokens=64)  # 4 blocks of 16 tokens

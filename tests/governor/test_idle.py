@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from backends import LocalBackend
+from backends.remote.backend import RemoteBackend
 from governor import (
     AdmissionMode,
     AdmissionTimeout,
@@ -19,11 +21,9 @@ from governor import (
     GovernorConfig,
     GovernorEvent,
     LeaseState,
-    LocalBackend,
     Policies,
 )
 from governor.testing import FakeBackend
-from integrations.remote_backend import RemoteBackend
 from policies import ExtractiveSummarizer, SummarizeOldest
 
 PLANNER = AgentSpec(name="planner", ceiling_tokens=1_600, max_fanout=3)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from backends import LocalBackend
 from governor import (
     AdmissionMode,
     AgentSpec,
@@ -21,7 +22,6 @@ from governor import (
     GovernorConfig,
     GovernorEvent,
     LeaseState,
-    LocalBackend,
 )
 from governor.lease import Lease
 from governor.pressure import PressureOrder

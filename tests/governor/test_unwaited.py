@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from backends.local.backend import LocalBackend
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.engine_loop import EngineLoop
 from governor import AgentSpec, Governor, GovernorConfig
-from governor.local_backend import LocalBackend
 
 AGENT = AgentSpec(name="agent", ceiling_tokens=400)
 TASK = [{"role": "user", "content": "Find the failing test and explain it in one line."}]

@@ -24,10 +24,11 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from governor import AgentSpec, BackendMetrics, Governor, GovernorEvent, LocalBackend
+from backends import LocalBackend
+from backends.remote.backend import RemoteBackend
+from governor import AgentSpec, BackendMetrics, Governor, GovernorEvent
 from integrations.langchain import GovernedChatModel, GovernorMiddleware
 from integrations.langgraph import govern
-from integrations.remote_backend import RemoteBackend
 from tests.integrations.langgraph_graphs import sync_and_async
 
 Served = LocalBackend | RemoteBackend

@@ -21,15 +21,8 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 
-from governor import (
-    AgentSpec,
-    ConfigError,
-    Governor,
-    GovernorConfig,
-    GovernorEvent,
-    LocalBackend,
-    Policies,
-)
+from backends import LocalBackend
+from governor import AgentSpec, ConfigError, Governor, GovernorConfig, GovernorEvent, Policies
 from governor.testing import FakeBackend
 from integrations.langchain import GovernedChatModel, GovernorMiddleware
 from policies import DropOldest

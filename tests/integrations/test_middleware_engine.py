@@ -21,15 +21,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import tool
 
-from governor import (
-    AgentSpec,
-    CeilingExceeded,
-    Governor,
-    GovernorConfig,
-    GovernorEvent,
-    LocalBackend,
-    Policies,
-)
+from backends import LocalBackend
+from governor import AgentSpec, CeilingExceeded, Governor, GovernorConfig, GovernorEvent, Policies
 from integrations.langchain import GovernedChatModel, GovernorMiddleware
 from policies import DropOldest, ExtractiveSummarizer, build_corpus
 

@@ -14,7 +14,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
-from governor import AdmissionTimeout, ConfigError, LocalBackend
+from backends import LocalBackend
+from governor import AdmissionTimeout, ConfigError
 from governor.testing import FakeBackend
 from integrations.otel import instrument
 from tests.integrations.otel_telemetry import (

@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, LocalBackend
+from backends import LocalBackend
+from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig
 from integrations.otel import instrument
 
 BLOCK = 4

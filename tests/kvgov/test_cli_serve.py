@@ -61,8 +61,8 @@ def test_startup_lines_say_address_model_capacity_and_security() -> None:
 def test_startup_lines_say_how_much_host_swap_and_why() -> None:
     """A real engine's host swap: sized from tiny-random (its 32,768-token context), or
     set by --swap-space (the CLI's wiring is checked in the served process below)."""
+    from backends.local.backend import LocalBackend
     from engine.host_swap import SwapSizing
-    from governor.local_backend import LocalBackend
 
     with LocalBackend(config={"num_blocks": 16, "device": "cpu"}) as backend:
         swap = backend.host_swap

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.benchmarks.replicas import Workload, compare, measurements
 from kvgov.cli import BENCHMARKS
 

@@ -25,19 +25,12 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from backends import LocalBackend
 from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from engine.twin import get_profile
 from engine.twin.targets import target_model
-from governor import (
-    AdmissionMode,
-    AgentSpec,
-    Governor,
-    GovernorConfig,
-    GovernorEvent,
-    LocalBackend,
-    Policies,
-)
+from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, GovernorEvent, Policies
 from integrations.jsonl import JsonLinesSpanExporter, SpanFileError
 from integrations.otel import instrument
 from integrations.report import ReportError

@@ -6,7 +6,8 @@ after a summary."""
 
 from __future__ import annotations
 
-from governor import LocalBackend, TokenCounter, ToolOutputReduction
+from backends import LocalBackend
+from governor import TokenCounter, ToolOutputReduction
 from governor.testing import FakeBackend
 from policies.extractive_summarizer import ExtractiveSummarizer
 from policies.llm_summarizer import LLMSummarizer

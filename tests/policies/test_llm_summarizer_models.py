@@ -17,7 +17,8 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from governor import LocalBackend, ToolOutputReduction
+from backends import LocalBackend
+from governor import ToolOutputReduction
 from policies.llm_summarizer import LLMSummarizer
 from tests.policies.llm_summarizer_helpers import (
     ARGUMENTS,

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from backends import LocalBackend
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.engine_loop import EngineInUseError
@@ -18,7 +19,6 @@ from engine.twin.clock import VirtualClock
 from engine.twin.event_loop import run_virtual
 from engine.twin.twin_engine import TwinEngine, TwinError, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
-from governor import LocalBackend
 from governor.backend import GenerationRequest
 
 TARGET = ModelShape.from_config(

@@ -19,9 +19,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from backends.local.backend import LocalBackend
 from governor.backend import BackendMetrics
 from governor.errors import ConfigError
-from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.gateway import ACCESS_LOGGER
 

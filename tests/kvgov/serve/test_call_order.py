@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 

@@ -1,4 +1,4 @@
-"""The control plane under ``/kvgov/v1``: the route table of ``integrations.wire``, answered
+"""The control plane under ``/kvgov/v1``: the route table of ``backends.remote.wire``, answered
 by the real ``LocalBackend`` (tiny-random); every answer names the server instance; each
 change is an event of the server's log; errors are OpenAI-shaped with kvgov's detail; and
 one tenant's budgets and pins are invisible to another.
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from backends.local.backend import LocalBackend
+from backends.remote import wire
 from governor.backend import GenerationRequest
-from governor.local_backend import LocalBackend
-from integrations import wire
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.security import tenant_id
 from kvgov.serve.tenancy import cache_salt_for

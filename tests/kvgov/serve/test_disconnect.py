@@ -27,7 +27,7 @@ import httpx
 import pytest
 import uvicorn
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.background import running_server
 from kvgov.serve.state import ServerState
 from tests.kvgov.serve.api_support import idle_metrics, routed_requests, served_app

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
+from backends.local.backend import LocalBackend
+from backends.remote.wire import INSTANCE_HEADER
 from governor.backend import GenerationRequest, GenerationResult
-from governor.local_backend import LocalBackend
-from integrations.wire import INSTANCE_HEADER
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.background import serving
 from kvgov.serve.limits import QueueGate

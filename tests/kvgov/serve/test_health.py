@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from governor import local_backend
+from backends.local import backend as local_backend
 from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import served_app
 

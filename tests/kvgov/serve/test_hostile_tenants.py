@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 

@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
+from backends import RemoteBackend
+from backends.local.backend import LocalBackend
 from governor import BackendUnavailable, GenerationRequest
-from governor.local_backend import LocalBackend
-from integrations import RemoteBackend
 from kvgov.serve import ServeSettings
 from kvgov.serve.background import serving
 from kvgov.serve.loading import LoadingApp

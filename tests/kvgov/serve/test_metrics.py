@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.local.backend import LocalBackend
 from engine.outputs import Capacity, EngineMetrics, EngineSnapshot, KVSnapshot
 from governor.backend import GenerationRequest
-from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.metrics import families, samples
 

@@ -21,8 +21,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.local.backend import LocalBackend
 from governor.backend import GenerationRequest
-from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.live import live_view
 from kvgov.serve.security import tenant_id

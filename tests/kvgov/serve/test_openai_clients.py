@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_openai import ChatOpenAI
 from openai import OpenAI
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.background import serving
 from kvgov.serve.security import tenant_id
 from kvgov.serve.tenancy import scoped_budget
@@ -252,8 +252,8 @@ def test_langchain_chat_openai_invokes_and_streams(server: tuple[str, LocalBacke
 
 def test_remote_backend_sends_its_key_on_every_route(server: tuple[str, LocalBackend]) -> None:
     """RemoteBackend's own HTTP/1.1 transport carries the key (and without it, 401)."""
+    from backends.remote.backend import RemoteBackend
     from governor import BackendError, GenerationRequest
-    from integrations.remote_backend import RemoteBackend
 
     url, _ = server
     request = GenerationRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=2)
@@ -273,8 +273,8 @@ def test_remote_backend_sends_its_key_on_every_route(server: tuple[str, LocalBac
 def test_a_retain_call_says_what_the_engine_held(server: tuple[str, LocalBackend]) -> None:
     """``retain`` holds the context as the call ends; ``usage.kvgov_retained_tokens`` says
     how much, and RemoteBackend reads it (sync and streamed) so the governor need not ask."""
+    from backends.remote.backend import RemoteBackend
     from governor import GenerationRequest
-    from integrations.remote_backend import RemoteBackend
 
     url, _ = server
     with RemoteBackend(url, api_key=KEY) as remote:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from governor.local_backend import LocalBackend
-from integrations import wire
+from backends.local.backend import LocalBackend
+from backends.remote import wire
 from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 

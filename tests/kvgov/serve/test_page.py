@@ -23,8 +23,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.local.backend import LocalBackend
 from governor.backend import GenerationRequest
-from governor.local_backend import LocalBackend
 from kvgov.serve import ServeSettings, create_app
 from kvgov.serve.background import serving
 from kvgov.serve.security import tenant_id

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve import create_app
 from kvgov.serve.page import CONTENT_SECURITY_POLICY, PUBLIC_PATHS
 

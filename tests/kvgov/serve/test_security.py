@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.security import load_api_keys, tenant_id
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from governor.local_backend import LocalBackend
-from integrations import wire
+from backends.local.backend import LocalBackend
+from backends.remote import wire
 from tests.kvgov.serve.api_support import idle_metrics, served_app
 
 ADMIN, KEY_A, KEY_B, KEY_C = "sk-shared-admin", "sk-shared-a", "sk-shared-b", "sk-shared-c"

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from governor.local_backend import LocalBackend
+from backends.local.backend import LocalBackend
 from kvgov.serve.background import serving
 from tests.kvgov.serve.api_support import served_app
 

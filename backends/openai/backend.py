@@ -39,6 +39,7 @@ import asyncio
 import itertools
 import math
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -50,7 +51,13 @@ from backends.openai._engine_state import EngineState
 from backends.openai._limits import Call, Limits
 from backends.openai._local_counter import local_counter
 from backends.openai._models_probe import ModelsProbe
-from backends.remote.generation import StreamState, openai_body, path_of, result_of
+from backends.remote.generation import (
+    StreamState,
+    openai_body,
+    path_of,
+    result_of,
+    stream_chunks,
+)
 from backends.remote.restarts import Restarts
 from backends.remote.session import Pin, Session
 from backends.remote.tokens import RemoteTokenizer
@@ -360,14 +367,12 @@ class OpenAICompatibleBackend(Restarts, HttpLifecycle):
             body = await asyncio.to_thread(self._body, request, call, stream=True)
             state = StreamState(self.name)
             try:
-                async with self._transport.astream(path_of(request), json=body) as lines:
-                    async for line in lines:
-                        if line.startswith("data:"):
-                            chunk = state.chunk(line[5:].strip())
-                            if chunk is not None:
-                                yield chunk
-                            if state.done:
-                                break
+                async with (
+                    self._transport.astream(path_of(request), json=body) as lines,
+                    aclosing(stream_chunks(lines, state)) as chunks,
+                ):
+                    async for chunk in chunks:
+                        yield chunk
             except BackendError as exc:
                 await asyncio.to_thread(self._failed, exc)
                 raise

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -32,7 +33,7 @@ from backends.http.errors import InvalidNameError
 from backends.http.transport import HttpLifecycle, Retries, Transport
 from backends.remote import wire
 from backends.remote._paths import API, budget_path, checked_name, prefix_path
-from backends.remote.generation import StreamState, body_of, path_of, result_of
+from backends.remote.generation import StreamState, body_of, path_of, result_of, stream_chunks
 from backends.remote.restarts import Restarts
 from backends.remote.session import Pin, Session
 from backends.remote.tokens import RemoteTokenizer
@@ -309,14 +310,12 @@ class RemoteBackend(Restarts, HttpLifecycle):
         await self._abefore()
         state = StreamState(_NAME)
         try:
-            async with self._transport.astream(path_of(request), json=body) as lines:
-                async for line in lines:
-                    if line.startswith("data:"):
-                        chunk = state.chunk(line[5:].strip())
-                        if chunk is not None:
-                            yield chunk
-                        if state.done:
-                            break
+            async with (
+                self._transport.astream(path_of(request), json=body) as lines,
+                aclosing(stream_chunks(lines, state)) as chunks,
+            ):
+                async for chunk in chunks:
+                    yield chunk
         except BackendError as exc:
             await asyncio.to_thread(self._failed, exc)
             raise

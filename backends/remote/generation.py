@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from governor import BackendError, GenerationChunk, GenerationRequest, GenerationResult
 
-__all__ = ["StreamState", "body_of", "openai_body", "path_of", "result_of"]
+__all__ = ["StreamState", "body_of", "openai_body", "path_of", "result_of", "stream_chunks"]
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -112,6 +112,20 @@ def _result_of(answer: Mapping[str, Any], backend: str) -> GenerationResult:
         retained_tokens=int(usage.get("kvgov_retained_tokens") or 0),
         engine_s=_engine_s(usage),
     )
+
+
+async def stream_chunks(
+    lines: AsyncIterator[str], state: StreamState
+) -> AsyncIterator[GenerationChunk]:
+    """The chunks a server-sent event stream's ``data:`` lines carry, read into ``state``
+    until ``[DONE]`` or the stream's end (``state.done`` says which)."""
+    async for line in lines:
+        if line.startswith("data:"):
+            chunk = state.chunk(line[5:].strip())
+            if chunk is not None:
+                yield chunk
+            if state.done:
+                return
 
 
 @dataclass(slots=True)

@@ -61,6 +61,7 @@ __all__ = [
     "EngineLoopClosedError",
     "RequestStream",
     "Submission",
+    "settle",
 ]
 
 T = TypeVar("T")
@@ -115,8 +116,10 @@ def _nothing() -> None:
     return None
 
 
-def _settle(future: asyncio.Future[object], item: object) -> None:
-    if not future.done():  # a cancelled caller's future stays cancelled
+def settle(future: asyncio.Future[object], item: object) -> None:
+    """Set ``future``'s result from a callback the engine thread scheduled
+    (``loop.call_soon_threadsafe``); a cancelled caller's future stays cancelled."""
+    if not future.done():
         future.set_result(item)
 
 
@@ -352,7 +355,7 @@ class EngineLoop:
         def sink(item: object) -> None:
             if item is STREAM_END or isinstance(item, BaseException):
                 with contextlib.suppress(RuntimeError):  # as astream's: the loop may be gone
-                    loop.call_soon_threadsafe(_settle, ended, item)
+                    loop.call_soon_threadsafe(settle, ended, item)
 
         submission = self.submit_nowait(prompt, sampling, sink=sink, **options)
         try:

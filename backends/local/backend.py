@@ -47,7 +47,6 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from backends.local._engine_errors import EngineErrors, reraise
-from backends.local._futures import settle
 from backends.local._helpers import (
     UnwaitedCommands,
     backend_capacity,
@@ -346,6 +345,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         """The whole answer; cancelling the call aborts the request. Only the request's
         end wakes the event loop (``astream`` wakes it for every engine step)."""
+        from engine.engine_loop import settle
         from engine.outputs import RequestOutput
 
         loop = asyncio.get_running_loop()

@@ -57,7 +57,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "replicas": "kvgov.benchmarks.replicas",
         "context": "kvgov.benchmarks.context",
         "reduce": "kvgov.benchmarks.reduce",
-        "swarm": "kvgov.benchmarks.swarm",
+        "swarm": "kvgov.benchmarks.swarm.bench",
         "openloop": "kvgov.benchmarks.openloop.bench",
         "openloop-tune": "kvgov.benchmarks.openloop.tuning",
     }

@@ -43,14 +43,14 @@ from rich.table import Table
 from engine.benchmarks import Direction, Measurement
 from engine.twin import DeviceProfile
 from engine.twin.targets import TargetModel
-from kvgov.benchmarks._swarm_result import percentile
-from kvgov.benchmarks._swarm_workload import SwarmWorkload
+from kvgov.benchmarks.swarm.result import percentile
+from kvgov.benchmarks.swarm.workload import SwarmWorkload
 
 if TYPE_CHECKING:
     from engine import Engine
     from kvgov._trace_prompts import PromptBook
     from kvgov._trace_replay import AgentReplay, Replay
-    from kvgov.benchmarks._swarm_twin import TwinRun
+    from kvgov.benchmarks.swarm.twin import TwinRun
     from kvgov.simulate_trace import TraceWorkload
 
 __all__ = [
@@ -374,7 +374,7 @@ def simulate(
     unknown = sorted(set(schemes) - set(SCHEMES))
     if unknown or not schemes:
         raise ScenarioError(f"unknown schemes {unknown}; pick from {', '.join(SCHEMES)}")
-    from kvgov.benchmarks.swarm import Setup
+    from kvgov.benchmarks.swarm.bench import Setup
 
     began = time.perf_counter()
     simulation = Simulation(scenario)
@@ -458,8 +458,8 @@ def scenario_engine(
 
 
 def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
-    from kvgov.benchmarks._swarm_twin import TwinDevice, run_twin_policy
-    from kvgov.benchmarks.swarm import Setup
+    from kvgov.benchmarks.swarm.bench import Setup
+    from kvgov.benchmarks.swarm.twin import TwinDevice, run_twin_policy
 
     assert isinstance(setup, Setup)
     engine, slots = _engine(scenario, scheme)

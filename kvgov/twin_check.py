@@ -13,7 +13,7 @@ Steps, in order:
    minutes as the real runs: a shared host's speed drifts by more than the check's
    tolerance over ten minutes, and a profile measured before the real runs predicts the
    machine of its own minutes;
-3. run every policy on the twin of that engine (``_swarm_twin``): the same engine,
+3. run every policy on the twin of that engine (``swarm.twin``): the same engine,
    runners, policies and governor, the tiny model computing every token, times modelled
    and virtual, four twin rounds for every real one. Each twin round scatters its steps'
    times as the real steps scattered around the model (``engine.twin.StepNoise``,
@@ -71,7 +71,7 @@ from engine.twin import (
     load_profile,
 )
 from engine.twin.measure import GridPoint
-from kvgov.benchmarks._swarm_result import RunResult
+from kvgov.benchmarks.swarm.result import RunResult
 
 __all__ = [
     "JCT_ERROR_TARGET",
@@ -299,9 +299,9 @@ def check_twin(
 
 
 def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
-    from kvgov.benchmarks import swarm
-    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.benchmarks.baselines import measure_costs
+    from kvgov.benchmarks.swarm import bench as swarm
+    from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
 
     workload = swarm.QUICK if options.quick else swarm.DEFAULT
     if options.seed != workload.seed:
@@ -313,8 +313,8 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         name=_MODEL,
         activation_bits=8 * engine.dtype.itemsize,
     )
-    deadline_s = swarm._DEADLINE_S[options.quick]
-    real_costs = swarm._on_own_thread(lambda: measure_costs(engine))  # and warms it up
+    deadline_s = swarm.DEADLINE_S[options.quick]
+    real_costs = swarm.on_own_thread(lambda: measure_costs(engine))  # and warms it up
     calibration = _Calibration.start(options, progress)
     real: dict[str, list[RunResult]] = {policy: [] for policy in options.policies}
     steps: dict[str, list[tuple[StepBatch, float]]] = {p: [] for p in options.policies}
@@ -326,7 +326,7 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
         for policy in order:
             progress(f"real, round {round_ + 1}: {policy} ...")
             with _StepTimer(engine) as timer:
-                run = swarm._one(
+                run = swarm.run_policy(
                     engine,
                     policy,
                     options.fraction,
@@ -361,7 +361,7 @@ def _check(options: CheckOptions, progress: Callable[[str], None]) -> TwinCheck:
     lateness = [late for run in real.get("kvgov", []) for late in run.tool_lateness_s]
     capacity = engine.capacity()
     what = (
-        f"{swarm._what(workload)}; {capacity.num_blocks} blocks "
+        f"{swarm.what_ran(workload)}; {capacity.num_blocks} blocks "
         f"({options.fraction:g} of every peak at once)"
     )
     result = TwinCheck(options, profile, how, what, noise, lateness)
@@ -506,7 +506,7 @@ class _Calibration:
 
 
 def _validate(options: CheckOptions) -> None:
-    from kvgov.benchmarks.swarm import POLICIES
+    from kvgov.benchmarks.swarm.bench import POLICIES
 
     if options.rounds < 1:
         raise TwinCheckError(

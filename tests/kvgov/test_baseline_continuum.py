@@ -15,10 +15,10 @@ import pytest
 
 from engine import Engine, EngineConfig, PreemptionMode, SamplingParams
 from engine.request import Request
-from kvgov.benchmarks._swarm_runner import Agent, AgentState
-from kvgov.benchmarks._swarm_workload import AgentScript, Turn
 from kvgov.benchmarks.baselines import Costs, TtlPin
 from kvgov.benchmarks.baselines.continuum import ToolDurations
+from kvgov.benchmarks.swarm.runner import Agent, AgentState
+from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 PROMPT = [(i * 7919) % 50_000 + 1 for i in range(200)]  # 12 full blocks and a tail
 SAMPLING = SamplingParams(max_tokens=4, temperature=0.0)

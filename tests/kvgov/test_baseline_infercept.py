@@ -14,10 +14,10 @@ import math
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from kvgov.benchmarks._swarm_result import RunResult
-from kvgov.benchmarks._swarm_runner import Agent, AgentState, SwarmRunner
-from kvgov.benchmarks._swarm_workload import AgentScript, Turn
 from kvgov.benchmarks.baselines import Costs, Intercept
+from kvgov.benchmarks.swarm.result import RunResult
+from kvgov.benchmarks.swarm.runner import Agent, AgentState, SwarmRunner
+from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 SAMPLING = SamplingParams(max_tokens=4, temperature=0.0)
 BLOCK = 16

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from engine import Engine, EngineConfig, PreemptionMode, SamplingParams
-from kvgov.benchmarks._swarm_runner import Agent, AgentState
-from kvgov.benchmarks._swarm_workload import AgentScript, Turn
 from kvgov.benchmarks.baselines import PagedOffload, make_baseline
+from kvgov.benchmarks.swarm.runner import Agent, AgentState
+from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 SAMPLING = SamplingParams(max_tokens=4, temperature=0.0)
 BLOCK = 16

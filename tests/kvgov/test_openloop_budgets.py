@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.budgets import BudgetFigures, run_budgets, with_kv_share
 from kvgov.benchmarks.openloop.panel import Cell, PanelRuns, run_panel
 from kvgov.benchmarks.openloop.plots import plot_budgets
+from kvgov.benchmarks.swarm.result import RunResult
 from tests.kvgov.test_openloop_panel import small_card
 
 RATE = 6.0

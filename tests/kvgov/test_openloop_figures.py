@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.panel import Cell, PanelRuns
+from kvgov.benchmarks.swarm.result import RunResult
 from tests.kvgov.test_openloop_panel import small_card
 
 RATES = (0.1, 0.2, 0.5, 1.0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvgov.benchmarks._swarm_breakdown import PARTS, JobTime
-from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.panel import Cell, PanelRuns
 from kvgov.benchmarks.openloop.plots import plot
+from kvgov.benchmarks.swarm.breakdown import PARTS, JobTime
+from kvgov.benchmarks.swarm.result import RunResult
 from tests.kvgov.test_openloop_panel import small_card
 
 POLICIES = ("paged", "kvgov")

@@ -16,7 +16,6 @@ import pytest
 
 from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
-from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop import facts as planting
 from kvgov.benchmarks.openloop import stats, system, system_figures
 from kvgov.benchmarks.openloop import workload as openloop
@@ -31,6 +30,7 @@ from kvgov.benchmarks.openloop.langchain_context import (
 )
 from kvgov.benchmarks.openloop.system import KVGOV, SeedRuns, SystemComparisonError
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload, Tenant
+from kvgov.benchmarks.swarm.result import RunResult
 
 TINY = OpenLoopWorkload(
     rate_per_min=1.0,

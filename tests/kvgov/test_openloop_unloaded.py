@@ -8,12 +8,12 @@ import dataclasses
 
 import pytest
 
-from kvgov.benchmarks._swarm_twin import TwinDevice
 from kvgov.benchmarks.openloop import unloaded as unloaded_module
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.panel import PanelRuns, WorkloadSetup, run_panel
 from kvgov.benchmarks.openloop.unloaded import UnloadedRunError, UnloadedTimes
+from kvgov.benchmarks.swarm.twin import TwinDevice
 from tests.kvgov.test_openloop_panel import small_card
 
 POLICIES = ("paged", "paged+offload", "intercept", "ttl-pin", "kvgov")

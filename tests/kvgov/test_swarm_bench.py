@@ -15,9 +15,9 @@ import pytest
 from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from governor import TokenCounter
-from kvgov.benchmarks._swarm_result import EngineCounters, RunResult
-from kvgov.benchmarks._swarm_workload import SwarmWorkload, build_scripts, peak_blocks
-from kvgov.benchmarks.swarm import POLICIES, compare, measurements
+from kvgov.benchmarks.swarm.bench import POLICIES, compare, measurements
+from kvgov.benchmarks.swarm.result import EngineCounters, RunResult
+from kvgov.benchmarks.swarm.workload import SwarmWorkload, build_scripts, peak_blocks
 
 TINY = SwarmWorkload(num_teams=1, workers_per_team=2, turns=2, tool_output_tokens=96,
                      system_repeats=1, tool_scale=0.1)  # fmt: skip
@@ -139,7 +139,7 @@ def test_the_plots_are_written_with_their_note_inside_the_figure(tmp_path) -> No
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from kvgov.benchmarks._swarm_plot import footnote, plot
+    from kvgov.benchmarks.swarm.plot import footnote, plot
 
     # Wide letters: a fixed number of characters a line would run past the right edge.
     note = "MWMW WWM MMWW WMW MWWM, " * 20
@@ -203,7 +203,7 @@ def test_kvgov_bench_passes_model_and_device_to_the_benchmarks_that_take_them(
 
     from engine.benchmarks import Measurement
     from kvgov import cli
-    from kvgov.benchmarks import swarm
+    from kvgov.benchmarks.swarm import bench as swarm
 
     assert {"device", "model"} <= set(signature(swarm.run).parameters)
     seen: list[str] = []

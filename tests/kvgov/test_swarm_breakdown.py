@@ -1,4 +1,4 @@
-"""Where each job's time went (``_swarm_breakdown``), on every policy's open-loop run on
+"""Where each job's time went (``swarm.breakdown``), on every policy's open-loop run on
 the twin: the parts add up to the job's time, none is negative, a worker's tools are its
 drawn durations, a planner's wait is its workers', and recompute time appears exactly
 where the engine recomputed."""
@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from kvgov.benchmarks._swarm_breakdown import PARTS, JobTime
-from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
 from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.panel import WorkloadSetup
+from kvgov.benchmarks.swarm.breakdown import PARTS, JobTime
+from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
 from kvgov.simulate import stand_in_engine
 from tests.kvgov.test_openloop_panel import small_card
 
@@ -77,9 +77,9 @@ def test_a_job_time_has_every_part_and_their_sum() -> None:
 
 
 def test_the_panels_parts_are_means_over_jobs_and_seeds_adding_up_to_the_mean_job_time() -> None:
-    from kvgov.benchmarks._swarm_result import RunResult
     from kvgov.benchmarks.openloop.figures import PanelFigures
     from kvgov.benchmarks.openloop.panel import Cell, PanelRuns
+    from kvgov.benchmarks.swarm.result import RunResult
 
     runs = PanelRuns(small_card())
     jobs_by_seed = {

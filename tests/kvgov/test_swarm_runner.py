@@ -4,10 +4,10 @@ for (the open-loop workload's replies are 100-300 tokens, drawn per call)."""
 from __future__ import annotations
 
 from engine import Engine, EngineConfig
-from kvgov.benchmarks._swarm_result import RunResult
-from kvgov.benchmarks._swarm_runner import SwarmRunner
-from kvgov.benchmarks._swarm_workload import AgentScript, Turn
 from kvgov.benchmarks.baselines import make_baseline
+from kvgov.benchmarks.swarm.result import RunResult
+from kvgov.benchmarks.swarm.runner import SwarmRunner
+from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 
 def test_each_call_generates_its_turns_reply_tokens_or_the_runners() -> None:

@@ -1,4 +1,4 @@
-"""The swarm benchmark's runs on the hardware twin (``_swarm_twin``): the same engine,
+"""The swarm benchmark's runs on the hardware twin (``swarm.twin``): the same engine,
 runners, policies and governor as the real runs, in virtual time.
 
 What a wrong twin would break: the same prompts sent by every policy (the twin changes
@@ -15,10 +15,10 @@ import pytest
 
 from engine.twin import StepNoise, get_profile
 from engine.twin.targets import target_model
-from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
-from kvgov.benchmarks._swarm_workload import SwarmWorkload
 from kvgov.benchmarks.baselines import Costs
-from kvgov.benchmarks.swarm import POLICIES, Setup, _one
+from kvgov.benchmarks.swarm.bench import POLICIES, Setup, run_policy
+from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
+from kvgov.benchmarks.swarm.workload import SwarmWorkload
 
 TINY = SwarmWorkload(
     num_teams=1,
@@ -86,7 +86,9 @@ def test_every_policy_runs_on_the_twin_the_same_program_bit_for_bit_twice(setup:
 
 def test_the_twin_computes_the_real_runs_tokens_and_prefill(setup: Setup) -> None:
     engine = setup.engine(1.0)
-    real = _one(engine, "paged", 1.0, setup.scripts, setup.prompts, TINY, Costs(1e-4, 1e-5), 120.0)
+    real = run_policy(
+        engine, "paged", 1.0, setup.scripts, setup.prompts, TINY, Costs(1e-4, 1e-5), 120.0
+    )
     twin = run_twin_policy(
         engine, DEVICE, "paged", 1.0, setup.scripts, setup.prompts, TINY, None, deadline_s=600.0
     ).result
@@ -114,7 +116,7 @@ def test_a_policy_that_prices_its_choices_needs_costs(setup: Setup) -> None:
 
 
 def test_a_twin_run_past_its_virtual_deadline_stops_and_frees_every_block(setup: Setup) -> None:
-    from kvgov.benchmarks._swarm_runner import SwarmTimeout
+    from kvgov.benchmarks.swarm.runner import SwarmTimeout
 
     engine = setup.engine(1.0)
     for policy in ("paged", "kvgov"):
@@ -196,7 +198,9 @@ def test_the_twins_scatter_is_drawn_from_its_seed(setup: Setup) -> None:
 
 def test_a_real_kvgov_run_records_how_late_its_tools_returned(setup: Setup) -> None:
     engine = setup.engine(1.0)
-    real = _one(engine, "kvgov", 1.0, setup.scripts, setup.prompts, TINY, Costs(1e-4, 1e-5), 120.0)
+    real = run_policy(
+        engine, "kvgov", 1.0, setup.scripts, setup.prompts, TINY, Costs(1e-4, 1e-5), 120.0
+    )
     tools = sum(1 for s in setup.scripts if not s.planner for t in s.turns if t.tool)
     assert len(real.tool_lateness_s) == tools
     # A real loop returns a sleeper at its time or after it, never a tool's length late.

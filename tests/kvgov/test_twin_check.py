@@ -106,7 +106,7 @@ def test_the_twin_is_not_the_tools_alone(short: TwinCheck) -> None:
 
 
 def _scripts():  # type: ignore[no-untyped-def]
-    from kvgov.benchmarks.swarm import QUICK, Setup
+    from kvgov.benchmarks.swarm.bench import QUICK, Setup
 
     return Setup.of(QUICK).scripts
 

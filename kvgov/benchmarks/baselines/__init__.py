@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvgov.benchmarks._swarm_runner import KVPolicy
 from kvgov.benchmarks.baselines.continuum import TtlPin
 from kvgov.benchmarks.baselines.costs import Costs, measure_costs
 from kvgov.benchmarks.baselines.infercept import Intercept
 from kvgov.benchmarks.baselines.knobs import UnknownKnobError
 from kvgov.benchmarks.baselines.paged import Paged
 from kvgov.benchmarks.baselines.paged_offload import PagedOffload
+from kvgov.benchmarks.swarm.runner import KVPolicy
 
 __all__ = [
     "BASELINES",

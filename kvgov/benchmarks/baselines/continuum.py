@@ -10,8 +10,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import ClassVar
 
 from engine import Engine
-from kvgov.benchmarks._swarm_runner import Agent, AgentState
 from kvgov.benchmarks.baselines.costs import Costs
+from kvgov.benchmarks.swarm.runner import Agent, AgentState
 
 __all__ = ["ToolDurations", "TtlPin"]
 

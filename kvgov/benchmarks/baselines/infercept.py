@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from engine import Engine, Shortfall
-from kvgov.benchmarks._swarm_runner import Agent
 from kvgov.benchmarks.baselines.costs import Costs
+from kvgov.benchmarks.swarm.runner import Agent
 
 __all__ = ["Intercept"]
 

@@ -6,7 +6,7 @@ import math
 from typing import ClassVar
 
 from engine import Engine
-from kvgov.benchmarks._swarm_runner import Agent
+from kvgov.benchmarks.swarm.runner import Agent
 
 __all__ = ["Paged"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from engine import Engine
-from kvgov.benchmarks._swarm_runner import Agent
+from kvgov.benchmarks.swarm.runner import Agent
 
 __all__ = ["PagedOffload"]
 

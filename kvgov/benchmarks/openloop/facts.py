@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from governor import TokenCounter
-from kvgov.benchmarks._swarm_workload import AgentScript
 from kvgov.benchmarks.context_workload import Conversation, Fact, plant_facts
+from kvgov.benchmarks.swarm.workload import AgentScript
 from policies.benchmarks.corpus import Category, Document
 
 __all__ = ["FactsKept", "kept", "plant"]

@@ -12,7 +12,7 @@ compare; a short job is held to its own size, not to a threshold set by the long
 best baseline is picked once, on its median over the evaluation seeds
 (``stats.best_of``), then compared with kvgov seed by seed.
 
-Where job time goes (``jct_mean_<part>``, ``_swarm_breakdown.PARTS``): each run's mean
+Where job time goes (``jct_mean_<part>``, ``swarm.breakdown.PARTS``): each run's mean
 over its jobs of each part (tools, a planner's wait on its workers, admission, the
 engine's queue, prefill, recompute, swap stall, decode), averaged over the seeds, so the
 parts of one policy at one rate add up to its mean job time averaged over the seeds.
@@ -24,10 +24,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.benchmarks import Direction, Measurement
-from kvgov.benchmarks._swarm_breakdown import PARTS
-from kvgov.benchmarks._swarm_result import RunResult, percentile
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop.panel import PanelRuns
+from kvgov.benchmarks.swarm.breakdown import PARTS
+from kvgov.benchmarks.swarm.result import RunResult, percentile
 
 __all__ = ["PanelFigures"]
 

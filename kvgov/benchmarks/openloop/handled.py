@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvgov.benchmarks._swarm_workload import AgentScript
 from kvgov.benchmarks.context_workload import Fact
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.langchain_context import (
@@ -29,6 +28,7 @@ from kvgov.benchmarks.openloop.langchain_context import (
     ContextHandling,
     handle,
 )
+from kvgov.benchmarks.swarm.workload import AgentScript
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from governor import TokenCounter
-from kvgov.benchmarks._swarm_workload import AgentScript, Message
+from kvgov.benchmarks.swarm.workload import AgentScript, Message
 
 __all__ = ["CONTEXT_EDITING", "HANDLINGS", "TRIM", "ContextHandling", "HandledScripts", "handle"]
 

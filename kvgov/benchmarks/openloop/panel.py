@@ -30,17 +30,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvgov.benchmarks._swarm_result import RunResult
-from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
 from kvgov.benchmarks.openloop.processes import in_processes
 from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+from kvgov.benchmarks.swarm.result import RunResult
+from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload
 from kvgov.simulate import Scenario, stand_in_engine
 
 if TYPE_CHECKING:
     from engine import Engine
-    from kvgov.benchmarks._swarm_twin import TwinDevice
     from kvgov.benchmarks.baselines import Costs
+    from kvgov.benchmarks.swarm.twin import TwinDevice
 
 __all__ = [
     "Cell",
@@ -192,8 +192,8 @@ def check_knobs(policy: str, knobs: Mapping[str, Any]) -> None:
     """Builds ``policy`` with ``knobs`` as a run would, so a wrong name
     (``UnknownKnobError``) or value (the policy's own error) stops the panel before its
     first run, not an hour into it."""
-    from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
     from kvgov.benchmarks.baselines import Costs, UnknownKnobError, make_baseline
+    from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG
 
     known = policy_knobs(policy)
     for knob in knobs:
@@ -283,7 +283,7 @@ def _run_seeds(
     progress: Callable[[str], None] = lambda line: None,
 ) -> PanelRuns:
     """``run_panel``'s runs of ``workloads`` in this process, on engines of its own."""
-    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
+    from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs
 
     began = time.perf_counter()
     runs = PanelRuns(panel)
@@ -335,7 +335,7 @@ def _run(
     fraction: float,
     knobs: Mapping[str, Any] | None = None,
 ) -> RunResult:
-    from kvgov.benchmarks._swarm_twin import run_twin_policy
+    from kvgov.benchmarks.swarm.twin import run_twin_policy
 
     return run_twin_policy(
         engine,

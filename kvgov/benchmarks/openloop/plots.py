@@ -2,7 +2,7 @@
 each policy's median over the evaluation seeds with its 95% bootstrap band
 (``stats.band_over``: every rate read over the same resampled seeds), and where job
 time goes, one stacked bar per policy at each rate (``PanelFigures.breakdown``). SVG
-and PNG, with matplotlib (imported only here, as ``_swarm_plot`` does)."""
+and PNG, with matplotlib (imported only here, as ``swarm.plot`` does)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvgov.benchmarks._swarm_breakdown import PARTS
-from kvgov.benchmarks._swarm_plot import _COLORS, _save, footnote
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop.budgets import BudgetFigures
 from kvgov.benchmarks.openloop.figures import PanelFigures
+from kvgov.benchmarks.swarm.breakdown import PARTS
+from kvgov.benchmarks.swarm.plot import COLORS, footnote, save_figure
 
 __all__ = ["plot", "plot_budgets"]
 
@@ -67,7 +67,7 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
             fontsize=9,
         )
         fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.92) if note else (0, 0, 1, 0.92))
-        written += _save(fig, out / f"openloop-jct-{figures.suffix}")
+        written += save_figure(fig, out / f"openloop-jct-{figures.suffix}")
     finally:
         plt.close(fig)
 
@@ -96,7 +96,7 @@ def plot(figures: PanelFigures, out: Path, *, note: str = "") -> list[Path]:
         axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.suptitle(f"Where job time goes\n{title}", fontsize=9)
         fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.92) if note else (0, 0, 1, 0.92))
-        written += _save(fig, out / f"openloop-breakdown-{figures.suffix}")
+        written += save_figure(fig, out / f"openloop-breakdown-{figures.suffix}")
     finally:
         plt.close(fig)
     return written
@@ -132,7 +132,7 @@ def plot_budgets(figures: BudgetFigures, out: Path, *, note: str = "") -> list[P
             fontsize=9,
         )
         fig.tight_layout(rect=(0, footnote(fig, note), 1, 0.9) if note else (0, 0, 1, 0.9))
-        return _save(fig, out / f"openloop-goodput-budget-{figures.suffix}")
+        return save_figure(fig, out / f"openloop-goodput-budget-{figures.suffix}")
     finally:
         plt.close(fig)
 
@@ -143,6 +143,6 @@ def _band_line(
     """One policy's median over the seeds at each x, with its 95% band read over the same
     resampled seeds at every x (``stats.band_over``; ``curves``: seed -> its values)."""
     band = stats.band_over(curves)
-    color = _COLORS.get(policy)
+    color = COLORS.get(policy)
     ax.plot(xs, [b.value for b in band], marker="o", label=policy, color=color)
     ax.fill_between(xs, [b.low for b in band], [b.high for b in band], color=color, alpha=0.15)

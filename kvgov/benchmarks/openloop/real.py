@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvgov.benchmarks._swarm_result import RunResult
 from kvgov.benchmarks.openloop.panel import Cell, Panel, PanelRuns, WorkloadSetup, check_knobs
+from kvgov.benchmarks.swarm.result import RunResult
 
 if TYPE_CHECKING:
     from engine import Engine
@@ -71,7 +71,7 @@ def run_real(
     not (see the module docstring); ``knobs``: policy -> its settings. The runs' unloaded
     times are left to the caller (``PanelRuns.unloaded_s``)."""
     from kvgov.benchmarks.baselines import measure_costs
-    from kvgov.benchmarks.swarm import _on_own_thread
+    from kvgov.benchmarks.swarm.bench import on_own_thread
     from kvgov.twin import one_device_thread
 
     knobs = knobs or {}
@@ -81,12 +81,12 @@ def run_real(
     runs = PanelRuns(panel)
     with one_device_thread():
         constrained = real_engine(panel)
-        costs = _on_own_thread(functools.partial(measure_costs, constrained))  # and warms it up
+        costs = on_own_thread(functools.partial(measure_costs, constrained))  # and warms it up
         for index, setup in enumerate(setups):
             workload = setup.workload
             room = max(setup.peak_blocks, panel.scenario.kv_blocks)
             roomy = real_engine(panel, num_blocks=room, host_blocks=room)
-            roomy_costs = _on_own_thread(functools.partial(measure_costs, roomy))
+            roomy_costs = on_own_thread(functools.partial(measure_costs, roomy))
             shift = index % len(policies)
             pair = (False, True) if index % 2 == 0 else (True, False)
             for policy in (*policies[shift:], *policies[:shift]):
@@ -127,10 +127,10 @@ def run_real_policy(
     deadline_s: float,
 ) -> RunResult:
     """``policy`` with ``knobs`` on ``engine`` in real time, from a cold prefix cache, as
-    ``kvgov bench swarm`` runs it (``swarm._one``)."""
-    from kvgov.benchmarks.swarm import _one
+    ``kvgov bench swarm`` runs it (``swarm.run_policy``)."""
+    from kvgov.benchmarks.swarm.bench import run_policy
 
-    return _one(
+    return run_policy(
         engine,
         policy,
         fraction,

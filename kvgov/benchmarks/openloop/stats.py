@@ -286,7 +286,7 @@ def run_goodput_per_min(
     whole rate to 0 at the load where the tail crosses the SLO, so a ratio over a run
     that fails its gate is no figure.
     """
-    from kvgov.benchmarks._swarm_result import percentile  # beside the engine: torch
+    from kvgov.benchmarks.swarm.result import percentile  # beside the engine: torch
 
     jcts = _check_jobs(jct_by_job, num_failed, window_s, slo_s)
     over = [t / slo_s[job] for job, t in jcts.items()]

@@ -58,7 +58,7 @@ from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
 
 if TYPE_CHECKING:
     from engine.benchmarks import Measurement
-    from kvgov.benchmarks._swarm_result import RunResult
+    from kvgov.benchmarks.swarm.result import RunResult
 
 __all__ = [
     "KVGOV",
@@ -164,10 +164,10 @@ def run_seed(
     ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own);
     ``also``: kvgov's other contexts, each run as a system of its own (``KvgovContext.
     system``) on the same jobs and SLOs (the SLOs are the three handlings')."""
-    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.benchmarks.openloop.panel import check_knobs, reference_card
     from kvgov.benchmarks.openloop.tuned import TUNED
     from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
+    from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.simulate import stand_in_engine
 
     began = time.perf_counter()

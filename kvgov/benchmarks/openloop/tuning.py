@@ -44,7 +44,6 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.benchmarks import Direction, Measurement
-from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG
 from kvgov.benchmarks.openloop import bench, stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.panel import (
@@ -55,6 +54,7 @@ from kvgov.benchmarks.openloop.panel import (
     reference_card,
 )
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG
 
 __all__ = [
     "GRIDS",
@@ -315,7 +315,7 @@ def tune(
 ) -> Tuning:
     """Every point of every grid on each workload (one a rate, all on ``TUNING_SEED``),
     constrained, and each policy's point chosen by the rule (``choose``)."""
-    from kvgov.benchmarks._swarm_twin import TwinDevice, measure_twin_costs
+    from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs
     from kvgov.simulate import stand_in_engine
 
     for workload in workloads:

@@ -29,13 +29,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvgov.benchmarks._swarm_workload import AgentScript, Turn
+from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 if TYPE_CHECKING:
     from engine import Engine
-    from kvgov.benchmarks._swarm_twin import TwinDevice
     from kvgov.benchmarks.openloop.panel import WorkloadSetup
     from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+    from kvgov.benchmarks.swarm.twin import TwinDevice
     from kvgov.simulate import Scenario
 
 __all__ = ["UnloadedRunError", "UnloadedTimes"]
@@ -118,7 +118,7 @@ class UnloadedTimes:
     def _run_alone(
         self, engine: Engine, scripts: tuple[AgentScript, ...], setup: WorkloadSetup
     ) -> dict[str, float]:
-        from kvgov.benchmarks._swarm_twin import run_twin_policy
+        from kvgov.benchmarks.swarm.twin import run_twin_policy
 
         planner = next(s for s in scripts if s.planner)
         prompts = {

@@ -42,12 +42,12 @@ from typing import Any
 
 from engine.tokenizer import Tokenizer
 from governor import CeilingExceeded, TokenCounter
-from kvgov.benchmarks._swarm_workload import AgentScript, Message, Turn
 from kvgov.benchmarks.context import SUMMARY_SHARE, kvgov_compaction
 from kvgov.benchmarks.context_workload import Fact
 from kvgov.benchmarks.openloop import chat_text
 from kvgov.benchmarks.openloop import facts as planting
 from kvgov.benchmarks.openloop.chat_ids import LineIds
+from kvgov.benchmarks.swarm.workload import AgentScript, Message, Turn
 from policies import ExtractiveSummarizer, SummarizeOldest, build_corpus
 from policies.benchmarks.corpus import Category
 

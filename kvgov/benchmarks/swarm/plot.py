@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kvgov.benchmarks._swarm_result import RunResult
+from kvgov.benchmarks.swarm.result import RunResult
 
-__all__ = ["footnote", "plot"]
+__all__ = ["COLORS", "footnote", "plot", "save_figure"]
 
-_COLORS = {
+COLORS = {
     "paged": "#d62728",
     "paged+offload": "#8c564b",
     "ttl-pin": "#ff7f0e",
@@ -38,10 +38,13 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
     try:
         for policy in policies:
             fractions = sorted({r.fraction for r in results if r.policy == policy})
-            jct = [statistics.median(r.jct_mean_s for r in results
-                                     if r.policy == policy and r.fraction == f)
-                   for f in fractions]  # fmt: skip
-            ax.plot(fractions, jct, marker="o", label=policy, color=_COLORS.get(policy))
+            jct = [
+                statistics.median(
+                    r.jct_mean_s for r in results if r.policy == policy and r.fraction == f
+                )
+                for f in fractions
+            ]
+            ax.plot(fractions, jct, marker="o", label=policy, color=COLORS.get(policy))
         ax.set_xlabel("KV budget (fraction of every agent's peak context at once)")
         ax.set_ylabel("mean job time (s, median of rounds)")
         ax.set_xscale("log")
@@ -56,7 +59,7 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         ax.legend()
         ax.set_title("Swarm job completion time by KV budget", fontsize=11)
         fig.tight_layout(rect=(0, footnote(fig, note), 1, 1))
-        written += _save(fig, out / "swarm-jct")
+        written += save_figure(fig, out / "swarm-jct")
     finally:
         plt.close(fig)
 
@@ -66,17 +69,22 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         for ax, run in zip(axes if len(at) > 1 else [axes], at, strict=True):
             times = [t for t, _ in run.timeline]
             blocks = [b for _, b in run.timeline]
-            ax.step(times, blocks, where="post", color=_COLORS.get(run.policy), lw=1)
+            ax.step(times, blocks, where="post", color=COLORS.get(run.policy), lw=1)
             ax.axhline(run.num_blocks, color="#333333", lw=0.8, ls="--")
             ax.set_ylim(0, run.num_blocks * 1.08)
             ax.set_ylabel("blocks", fontsize=8)
-            ax.set_title(f"{run.policy}: peak {run.peak_blocks} of {run.num_blocks} blocks, "
-                         f"makespan {run.makespan_s:.1f} s", fontsize=9, loc="left")  # fmt: skip
+            ax.set_title(
+                f"{run.policy}: peak {run.peak_blocks} of {run.num_blocks} blocks, "
+                f"makespan {run.makespan_s:.1f} s",
+                fontsize=9,
+                loc="left",
+            )
         (axes[-1] if len(at) > 1 else axes).set_xlabel("time since the run started (s)")
-        fig.suptitle(f"Blocks in use at a KV budget of {fraction:g} (dashed: the pool)",
-                     fontsize=11)  # fmt: skip
+        fig.suptitle(
+            f"Blocks in use at a KV budget of {fraction:g} (dashed: the pool)", fontsize=11
+        )
         fig.tight_layout()
-        written += _save(fig, out / "swarm-blocks")
+        written += save_figure(fig, out / "swarm-blocks")
     finally:
         plt.close(fig)
     return written
@@ -96,7 +104,7 @@ def footnote(fig: Any, note: str) -> float:
     return (lines * 6.5 * 1.3 / 72 + 0.1) / fig.get_figheight()
 
 
-def _save(fig: object, base: Path) -> list[Path]:
+def save_figure(fig: object, base: Path) -> list[Path]:
     paths = [base.with_suffix(".svg"), base.with_suffix(".png")]
     for path in paths:
         fig.savefig(path)  # type: ignore[attr-defined]

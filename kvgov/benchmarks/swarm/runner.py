@@ -14,7 +14,7 @@ A planner waits on its workers as on a tool (``fanout``) whose expected length i
 longest worker's: every policy sees it like that.
 
 Time is the runner's ``clock``: the wall clock (``WallClock``) in a real run; on the
-hardware twin (``_swarm_twin``) a virtual one, where the engine's steps move it by their
+hardware twin (``swarm.twin``) a virtual one, where the engine's steps move it by their
 modelled durations and a wait for the next tool moves it to that tool's return.
 """
 
@@ -27,8 +27,8 @@ from enum import Enum
 from typing import Protocol
 
 from engine import Engine, FinishReason, SamplingParams
-from kvgov.benchmarks._swarm_result import RunResult
-from kvgov.benchmarks._swarm_workload import AgentScript
+from kvgov.benchmarks.swarm.result import RunResult
+from kvgov.benchmarks.swarm.workload import AgentScript
 
 __all__ = [
     "Agent",
@@ -237,8 +237,9 @@ class SwarmRunner:
     def _worker_ended(self, agent: Agent, now: float) -> None:
         if agent.script.planner:
             return
-        planner = next(a for a in self.agents if a.script.planner and
-                       a.script.team == agent.script.team)  # fmt: skip
+        planner = next(
+            a for a in self.agents if a.script.planner and a.script.team == agent.script.team
+        )
         workers = self._workers(planner)
         ended = (AgentState.DONE, AgentState.FAILED)
         if planner.state is AgentState.IDLE and all(w.state in ended for w in workers):

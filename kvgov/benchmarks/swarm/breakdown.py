@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 from engine.twin.time_ledger import TimeSplit
 from engine.twin.twin_engine import RequestTimes
-from kvgov.benchmarks._swarm_workload import AgentScript
+from kvgov.benchmarks.swarm.workload import AgentScript
 
 __all__ = ["PARTS", "JobTime", "job_times"]
 

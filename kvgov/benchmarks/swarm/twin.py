@@ -38,12 +38,12 @@ from engine.twin.event_loop import ThreadClock, VirtualTimeLoop, run_virtual
 from engine.twin.twin_engine import TwinEngine, attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
 from governor import GovernorConfig
-from kvgov.benchmarks._swarm_breakdown import job_times
-from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, kvgov_program
-from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
-from kvgov.benchmarks._swarm_runner import SwarmRunner
-from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
 from kvgov.benchmarks.baselines import Costs, make_baseline, measure_costs
+from kvgov.benchmarks.swarm.breakdown import job_times
+from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG, kvgov_program
+from kvgov.benchmarks.swarm.result import EngineCounters, EngineTap, RunResult
+from kvgov.benchmarks.swarm.runner import SwarmRunner
+from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload
 
 __all__ = ["TwinDevice", "TwinRun", "measure_twin_costs", "run_twin_policy"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from engine import Engine, EngineMetrics
 
 if TYPE_CHECKING:
-    from kvgov.benchmarks._swarm_breakdown import JobTime
+    from kvgov.benchmarks.swarm.breakdown import JobTime
 
 __all__ = ["EngineCounters", "EngineTap", "RunResult", "p95", "percentile"]
 
@@ -71,7 +71,7 @@ class RunResult:
     timeline: list[tuple[float, int]] = field(default_factory=list)  # (s, blocks in use)
     prompts: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> digest
     calls: dict[str, str] = field(default_factory=dict)  # "agent/turn" -> request id
-    # Finished jobs' time by where it went (``_swarm_breakdown``): twin runs only.
+    # Finished jobs' time by where it went (``swarm.breakdown``): twin runs only.
     breakdown: dict[str, JobTime] = field(default_factory=dict)
     round: int = 0  # of the benchmark's rounds (each runs every policy once)
     # How much later than asked each tool's wait returned to its agent (the runtime's

@@ -14,7 +14,7 @@ policies are kvgov's defaults for a coding swarm; the workload's prompts already
 them, so they change nothing here and every policy sends the same requests.
 
 One program (``kvgov_program``) runs both ways: ``run_kvgov`` on a real event loop over
-the engine's ``EngineLoop`` thread; on the hardware twin (``_swarm_twin``) on a
+the engine's ``EngineLoop`` thread; on the hardware twin (``swarm.twin``) on a
 virtual-time loop over a ``TwinEngineLoop``, the governor on that loop's clock. Each tool
 wait records how late it returned (``RunResult.tool_lateness_s``): on a real loop busy
 with other agents a tool returns a few milliseconds after its time, which moves a tool
@@ -35,9 +35,9 @@ from engine import Engine
 from engine.engine_loop import EngineLoop
 from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, Lease, Policies
 from governor.clock import Clock
-from kvgov.benchmarks._swarm_result import EngineTap, RunResult
-from kvgov.benchmarks._swarm_runner import SwarmTimeout
-from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload
+from kvgov.benchmarks.swarm.result import EngineTap, RunResult
+from kvgov.benchmarks.swarm.runner import SwarmTimeout
+from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload
 from policies import ExtractiveSummarizer, ProgramOrder, SummarizeOldest
 
 __all__ = ["KVGOV_CONFIG", "kvgov_program", "run_kvgov"]

@@ -106,10 +106,16 @@ def build_scripts(workload: SwarmWorkload, counter: TokenCounter) -> tuple[Agent
         system = {"role": "system", "content": _system(team, workload.system_repeats)}
         workers = []
         for w in range(workload.workers_per_team):
-            history: list[Message] = [system, {"role": "user", "content": (
-                f"Task {team}.{w}: find out why the nightly build of the "
-                f"{_AREAS[team % len(_AREAS)]} services is red, then report."
-            )}]  # fmt: skip
+            history: list[Message] = [
+                system,
+                {
+                    "role": "user",
+                    "content": (
+                        f"Task {team}.{w}: find out why the nightly build of the "
+                        f"{_AREAS[team % len(_AREAS)]} services is red, then report."
+                    ),
+                },
+            ]
             turns = []
             for t in range(workload.turns + 1):
                 history = _fit(history, workload, counter, compact)
@@ -131,19 +137,31 @@ def build_scripts(workload: SwarmWorkload, counter: TokenCounter) -> tuple[Agent
                         tool_name=document.tool_name,
                         arguments=document.arguments,
                     ).text
-                history = [*history, {"role": "assistant", "content": f"Calling {call}"},
-                           {"role": "user", "content": f"Tool result:\n{output}"}]  # fmt: skip
+                history = [
+                    *history,
+                    {"role": "assistant", "content": f"Calling {call}"},
+                    {"role": "user", "content": f"Tool result:\n{output}"},
+                ]
             workers.append(AgentScript(f"t{team}-w{w}", team, False, tuple(turns), 0.0))
-        ask = {"role": "user", "content": f"Split the red nightly build of team {team} "
-                                          f"into {workload.workers_per_team} tasks."}  # fmt: skip
+        ask = {
+            "role": "user",
+            "content": (
+                f"Split the red nightly build of team {team} "
+                f"into {workload.workers_per_team} tasks."
+            ),
+        }
         plan = (system, ask)
         reports = "\n".join(
             f"worker {w}: the failing step is in {_AREAS[(team + w) % len(_AREAS)]}, "
             f"see the tool results of task {team}.{w}"
             for w in range(workload.workers_per_team)
         )
-        synthesize = (system, ask, {"role": "assistant", "content": "Fanned out."},
-                      {"role": "user", "content": f"Merge these reports:\n{reports}"})  # fmt: skip
+        synthesize = (
+            system,
+            ask,
+            {"role": "assistant", "content": "Fanned out."},
+            {"role": "user", "content": f"Merge these reports:\n{reports}"},
+        )
         expected_children = sum(t.tool_s for t in workers[0].turns) if workers else 0.0
         planner = AgentScript(
             f"t{team}-planner",

@@ -1,6 +1,6 @@
 """``kvgov bench swarm``: kvgov against the memory policies a user would pick instead.
 
-One workload (``_swarm_workload``: teams of coding agents whose contexts grow turn by
+One workload (the ``workload`` module: teams of coding agents whose contexts grow turn by
 turn, tool latencies heavy-tailed, every prompt fixed up front), one engine (the bundled
 one, ``tiny-random`` on the CPU unless ``--model``/``--device`` say otherwise, recompute
 on preemption, prefix caching, a host swap space that holds every agent's peak context)
@@ -10,8 +10,8 @@ policies run on it in turn, each from a cold prefix cache (checked):
 
 1. ``paged``: vLLM's policy; 2. ``paged+offload``: vLLM with CPU KV offloading;
    3. ``ttl-pin``: Continuum; 4. ``intercept``: InferCept (``baselines``, through
-   ``_swarm_runner``, without the governor);
-5. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (``_swarm_kvgov``).
+   ``runner``, without the governor);
+5. ``kvgov``: ``Governor`` over ``LocalBackend`` as a user configures it (the ``kvgov`` module).
 
 Per policy and budget: mean and p95 job completion time (an agent's job: a planner's
 from its arrival, a worker's from its planner's fan-out, to its last call's end),
@@ -21,7 +21,7 @@ swapped each way, peak blocks in use and jobs failed. Headline figures at 0.33:
 the better of ttl-pin and intercept) and ``recomputed_tokens_kvgov_over_paged``
 (<= 0.25); and, without targets, paged's, the better research policy's and kvgov's mean
 job at 0.33 over the paged engine's at 1.0 (``*_over_unconstrained``: what a memory
-policy could still win back). ``--plot DIR`` draws the figures (``_swarm_plot``). Times are the wall
+policy could still win back). ``--plot DIR`` draws the figures (``plot``). Times are the wall
 clock of a shared machine: the policies run side by side in one process, the ratios are
 what to compare.
 """
@@ -47,13 +47,14 @@ from engine.benchmarks import Direction, Measurement
 from engine.presets import PRESETS
 from engine.tokenizer import load_tokenizer
 from governor import TokenCounter
-from kvgov.benchmarks._swarm_kvgov import KVGOV_CONFIG, run_kvgov
-from kvgov.benchmarks._swarm_result import EngineCounters, EngineTap, RunResult
-from kvgov.benchmarks._swarm_runner import SwarmRunner
-from kvgov.benchmarks._swarm_workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
 from kvgov.benchmarks.baselines import BASELINES, Costs, make_baseline, measure_costs
+from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG, run_kvgov
+from kvgov.benchmarks.swarm.result import EngineCounters, EngineTap, RunResult
+from kvgov.benchmarks.swarm.runner import SwarmRunner
+from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload, build_scripts, peak_blocks
 
 __all__ = [
+    "DEADLINE_S",
     "DEFAULT",
     "FRACTIONS",
     "POLICIES",
@@ -61,7 +62,10 @@ __all__ = [
     "Setup",
     "compare",
     "measurements",
+    "on_own_thread",
     "run",
+    "run_policy",
+    "what_ran",
 ]
 
 T = TypeVar("T")
@@ -72,7 +76,7 @@ POLICIES = (*BASELINES, "kvgov")
 DEFAULT = SwarmWorkload()
 QUICK = SwarmWorkload(num_teams=2, workers_per_team=2, turns=3, system_repeats=2, tool_scale=0.5)
 _MODEL = "tiny-random"
-_DEADLINE_S = {True: 240.0, False: 900.0}
+DEADLINE_S = {True: 240.0, False: 900.0}
 _ROUNDS = {True: 1, False: 3}
 
 
@@ -83,14 +87,14 @@ def run(
     results = compare(
         workload,
         rounds=_ROUNDS[quick],
-        deadline_s=_DEADLINE_S[quick],
+        deadline_s=DEADLINE_S[quick],
         progress=_progress,
         model=model,
         device=device,
     )
-    what = _what(workload, model=model, device=device)
+    what = what_ran(workload, model=model, device=device)
     if plot is not None:
-        from kvgov.benchmarks._swarm_plot import plot as draw
+        from kvgov.benchmarks.swarm.plot import plot as draw
 
         for path in draw(results, plot, fraction=HEADLINE, note=what):
             _progress(f"wrote {path}")
@@ -124,7 +128,7 @@ def compare(
     for fraction in fractions:
         engine = setup.engine(fraction, device=device)
         num_blocks = engine.capacity().num_blocks
-        warm = _on_own_thread(functools.partial(measure_costs, engine))  # and warms it up
+        warm = on_own_thread(functools.partial(measure_costs, engine))  # and warms it up
         costs = costs or warm
         for round_ in range(rounds):
             order = [*policies[round_ % len(policies) :], *policies[: round_ % len(policies)]]
@@ -132,7 +136,7 @@ def compare(
                 progress(
                     f"budget {fraction:g} ({num_blocks} blocks), round {round_ + 1}: {policy} ..."
                 )
-                result = _one(
+                result = run_policy(
                     engine,
                     policy,
                     fraction,
@@ -208,7 +212,7 @@ class Setup:
         )
 
 
-def _one(
+def run_policy(
     engine: Engine,
     policy: str,
     fraction: float,
@@ -245,14 +249,14 @@ def _one(
         )
         tap = EngineTap(engine, result, lambda budget: budget.removeprefix("agent-"))
         try:
-            _on_own_thread(lambda: runner.drive(result, deadline_s=deadline_s))
+            on_own_thread(lambda: runner.drive(result, deadline_s=deadline_s))
         finally:
             tap.close()
     result.counters = EngineCounters.of(engine.metrics()) - before
     return result
 
 
-def _on_own_thread(fn: Callable[[], T]) -> T:
+def on_own_thread(fn: Callable[[], T]) -> T:
     """``fn()`` on a thread of its own, as kvgov's engine loop steps the engine: torch runs
     an engine driven from the main thread several times slower on a loaded 2-core host
     (its OpenMP team there spins against the other processes), which would charge the
@@ -274,7 +278,7 @@ def _on_own_thread(fn: Callable[[], T]) -> T:
     return box[0]
 
 
-def _what(workload: SwarmWorkload, *, model: str = _MODEL, device: str = "cpu") -> str:
+def what_ran(workload: SwarmWorkload, *, model: str = _MODEL, device: str = "cpu") -> str:
     return (
         f"{model} on {device}, {workload.num_teams} teams x (planner + "
         f"{workload.workers_per_team} workers), {workload.turns} tool turns each, "
@@ -290,8 +294,8 @@ def measurements(
 ) -> Iterator[Measurement]:
     """Per policy and budget, each figure's median over the rounds (failures summed, the
     peak the highest); the headline ratios are the medians of each round's ratio. ``what``
-    names what ran (``_what``: the model, the device, the workload)."""
-    what = what or _what(workload)
+    names what ran (``what_ran``: the model, the device, the workload)."""
+    what = what or what_ran(workload)
     lower = Direction.LOWER_IS_BETTER
     runs: dict[tuple[str, float], list[RunResult]] = {}
     for r in results:

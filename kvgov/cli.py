@@ -162,7 +162,7 @@ def demo(
         console.print(f"memory map: {svg} and {png}")
         console.print(f"[dim]{result.memory_caption}[/]")
     if show_twin:
-        from kvgov._demo_twin import second_act
+        from kvgov.demo.twin import second_act
 
         second_act(console)
 

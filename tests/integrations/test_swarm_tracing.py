@@ -27,7 +27,7 @@ from governor import (
     Policies,
 )
 from integrations import instrument
-from kvgov._demo_swarm import SwarmSpec, build_swarm
+from kvgov.demo.swarm import SwarmSpec, build_swarm
 from policies import ExtractiveSummarizer
 
 PLANNER = AgentSpec(name="planner", ceiling_tokens=2_048, max_fanout=3)

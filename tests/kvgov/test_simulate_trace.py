@@ -34,8 +34,8 @@ from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, Governo
 from integrations.jsonl import JsonLinesSpanExporter, SpanFileError
 from integrations.otel import instrument
 from integrations.report import ReportError
-from kvgov._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from kvgov._trace_prompts import PromptBook
+from kvgov.demo.swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from kvgov.simulate import Scenario, Simulation, simulate
 from kvgov.simulate_trace import TraceError, TraceWorkload, read_trace
 from policies import ExtractiveSummarizer

@@ -1,7 +1,7 @@
 """``kvgov demo``: one swarm, run three ways on the same KV budget.
 
 A planner fans out to worker agents whose contexts grow turn by turn with tool outputs
-(``kvgov._demo_swarm``); every model call is a real generation on the bundled
+(``kvgov.demo.swarm``); every model call is a real generation on the bundled
 engine (the ``tiny-random`` preset by default, or a local Hugging Face checkpoint). The
 swarm runs three times, each time on a fresh engine with the same number of KV blocks,
 the same engine settings (recompute on preemption, as vLLM) and the same content
@@ -51,8 +51,8 @@ from engine import PreemptionMode
 from governor import AdmissionMode, AgentSpec, ConfigError, Governor, GovernorConfig, Policies
 from integrations.jsonl import JsonLinesSpanExporter
 from integrations.otel import instrument
-from kvgov._demo_stats import PeakSnapshot, RunStats
-from kvgov._demo_swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
+from kvgov.demo.stats import PeakSnapshot, RunStats
+from kvgov.demo.swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from kvgov.memory_map import AgentMemory, MemoryMap
 from policies import ExtractiveSummarizer, SummarizeOldest
 
@@ -82,8 +82,13 @@ class DemoOptions:
     max_fanout: int | None = None  # kvgov's cap on workers at once; None: all of them
 
     def __post_init__(self) -> None:
-        for name, minimum in (("agents", 1), ("ceiling", 64), ("turns", 1),
-                              ("reply_tokens", 1), ("max_fanout", 1)):  # fmt: skip
+        for name, minimum in (
+            ("agents", 1),
+            ("ceiling", 64),
+            ("turns", 1),
+            ("reply_tokens", 1),
+            ("max_fanout", 1),
+        ):
             value = getattr(self, name)
             if name == "max_fanout" and value is None:
                 continue
@@ -155,9 +160,14 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoRes
             progress.update(task, completed=calls)
             runs[scheme], traces[scheme] = stats, trace
     result = DemoResult(
-        options, runs["baseline"], runs["kvgov"], geometry["num_blocks"],
-        geometry["bytes_per_block"], traces, runs["paged"],
-    )  # fmt: skip
+        options=options,
+        baseline=runs["baseline"],
+        kvgov=runs["kvgov"],
+        num_blocks=geometry["num_blocks"],
+        bytes_per_block=geometry["bytes_per_block"],
+        traces=traces,
+        paged=runs["paged"],
+    )
     memory = replace(
         maps["kvgov"],
         paged_alone=maps["paged"].agents,

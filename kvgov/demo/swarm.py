@@ -100,14 +100,19 @@ def build_swarm(
 ) -> Swarm:
     """The governed swarm graph; ``on_call`` runs after every model call (progress)."""
     scripts, tools = _scripts(spec.num_workers, spec.turns)
-    worker_graph = govern(_worker_graph(governor, spec, scripts, tools, on_call), governor,
-                          {"agent": spec.worker})  # fmt: skip
+    worker_graph = govern(
+        _worker_graph(governor, spec, scripts, tools, on_call), governor, {"agent": spec.worker}
+    )
 
     async def plan(state: SwarmState) -> dict[str, Any]:
         lease = current_lease()
         assert lease is not None, "the planner node runs in its lease"
-        ask = [{"role": "user", "content": f"Split this into {spec.num_workers} tasks: "
-                                           f"{state['task']}"}]  # fmt: skip
+        ask = [
+            {
+                "role": "user",
+                "content": f"Split this into {spec.num_workers} tasks: {state['task']}",
+            }
+        ]
         await governor.acomplete(lease, ask, max_tokens=spec.reply_tokens)
         on_call()
         return {}
@@ -117,8 +122,9 @@ def build_swarm(
 
     async def worker(state: Mapping[str, Any]) -> dict[str, Any]:
         index = int(state["index"])
-        first = [HumanMessage(f"Task {index}: {scripts[index][0].tool_name} findings, "
-                              "then report.")]  # fmt: skip
+        first = [
+            HumanMessage(f"Task {index}: {scripts[index][0].tool_name} findings, then report.")
+        ]
         if spec.system_in_messages:
             first.insert(0, SystemMessage(SYSTEM_PROMPT))
         try:
@@ -167,8 +173,14 @@ def _worker_graph(
         if turn < spec.turns:  # the script decides the tool call a real model would make
             document = scripts[state["index"]][turn]
             arguments = dict(document.arguments)
-            calls = [{"name": document.tool_name, "args": arguments,
-                      "id": f"call-{state['index']}-{turn}", "type": "tool_call"}]  # fmt: skip
+            calls = [
+                {
+                    "name": document.tool_name,
+                    "args": arguments,
+                    "id": f"call-{state['index']}-{turn}",
+                    "type": "tool_call",
+                }
+            ]
         reply = AIMessage(content=result.text, tool_calls=calls)
         return {"messages": [reply], "turn": turn + 1}
 
@@ -188,8 +200,9 @@ def _worker_graph(
 def _scripts(num_workers: int, turns: int) -> tuple[list[list[Any]], list[BaseTool]]:
     """Each worker's tool outputs, turn by turn, and one scripted tool per tool name."""
     corpus = [d for d in build_corpus(num_documents=50) if _fits(d.text)]
-    scripts = [[corpus[(i * 7 + t * 3) % len(corpus)] for t in range(turns)]
-               for i in range(num_workers)]  # fmt: skip
+    scripts = [
+        [corpus[(i * 7 + t * 3) % len(corpus)] for t in range(turns)] for i in range(num_workers)
+    ]
     outputs: dict[str, dict[str, str]] = {}
     for document in corpus:
         outputs.setdefault(document.tool_name, {})[_key(document.arguments)] = document.text

@@ -1,5 +1,7 @@
-"""Adapters from kvgov to other libraries: LangChain and LangGraph middleware,
-OpenTelemetry instrumentation, a JSON-lines span exporter and the run report.
+"""Adapters from kvgov to other libraries, one subpackage per framework: langchain/
+(``GovernorMiddleware``, ``GovernedChatModel``), langgraph/ (``govern``), otel/
+(``instrument``) and report/ (``RunReport``, ``kvgov report``); at the top, the JSON-lines
+span exporter (jsonl) and the private pieces several subpackages share.
 
 Integrations use the public API of governor/ and policies/ and of their own
 third-party library, never engine/; the backends that reach an engine are in backends/.

@@ -3,7 +3,7 @@
 Private to integrations/. Two things set it, for as long as they run:
 
 - ``govern``: a governed LangGraph node execution, to its node's lease
-  (``integrations._graph_node``);
+  (``integrations.langgraph._node``);
 - ``GovernorMiddleware``: a model call of a ``create_agent`` run, to the run's lease
   (``integrations.langchain``).
 

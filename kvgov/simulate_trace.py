@@ -43,8 +43,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from integrations import _otel_names as n
 from integrations.jsonl import SpanRecord, read_spans
+from integrations.otel import names as n
 from integrations.report import ReportError
 from kvgov.simulate import ScenarioError
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from governor import AgentSpec, BackendError, CeilingExceeded, Governor
-from integrations._messages import to_chat
+from integrations.langchain import to_chat
 from integrations.langgraph import current_lease, govern
 from policies import build_corpus
 

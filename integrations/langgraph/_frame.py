@@ -49,9 +49,9 @@ from langchain_core.runnables.config import var_child_runnable_config
 
 from governor import AgentSpec, ChildContext, Governor, Lease, LeaseContext, LeaseState
 from integrations._control_flow import failure
-from integrations._graph_messages import Tally
 from integrations._lease_context import current_lease
 from integrations._messages import last_request
+from integrations.langgraph._messages import Tally
 
 __all__ = [
     "FRAME_KEY",

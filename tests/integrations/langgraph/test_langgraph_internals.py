@@ -26,8 +26,8 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from integrations import _graph_frame
-from integrations._graph_messages import is_add_messages
+from integrations.langgraph import _frame
+from integrations.langgraph._messages import is_add_messages
 
 LANGGRAPH = version("langgraph")
 
@@ -57,15 +57,15 @@ def recording(name: str) -> Callable[[State, RunnableConfig], dict[str, Any]]:
 
 
 def test_a_send_task_is_told_by_its_trigger_and_step() -> None:
-    """``integrations._graph_frame._pushed`` and ``Frame._sender``."""
+    """``integrations.langgraph._frame._pushed`` and ``Frame._sender``."""
     try:
         from langgraph._internal._constants import PUSH
     except ImportError:
         PUSH = None  # reported below
     relied(
-        PUSH == _graph_frame._PUSH,
+        PUSH == _frame._PUSH,
         "the constant langgraph._internal._constants.PUSH ('__pregel_push')",
-        "integrations/_graph_frame.py (_PUSH)",
+        "integrations/langgraph/_frame.py (_PUSH)",
         "tell a task reached by Send from any other",
     )
     builder = StateGraph(State)
@@ -79,16 +79,16 @@ def test_a_send_task_is_told_by_its_trigger_and_step() -> None:
     workers = [s for s in seen if s[0] == "worker"]
     relied(
         len(workers) == 1
-        and workers[0][1][:1] == (_graph_frame._PUSH,)
-        and planner[1][:1] != (_graph_frame._PUSH,),
+        and workers[0][1][:1] == (_frame._PUSH,)
+        and planner[1][:1] != (_frame._PUSH,),
         "config['metadata']['langgraph_triggers'][0] of a Send task (PUSH; of no other task)",
-        "integrations/_graph_frame.py (_pushed)",
+        "integrations/langgraph/_frame.py (_pushed)",
         "give a Send task a child lease of its sender",
     )
     relied(
         isinstance(planner[2], int) and workers[0][2] == planner[2] + 1,
         "config['metadata']['langgraph_step'] (an int; a Send task runs the step after its sender)",
-        "integrations/_graph_frame.py (Frame._sender, Frame._note)",
+        "integrations/langgraph/_frame.py (Frame._sender, Frame._note)",
         "find the lease that sent a task",
     )
 
@@ -106,7 +106,7 @@ def test_a_nodes_runnable_can_be_replaced_in_a_compiled_graph() -> None:
     relied(
         hasattr(node, "bound") and hasattr(node, "copy") and hasattr(node, "subgraphs"),
         "PregelNode.bound, PregelNode.copy(update) and PregelNode.subgraphs",
-        "integrations/langgraph.py (govern)",
+        "integrations/langgraph/graph.py (govern)",
         "run each governed node's runnable inside its lease",
     )
     replacement = RunnableLambda(lambda state: {"seen": [("replaced", (), None)]})
@@ -119,7 +119,7 @@ def test_a_nodes_runnable_can_be_replaced_in_a_compiled_graph() -> None:
         and [s[0] for s in graph.invoke({"seen": []})["seen"]] == ["original"],
         "a compiled graph copied by its __dict__ with a node's PregelNode.copy({'bound': "
         "...}) in Pregel.nodes, which runs the new bound and leaves the original alone",
-        "integrations/langgraph.py (govern, GovernedGraph._from)",
+        "integrations/langgraph/graph.py (govern, GovernedGraph._from)",
         "govern a compiled graph without recompiling it (keeping its checkpointer, store, "
         "interrupts)",
     )
@@ -137,7 +137,7 @@ def test_a_nodes_runnable_can_be_replaced_in_a_compiled_graph() -> None:
     relied(
         outer_graph.nodes["tools"].bound is tools,
         "PregelNode.bound of a node added as a ToolNode (the ToolNode itself)",
-        "integrations/langgraph.py (govern) and integrations/_graph_topology.py",
+        "integrations/langgraph/graph.py (govern) and integrations/langgraph/_topology.py",
         "run every ToolNode in the lease that asked for its calls",
     )
     relied(
@@ -145,7 +145,7 @@ def test_a_nodes_runnable_can_be_replaced_in_a_compiled_graph() -> None:
         and dict(outer_graph.get_subgraphs()) == {"team": compiled_sub},
         "PregelNode.bound of a node added as a compiled graph (the graph itself), listed "
         "by Pregel.get_subgraphs()",
-        "integrations/_graph_subgraphs.py",
+        "integrations/langgraph/_subgraphs.py",
         "reach the nodes of a subgraph added as a node and govern it in the node's place",
     )
 
@@ -173,20 +173,20 @@ def test_invoke_runs_on_stream_with_its_config() -> None:
     relied(
         streamed == [marker],
         "Pregel.invoke running on self.stream once, with the config it was given",
-        "integrations/langgraph.py (GovernedGraph.invoke, _Invocation.take)",
+        "integrations/langgraph/graph.py (GovernedGraph.invoke, _Invocation.take)",
         "open one invocation per invoke, not one more for its stream",
     )
     configured = recorded.with_config(recursion_limit=5)
     relied(
         type(configured) is Recording,
         "Pregel.with_config building its result with self.copy",
-        "integrations/langgraph.py (GovernedGraph.copy)",
+        "integrations/langgraph/graph.py (GovernedGraph.copy)",
         "keep the governance of a graph given a config",
     )
 
 
 def test_the_messages_reducer_is_read_from_the_channel() -> None:
-    """``integrations.langgraph._reducer``."""
+    """``integrations.langgraph.graph._reducer``."""
     from langgraph.channels.binop import BinaryOperatorAggregate
 
     builder = StateGraph(MessagesState)
@@ -198,19 +198,19 @@ def test_the_messages_reducer_is_read_from_the_channel() -> None:
         and is_add_messages(getattr(channel, "operator", None)),
         "CompiledStateGraph.channels[key], a BinaryOperatorAggregate whose .operator is the "
         "state's reducer (add_messages for MessagesState)",
-        "integrations/langgraph.py (_reducer) and integrations/_graph_messages.py",
+        "integrations/langgraph/graph.py (_reducer) and integrations/langgraph/_messages.py",
         "count a node's context as the state will hold it",
     )
     relied(
         add_messages([HumanMessage("a", id="1")], [HumanMessage("b", id="2")])[-1].content == "b",
         "langgraph.graph.message.add_messages appending new messages",
-        "integrations/_graph_node.py (_appended)",
+        "integrations/langgraph/_node.py (_appended)",
         "count an appended context without calling the reducer",
     )
 
 
 def test_a_conditional_edge_keeps_its_function_and_path_map() -> None:
-    """``integrations._graph_topology.fanout_pairs``."""
+    """``integrations.langgraph._topology.fanout_pairs``."""
 
     def fan_out(state: State) -> list[Send]:
         return [Send("worker", {"seen": []})]
@@ -230,13 +230,13 @@ def test_a_conditional_edge_keeps_its_function_and_path_map() -> None:
         and getattr(branch, "ends", None) == {"worker": "worker"},
         "StateGraph.branches[node][name], a BranchSpec whose .path.func is the edge's "
         "function and whose .ends is its path map",
-        "integrations/_graph_topology.py (fanout_pairs)",
+        "integrations/langgraph/_topology.py (fanout_pairs)",
         "infer which node fans out to which, to check that the fan-out fits",
     )
 
 
 def test_control_flow_and_context_propagation() -> None:
-    """``integrations._control_flow`` and ``integrations._graph_frame.open_frame``."""
+    """``integrations._control_flow`` and ``integrations.langgraph._frame.open_frame``."""
     from langchain_core.runnables.config import var_child_runnable_config
     from langgraph.errors import GraphBubbleUp, GraphInterrupt, ParentCommand
 
@@ -261,14 +261,14 @@ def test_control_flow_and_context_propagation() -> None:
         ambient == ["here"],
         "langchain_core.runnables.config.var_child_runnable_config holding the node's "
         "config while a node runs",
-        "integrations/_graph_frame.py (open_frame)",
+        "integrations/langgraph/_frame.py (open_frame)",
         "find the enclosing frame of a graph invoked in a node without its config",
     )
 
 
 def test_the_installed_langgraph_is_in_the_pinned_range() -> None:
     """What passed above is what pyproject.toml pins: a lower and an upper bound."""
-    text = (Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[3] / "pyproject.toml").read_text(encoding="utf-8")
     pin = re.search(r'"langgraph>=([0-9.]+),<([0-9.]+)"', text)
     assert pin is not None, "pyproject.toml must pin langgraph as >=X.Y.Z,<X.(Y+1)"
     low, high = (tuple(int(p) for p in bound.split(".")) for bound in pin.groups())

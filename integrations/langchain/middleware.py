@@ -16,9 +16,9 @@
   (``after_agent``), when an error or a cancellation leaves a model or tool call (the
   run is over then; an outer retry takes a new lease), and, for an error raised
   anywhere else (another middleware's hook) or a stream closed early, when the agent
-  graph's run reports its end to its callbacks (``integrations._langchain_run_end``),
+  graph's run reports its end to its callbacks (``integrations.langchain._run_end``),
   before ``invoke`` raises; as a last resort, when the run's state is
-  garbage-collected (``integrations._langchain_state.RunHandle``). Between a model
+  garbage-collected (``integrations.langchain._state.RunHandle``). Between a model
   call and the run's next hook the lease is idle (``Governor.between_calls``): parked
   after ``park_after_s``, so a run its caller abandoned holds no admission room while it
   waits for the collector. While a model call runs, the lease is
@@ -28,7 +28,7 @@
   in the node's (resumed before each model call, never released by the run: the graph
   holds it). A lease of another agent there is no business of the run's: it takes its
   own, as anywhere.
-- ``wrap_model_call`` (details in ``integrations._langchain_turn``): the request's
+- ``wrap_model_call`` (details in ``integrations.langchain._turn``): the request's
   system message and messages are counted exactly (``governor.counter``, with the
   agent's registered prefix in front, as ``Governor.compact`` sees them) with
   ``max_tokens`` (else the governor's ``reply_reserve_tokens``, up to a quarter of the
@@ -104,14 +104,13 @@ from governor import (
     ToolOutputReduction,
     reduce_output,
 )
-from integrations._langchain_model import GovernedChatModel
-from integrations._langchain_run_end import RUN_ENDS
-from integrations._langchain_state import GovernorState, RunHandle
-from integrations._langchain_turn import OnCeiling, Turns
 from integrations._lease_context import LeaseScope, current_lease
 from integrations._messages import last_request, text_of
+from integrations.langchain._run_end import RUN_ENDS
+from integrations.langchain._state import GovernorState, RunHandle
+from integrations.langchain._turn import OnCeiling, Turns
 
-__all__ = ["GovernedChatModel", "GovernorMiddleware", "GovernorState"]
+__all__ = ["GovernorMiddleware"]
 
 _ON_CEILING = ("compact", "end", "raise")
 _RUN = "kvgov_run"
@@ -353,7 +352,7 @@ def _question(request: ToolCallRequest) -> str | None:
 
 def _watched(handle: RunHandle) -> RunHandle:
     """``handle``, closed when its agent graph run ends, whatever ends it
-    (``integrations._langchain_run_end``): called from a node of that run."""
+    (``integrations.langchain._run_end``): called from a node of that run."""
     try:
         config = get_config()
     except RuntimeError:  # not inside a runnable: the collector is the last resort

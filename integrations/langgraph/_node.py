@@ -2,7 +2,7 @@
 
 Private to integrations/. ``govern`` puts one in place of each governed node's
 ``PregelNode.bound`` (and of every ``ToolNode``'s). Per execution it takes the lease its
-frame plans (``integrations._graph_frame``), makes it the current lease while the node
+frame plans (``integrations.langgraph._frame``), makes it the current lease while the node
 runs (``integrations._lease_context``: a subgraph's nodes find it, and a
 ``GovernedChatModel`` given no lease calls in it), and settles the node's output within
 the lease:
@@ -40,8 +40,10 @@ from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolM
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from governor import AgentSpec, CeilingExceeded, Lease, ToolCall
-from integrations._graph_frame import Frame, Turn, frame_of
-from integrations._graph_messages import (
+from integrations._lease_context import LeaseScope
+from integrations._messages import compact, last_request, reported_usage, text_of
+from integrations.langgraph._frame import Frame, Turn, frame_of
+from integrations.langgraph._messages import (
     calling_messages,
     can_replace,
     is_add_messages,
@@ -51,8 +53,6 @@ from integrations._graph_messages import (
     rewrite_messages,
     tool_calls,
 )
-from integrations._lease_context import LeaseScope
-from integrations._messages import compact, last_request, reported_usage, text_of
 
 __all__ = ["GovernedNode"]
 

@@ -12,7 +12,7 @@
 
 The block gauges are synchronous gauges set whenever the instrumentation polls the
 backend (when instrumented, after every model call, at every release and when a run
-ends; on a sampler thread for async agents, ``integrations._otel_sampler``), not
+ends; on a sampler thread for async agents, ``integrations.otel._sampler``), not
 observable ones: an SDK meter keeps the callbacks of the first observable
 instrument of a name for good, so a governor instrumented a second time on the same
 meter provider would report nothing, and a collection would call a backend that may
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from opentelemetry.metrics import Meter
 
-from integrations import _otel_names as n
+from integrations.otel import names as n
 
 __all__ = ["GovernorMetrics"]
 

@@ -9,7 +9,7 @@ nodes and those of the compiled graphs added as its nodes (its subgraphs, at any
 a subgraph's node by its name alone when no node of the graph has that name and one
 subgraph only does, else by its path, ``"team/worker"``. Such a subgraph is governed on
 its own, in its node's place, so its nodes get what they get when you ``govern`` it and
-add it yourself (``integrations._graph_subgraphs``). The result is a
+add it yourself (``integrations.langgraph._subgraphs``). The result is a
 ``GovernedGraph``, a ``CompiledStateGraph`` whose governed nodes have their runnable
 (``PregelNode.bound``) wrapped, and whose ``stream``/``astream`` (which ``invoke`` and
 ``ainvoke`` run on) open a frame per invocation inside ``governor.run(graph name)``, so
@@ -17,11 +17,12 @@ every lease of the invocation carries its run id and traces nest. LangGraph has 
 public hook to wrap a node or to tell a ``Send`` task from another, so this rests on a
 few of its internals (the node's ``PregelNode.bound``, the ``__pregel_push`` trigger, a
 conditional edge's ``BranchSpec``): ``langgraph`` is pinned to the minor version they
-were checked on, and tests/integrations/test_langgraph_internals.py names each one.
+were checked on, and tests/integrations/langgraph/test_langgraph_internals.py names each
+one.
 
 What a governed node gets (the details live in the private modules named):
 
-- its lease (``integrations._graph_frame``): a node reached by ``Send`` gets a lease
+- its lease (``integrations.langgraph._frame``): a node reached by ``Send`` gets a lease
   for that execution, a child of the governed node that sent it, so at most the
   sender's ``max_fanout`` of them run at once, counted by ``governor.fanout_limiter``
   across nested subgraphs, threads and event loops (LangGraph's ``max_concurrency``
@@ -32,7 +33,7 @@ What a governed node gets (the details live in the private modules named):
   invoke inside a node) joins its parent's run: its nodes of the enclosing node's
   agent share that node's lease, and what it sends counts against the enclosing
   lease's (or the outer sender's) fan-out cap;
-- its context (``integrations._graph_node``): the messages it saw merged with those
+- its context (``integrations.langgraph._node``): the messages it saw merged with those
   it returns (by the state's reducer) are counted exactly into
   ``lease.tokens_in_context``; at the ceiling (less the reply's reserve) the
   governor's ceiling policy raises ``CeilingExceeded`` or compacts the state's
@@ -45,9 +46,9 @@ What a governed node gets (the details live in the private modules named):
 Before anything runs, ``govern`` checks each planner/worker pair with
 ``governor.check_topology`` in the governor's admission mode, parking included, and
 raises ``TopologyError`` naming the two nodes when the fan-out cannot fit. Pairs are
-inferred from conditional edges annotated to return ``Send`` (``integrations.
-_graph_topology``); pass ``topology=[("planner", "worker", num_workers)]`` when the
-graph does not say.
+inferred from conditional edges annotated to return ``Send``
+(``integrations.langgraph._topology``); pass
+``topology=[("planner", "worker", num_workers)]`` when the graph does not say.
 
 While a governed node runs, its lease is the current lease: ``current_lease()`` returns
 it (for ``governor.complete`` and the like), a ``GovernedChatModel`` given no lease calls
@@ -72,13 +73,12 @@ from langgraph.prebuilt import ToolNode
 
 from governor import AgentSpec, ConfigError, Governor, TopologyError
 from integrations._control_flow import failure
-from integrations._graph_frame import Governance, open_frame
-from integrations._graph_node import GovernedNode
-from integrations._graph_subgraphs import place
-from integrations._graph_topology import FanoutPair, check_pairs, fanout_pairs
-from integrations._lease_context import current_lease
+from integrations.langgraph._frame import Governance, open_frame
+from integrations.langgraph._node import GovernedNode
+from integrations.langgraph._subgraphs import place
+from integrations.langgraph._topology import FanoutPair, check_pairs, fanout_pairs
 
-__all__ = ["GovernedGraph", "current_lease", "govern"]
+__all__ = ["GovernedGraph", "govern"]
 
 _INVOKED = "__kvgov_graph_invocation"  # "__" keeps it out of LangGraph's run metadata
 
@@ -130,7 +130,7 @@ def govern(
     pairs = fanout_pairs(graph, specs, placement.topology)
     check_pairs(governor, specs, pairs)
     # A subgraph node whose nodes are named is replaced by that subgraph, governed on its
-    # own (integrations._graph_subgraphs): the same caps, parking and ceilings.
+    # own (integrations.langgraph._subgraphs): the same caps, parking and ceilings.
     subgraphs = {}
     for name in dict.fromkeys([*placement.nested, *placement.nested_topology]):
         try:

@@ -44,7 +44,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tracers.context import register_configure_hook
 
 from integrations._control_flow import failure
-from integrations._langchain_state import RunHandle
+from integrations.langchain._state import RunHandle
 
 __all__ = ["RUN_ENDS", "RunEnds"]
 

@@ -112,7 +112,7 @@ class _Index:
         self._walk(graph, ())
 
     def _walk(self, graph: CompiledStateGraph[Any, Any, Any, Any], prefix: tuple[str, ...]) -> None:
-        from integrations.langgraph import GovernedGraph  # the module that imports this one
+        from integrations.langgraph.graph import GovernedGraph  # the module that imports this one
 
         for node, subgraph in graph.get_subgraphs():
             where = SEP.join((*prefix, node))

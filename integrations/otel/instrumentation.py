@@ -15,7 +15,7 @@
 An agent span's parent is its parent lease's agent span, else its run's span, else the
 OpenTelemetry context current where the lease was requested (subscribers run on the
 requesting thread). Spans carry the GenAI attributes and ``kvgov.*`` memory attributes
-(``integrations._otel_names``); an agent span gets its totals when it ends: ceiling,
+(``integrations.otel.names``); an agent span gets its totals when it ends: ceiling,
 admission wait, times parked and offloaded, compactions and summarizations with the
 tokens they saved, and the most tokens it held in context. Span events record each
 admission and resume, parking, compaction and summarization (tokens before and
@@ -24,13 +24,13 @@ an offload), and engine preemptions (``backend.metrics().num_preemptions``, poll
 after each model call: the engine does not say whose sequence it preempted, so the
 event goes on the agent span whose call saw it). The backend is read on the calling
 thread only where that thread runs no event loop; an async agent's events have it read
-on a sampler thread instead (``integrations._otel_sampler``), so telemetry never makes
+on a sampler thread instead (``integrations.otel._sampler``), so telemetry never makes
 an event loop wait for an engine step; a preemption found there after the asking
 lease's span ended is counted in the metric only. Failed calls and tools, runs that
 raise, and agents whose work raised, was cancelled or was never admitted get status
 ERROR and ``error.type``. The run span records the KV budget (blocks, block size, bytes
 per block, safety factor) so ``kvgov report`` can size from it. Metrics: see
-``integrations._otel_metrics``.
+``integrations.otel._metrics``.
 
 Beside another GenAI instrumentation (LangChain's, an HTTP client's) that makes its
 own ``chat`` spans and token-usage metric, pass ``model_spans=False``: each model call
@@ -59,10 +59,10 @@ from opentelemetry.metrics import MeterProvider, get_meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from governor import BackendMetrics, ConfigError, Governor, GovernorEvent, __version__
-from integrations import _otel_names as n
-from integrations._otel_calls import CallEvents, LeaseSpans, ns
-from integrations._otel_metrics import GovernorMetrics
-from integrations._otel_sampler import BackendSampler
+from integrations.otel import names as n
+from integrations.otel._calls import CallEvents, LeaseSpans, ns
+from integrations.otel._metrics import GovernorMetrics
+from integrations.otel._sampler import BackendSampler
 
 __all__ = ["Instrumentation", "instrument"]
 

@@ -18,7 +18,7 @@ the spans alone:
 - per agent, the share of its deepest contexts that tool results brought: what the
   context grew by between two model calls with an ``execute_tool`` span between them
   (none without tool spans);
-- recommendations (``integrations._report_advice``): a ceiling per agent and the
+- recommendations (``integrations.report._advice``): a ceiling per agent and the
   ``max_concurrent`` it allows for the KV budget the run spans recorded, and the
   levers to pull, first one first.
 
@@ -41,12 +41,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from integrations import _otel_names as n
-from integrations._report_advice import Budget, Lever, advise, recommended_ceiling
-from integrations._report_render import render
 from integrations.jsonl import SpanRecord, read_spans
+from integrations.otel import names as n
+from integrations.report._advice import Budget, Lever, advise, recommended_ceiling
+from integrations.report._render import render
 
-__all__ = ["AgentFigures", "ReportError", "RunReport", "Spread", "render", "report_main"]
+__all__ = ["AgentFigures", "ReportError", "RunReport", "Spread", "report_main"]
 
 
 class ReportError(ValueError):

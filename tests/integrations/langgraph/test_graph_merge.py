@@ -1,5 +1,5 @@
 """``settle`` predicts the state's messages after a node without calling the reducer when
-``add_messages`` would only append (``integrations._graph_node._merge``): the prediction
+``add_messages`` would only append (``integrations.langgraph._node._merge``): the prediction
 must be exactly what ``add_messages`` gives, for any mix of kept, new, replacing and
 removing messages."""
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langgraph.graph.message import add_messages
 
-from integrations._graph_node import _merge
+from integrations.langgraph._node import _merge
 
 # What a node may return, message by message: one of the state's own messages again
 # (a subgraph returns the state it was given), a new message with a fresh id, with no

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from integrations.report import RunReport
+    from integrations.report.run_report import RunReport
 
 __all__ = ["render"]
 

@@ -1,7 +1,8 @@
 """The names kvgov's telemetry is written with and read back by: one place for both sides.
 
 ``integrations.otel`` writes spans, span events and metrics with these names;
-``integrations.report`` reads them back from a JSON-lines file. GenAI names follow the
+``integrations.report`` and ``kvgov plan --trace`` read them back from a JSON-lines file,
+so a name changed here changes the recorded format. GenAI names follow the
 OpenTelemetry semantic conventions (CONTRIBUTING.md, "Observability names"); ``kvgov.*``
 names are our own, for memory.
 """

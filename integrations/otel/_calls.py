@@ -18,8 +18,8 @@ from typing import Any
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from governor import CompactionEvent, GovernorEvent, ToolOutputReduction
-from integrations import _otel_names as n
-from integrations._otel_metrics import GovernorMetrics
+from integrations.otel import names as n
+from integrations.otel._metrics import GovernorMetrics
 
 __all__ = ["CallEvents", "LeaseSpans", "ns"]
 

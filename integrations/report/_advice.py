@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from governor import blocks_per_seq, max_concurrent
-from integrations import _otel_names as n
 from integrations.jsonl import SpanRecord
+from integrations.otel import names as n
 
 if TYPE_CHECKING:
-    from integrations.report import AgentFigures, RunReport, Spread
+    from integrations.report.run_report import AgentFigures, RunReport, Spread
 
 __all__ = ["Budget", "Lever", "advise", "recommended_ceiling", "suggested_tool_budget"]
 
@@ -74,8 +74,13 @@ class Budget:
         starting with a shared prefix of ``prefix_blocks`` pinned blocks (counted once)."""
         if ceiling_tokens < 1:
             return 0
-        return max_concurrent(self.num_available_blocks, ceiling_tokens, self.block_size,
-                              self.safety_factor, prefix_blocks)  # fmt: skip
+        return max_concurrent(
+            self.num_available_blocks,
+            ceiling_tokens,
+            self.block_size,
+            self.safety_factor,
+            prefix_blocks,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The README's set-up commands, and CI running exactly the README's test command."""
+"""The README's set-up commands, CI running exactly the README's test command, and every
+Python block of the README and docs/ run as written."""
 
 from __future__ import annotations
 
@@ -51,23 +52,32 @@ def test_ci_script_is_strict_and_executable() -> None:
     assert "set -euo pipefail" in CI_RUN.read_text(encoding="utf-8").splitlines()
 
 
-def _python_blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+def _documents() -> list[Path]:
+    """The README and every page of docs/: where the Python blocks a reader copies live."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def _run_block(block: str) -> tuple[dict[str, Any], str]:
-    """Runs one README block as written; its namespace and what it printed."""
+def _python_blocks() -> list[tuple[str, str]]:
+    """Each Python block, with the document it is in (relative to the repository)."""
+    return [
+        (str(path.relative_to(ROOT)), block)
+        for path in _documents()
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+    ]
+
+
+def _run_block(where: str, block: str) -> tuple[dict[str, Any], str]:
+    """Runs one block as written; its namespace and what it printed."""
     namespace: dict[str, Any] = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, where, "exec"), namespace)
     return namespace, printed.getvalue()
 
 
-def _block_with(text: str) -> str:
-    (block,) = [block for block in _python_blocks() if text in block]
-    return block
+def _block_with(text: str) -> tuple[str, str]:
+    (found,) = [(where, block) for where, block in _python_blocks() if text in block]
+    return found
 
 
 def _nothing_held(governor: Governor) -> None:
@@ -76,16 +86,16 @@ def _nothing_held(governor: Governor) -> None:
     assert (active, waiting) == (0, 0)
 
 
-def test_readme_has_the_python_blocks_these_tests_check() -> None:
+def test_docs_have_the_python_blocks_these_tests_check() -> None:
     """Each block below is checked by a test of its own: a new one needs its test."""
-    blocks = _python_blocks()
+    blocks = [block for _where, block in _python_blocks()]
     checked = ("app = govern(", "Engine.from_pretrained", "governor.fanout(", "call.reduce(")
     assert len(blocks) == len(checked)
     assert all(sum(text in block for block in blocks) == 1 for text in checked)
 
 
 def test_quickstart_prints_the_reply_and_returns_its_lease() -> None:
-    namespace, printed = _run_block(_block_with("app = govern("))
+    namespace, printed = _run_block(*_block_with("app = govern("))
     governor = namespace["governor"]
     _nothing_held(governor)
     assert governor.admission.counts()[2] == 1  # the coder's lease was admitted
@@ -95,7 +105,7 @@ def test_quickstart_prints_the_reply_and_returns_its_lease() -> None:
 
 
 def test_engine_block_reuses_the_pinned_prefix() -> None:
-    namespace, printed = _run_block(_block_with("Engine.from_pretrained"))
+    namespace, printed = _run_block(*_block_with("Engine.from_pretrained"))
     engine, prefix, done = namespace["engine"], namespace["prefix"], namespace["done"]
     metrics = engine.metrics()
     assert done.finish_reason.name == "LENGTH" and len(done.token_ids) == 32
@@ -110,7 +120,7 @@ def test_engine_block_reuses_the_pinned_prefix() -> None:
 
 
 def test_fanout_block_runs_eight_workers_three_at_a_time() -> None:
-    namespace, printed = _run_block(_block_with("governor.fanout("))
+    namespace, printed = _run_block(*_block_with("governor.fanout("))
     governor = namespace["governor"]
     _nothing_held(governor)
     # the planner, parked while its workers run, and at most max_fanout=3 workers
@@ -122,7 +132,7 @@ def test_fanout_block_runs_eight_workers_three_at_a_time() -> None:
 
 
 def test_tool_output_block_reduces_the_log_and_reuses_the_held_kv() -> None:
-    namespace, printed = _run_block(_block_with("call.reduce("))
+    namespace, printed = _run_block(*_block_with("call.reduce("))
     _nothing_held(namespace["governor"])
     kinds = [line.split(" ", 1)[0] for line in printed.splitlines()]
     assert kinds == [

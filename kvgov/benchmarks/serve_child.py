@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from backends import LocalBackend
+    from kvgov.cli.serve import uvicorn_config
     from kvgov.serve.loading import LoadingApp
     from kvgov.serve.settings import ServeSettings
-    from kvgov.serve_command import uvicorn_config
 
     parser = argparse.ArgumentParser(prog=_MODULE)
     parser.add_argument("--model", required=True)

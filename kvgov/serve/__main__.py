@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kvgov.serve_command import serve
+from kvgov.cli.serve import serve
 
 
 def main() -> None:

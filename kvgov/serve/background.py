@@ -31,7 +31,7 @@ def serving(
     config: Callable[..., uvicorn.Config] | None = None,
 ) -> Iterator[str]:
     """Yields the base URL (``http://127.0.0.1:PORT``); stops the server on exit.
-    ``config(app, host=, port=)`` makes uvicorn's settings (``serve_command.uvicorn_config``
+    ``config(app, host=, port=)`` makes uvicorn's settings (``kvgov.cli.serve.uvicorn_config``
     to serve as ``kvgov serve`` does); by default quiet, with no access log."""
     with running_server(app, host=host, config=config) as (url, _server):
         yield url

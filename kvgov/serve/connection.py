@@ -18,7 +18,7 @@ forever. Against those, per connection:
 
 An idle keep-alive connection is closed by uvicorn's own ``timeout_keep_alive``, and the
 number of connections by its ``limit_concurrency`` (503), which ``kvgov serve`` sets
-(``serve_command.uvicorn_config``). httptools stays the parser: h11 costs about 0.5 ms
+(``kvgov.cli.serve.uvicorn_config``). httptools stays the parser: h11 costs about 0.5 ms
 more per request. Everything here runs on the event loop's thread.
 """
 
@@ -48,7 +48,7 @@ class ConnectionLimits:
 
 class LimitedHttpProtocol(HttpToolsProtocol):
     """One connection; uvicorn makes one per connection with ``config``, ``server_state``
-    and ``app_state``, and ``serve_command.uvicorn_config`` binds ``limits``."""
+    and ``app_state``, and ``kvgov.cli.serve.uvicorn_config`` binds ``limits``."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -23,7 +23,7 @@ In order, for every request:
   error middleware, its telemetry, routing) see only what this layer hands on;
 - once the answer is sent, its access line goes to the ``kvgov.access`` logger, in
   uvicorn's words (``127.0.0.1:52358 - "POST /v1/chat/completions HTTP/1.1" 200``).
-  ``kvgov serve`` writes it as uvicorn writes its own (``serve_command.uvicorn_config``,
+  ``kvgov serve`` writes it as uvicorn writes its own (``kvgov.cli.serve.uvicorn_config``,
   uvicorn's access log off). uvicorn writes its line as the response starts, between
   the request and its answer's head: 0.23 ms of the event loop's time per call in
   place, measured between the two on the 2-core development host (2026-12-02). Written

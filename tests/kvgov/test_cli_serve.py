@@ -17,8 +17,8 @@ from typer.testing import CliRunner, Result
 
 from governor.backend import BackendCapacity
 from kvgov.cli import app
+from kvgov.cli.serve import startup_lines
 from kvgov.serve import ServeSettings
-from kvgov.serve_command import startup_lines
 from tests.kvgov.serve.api_support import kept_logging
 
 CAP = BackendCapacity(

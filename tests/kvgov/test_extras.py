@@ -63,3 +63,33 @@ def test_plan_runs_without_the_engine() -> None:
     done = _kvgov("plan", "--preset", "qwen3.5-9b", "--card-gb", "16", "--weights-gb", "5.5")
     assert done.returncode == 0, done.stderr
     assert "paged" in done.stdout
+
+
+def test_each_extra_needs_what_pyproject_lists() -> None:
+    """``requirements_of`` reads the installed metadata: pyproject's lists, an extra named
+    inside another (``kvgov[engine]``) replaced by its own."""
+    import re
+
+    from kvgov.cli.extras import requirements_of
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+
+    def names(extra: str) -> list[str]:
+        found: list[str] = []
+        for line in listed[extra]:
+            name = re.match(r"[A-Za-z0-9._-]+", line).group()  # type: ignore[union-attr]
+            inner = (
+                [n for e in re.findall(r"\[(.+)\]", line)[0].split(",") for n in names(e)]
+                if name == "kvgov"
+                else [name]
+            )
+            found += [n for n in inner if n not in found]
+        return found
+
+    assert requirements_of("engine") == ["torch", "safetensors", "tokenizers"]
+    for extra in listed:
+        assert requirements_of(extra) == names(extra), extra

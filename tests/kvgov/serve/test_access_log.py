@@ -13,9 +13,9 @@ import httpx
 import pytest
 from uvicorn.logging import AccessFormatter
 
+from kvgov.cli.serve import uvicorn_config
 from kvgov.serve.background import serving
 from kvgov.serve.gateway import ACCESS_LOGGER
-from kvgov.serve_command import uvicorn_config
 from tests.kvgov.serve.api_support import kept_logging, routed_requests, served_app
 
 

@@ -1,5 +1,5 @@
 """Clients without a key against a real ``kvgov serve`` (the app under uvicorn as
-``kvgov serve`` runs it, ``serve_command.uvicorn_config``, on a loopback port): a head
+``kvgov serve`` runs it, ``kvgov.cli.serve.uvicorn_config``, on a loopback port): a head
 over the limit is refused without the server holding it, a head or body sent slowly is
 cut off at its timeout, connections past the limit get 503, and without API keys a
 request must name this server in ``Host`` and come from no other site (issue 32, items
@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
+from kvgov.cli.serve import uvicorn_config
 from kvgov.serve.background import serving
-from kvgov.serve_command import uvicorn_config
 from tests.kvgov.serve.api_support import served_app
 
 TIMEOUT_S = 1.0  # the head and body timeouts these servers run with

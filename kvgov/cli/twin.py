@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from kvgov.cli_output import fail, host_figures, measurement_table
+from kvgov.cli.output import fail, host_figures, measurement_table
 from kvgov.tables import print_table
 
 __all__ = ["twin"]
@@ -75,7 +75,7 @@ def twin_fit(
     the points held back from the fit."""
     from pathlib import Path
 
-    from kvgov._extras import missing_for
+    from kvgov.cli.extras import missing_for
 
     if (missing := missing_for("engine")) is not None:
         fail(missing)
@@ -147,7 +147,7 @@ def twin_check(
     import sys
     from pathlib import Path
 
-    from kvgov._extras import missing_for
+    from kvgov.cli.extras import missing_for
 
     if (missing := missing_for("engine")) is not None:
         fail(missing)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvgov.cli_output import fail
+from kvgov.cli.output import fail
 
 if TYPE_CHECKING:
     import uvicorn
@@ -115,7 +115,7 @@ def serve(
     ] = 60.0,
 ) -> None:
     """Serve the bundled engine over HTTP: OpenAI's API plus kvgov's control plane."""
-    from kvgov._extras import missing_for
+    from kvgov.cli.extras import missing_for
 
     if (missing := missing_for("serve")) is not None:
         fail(missing)

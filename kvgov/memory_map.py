@@ -261,32 +261,49 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     rows = (top, 0.0, 1.0) if alone else (top, 0.0)  # contiguous, kvgov, paged alone
     for y in rows:
         ax.barh(y, memory.weights_bytes / gb, color=_WEIGHTS, height=0.6)
-        ax.barh(y, memory.overhead_bytes / gb, left=memory.weights_bytes / gb, color=_OVERHEAD,
-                height=0.6)  # fmt: skip
+        ax.barh(
+            y,
+            memory.overhead_bytes / gb,
+            left=memory.weights_bytes / gb,
+            color=_OVERHEAD,
+            height=0.6,
+        )
     admitted = memory.contiguous_admitted()
     left = base
     for i, agent in enumerate(memory.agents):
         reserved, live = agent.reserved_bytes / gb, _in_slot(agent) / gb
         fits = i < admitted
-        ax.barh(rows[0], live, left=left, color=_LIVE if fits else "none", height=0.6,
-                edgecolor="white" if fits else _OUT, linestyle="-" if fits else "--")  # fmt: skip
-        ax.barh(rows[0], reserved - live, left=left + live, height=0.6,
-                color=_WASTE if fits else "none", edgecolor="white" if fits else _OUT,
-                hatch="//" if fits else None, linestyle="-" if fits else "--")  # fmt: skip
+        ax.barh(
+            rows[0],
+            live,
+            left=left,
+            color=_LIVE if fits else "none",
+            height=0.6,
+            edgecolor="white" if fits else _OUT,
+            linestyle="-" if fits else "--",
+        )
+        ax.barh(
+            rows[0],
+            reserved - live,
+            left=left + live,
+            height=0.6,
+            color=_WASTE if fits else "none",
+            edgecolor="white" if fits else _OUT,
+            hatch="//" if fits else None,
+            linestyle="-" if fits else "--",
+        )
         left += reserved
     _paged_bar(ax, rows[1], memory.agents, memory.shared_bytes, base, card, gb)
     ticks, labels = list(rows), ["contiguous,\nreserve the ceiling", "paged (kvgov)"]
     if alone:
-        _paged_bar(ax, rows[2], memory.paged_alone, memory.paged_alone_shared_bytes, base,
-                   card, gb)  # fmt: skip
+        _paged_bar(ax, rows[2], memory.paged_alone, memory.paged_alone_shared_bytes, base, card, gb)
         labels.append("paged engine alone\n(its own peak)")
     if offloaded:  # host memory: off the card, drawn from where the KV budget starts
         ax.barh(-1.0, offloaded / gb, left=base, color=_HOST, edgecolor="white", height=0.6)
         ticks.append(-1.0)
         labels.append("host memory\n(offloaded)")
     ax.axvline(card, color="black", linewidth=1.5)
-    ax.text(card, top + 0.45, "admission wall (card full) ", fontsize=8, va="center",
-            ha="right")  # fmt: skip
+    ax.text(card, top + 0.45, "admission wall (card full) ", fontsize=8, va="center", ha="right")
     ax.set_yticks(ticks, labels)
     ax.set_xlabel(unit)
     ax.set_ylim(-1.6 if offloaded else -0.6, top + 0.7)

@@ -64,14 +64,14 @@ class ServeChild(ServerProcess):
 
     def command(self) -> list[str]:
         assert self._child_conn is not None
-        return [
-            sys.executable, "-m", _MODULE,
-            "--model", self.model,
-            "--port", str(self.port),
-            "--num-blocks", str(self.num_blocks),
-            "--device", self.device,
-            "--control-fd", str(self._child_conn.fileno()),
-        ]  # fmt: skip
+        flags = {
+            "--model": self.model,
+            "--port": str(self.port),
+            "--num-blocks": str(self.num_blocks),
+            "--device": self.device,
+            "--control-fd": str(self._child_conn.fileno()),
+        }
+        return [sys.executable, "-m", _MODULE, *(part for flag in flags.items() for part in flag)]
 
     def spawn(self) -> None:
         self._conn, self._child_conn = Pipe()

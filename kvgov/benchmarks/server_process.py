@@ -58,13 +58,18 @@ class ServerProcess:
         self.wait_ready()
 
     def command(self) -> list[str]:
+        flags = {
+            "--model": self.model,
+            "--port": str(self.port),
+            "--num-blocks": str(self.num_blocks),
+            "--device": self.device,
+        }
         return [
-            sys.executable, "-m", "kvgov.serve",
-            "--model", self.model,
-            "--port", str(self.port),
-            "--num-blocks", str(self.num_blocks),
-            "--device", self.device,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "kvgov.serve",
+            *(part for flag in flags.items() for part in flag),
+        ]
 
     def spawn(self) -> None:
         """Start the server without waiting for it (``wait_ready`` waits): what the caller

@@ -123,9 +123,7 @@ def _broken_rule(module_name: str, imported: str, scope: Scope) -> str | None:
     if imported.startswith("."):
         return "relative import beyond the top-level package"
     private = _private_package(imported)
-    # TODO(issue 37): kvgov/ still reaches into private modules (its swarm benchmark and
-    # demo are packages in disguise); the top floor's split into packages ends this.
-    if private is not None and not _within(module_name, private) and layer != COMPOSITION_ROOT:
+    if private is not None and not _within(module_name, private):
         return f"{imported} is private to {private}/: import what {private} exports"
     target = imported.split(".")[0]
     if layer == COMPOSITION_ROOT:
@@ -209,6 +207,10 @@ BAD_SOURCES = [
     pytest.param(
         "backends.openai.backend", "from backends.remote._paths import API", id="sibling-private"
     ),
+    pytest.param(
+        "kvgov.demo.swarm", "from integrations.langchain._turn import x", id="kvgov-private"
+    ),
+    pytest.param("kvgov.cli.plan", "from kvgov.demo._runs import x", id="kvgov-sibling-private"),
     pytest.param("governor.admission", "from policies import Admit", id="governor-policies"),
     pytest.param(
         "governor.admission", "def f():\n    import integrations", id="governor-integrations"

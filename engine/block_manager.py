@@ -1,24 +1,14 @@
 """The block manager: where every token's K/V lives.
 
 It owns the device ``BlockPool`` (with the prefix cache), the host swap pool, one
-``BlockTable`` per sequence, the named budgets and the pinned prefixes. It moves no
-tensor: operations that need data moved return the moves (copy on write, swap out,
-swap in) as ``(src, dst)`` block-id pairs for ``KVCache`` to perform. Contract: perform
-the moves an operation returns before the next call into the manager, since the blocks
-it released may be handed out again by that call.
+``BlockTable`` per sequence, the named budgets and the pinned prefixes, and moves no
+tensor: an operation returns its moves as ``(src, dst)`` block-id pairs, to be performed
+before the next call into the manager. Every operation is a check/act pair
+(``can_allocate`` returns a ``Fit``; ``allocate`` raises ``CapacityError`` and changes
+nothing); none allocates partially or goes past the pool, a budget or a ceiling. A
+sequence keeps for life the number of shared-pin blocks it was allocated with.
 
-Every operation comes as a check/act pair: ``can_allocate`` returns a ``Fit`` (a typed
-refusal with the numbers), ``allocate`` raises the matching ``CapacityError`` and changes
-nothing when it does not fit. No operation ever allocates partially or goes past the
-pool, a budget or a sequence's token ceiling.
-
-Shared pins (``pin(..., shared=True)``): a pinned prefix hashed unsalted whose blocks every
-tenant's requests reuse. ``num_shared_blocks(token_ids)`` says how many leading blocks
-of a prompt are blocks of a shared pin (k); a sequence allocated with that k hashes
-those k blocks unsalted and salts the rest (``engine.prefix_hash.hash_chain``), so it
-hits the shared blocks and nothing of another tenant's beyond them. A sequence keeps
-its k for life (its chain must not change under it); a pin made or ended later only
-changes the k of later sequences.
+Shared pins and the rest: docs/design/engine-step.md.
 """
 
 from __future__ import annotations

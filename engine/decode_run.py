@@ -1,35 +1,13 @@
 """Decode runs: the steps ahead in which nothing but decoding happens, taken in one pass.
 
-A modelled run without a forward pass (``engine.twin``, ``forward=False``) knows every
-token before it is sampled: each step samples one fixed token. Between two events most
-of its steps are the same step over and over: every running request decodes one token,
-nothing is admitted, swapped in or restored, nothing finishes, no block runs short and
-nobody is preempted. The engine's per-step bookkeeping (schedule, append, cache, stop,
-output) then costs the host far more than anything the run decides, for a 16k-token
-swarm at a large model's scale most of a run's host time.
+For a modelled run without a forward pass (``engine.twin``): ``plan`` says how many steps
+ahead only decode (``DecodeRun``), and ``take`` makes ``n`` of them at once, leaving the
+engine exactly as ``n`` calls of ``Engine.step()`` would (the same tokens, the same blocks
+in the same order, the same caches and counts). A run is planned only where nothing else
+can happen in it: no admission, swap-in, restore, finish, reclaim, preemption or copy on
+write.
 
-``plan`` says how many such steps lie ahead (``DecodeRun``); ``take`` makes ``n`` of
-them at once and leaves the engine exactly as ``n`` calls of ``Engine.step()`` would:
-the same tokens and text in every request, the same blocks appended in the same order
-(new blocks are taken sequence by sequence in the order the steps would take them, so
-the pool's free list and the prefix cache end the same), the same computed and cached
-blocks, the same prefill counts. Each request's tokens come out in one
-``RequestOutput``. Who decides how many to take (the twin: up to the next event on its
-virtual-time loop, so that nothing that could change a step happens inside the run)
-times them step by step from ``DecodeRun.contexts``.
-
-Why nothing else can happen in the planned steps:
-
-- every running request has exactly its one sampled token left to compute, and the
-  step's token budget covers all of them;
-- no running request finishes before the last planned step: its ``max_tokens`` and its
-  token ceiling are counted, and the fixed token is no stop token and no request has
-  stop strings (a run with either is not planned);
-- every append fits, all together (``BlockManager.can_append_together``): no reclaim,
-  no preemption, no copy on write;
-- nothing waiting could be admitted, nothing swapped could come back, and no context
-  waiting to be restored could be, now, each checked as the step would check it;
-  appends only take blocks, so none can become possible during the run.
+Why each holds: docs/design/engine-step.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,14 @@
 """One thread owns the engine; any thread or event loop may submit to it.
 
-Concurrency model: ``Engine`` is single-threaded. ``EngineLoop`` runs it on a
-dedicated thread that alternates between draining a command queue (new requests,
-aborts, budget and prefix calls, all executed on that thread in arrival order) and
-running ``engine.step()`` while work remains. Results travel back through per-request
-sinks: a thread-safe queue for blocking callers, ``call_soon_threadsafe`` into an
-``asyncio.Queue`` for coroutines. A consumer that stops listening (a cancelled task, a
-dropped HTTP client) aborts its request, so its blocks return at once.
+``EngineLoop`` runs a single-threaded ``Engine`` on one thread: commands (requests, aborts,
+budget and prefix calls) run there in arrival order, between steps, and results come back
+through per-request sinks. A consumer that stops listening aborts its request; an abort
+is queued behind its request, so it always finds it. After ``close`` nothing is queued,
+queued commands fail with ``EngineLoopClosedError`` and every request is aborted. One loop
+per engine (``EngineInUseError``). ``snapshot()`` reads the latest ``LoopSnapshot`` without
+a round trip.
 
-Hand-offs from an event loop: ``submit_nowait`` puts the request on the command queue
-and returns at once (the put wakes the engine thread when it idles), so a coroutine
-never waits for the engine thread to take it; the request's outputs and end, or the
-error that refused it, come back through the caller's sink, one ``call_soon_threadsafe``
-each. A prompt may be a callable the engine thread runs first (a short prompt's
-tokenizing, rather than a worker thread's extra hop). ``cancel(submission)`` queues the
-abort behind the request on the same FIFO queue, so it always finds the request added
-(or refused): nothing is left running with nobody listening, and whatever the caller
-queues next reaches the engine after the abort.
-
-Closing: ``close`` marks the loop closed under ``_lock``, the same lock under which
-``call_soon`` checks the mark and queues, so no command is queued after it. The engine
-thread then stops taking commands, fails every one still queued with
-``EngineLoopClosedError`` and aborts every request: no caller waits forever.
-
-One loop per engine: a loop claims its engine as it starts and gives it back when its
-thread ends, and a second loop on an engine already claimed is refused
-(``EngineInUseError``). Two loops would both step the one engine from their own threads
-(each steps while the engine has unfinished requests, its own or not) and corrupt a
-step. Locks: a loop's ``_lock`` and the module's ``_CLAIMS_LOCK``, never held together,
-and nothing else is called while either is held.
-
-Reads without a round trip: after every step, and after every command before its caller
-is answered, the engine thread publishes a ``LoopSnapshot`` (metrics and capacity) by
-swapping one reference; ``snapshot()`` returns the latest from any thread at once
-(``engine.loop_snapshot`` says what it holds and when it is exact).
+The loop's design: docs/design/engine-step.md; its locks: docs/design/lock-order.md.
 """
 
 from __future__ import annotations

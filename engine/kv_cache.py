@@ -7,31 +7,11 @@ H kv heads, D head dim)::
     host_blocks  [Nh, 2, L, B, H, D]   on the host (pinned on CUDA/ROCm), block-major
     host_kv      [2, L, Nh, B, H, D]   a view of ``host_blocks`` in the device's order
 
-A block is the unit the block manager hands out, and it spans every layer. Keeping
-the block axis third in a single tensor means one ``index_select``/``index_copy_``
-along dim 2 moves the K and V of any number of blocks in every layer at once:
-copy-on-write, swap-out and swap-in each cost one gather, one scatter and at most
-one host<->device transfer, however many layers or blocks are involved. The model
-reads per-layer views ``key_cache(i)``/``value_cache(i)`` of shape ``[N, B, H, D]``;
-a run of consecutive blocks ``[a, b)`` flattens to a zero-copy ``[T, H, D]`` view.
-
-Semantics of the moves, each taking ``(src, dst)`` pairs as a sequence of int
-tuples or an ``[n, 2]`` integer tensor:
-
-- every source is read before any destination is written (gather into a temporary,
-  then scatter), so in ``[(0, 1), (1, 2)]`` block 2 receives block 1's old contents;
-- a source may repeat; destinations must be distinct; empty pairs do nothing;
-- sources are left untouched; freeing them is the block manager's business;
-- on a CPU both swaps are done when they return. On CUDA/ROCm they run on a side
-  stream and never block the host: ``swap_out`` gathers the blocks on the side stream
-  (the current stream waits for that gather only, so the freed blocks can be reused)
-  and then copies them to the pinned host blocks while compute goes on; ``swap_in``
-  copies host blocks into a device buffer on the side stream, and the current stream
-  waits for them before it scatters them into place. Block-major host memory makes
-  each block (and each run of consecutive blocks) one contiguous DMA transfer. Host
-  code that reads ``host_kv`` itself calls ``synchronize()`` first.
-
-Bad ids raise :class:`~engine.errors.InvalidRequestError`.
+A move takes ``(src, dst)`` pairs and reads every source before it writes any destination;
+destinations are distinct, sources left untouched. On CUDA/ROCm swaps run on a side
+stream and never block the host: code that reads ``host_kv`` calls ``synchronize()``
+first. Bad ids raise :class:`~engine.errors.InvalidRequestError`. Why this layout, and
+the moves in full: docs/design/engine-step.md.
 """
 
 from __future__ import annotations

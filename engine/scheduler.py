@@ -1,26 +1,14 @@
 """Continuous batching: which requests run this step, and with how many tokens.
 
-Each step schedules, within a per-step token budget:
+Each step schedules, within a per-step token budget, running requests first, then
+swapped-out ones coming back, then waiting ones (admitted whole, computed chunk by chunk).
+When blocks run out, idle holds are reclaimed before the lowest-priority, newest request
+is preempted (swapped to host, else recomputed). A request at its ceiling or budget ends
+with that finish reason, never an exception mid-batch. A request joins the running ones
+only with ``watermark`` of the pool left free, unless it would run alone. KV moves are
+performed as soon as the block manager returns them.
 
-1. running requests, highest priority and oldest first: a decode token, or the next
-   chunk of a prefill;
-2. swapped-out requests coming back (unless this step had to preempt);
-3. waiting requests, admitted whole (their blocks cover every known token, so a long
-   prompt cannot be preempted halfway) and computed chunk by chunk.
-
-Requests join and leave between steps. When the pool cannot give a running request its
-next block, idle contexts go first (``reclaim``: the engine offloads or ends a retained
-hold), then the lowest-priority, newest running request is preempted: swapped to host
-while swap space lasts, else freed and recomputed later (its prefix is likely still
-cached). A request that reaches its ceiling or its budget ends with that finish reason;
-it never raises mid-batch. KV moves are performed on the cache as soon as the block
-manager returns them, as its contract requires.
-
-A request joins the running ones (admitted or swapped in) only with room for its known
-tokens plus the one it samples next, and ``watermark`` of the pool left free (vLLM's
-rule, 1% by default): without that reserve, one whose next token needs a new block is
-preempted again at once, and swaps in and out every step. A request that would run
-alone needs no reserve: nobody could preempt it.
+The step in full: docs/design/engine-step.md.
 """
 
 from __future__ import annotations

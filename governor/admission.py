@@ -1,41 +1,15 @@
 """Admission control: which leases may be active at once, from the backend's real capacity.
 
-A plain, synchronous core guarded by one lock, so threads and event loops can share a
-governor. Waiting leases are tried in the order an admission policy gives
-(``governor.admission_policy``); the default, ``PriorityWithAging(aging_s=config.aging_s)``,
-orders by effective priority (priority plus one level per ``aging_s`` waited, so nobody
-starves), then by arrival (first come, first served). A lease blocked only by a per-agent
-or per-tenant cap lets later leases pass; a lease blocked by memory holds the line, so a
-large request is not starved by small ones.
+A synchronous core under one lock, the last in the governor's lock order
+(docs/design/lock-order.md): nothing is called under it but the policy and the waiters'
+wake-ups. Waiting leases are tried in the policy's order; one blocked by memory holds the
+line, one blocked only by a per-agent or per-tenant cap lets later leases pass.
+``guaranteed``: active ceilings plus the KV idle leases hold on the device fit within
+``floor(available_blocks * safety_factor)``, and nothing is preempted; ``overcommit``: live
+use times ``1 + headroom_ratio`` fits. Pinned prefix blocks count once. A policy that
+answers wrongly fails the pass with ``ConfigError`` and leaves the queue as it was.
 
-A policy that raises, or answers with anything but the waiting leases reordered (a
-``ConfigError``), fails the call that started the pass before anything is admitted: the
-queue is as it was, a lease being queued is taken off again, and a release, park or
-cancel has still happened. Fix or swap the policy (``controller.policy = ...``) and
-admission carries on.
-
-- guaranteed: the ceilings of every active lease (``Lease.own_blocks_reserved``), plus
-  the KV that leases not active (parked, or queued again) still hold on the device
-  (``set_held``: their context retained between calls), fit at once within
-  ``floor(available_blocks * safety_factor)``; nothing is ever preempted. When those
-  holds are all that keeps the next lease out, the controller asks for them to be moved
-  (``make_room``: the governor offloads them to host memory on its deadline thread); a
-  hold that ends or moves makes room, and waiting leases are tried again.
-- overcommit: live use (the blocks active leases' contexts hold now,
-  ``Lease.blocks_charged``) times ``1 + headroom_ratio`` must fit; under pressure the
-  engine parks, offloads and preempts, it never runs out of memory. A parked lease
-  coming back with its context still held on the device is charged only what it holds
-  beyond that hold: refusing it would free none of the hold's blocks, only keep them
-  idle longer.
-
-In both, a lease's shared prefix's pinned blocks are counted once, in the pins: they are
-out of ``available_blocks`` already, so ceilings, live use and holds count only the
-lease's own blocks beyond them. Parked leases' reservations count against neither. A
-backend of several replicas also answers where a lease fits (``placement``,
-``governor.placement``): guaranteed mode admits a lease only where one replica has room
-for it, not just the sum. The lock is the last in the governor's lock order
-(``governor.lifecycle``): nothing is called under it but the policy and the waiters'
-wake-ups, which never wait.
+The modes, a pass over the queue, placement on replicas: docs/design/admission.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,13 @@
 """The admission-policy protocol: in which order waiting leases are tried for admission.
 
-The admission controller (``governor.admission``) decides whether a lease fits; a policy
-decides only the order in which the waiting leases are tried. On every pass (a lease
-queued, released, parked or cancelled, capacity changed) the controller calls
-``policy.order(waiting, active=..., now=...)`` under its lock and walks the answer from
-the front:
+``order(waiting, active=..., now=...)`` returns the waiting leases, each exactly once, in
+the order to try them (any other answer is refused with a ``ConfigError``). It runs under
+the admission lock on every pass: quick, deterministic, reading time only from ``now`` and
+never calling back into the governor. An optional ``key(lease)``, for orders that nothing
+changes while a lease waits, lets the controller keep its queue sorted. The default is
+``PriorityWithAging``; policies/ ships others.
 
-- a lease that fits is admitted, and counts as active for the leases behind it;
-- a lease blocked only by a per-agent or per-tenant cap is skipped: later leases pass;
-- a lease blocked by memory (or by ``max_concurrent``) holds the line: nobody behind it
-  is admitted in that pass, so a large request is not starved by a stream of small
-  ones. Whatever a policy puts first is what the next free memory goes to.
-
-The contract of ``order``:
-
-- ``waiting``: the waiting leases in the order they were queued, as a fresh list the
-  policy may sort and return;
-- ``active``: the leases active now (parked leases are not); read it, never change it;
-- ``now``: the controller's clock, the clock of ``Lease.queued_at`` (the governor's
-  ``Clock.now()``: ``time.monotonic`` under the default ``SystemClock``, virtual seconds
-  in the hardware twin), so ``now - lease.queued_at`` is the seconds a lease has waited
-  in the queue this time (a lease re-queued after parking or growing starts again: time
-  it spent running is not waiting); a policy reads time only from it;
-- it returns the same leases, each exactly once, in the order to try them. The
-  controller checks that before it acts on it: any other answer is refused with a
-  ``ConfigError``, nobody is admitted and the queue is left as it was.
-
-It runs under the admission lock on every pass: keep it quick and deterministic, and
-never call back into the governor from it (the lock is not re-entrant). It may keep
-state of its own, but must not assume it is called once per admission.
-
-A policy whose order depends on nothing that changes while a lease waits (neither
-``active`` nor ``now`` moves one waiting lease past another) may also offer
-``key(lease)``, a sort key that ``order`` sorts by. The controller then keeps its queue
-in that order as leases arrive and walks it from the front, calling neither ``key``
-again nor ``order``: a pass costs what it admits, not a sort of the whole queue
-(thousands of waiting leases, one pass per arrival and release).
-
-The governor's default is ``PriorityWithAging``; policies/ ships ``Fifo`` and
-``FairShare``. Any object with a matching ``order`` method is accepted.
+The contract in full: docs/design/admission.md.
 """
 
 from __future__ import annotations

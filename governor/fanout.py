@@ -1,22 +1,11 @@
 """``FanoutLimiter``: at most ``max_fanout`` children of one parent active at once.
 
-One limiter is shared by everything that spawns sub-agents (nested subgraphs, threads,
-event loops), keyed by the parent's id, so a cap holds across all of them rather than
-per graph. A child holds a slot for as long as it runs::
-
-    async with limiter.slot(parent_id, max_fanout=3):   # on an event loop
-        ...
-    with limiter.slot(parent_id, max_fanout=3):         # on a thread (blocks it)
-        ...
-
-Waiters of one parent are served first in, first out. A freed slot passes straight to
-the next waiter, so a parent's active count never dips to zero while children wait,
-and ``on_first_child``/``on_last_child`` fire exactly once per busy period: the
-governor parks the parent on the first and resumes it on the last. A waiter that times
-out or is cancelled leaves nothing behind; a slot granted to it at that moment is
-passed on. A parent's entry is dropped when it has no active or waiting children. A
-thread waits ``timeout_s`` of real time; a coroutine waits on its event loop's time
-(virtual under the hardware twin's loop: ``governor.clock``).
+One limiter, keyed by the parent's id, is shared by everything that spawns sub-agents, so
+a cap holds across subgraphs, threads and event loops. Waiters are served first in, first
+out; a freed slot passes straight to the next waiter, so ``on_first_child`` and
+``on_last_child`` (the governor parks and resumes the parent) fire exactly once per busy
+period. A waiter that times out or is cancelled leaves nothing behind. Fan-out in a
+lease's life: docs/design/lease-life.md.
 
 Errors::
 

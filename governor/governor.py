@@ -1,25 +1,14 @@
 """``Governor``: agents request context the way programs request memory; the front.
 
-``governor.lease(agent, ...)`` waits for admission and yields an ACTIVE ``Lease``; the
-same call works as ``with`` (threads) and ``async with`` (event loops). Model calls go
-through ``complete`` / ``acomplete`` / ``astream`` within the lease: tokens counted
-exactly with the backend's tokenizer, the conversation compacted by the ceiling policy
-when the next call would exceed the ceiling, which the engine budget the lease owns
-enforces too (opened at its first call, closed at release). ``tool_call`` marks the
-lease idle while a tool runs: parked, its KV held, offloaded under pressure, restored
-before its next call (``governor.idle``); a tool's result is reduced to the agent's
-``tool_output_tokens`` by the tool-output policy. Every decision is published as a
-``GovernorEvent`` (``subscribe``).
+``governor.lease(agent, ...)`` waits for admission and yields an ACTIVE ``Lease`` (``with``
+on threads, ``async with`` on event loops); model calls (``complete``, ``acomplete``,
+``astream``) and tool calls (``tool_call``) run within it, and every decision is published
+as a ``GovernorEvent`` (``subscribe``). ``Governor`` builds its collaborators and delegates:
+``LeaseLifecycle`` (``governor.lifecycle``), ``ModelCalls`` (``governor.calls``) and
+``ToolCalls`` (``governor.tool_calls``). Async paths never wait on the engine or the
+network on the event loop; time comes from one clock, ``Governor(clock=...)``.
 
-``Governor`` builds its collaborators, each given what its constructor names, and
-delegates to them: ``LeaseLifecycle`` (``governor.lifecycle``: request, acquire, park,
-resume, grow, release; where the lock order is written), ``ModelCalls``
-(``governor.calls``) and ``ToolCalls`` (``governor.tool_calls``).
-
-Async paths never wait on the engine or the network on the event loop. Time comes from
-one clock, ``Governor(clock=...)`` (``governor.clock``): lease times, queue ages, event
-timestamps and the deadlines of idle leases; the default, ``SYSTEM_CLOCK``, is real
-time. "The deadline thread" is wherever the clock runs its callbacks.
+A lease's life: docs/design/lease-life.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
-"""``LeaseLifecycle``: a lease's life from request to release, and the governor's locks.
+"""``LeaseLifecycle``: a lease's life from request to release.
 
-A lease is requested (checked that it can ever fit), acquired (queued until admission
-grants it), parked while it waits and resumed (queued again) for its next call, grown,
-and released exactly once whatever its state: its admission room, its held KV and the
-engine budget it opened at its first call all return then. A cancelled or timed-out
-waiter leaves no trace. The lifecycle owns the fan-out limiter (it parks a parent as its
-first child starts) and drives the admission controller and idle keeper it is given.
+A lease is requested (checked that it can ever fit), acquired, parked and resumed, grown,
+and released exactly once whatever its state: its admission room, its held KV and its
+engine budget all return then; a cancelled or timed-out waiter leaves no trace. The
+lifecycle owns the fan-out limiter and drives the admission controller and idle keeper it
+is given. A lease's life: docs/design/lease-life.md.
 
-Threads and event loops share a governor. Its locks, in the only order they are taken
-(a lock is never taken while one after it is held):
-
-1. ``IdleKeeper._backend`` (re-entrant): the keeper's backend calls (hold, offload,
-   restore, drop) and each lease's ``close_budget``. Held across engine steps, so only
-   threads take it: never an event loop, never a fan-out hook.
-2. ``FanoutLimiter._lock``: a child's slot. Its hook parks the parent (3, 4) and leaves
-   the hold of the parent's KV to the deadline thread; it never waits.
-3. ``IdleKeeper._lock``: idle periods and holds. Never held across a backend call.
-   Parking by deadline checks and parks under it.
-4. ``LeaseLifecycle._lock``: the open budgets, parents and released marks. Nothing is
-   called under it.
-5. ``AdmissionController._lock``: the queue and the ledger of reservations and holds;
-   an active lease's ceiling changes only under it. The admission policy and waiter
-   wake-ups run under it and never call back.
-
-Backend locks (``LocalBackend``'s, ``FakeBackend``'s, the engine loop's), the deadline
-thread's, the event bus's and ``ToolDurations``' come after all of these and call nothing
-back (arming a deadline under 5 is allowed); subscribers run under none of 3-5.
+The governor's lock order is written in one place, docs/design/lock-order.md; this
+module's ``_lock`` is fourth in it and nothing is called under it.
 """
 
 from __future__ import annotations

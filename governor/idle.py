@@ -1,46 +1,13 @@
 """Idle agents: parking, KV retention between calls, offload under pressure, restore.
 
-An agent waits on a tool call, or on the children it fanned out to. While it waits:
+While an agent waits on a tool or on its children it is parked after ``park_after_s``, its
+context's KV held for up to ``retain_s``, offloaded to host memory under pressure (or, in
+guaranteed mode, when its hold alone keeps a lease waiting) and restored before its next
+call. Deadlines run on the governor's clock; each idle period is its own object, so a
+deadline that fires as its wait ends does nothing. Events are published outside the locks.
 
-1. after ``park_after_s`` it is parked: it stops counting against admission limits, so
-   other agents (its own children among them) can run;
-2. its context's KV is held (``Backend.retain``) for up to ``retain_s``, so its next call
-   reuses it instead of recomputing it; a tool expected to run longer than ``retain_s``
-   (``expected_s``, else the median of that tool's last calls: ``ToolDurations``) is not
-   worth device blocks, and its KV is held on host memory at once (offloaded as the
-   hold is made; with no host room, left to the prefix cache);
-3. while blocks in use exceed ``pressure_watermark`` of the pool (checked when a hold
-   starts and before every model call), the pressure policy picks whose held KV to
-   offload to host memory; with no host room it is dropped to the prefix cache. The
-   engine may move or end a hold itself, when a running request needs its blocks: where
-   the backend says which (``held_contexts``: LocalBackend, RemoteBackend), it is read at
-   those checks once its count of such moves (``num_holds_reclaimed``) has changed, and
-   the hold is counted and reported as offloaded or dropped;
-4. in guaranteed mode a resident hold counts against admission (``set_held``), and is
-   offloaded the same way when it alone keeps a waiting lease out (``make_room``);
-5. before its next call an offloaded context is restored (by the call itself where the
-   backend ``restores_at_call``: no round trip first); the engine hands the blocks to
-   that call, and the hold ends.
-
-Deadlines are armed on the governor's clock (``Clock.call_later``: under
-``SystemClock``, one thread, ``governor.deadlines``) and are cancelled when the wait ends;
-each idle period is its own object, so a deadline that fires as its wait ends does
-nothing. "The deadline thread" below is wherever the clock runs its callbacks.
-
-Locks. Two (where they sit in the governor's lock order, the one place it is written,
-is ``governor.lifecycle``'s docstring):
-
-- ``_backend`` serializes the keeper's calls to the backend (hold, offload, restore,
-  drop) and the governor's ``close_budget``, so that a lease's budget is never closed
-  in the middle of an offload. It is held across engine steps, so only threads take
-  it: never an event loop, never a fan-out hook.
-- ``_lock`` guards the idle periods and holds (and ``Lease.num_retained_tokens`` and
-  ``kv_offloaded``). It is never held across a backend call, so an event loop may take
-  it. Parking by deadline happens under it: a lease whose next call has begun (``end``
-  took its idle period, under the same lock) is never parked mid-call.
-
-Under ``_lock`` the keeper parks leases and reports held blocks to the admission
-controller; it publishes events only outside it.
+The steps in full: docs/design/lease-life.md. What ``_backend`` and ``_lock`` guard, and
+where they sit in the governor's lock order: docs/design/lock-order.md.
 """
 
 from __future__ import annotations

@@ -70,17 +70,24 @@ from engine.attention.gather import GatherAttention
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.paged import PagedAttention
 from engine.attention.torch_features import sdpa_enable_gqa
+from engine.benchmarks.attention_layout import (
+    BLOCK_SIZE,
+    DECODED,
+    NUM_SEQS,
+    SEQ_LEN,
+    allocator_layout,
+    contiguous_kv,
+)
 from engine.benchmarks.measurement import Direction, Measurement
-from engine.block_manager import BlockManager
 from engine.device import resolve_device
 from engine.kv_cache import KVCache
 
 __all__ = ["run"]
 
 _BENCH = "attention"
-_NUM_SEQS, _SEQ_LEN, _DECODED, _MIN_LAYERS = 8, 4_096, 512, 4
-_Q_HEADS, _KV_HEADS, _HEAD_DIM, _BLOCK_SIZE = 8, 2, 32, 16
-LAYER_BYTES = 2 * _NUM_SEQS * _SEQ_LEN * _KV_HEADS * _HEAD_DIM * 4  # K and V, float32
+_MIN_LAYERS = 4
+_Q_HEADS, _KV_HEADS, _HEAD_DIM = 8, 2, 32
+LAYER_BYTES = 2 * NUM_SEQS * SEQ_LEN * _KV_HEADS * _HEAD_DIM * 4  # K and V, float32
 _MIB = 1 << 20
 # The last-level cache assumed where the OS does not report one (32 MiB: a common L3).
 _DEFAULT_LLC_BYTES = 32 * _MIB
@@ -131,20 +138,20 @@ def run(
     llc = last_level_cache_bytes()
     num_layers = num_layers_for(llc) if num_layers is None else num_layers
     gen = torch.Generator().manual_seed(seed)
-    tables, num_blocks = _allocator_layout(seed)
+    tables, num_blocks = allocator_layout(seed)
     cache = KVCache(
         num_layers=num_layers,
         num_blocks=num_blocks,
         num_kv_heads=_KV_HEADS,
         head_dim=_HEAD_DIM,
-        block_size=_BLOCK_SIZE,
+        block_size=BLOCK_SIZE,
         dtype=torch.float32,
         device="cpu",
     )
     cache.kv.copy_(torch.randn(cache.kv.shape, generator=gen))
-    q = torch.randn(_NUM_SEQS, _Q_HEADS, _HEAD_DIM, generator=gen)
-    k = torch.randn(_NUM_SEQS, _KV_HEADS, _HEAD_DIM, generator=gen)
-    v = torch.randn(_NUM_SEQS, _KV_HEADS, _HEAD_DIM, generator=gen)
+    q = torch.randn(NUM_SEQS, _Q_HEADS, _HEAD_DIM, generator=gen)
+    k = torch.randn(NUM_SEQS, _KV_HEADS, _HEAD_DIM, generator=gen)
+    v = torch.randn(NUM_SEQS, _KV_HEADS, _HEAD_DIM, generator=gen)
     scale = _HEAD_DIM**-0.5
     runs_md = _metadata(tables)
 
@@ -159,10 +166,10 @@ def run(
     for layer in range(num_layers):  # the new tokens, so the contiguous copy has them
         write(layer)
     contiguous = [  # the same K/V, one [S, Hkv, L, D] pair per layer
-        (_contiguous(cache.key_cache(i), tables), _contiguous(cache.value_cache(i), tables))
+        (contiguous_kv(cache.key_cache(i), tables), contiguous_kv(cache.value_cache(i), tables))
         for i in range(num_layers)
     ]
-    folded = q.view(_NUM_SEQS, _KV_HEADS, -1, _HEAD_DIM)  # [S, Hkv, G, D]
+    folded = q.view(NUM_SEQS, _KV_HEADS, -1, _HEAD_DIM)  # [S, Hkv, G, D]
 
     def sdpa(layer: int) -> object:
         return F.scaled_dot_product_attention(folded, *contiguous[layer], scale=scale)
@@ -189,7 +196,7 @@ def run(
             repeats=repeats,
         )
 
-    layout = f"{_NUM_SEQS} x {_SEQ_LEN:,} tokens, {_Q_HEADS}/{_KV_HEADS} heads, d={_HEAD_DIM}"
+    layout = f"{NUM_SEQS} x {SEQ_LEN:,} tokens, {_Q_HEADS}/{_KV_HEADS} heads, d={_HEAD_DIM}"
     setup = (
         f"{num_layers} layers x {LAYER_BYTES // _MIB} MiB of K/V = "
         f"{num_layers * LAYER_BYTES // _MIB:,} MiB per side against a "
@@ -202,7 +209,7 @@ def run(
         unit="x",
         target=1.15,
         direction=Direction.LOWER_IS_BETTER,
-        note=f"{layout}; prompts in runs, then {_DECODED} tokens decoded round-robin; {setup}",
+        note=f"{layout}; prompts in runs, then {DECODED} tokens decoded round-robin; {setup}",
     )
     yield Measurement(
         bench=_BENCH,
@@ -272,35 +279,15 @@ def _alone(fn: Layer, *, layers: int, repeats: int) -> float:
 
 def _metadata(block_tables: list[list[int]]) -> AttentionMetadata:
     return AttentionMetadata.build(
-        block_size=_BLOCK_SIZE,
-        query_lens=[1] * _NUM_SEQS,
-        seq_lens=[_SEQ_LEN] * _NUM_SEQS,
+        block_size=BLOCK_SIZE,
+        query_lens=[1] * NUM_SEQS,
+        seq_lens=[SEQ_LEN] * NUM_SEQS,
         block_tables=block_tables,
         device=torch.device("cpu"),
     )
-
-
-def _allocator_layout(seed: int) -> tuple[list[list[int]], int]:
-    """Block tables as the engine's block manager hands them out, and the pool size."""
-    rng = random.Random(seed)
-    num_blocks = _NUM_SEQS * (_SEQ_LEN // _BLOCK_SIZE + 1)
-    manager = BlockManager(num_blocks=num_blocks, block_size=_BLOCK_SIZE)
-    prompt = _SEQ_LEN - _DECODED
-    for seq in range(_NUM_SEQS):
-        manager.allocate(seq, [rng.randrange(100_000) for _ in range(prompt)])
-    for _ in range(_DECODED):
-        for seq in range(_NUM_SEQS):
-            manager.append(seq, [rng.randrange(100_000)])
-    return [manager.block_ids(seq) for seq in range(_NUM_SEQS)], num_blocks
 
 
 def _shuffled(tables: list[list[int]], num_blocks: int, seed: int) -> list[list[int]]:
     ids = list(range(num_blocks))
     random.Random(seed + 1).shuffle(ids)
     return [[ids[b] for b in table] for table in tables]
-
-
-def _contiguous(cache: torch.Tensor, tables: list[list[int]]) -> torch.Tensor:
-    blocks = torch.tensor(tables)  # [S, W]
-    keys = cache[blocks].flatten(1, 2)[:, :_SEQ_LEN]  # [S, L, Hkv, D]
-    return keys.transpose(1, 2).contiguous()  # [S, Hkv, L, D]

@@ -32,6 +32,13 @@ from engine.attention.gather import GatherAttention
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.torch_features import sdpa_enable_gqa
 from engine.attention.triton_attention import TritonAttention, triton_available
+from engine.benchmarks.attention_layout import (
+    BLOCK_SIZE,
+    NUM_SEQS,
+    SEQ_LEN,
+    allocator_layout,
+    contiguous_kv,
+)
 from engine.benchmarks.measurement import Direction, Measurement
 from engine.device import default_dtype
 from engine.kv_cache import KVCache
@@ -39,25 +46,23 @@ from engine.kv_cache import KVCache
 __all__ = ["run"]
 
 _BENCH = "attention"
-_NUM_SEQS, _SEQ_LEN, _LAYERS = 8, 4_096, 4
-_Q_HEADS, _KV_HEADS, _HEAD_DIM, _BLOCK_SIZE = 32, 8, 128, 16
+_LAYERS = 4
+_Q_HEADS, _KV_HEADS, _HEAD_DIM = 32, 8, 128
 
 Layer = Callable[[int], torch.Tensor]
 
 
 def run(*, quick: bool, seed: int, device: torch.device) -> Iterator[Measurement]:
-    from engine.benchmarks.attention import _allocator_layout, _contiguous
-
     repeats = 10 if quick else 50
     dtype = default_dtype(device)
     gen = torch.Generator().manual_seed(seed)
-    tables, num_blocks = _allocator_layout(seed)
+    tables, num_blocks = allocator_layout(seed)
     cache = KVCache(
         num_layers=_LAYERS,
         num_blocks=num_blocks,
         num_kv_heads=_KV_HEADS,
         head_dim=_HEAD_DIM,
-        block_size=_BLOCK_SIZE,
+        block_size=BLOCK_SIZE,
         dtype=dtype,
         device=device,
     )
@@ -68,14 +73,14 @@ def run(*, quick: bool, seed: int, device: torch.device) -> Iterator[Measurement
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=gen).to(device, dtype)
 
-    q = rand(_NUM_SEQS, _Q_HEADS, _HEAD_DIM)
-    k = rand(_NUM_SEQS, _KV_HEADS, _HEAD_DIM)
-    v = rand(_NUM_SEQS, _KV_HEADS, _HEAD_DIM)
+    q = rand(NUM_SEQS, _Q_HEADS, _HEAD_DIM)
+    k = rand(NUM_SEQS, _KV_HEADS, _HEAD_DIM)
+    v = rand(NUM_SEQS, _KV_HEADS, _HEAD_DIM)
     scale = _HEAD_DIM**-0.5
     metadata = AttentionMetadata.build(
-        block_size=_BLOCK_SIZE,
-        query_lens=[1] * _NUM_SEQS,
-        seq_lens=[_SEQ_LEN] * _NUM_SEQS,
+        block_size=BLOCK_SIZE,
+        query_lens=[1] * NUM_SEQS,
+        seq_lens=[SEQ_LEN] * NUM_SEQS,
         block_tables=tables,
         device=device,
     )
@@ -90,10 +95,10 @@ def run(*, quick: bool, seed: int, device: torch.device) -> Iterator[Measurement
     for layer in range(_LAYERS):  # the new tokens, so the contiguous copy has them
         gather(layer)
     contiguous = [
-        (_contiguous(cache.key_cache(i), tables), _contiguous(cache.value_cache(i), tables))
+        (contiguous_kv(cache.key_cache(i), tables), contiguous_kv(cache.value_cache(i), tables))
         for i in range(_LAYERS)
     ]
-    folded = q.view(_NUM_SEQS, _KV_HEADS, -1, _HEAD_DIM)  # [S, Hkv, G, D]
+    folded = q.view(NUM_SEQS, _KV_HEADS, -1, _HEAD_DIM)  # [S, Hkv, G, D]
     baselines: dict[str, Layer] = {
         "folded": lambda i: F.scaled_dot_product_attention(folded, *contiguous[i], scale=scale)
     }
@@ -106,7 +111,7 @@ def run(*, quick: bool, seed: int, device: torch.device) -> Iterator[Measurement
     candidates = {"gather": gather}
     if triton_available():
         candidates["paged"] = step(TritonAttention())
-    want = baselines["folded"](0).reshape(_NUM_SEQS, _Q_HEADS, _HEAD_DIM).float()
+    want = baselines["folded"](0).reshape(NUM_SEQS, _Q_HEADS, _HEAD_DIM).float()
     for name, candidate in candidates.items():  # a ratio of unlike work would be no figure
         got = candidate(0).float()
         if not torch.allclose(got, want, atol=3e-2, rtol=3e-2):
@@ -121,7 +126,7 @@ def run(*, quick: bool, seed: int, device: torch.device) -> Iterator[Measurement
         times.setdefault("contiguous", base)
 
     shape = (
-        f"{_NUM_SEQS} x {_SEQ_LEN:,} tokens, {_Q_HEADS}/{_KV_HEADS} heads, d={_HEAD_DIM}, "
+        f"{NUM_SEQS} x {SEQ_LEN:,} tokens, {_Q_HEADS}/{_KV_HEADS} heads, d={_HEAD_DIM}, "
         f"{str(dtype).removeprefix('torch.')}, on {torch.cuda.get_device_name(device)}"
     )
     yield Measurement(

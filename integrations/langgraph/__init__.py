@@ -9,6 +9,7 @@ minor version they were checked on.
 from __future__ import annotations
 
 from integrations._lease_context import current_lease
-from integrations.langgraph.graph import GovernedGraph, govern
+from integrations.langgraph.governed_graph import GovernedGraph
+from integrations.langgraph.graph import govern
 
 __all__ = ["GovernedGraph", "current_lease", "govern"]

@@ -29,6 +29,7 @@ from typing import Any
 from langgraph.graph.state import CompiledStateGraph
 
 from governor import AgentSpec, ConfigError
+from integrations.langgraph.governed_graph import GovernedGraph
 
 __all__ = ["SEP", "Placement", "place"]
 
@@ -112,8 +113,6 @@ class _Index:
         self._walk(graph, ())
 
     def _walk(self, graph: CompiledStateGraph[Any, Any, Any, Any], prefix: tuple[str, ...]) -> None:
-        from integrations.langgraph.graph import GovernedGraph  # the module that imports this one
-
         for node, subgraph in graph.get_subgraphs():
             where = SEP.join((*prefix, node))
             if isinstance(subgraph, GovernedGraph):

@@ -7,12 +7,8 @@ Every figure is computed from the spans alone, by the names in ``integrations.ot
 from __future__ import annotations
 
 from integrations.report._render import render
-from integrations.report.run_report import (
-    AgentFigures,
-    ReportError,
-    RunReport,
-    Spread,
-    report_main,
-)
+from integrations.report.figures import AgentFigures, Spread
+from integrations.report.main import report_main
+from integrations.report.run_report import ReportError, RunReport
 
 __all__ = ["AgentFigures", "ReportError", "RunReport", "Spread", "render", "report_main"]

@@ -24,16 +24,39 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from governor import blocks_per_seq, max_concurrent
 from integrations.jsonl import SpanRecord
 from integrations.otel import names as n
+from integrations.report.figures import AgentFigures, Spread
 
-if TYPE_CHECKING:
-    from integrations.report.run_report import AgentFigures, RunReport, Spread
+__all__ = [
+    "Budget",
+    "Lever",
+    "RunFigures",
+    "advise",
+    "recommended_ceiling",
+    "suggested_tool_budget",
+]
 
-__all__ = ["Budget", "Lever", "advise", "recommended_ceiling", "suggested_tool_budget"]
+
+class RunFigures(Protocol):
+    """What ``advise`` reads of a run (``RunReport`` has all of it)."""
+
+    @property
+    def budget(self) -> Budget | None: ...
+    @property
+    def agents(self) -> tuple[AgentFigures, ...]: ...
+    @property
+    def admission_wait_s(self) -> Spread: ...
+    @property
+    def peak_active_leases(self) -> int: ...
+    @property
+    def offloads(self) -> int: ...
+    @property
+    def preemptions(self) -> int: ...
+
 
 HEADROOM = 0.25  # above the p95 of the deepest contexts
 LOWER_WHEN = 0.75  # recommended / current ceiling at or below which lowering pays
@@ -108,7 +131,7 @@ def suggested_tool_budget(tool_result: Spread, block_size: int) -> int:
     return blocks_per_seq(want, block_size) * block_size
 
 
-def advise(report: RunReport) -> tuple[Lever, ...]:
+def advise(report: RunFigures) -> tuple[Lever, ...]:
     budget = report.budget
     block_size = 16 if budget is None else budget.block_size
     levers = []
@@ -196,7 +219,7 @@ def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
 
-def _guaranteed(report: RunReport) -> bool:
+def _guaranteed(report: RunFigures) -> bool:
     return report.budget is None or report.budget.mode == "guaranteed"
 
 
@@ -209,6 +232,6 @@ def _concurrency(budget: Budget | None, a: AgentFigures) -> str:
     return f" (max_concurrent {now} -> {then})"
 
 
-def _pressure_cap(report: RunReport) -> int:
+def _pressure_cap(report: RunFigures) -> int:
     """One fewer than the peak of active leases, at least one."""
     return max(1, report.peak_active_leases - 1)

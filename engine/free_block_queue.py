@@ -19,6 +19,8 @@ __all__ = ["FreeBlockQueue"]
 
 
 class FreeBlockQueue:
+    # A block in the list has a prev_free and a next_free (the sentinels end it), but the
+    # type says "| None": the ignores marked "linked" keep asserts off this hot path.
     __slots__ = ("_head", "_tail", "num_free_blocks")
 
     def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
@@ -47,12 +49,12 @@ class FreeBlockQueue:
         assert self.num_free_blocks > 0, "popleft on an empty free queue"
         head = self._head
         block = head.next_free
-        nxt = block.next_free  # type: ignore[union-attr]
+        nxt = block.next_free  # type: ignore[union-attr]  # linked
         head.next_free = nxt
-        nxt.prev_free = head  # type: ignore[union-attr]
-        block.prev_free = block.next_free = None  # type: ignore[union-attr]
+        nxt.prev_free = head  # type: ignore[union-attr]  # linked
+        block.prev_free = block.next_free = None  # type: ignore[union-attr]  # linked
         self.num_free_blocks -= 1
-        return block  # type: ignore[return-value]
+        return block  # type: ignore[return-value]  # linked
 
     def remove(self, block: KVCacheBlock) -> None:
         prev, nxt = block.prev_free, block.next_free
@@ -65,7 +67,7 @@ class FreeBlockQueue:
     def append(self, block: KVCacheBlock) -> None:
         tail = self._tail
         last = tail.prev_free
-        last.next_free = block  # type: ignore[union-attr]
+        last.next_free = block  # type: ignore[union-attr]  # linked
         block.prev_free = last
         block.next_free = tail
         tail.prev_free = block
@@ -77,7 +79,7 @@ class FreeBlockQueue:
         head.next_free = block
         block.prev_free = head
         block.next_free = first
-        first.prev_free = block  # type: ignore[union-attr]
+        first.prev_free = block  # type: ignore[union-attr]  # linked
         self.num_free_blocks += 1
 
     def take_run(
@@ -95,12 +97,12 @@ class FreeBlockQueue:
             block = blocks[nxt] if nxt < limit else None
             if block is None or block.prev_free is None or block.block_hash is not None:
                 block = head.next_free
-            prev, succ = block.prev_free, block.next_free  # type: ignore[union-attr]
-            prev.next_free = succ  # type: ignore[union-attr]
-            succ.prev_free = prev  # type: ignore[union-attr]
-            block.prev_free = block.next_free = None  # type: ignore[union-attr]
-            out.append(block)  # type: ignore[arg-type]
-            nxt = block.block_id + 1  # type: ignore[union-attr]
+            prev, succ = block.prev_free, block.next_free  # type: ignore[union-attr]  # linked
+            prev.next_free = succ  # type: ignore[union-attr]  # linked
+            succ.prev_free = prev  # type: ignore[union-attr]  # linked
+            block.prev_free = block.next_free = None  # type: ignore[union-attr]  # linked
+            out.append(block)  # type: ignore[arg-type]  # linked
+            nxt = block.block_id + 1  # type: ignore[union-attr]  # linked
         self.num_free_blocks -= num_blocks
         return out
 
@@ -111,10 +113,10 @@ class FreeBlockQueue:
         tail = self._tail
         prev = tail.prev_free
         for block in blocks:
-            prev.next_free = block  # type: ignore[union-attr]
+            prev.next_free = block  # type: ignore[union-attr]  # linked
             block.prev_free = prev
             prev = block
-        prev.next_free = tail
+        prev.next_free = tail  # type: ignore[union-attr]  # linked
         tail.prev_free = prev
         self.num_free_blocks += len(blocks)
 
@@ -125,11 +127,11 @@ class FreeBlockQueue:
         head = self._head
         succ = head.next_free
         for block in blocks:
-            succ.prev_free = block  # type: ignore[union-attr]
+            succ.prev_free = block  # type: ignore[union-attr]  # linked
             block.next_free = succ
             succ = block
         head.next_free = succ
-        succ.prev_free = head
+        succ.prev_free = head  # type: ignore[union-attr]  # linked
         self.num_free_blocks += len(blocks)
 
     def __iter__(self) -> Iterator[KVCacheBlock]:

@@ -188,12 +188,14 @@ class ModelConfig:
                 f"hidden_act {hidden_act!r} is not supported; the Llama family uses 'silu'"
             )
         # Checked here too so that errors name the keys as config.json spells them.
-        for key in (*_REQUIRED_KEYS, "num_key_value_heads", "head_dim"):
-            if d.get(key) is not None:
-                _require_int(key, d[key])
-        hidden_size, num_heads = d["hidden_size"], d["num_attention_heads"]
-        num_kv_heads = d.get("num_key_value_heads")
-        head_dim = d.get("head_dim")
+        ints = {
+            key: _require_int(key, d[key])
+            for key in (*_REQUIRED_KEYS, "num_key_value_heads", "head_dim")
+            if d.get(key) is not None
+        }
+        hidden_size, num_heads = ints["hidden_size"], ints["num_attention_heads"]
+        num_kv_heads = ints.get("num_key_value_heads")
+        head_dim = ints.get("head_dim")
         if head_dim is None:
             if hidden_size % num_heads:
                 raise ModelConfigError(
@@ -207,10 +209,10 @@ class ModelConfig:
         config = cls(
             model_type=model_type,
             architecture=architecture,
-            vocab_size=d["vocab_size"],
+            vocab_size=ints["vocab_size"],
             hidden_size=hidden_size,
-            intermediate_size=d["intermediate_size"],
-            num_layers=d["num_hidden_layers"],
+            intermediate_size=ints["intermediate_size"],
+            num_layers=ints["num_hidden_layers"],
             num_heads=num_heads,
             num_kv_heads=num_heads if num_kv_heads is None else num_kv_heads,
             head_dim=head_dim,
@@ -219,7 +221,7 @@ class ModelConfig:
             ),
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            max_position_embeddings=max_positions,
+            max_position_embeddings=_require_int("max_position_embeddings", max_positions),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             attention_bias=model_type == "qwen2" or has_bias,
             attention_out_bias=has_bias,
@@ -408,8 +410,12 @@ def _require_int(name: str, value: object) -> int:
 
 
 def _require_number(name: str, value: object, *, positive: bool) -> float:
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not is_number or not math.isfinite(value) or (positive and value <= 0):
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or (positive and value <= 0)
+    ):
         raise ModelConfigError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
 

@@ -33,7 +33,7 @@ from engine.errors import UnknownPresetError
 from engine.model_config import ModelConfig
 from engine.models.llama import LlamaForCausalLM
 from engine.quantization.scheme import WeightQuantization
-from engine.weights import hf_tensor_views
+from engine.weights import WeightTarget, hf_tensor_views
 
 __all__ = ["PRESETS", "Preset", "build_preset_model", "get_preset", "init_random_weights"]
 
@@ -144,12 +144,14 @@ def init_random_weights(
     of the same shapes, seed and std (a benchmark or a test suite builds many engines of
     one preset: the draw was most of each build).
     """
-    drawn: list[torch.Tensor] = []
+    drawn: list[WeightTarget] = []
     with torch.no_grad():
         for name, view in hf_tensor_views(model).items():
             if name.endswith("norm.weight"):
+                assert isinstance(view, torch.Tensor)  # norms are never quantized
                 view.fill_(1.0)
             elif name.endswith(".bias"):
+                assert isinstance(view, torch.Tensor)  # a bias stays a plain view
                 view.zero_()
             else:
                 drawn.append(view)
@@ -171,7 +173,7 @@ _kept_draw: dict[tuple[object, ...], list[torch.Tensor]] = {}  # at most one, re
 _kept_draw_lock = threading.Lock()
 
 
-def _cpu_draw(seed: int, std: float, views: list[torch.Tensor]) -> list[torch.Tensor]:
+def _cpu_draw(seed: int, std: float, views: list[WeightTarget]) -> list[torch.Tensor]:
     """The values of ``views``, in order, from one CPU generator seeded ``seed``, times
     ``std``: the kept draw where it is the same one. The tensors returned are shared and
     never written."""

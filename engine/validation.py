@@ -26,12 +26,11 @@ def monotonic_or_now(
     itself if None), else an error naming the argument."""
     if value is None:
         return now()
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value):  # type: ignore[arg-type]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise InvalidRequestError(
             f"{name} must be a finite time.monotonic() reading, got {value!r}; leave it out for now"
         )
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def require_token_ids(token_ids: Sequence[int], *, allow_empty: bool) -> None:

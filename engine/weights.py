@@ -23,6 +23,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -32,7 +33,7 @@ from engine.attention.backend import AttentionBackend
 from engine.device import default_dtype, resolve_device
 from engine.errors import ModelLoadError
 from engine.model_config import ModelConfig
-from engine.models.llama import LlamaForCausalLM
+from engine.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from engine.quantization.linear import QuantizedLinear, QuantizedRows
 from engine.quantization.scheme import WeightQuantization
 
@@ -99,12 +100,18 @@ def load_model(
     return model
 
 
-def _quantize_in_slices(source: object, target: QuantizedRows) -> None:
+class _RowSlices(Protocol):
+    """What ``safe_open(...).get_slice(name)`` returns (safetensors leaves it untyped)."""
+
+    def __getitem__(self, rows: slice, /) -> torch.Tensor: ...
+
+
+def _quantize_in_slices(source: _RowSlices, target: QuantizedRows) -> None:
     """Read ``source`` (a safetensors slice) a few rows at a time into ``target``."""
     num_rows, num_cols = target.shape
     step = max(1, _QUANTIZE_ROWS_BYTES // (4 * num_cols))
     for begin in range(0, num_rows, step):
-        target.copy_rows(begin, source[begin : min(begin + step, num_rows)])  # type: ignore[index]
+        target.copy_rows(begin, source[begin : min(begin + step, num_rows)])
 
 
 def _target(linear: torch.nn.Module, kind: str) -> WeightTarget | None:
@@ -123,6 +130,7 @@ def hf_tensor_views(model: LlamaForCausalLM) -> dict[str, WeightTarget]:
     """
     views: dict[str, WeightTarget] = {"model.embed_tokens.weight": model.embed_tokens.weight}
     for i, layer in enumerate(model.layers):
+        assert isinstance(layer, LlamaDecoderLayer)  # nn.ModuleList yields plain Modules
         prefix = f"model.layers.{i}."
         attn, mlp = layer.self_attn, layer.mlp
         for kind in ("weight", "bias"):

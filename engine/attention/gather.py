@@ -126,10 +126,10 @@ class GatherAttention:
         q = q.to(key_cache.dtype)  # SDPA wants one dtype
         folded = q.view(q.shape[0], kv_heads, -1, head_dim)  # [T, Hkv, G, D]
         for batch in self._decodes:
-            rows = batch.blocks.shape[0]
+            num_rows = batch.blocks.shape[0]
             ids = batch.blocks.flatten()
-            keys = key_cache.index_select(0, ids).view(rows, -1, kv_heads, head_dim)
-            values = value_cache.index_select(0, ids).view(rows, -1, kv_heads, head_dim)
+            keys = key_cache.index_select(0, ids).view(num_rows, -1, kv_heads, head_dim)
+            values = value_cache.index_select(0, ids).view(num_rows, -1, kv_heads, head_dim)
             attended = F.scaled_dot_product_attention(
                 folded.index_select(0, batch.rows),
                 keys.transpose(1, 2),  # [R, Hkv, W * B, D]

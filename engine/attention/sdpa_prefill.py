@@ -17,6 +17,8 @@ is the new part alone, one plain SDPA call with ``enable_gqa`` where torch has i
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -46,7 +48,7 @@ def attend_chunk(
         if group > 1 and not support.gqa:
             new_k = new_k.repeat_interleave(group, dim=1)
             new_v = new_v.repeat_interleave(group, dim=1)
-        gqa = {"enable_gqa": True} if group > 1 and support.gqa else {}
+        gqa: dict[str, Any] = {"enable_gqa": True} if group > 1 and support.gqa else {}
         out = F.scaled_dot_product_attention(q, new_k, new_v, is_causal=True, scale=scale, **gqa)
         return out[0].transpose(0, 1)
 

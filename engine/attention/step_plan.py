@@ -24,7 +24,7 @@ from engine.attention.decode_tiles import DecodeTile, plan_decode_tiles
 from engine.attention.decode_views import DecodeView, plan_decode_views
 from engine.attention.metadata import AttentionMetadata
 from engine.attention.partial import MergeLayout
-from engine.attention.prefill_pieces import PrefillPlan, plan_prefill
+from engine.attention.prefill_pieces import GatheredPiece, PrefillPiece, PrefillPlan, plan_prefill
 
 __all__ = ["StepPlan", "plan_step"]
 
@@ -105,7 +105,8 @@ def plan_step(
     rows += [tile.rows for tile in tiles]
     for prefill in prefills:
         end = prefill.first_row + prefill.num_queries
-        for part in (*prefill.pieces, *prefill.gathered):
+        parts: tuple[PrefillPiece | GatheredPiece, ...] = (*prefill.pieces, *prefill.gathered)
+        for part in parts:
             rows.append(torch.arange(prefill.first_row + part.row_offset, end))
     partial_rows = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
     gathers = [t.keys for t in tiles] + [g.keys for p in prefills for g in p.gathered]

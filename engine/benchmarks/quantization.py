@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import TypeVar
 
 import torch
 
@@ -41,6 +42,8 @@ __all__ = ["LLAMA_8B_LAYER", "layer_errors", "run", "tiny_errors"]
 _BENCH = "quantization"
 # One decoder layer of the llama-8b-random preset (Llama 3 8B's layer shape).
 LLAMA_8B_LAYER = replace(get_preset("llama-8b-random").config, num_layers=1)
+# A quantization scheme, or None for an unquantized twin: what a result is keyed by.
+_Scheme = TypeVar("_Scheme", bound=WeightQuantization | None)
 
 
 def run(*, quick: bool = False, seed: int = 0) -> Iterator[Measurement]:
@@ -75,8 +78,8 @@ def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
 
 
 def tiny_errors(
-    schemes: tuple[WeightQuantization | None, ...], *, num_tokens: int, seed: int = 0
-) -> dict[WeightQuantization | None, tuple[float, list[float]]]:
+    schemes: tuple[_Scheme, ...], *, num_tokens: int, seed: int = 0
+) -> dict[_Scheme, tuple[float, list[float]]]:
     """Per scheme, (logits error, each layer's output error) of ``tiny-random`` against
     its twin quantized from the very same weights (``None``: an unquantized copy)."""
     reference = build_preset_model(
@@ -108,7 +111,9 @@ def _copy_weights(source: LlamaForCausalLM, target: LlamaForCausalLM) -> None:
     values = hf_tensor_views(source)
     with torch.no_grad():
         for name, view in hf_tensor_views(target).items():
-            view.copy_(values[name])  # type: ignore[arg-type]
+            value = values[name]
+            assert isinstance(value, torch.Tensor)  # ``source`` is not quantized
+            view.copy_(value)
 
 
 @torch.inference_mode()
@@ -158,12 +163,12 @@ def _one_prefill(config: ModelConfig, num_tokens: int) -> tuple[KVCache, Attenti
 
 @torch.inference_mode()
 def layer_errors(
-    schemes: tuple[WeightQuantization | None, ...],
+    schemes: tuple[_Scheme, ...],
     *,
     num_tokens: int,
     seed: int = 0,
     config: ModelConfig = LLAMA_8B_LAYER,
-) -> dict[WeightQuantization | None, float]:
+) -> dict[_Scheme, float]:
     """Per scheme, one random decoder layer of ``config``'s shape against its twin
     quantized from the same weights (``None``: an unquantized copy)."""
     generator = torch.Generator().manual_seed(seed)

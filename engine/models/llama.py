@@ -203,6 +203,8 @@ class LlamaForCausalLM(nn.Module):
     """
 
     attention: AttentionBackend
+    _logits_matmul: PackedLinear
+    _screened_argmax: ScreenedArgmax
 
     def __init__(
         self,

@@ -40,13 +40,14 @@ def rope_inv_freq(
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: RopeScaling) -> torch.Tensor:
     """Llama 3.1: slow waves divided by ``factor``, fast waves kept, the band between blended."""
     old_context = scaling.original_max_position_embeddings
-    low_freq_wavelen = old_context / scaling.low_freq_factor
-    high_freq_wavelen = old_context / scaling.high_freq_factor
+    low, high = scaling.low_freq_factor, scaling.high_freq_factor
+    # RopeScaling's __post_init__ requires all three of a llama3 scheme.
+    assert old_context is not None and low is not None and high is not None
+    low_freq_wavelen = old_context / low
+    high_freq_wavelen = old_context / high
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
-    smooth = (old_context / wavelen - scaling.low_freq_factor) / (
-        scaling.high_freq_factor - scaling.low_freq_factor
-    )
+    smooth = (old_context / wavelen - low) / (high - low)
     blended = (1 - smooth) * scaled / scaling.factor + smooth * scaled
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
     return torch.where(is_medium, blended, scaled)

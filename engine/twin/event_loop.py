@@ -60,7 +60,7 @@ class TwinStalledError(InvalidRequestError):
         )
 
 
-class _VirtualSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _VirtualSelector(selectors.DefaultSelector):
     """The loop's selector: looks at its file descriptors without waiting, and where the
     loop would wait for a timer, moves the clock to it instead."""
 

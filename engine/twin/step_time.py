@@ -55,7 +55,7 @@ import dataclasses
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,7 +141,7 @@ def _work(
     cached: int,
 ) -> StepWork:
     act_bytes = model.activation_bits / 8
-    projection_bits = model.weight_bits
+    projection_bits: float = model.weight_bits
     if model.weight_bits < model.activation_bits:
         projection_bits += model.activation_bits / QUANTIZATION_GROUP_SIZE
     other_weights = model.num_parameters - model.num_projection_weights
@@ -408,7 +408,9 @@ def _nnls_relative(columns: _Columns, ratio: float) -> tuple[float, np.ndarray]:
     return best_loss, best
 
 
-def _golden_min(loss, low: float, high: float, *, tie: float, num_steps: int = 40) -> float:
+def _golden_min(
+    loss: Callable[[float], float], low: float, high: float, *, tie: float, num_steps: int = 40
+) -> float:
     """The minimum of ``loss`` on [low, high] by golden-section search; ``tie`` where it is
     no worse (a flat loss leaves the coarse grid's choice in place)."""
     inverse_phi = (math.sqrt(5) - 1) / 2

@@ -366,18 +366,19 @@ def attach_twin(
             return runner_execute(chunks)
         return [fixed_token if chunk.completes else None for chunk in chunks]
 
-    def forward(items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]) -> Any:
+    def twin_forward(items: Sequence[tuple[Sequence[int], int, int, Sequence[int]]]) -> Any:
         twin.prefill(items)
         if twin.forward:
             return runner_forward(items)
         return None  # its one caller, pin_prefix, reads no hidden states
 
     twin._step, twin._add_request, twin._abort = step, add_request, abort
-    engine.runner.execute = execute  # type: ignore[method-assign]
-    engine.runner.forward = forward  # type: ignore[method-assign]
-    engine.step = twin.step  # type: ignore[method-assign]
-    engine.add_request = twin.add_request  # type: ignore[method-assign]
-    engine.abort = twin.abort  # type: ignore[method-assign]
+    # Each method replaced on this instance only, on purpose, until detach() restores it.
+    engine.runner.execute = execute  # type: ignore[method-assign]  # until detach()
+    engine.runner.forward = twin_forward  # type: ignore[method-assign]  # until detach()
+    engine.step = twin.step  # type: ignore[method-assign]  # until detach()
+    engine.add_request = twin.add_request  # type: ignore[method-assign]  # until detach()
+    engine.abort = twin.abort  # type: ignore[method-assign]  # until detach()
     engine.clock = twin.clock.now
     engine.kv_cache.__class__ = _twin_kv_cache(twin, type(engine.kv_cache))
     twin._attached = True

@@ -16,7 +16,7 @@ any thread or event loop at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -197,7 +197,10 @@ class Backend(Protocol):
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult: ...
 
-    def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]: ...
+    def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
+        """An async generator: the governor closes it (``aclose``) when its consumer stops
+        early, and closing it must end the call (its blocks back)."""
+        ...
 
     def retain(self, *, budget: str) -> int:
         """Keep the KV of the budget's latest finished call resident until its next call

@@ -13,7 +13,7 @@ engine or the network, and other agents' coroutines run meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -89,7 +89,7 @@ class ModelCalls:
 
     async def astream(
         self, lease: Lease, messages: Sequence[Message], **options: Any
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncGenerator[GenerationChunk, None]:
         """Serves ``Governor.astream``, where its contract is written."""
         await self.lifecycle.aresume(lease)
         request = await self._aprepare_call(lease, messages, options)

@@ -13,7 +13,7 @@ A lease's life: docs/design/lease-life.md.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from governor.admission import AdmissionController
@@ -396,7 +396,7 @@ class Governor:
 
     def astream(
         self, lease: Lease, messages: Sequence[Message], **options: Any
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncGenerator[GenerationChunk, None]:
         """A streamed model call within the lease; usage is recorded from the last chunk."""
         return self._model_calls.astream(lease, messages, **options)
 

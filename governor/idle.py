@@ -127,7 +127,7 @@ class IdleKeeper:
                 idle.timers.append(self._timer(config.park_after_s, self._park_idle, lease, idle))
         held = False
         if hold and defer_hold:
-            self._timer(0, self._hold, lease, idle, True, to_host)
+            self._timer(0, self._hold_deferred, lease, idle, to_host)
         elif hold:
             held = self._hold(lease, idle, False)
             if held and to_host:
@@ -322,6 +322,10 @@ class IdleKeeper:
                     lease.kv_offloaded = True
                     self._held(lease, 0)
         self.events.publish("offloaded", lease, blocks=blocks, reason=reason)
+
+    def _hold_deferred(self, lease: Lease, idle: _Idle, to_host: bool) -> None:
+        """``_hold`` on the deadline thread (a timer's callback returns nothing)."""
+        self._hold(lease, idle, True, to_host)
 
     def _hold(self, lease: Lease, idle: _Idle, deferred: bool, to_host: bool = False) -> bool:
         """Hold the lease's KV for this idle period, unless the period is over already;

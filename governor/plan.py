@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from governor.errors import ConfigError
@@ -160,7 +161,7 @@ def _dtype_bytes(kv_dtype: str) -> int:
 def plan_rows(plan: Plan) -> list[dict[str, object]]:
     """The three rows as plain values (``kvgov plan --json`` prints one per line)."""
     c = plan.comparison
-    rows = []
+    rows: list[dict[str, object]] = []
     for row in c.rows:
         rows.append(
             {
@@ -209,7 +210,7 @@ def render_plan(plan: Plan) -> tuple[str, Table]:
         ),
         caption_justify="left",
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("scheme", "left"),
         ("reserve", "right"),
         ("memory", "right"),
@@ -219,8 +220,9 @@ def render_plan(plan: Plan) -> tuple[str, Table]:
         ("waste", "right"),
         ("max_conc", "right"),
         ("tokens", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for row in c.rows:
         table.add_row(
             _SHORT[row.scheme],

@@ -329,6 +329,7 @@ def _kv_layers(d: Mapping[str, Any], num_layers: int) -> int:
 
 
 def _dtype_bytes(override: str | None, *configs: Mapping[str, Any]) -> int:
+    name: object  # a config's value may be anything JSON holds
     if override is not None:
         name, source = override, "dtype"
     else:

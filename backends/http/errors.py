@@ -125,7 +125,7 @@ def error_from_response(
     if (status >= 500 and status != 501) or status == 429:
         error: BackendError = BackendUnavailable(f"HTTP {status}: {message}", backend=backend)
         error.__dict__.update(_fields(detail))
-        error.status_code = status
+        error.__dict__["status_code"] = status
         retry_after = (headers or {}).get("retry-after")
         if retry_after is not None:
             error.__dict__["retry_after_s"] = _seconds(retry_after)
@@ -143,10 +143,10 @@ def error_from_response(
     error = cls.__new__(cls, message)
     error.__dict__.update(_fields(detail))
     if cls is BackendError and name not in _KNOWN:
-        error.error_class = name[:_MAX_CLASS_NAME]  # not a class name: kept as a field
+        error.__dict__["error_class"] = name[:_MAX_CLASS_NAME]  # not a class name: a field
     error.problem = message
     error.backend = backend
-    error.status_code = status
+    error.__dict__["status_code"] = status
     retriable = None if detail is None else detail.get("retriable")
     if retriable is not None and bool(retriable) != cls.retriable:
         error.retriable = bool(retriable)

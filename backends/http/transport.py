@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from json import dumps
@@ -63,7 +63,7 @@ from backends.http._http11_sync import Http11Transport
 from backends.http.errors import error_from_response
 from governor import BackendUnavailable, ConfigError
 
-R = TypeVar("R", httpx.Response, Reply)
+R = TypeVar("R", bound="httpx.Response | Reply")
 
 __all__ = ["HttpLifecycle", "Retries", "Transport"]
 _RETRY_STATUS = (502, 503, 504)
@@ -285,7 +285,7 @@ class Transport:
 
     def checked(self, response: R) -> R:
         """The response, or its typed error."""
-        if type(response) is Reply:
+        if isinstance(response, Reply):
             response.backend = self.name  # a body that is not JSON names this backend
         self._observe(response)
         if response.status_code < 400:
@@ -393,7 +393,7 @@ class _LoopClient:
         with suppress(StopIteration):
             next(step)
 
-    async def _close_at_shutdown(self) -> AsyncIterator[None]:
+    async def _close_at_shutdown(self) -> AsyncGenerator[None, None]:
         try:
             yield
         finally:

@@ -11,7 +11,7 @@ the caller hands over the engine's base error class and its closed-loop error.
 from __future__ import annotations
 
 import functools
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from governor import BackendError
 
@@ -30,7 +30,8 @@ def reraise(exc: BaseException, *, backend: str, engine_errors: EngineErrors) ->
         raise BackendError(closed, backend=backend) from exc
     if not isinstance(exc, engine_error) or isinstance(exc, BackendError):
         raise exc
-    cls = _backend_error_class(type(exc))
+    # mypy checks a class against Hashable by its instances' __hash__; a class is hashable.
+    cls = _backend_error_class(type(exc))  # type: ignore[arg-type]  # see above
     error = cls.__new__(cls, *exc.args)
     error.__dict__.update(exc.__dict__)
     error.problem = str(exc)
@@ -39,15 +40,19 @@ def reraise(exc: BaseException, *, backend: str, engine_errors: EngineErrors) ->
 
 
 @functools.cache
-def _backend_error_class(engine_error: type[BaseException]) -> type[BaseException]:
-    return type(
-        engine_error.__name__,
-        (engine_error, BackendError),
-        {
-            "__module__": __name__,
-            "__doc__": engine_error.__doc__,
-            "__reduce__": _reduce_backend_error,
-        },
+def _backend_error_class(engine_error: type[BaseException]) -> type[BackendError]:
+    # type() says "type"; the class built is a BackendError, its second base.
+    return cast(
+        "type[BackendError]",
+        type(
+            engine_error.__name__,
+            (engine_error, BackendError),
+            {
+                "__module__": __name__,
+                "__doc__": engine_error.__doc__,
+                "__reduce__": _reduce_backend_error,
+            },
+        ),
     )
 
 
@@ -57,5 +62,5 @@ def _reduce_backend_error(error: BaseException) -> tuple[Any, ...]:
 
 
 def _rebuild_backend_error(engine_error: type[BaseException], args: tuple[Any, ...]) -> Any:
-    cls = _backend_error_class(engine_error)
+    cls = _backend_error_class(engine_error)  # type: ignore[arg-type]  # as in reraise: hashable
     return cls.__new__(cls, *args)

@@ -10,7 +10,7 @@ import concurrent.futures
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, Protocol
 
 from governor import (
     BackendCapacity,
@@ -109,8 +109,17 @@ class UnwaitedCommands:
             self._pending.discard(future)
 
 
+class _Output(Protocol):
+    """What ``merge_queued`` reads of ``engine.outputs.RequestOutput``."""
+
+    @property
+    def new_text(self) -> str: ...
+    @property
+    def new_token_ids(self) -> tuple[int, ...]: ...
+
+
 def merge_queued(
-    items: asyncio.Queue[object], first: Any, output_type: type
+    items: asyncio.Queue[object], first: _Output, output_type: type[_Output]
 ) -> tuple[str, tuple[int, ...], object]:
     """``first``'s text and token ids with those of the outputs already queued behind it
     (steps a consumer fell behind on, merged into one chunk as vLLM's output collector

@@ -41,7 +41,7 @@ import functools
 import itertools
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -368,7 +368,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         assert submission.stream is not None  # added before its end was sunk
         return generation_result(submission.stream.result())
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """A chunk per engine step with new tokens, then one with only the ``result``; a
         consumer that fell behind gets the steps it missed in one chunk (``merge_queued``).
 

@@ -253,7 +253,9 @@ class Ledger:
         best = max(candidates, key=lambda i: (matched[i], self._free(i, budget)))
         if total and matched[best] / total > rule.cache_threshold:
             return best
-        return self._freest(candidates, budget)
+        freest = self._freest(candidates, budget)
+        assert freest is not None  # candidates is not empty: max() took one above
+        return freest
 
     # -- failover -----------------------------------------------------------------------
     def down(self, replica: int) -> list[str] | None:

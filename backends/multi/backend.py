@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 
 from backends.multi._ledger import Ledger, Move
@@ -351,7 +351,7 @@ class MultiBackend:
                 self._ledger.finished(replica)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         for attempt in range(self.routing.failover_retries + 1):
             replica = await self._aprepare(request)
             yielded = False

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from backends.http import Reply
 from backends.http.probe import EngineProbe, ProbeHTTP
 from backends.http.probe_http import TransportProbeHTTP
 from backends.openai._engine_requests import PriorityRule, engine_cache_salt, is_priority_rejection
@@ -68,7 +69,7 @@ class EngineBackend(OpenAICompatibleBackend):
         if value:  # 0 is every engine's default: the body stays plain
             body["priority"] = value
 
-    def _send(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    def _send(self, path: str, body: dict[str, Any]) -> httpx.Response | Reply:
         try:
             return super()._send(path, body)
         except BackendError as exc:

@@ -34,9 +34,10 @@ def by_rank(
 def sum_or_none(values: Iterable[float | int | None]) -> int | None:
     """The sum as an int; ``None`` when there is nothing to add or a part is unknown."""
     parts = list(values)
-    if not parts or any(part is None for part in parts):
+    known = [part for part in parts if part is not None]
+    if not parts or len(known) < len(parts):
         return None
-    return round(sum(parts))  # type: ignore[arg-type]
+    return round(sum(known))
 
 
 def weighted_usage(usage: Mapping[str, float], capacity: Mapping[str, int | None]) -> float | None:
@@ -44,10 +45,9 @@ def weighted_usage(usage: Mapping[str, float], capacity: Mapping[str, int | None
     is known, else the plain mean (ranks of one engine are sized alike)."""
     if not usage:
         return None
-    weights = [capacity.get(rank) for rank in usage]
-    if all(weight for weight in weights):
-        total = sum(weights)  # type: ignore[arg-type]
-        return sum(usage[rank] * capacity[rank] for rank in usage) / total  # type: ignore[operator]
+    weights = {rank: weight for rank in usage if (weight := capacity.get(rank))}
+    if len(weights) == len(usage):
+        return sum(usage[rank] * weights[rank] for rank in usage) / sum(weights.values())
     return sum(usage.values()) / len(usage)
 
 

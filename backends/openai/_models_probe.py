@@ -34,7 +34,9 @@ class ModelsProbe:
         for entry in cards if isinstance(cards, list) else ():
             if not isinstance(entry, dict):
                 continue
-            meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+            meta = entry.get("meta")
+            if not isinstance(meta, dict):
+                meta = {}
             length = entry.get("max_model_len") or meta.get("n_ctx")
             if isinstance(length, int) and not isinstance(length, bool) and length > 0:
                 return EngineReading(max_model_len=length, missing=("KV capacity",))

@@ -178,7 +178,9 @@ class SGLangProbe:
         info = http.get_json("/server_info")
         if info is None:
             info = http.get_json("/get_server_info")
-        enabled = info.get("enable_priority_scheduling") if isinstance(info, dict) else None
+        if not isinstance(info, dict):
+            info = {}
+        enabled = info.get("enable_priority_scheduling")
         if enabled is None:
             return PriorityRule(
                 enabled=False,

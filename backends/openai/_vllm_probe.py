@@ -26,7 +26,7 @@ read raises ``BackendError`` (``backends.http.probe_shape``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from backends.http.probe import EngineReading, ProbeHTTP
 from backends.http.probe_shape import read_checked
@@ -173,8 +173,14 @@ class VLLMProbe:
         )
 
 
-def _capacity_by_rank(metrics: Exposition) -> dict[str, dict[str, int | None]]:
-    ranks: dict[str, dict[str, int | None]] = {}
+class _RankCapacity(TypedDict):
+    block_size: int
+    num_gpu_blocks: int
+    kv_cache_size_tokens: int | None
+
+
+def _capacity_by_rank(metrics: Exposition) -> dict[str, _RankCapacity]:
+    ranks: dict[str, _RankCapacity] = {}
     for sample in metrics.named("vllm:cache_config_info"):
         block_size = int_or_none(sample.labels.get("block_size"))
         num_gpu_blocks = int_or_none(sample.labels.get("num_gpu_blocks"))
@@ -188,10 +194,10 @@ def _capacity_by_rank(metrics: Exposition) -> dict[str, dict[str, int | None]]:
     return ranks
 
 
-def _rank_tokens(rank: dict[str, int | None]) -> int | None:
+def _rank_tokens(rank: _RankCapacity) -> int:
     if rank["kv_cache_size_tokens"] is not None:
         return rank["kv_cache_size_tokens"]
-    return rank["num_gpu_blocks"] * rank["block_size"]  # type: ignore[operator]
+    return rank["num_gpu_blocks"] * rank["block_size"]
 
 
 def _max_model_len(body: Any) -> int | None:

@@ -38,12 +38,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
 import httpx
 
+from backends.http import Reply
 from backends.http.probe import EngineProbe, EngineReading
 from backends.http.probe_http import TransportProbeHTTP
 from backends.http.transport import HttpLifecycle, Retries, Transport
@@ -251,7 +252,7 @@ class OpenAICompatibleBackend(Restarts, HttpLifecycle):
         if isinstance(prefix, str):
             tokens = self.count_tokens(prefix)
         elif prefix and not isinstance(prefix[0], int):
-            tokens = self.counter.count_messages(prefix)  # type: ignore[arg-type]
+            tokens = self.counter.count_messages(prefix)
         else:
             tokens = len(prefix)
         key = f"{self.name}-prefix-{next(self._keys)}"
@@ -322,7 +323,7 @@ class OpenAICompatibleBackend(Restarts, HttpLifecycle):
             return local_counter(self._local_tokenizer, self.base_url, why)
         return TokenCounter(tokenizer=RemoteTokenizer({}, self._count))
 
-    def _count(self, body: dict[str, Any]) -> int:
+    def _count(self, body: Mapping[str, Any]) -> int:
         """Tokens of ``{"text": ...}`` or ``{"messages": [...]}`` by the server's
         ``/tokenize`` (vLLM's and SGLang's shape; engines with another override it)."""
         sent: dict[str, Any] = {"model": self._model}
@@ -359,7 +360,7 @@ class OpenAICompatibleBackend(Restarts, HttpLifecycle):
         finally:
             self._done(call)
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """Chunks as the engine streams them, then one with only the ``result``."""
         await self._abefore()
         call = await asyncio.to_thread(self._admit, request)
@@ -423,7 +424,7 @@ class OpenAICompatibleBackend(Restarts, HttpLifecycle):
         self._extras(request, body)
         return body
 
-    def _send(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    def _send(self, path: str, body: dict[str, Any]) -> httpx.Response | Reply:
         try:
             return self._transport.request("POST", path, json=body)
         except BackendError as exc:

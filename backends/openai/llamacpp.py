@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from backends.http.probe import EngineReading
@@ -186,7 +187,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
             self._tokens.clear()
             self._saved.clear()
 
-    def _count(self, body: dict[str, Any]) -> int:
+    def _count(self, body: Mapping[str, Any]) -> int:
         if "messages" in body:
             answer = self._transport.request(
                 "POST", "/apply-template", json={"messages": body["messages"]}, idempotent=True

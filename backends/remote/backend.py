@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -290,7 +290,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
     def count_messages(self, messages: Sequence[Message]) -> int:
         return self.counter.count_messages(messages)
 
-    def _count(self, body: dict[str, Any]) -> int:
+    def _count(self, body: Mapping[str, Any]) -> int:
         return int(self._call("POST", f"{API}/count", body, idempotent=True).json()["tokens"])
 
     # -- model calls ------------------------------------------------------------------
@@ -303,7 +303,7 @@ class RemoteBackend(Restarts, HttpLifecycle):
         response = await self._acall("POST", path_of(request), body)
         return result_of(response.json(), backend=_NAME)
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """Chunks as the server streams them, then one with only the ``result``. A
         consumer that stops early closes the connection: the server aborts the call."""
         body = body_of(request, model=await self._amodel(), stream=True)

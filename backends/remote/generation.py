@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +116,7 @@ def _result_of(answer: Mapping[str, Any], backend: str) -> GenerationResult:
 
 async def stream_chunks(
     lines: AsyncIterator[str], state: StreamState
-) -> AsyncIterator[GenerationChunk]:
+) -> AsyncGenerator[GenerationChunk, None]:
     """The chunks a server-sent event stream's ``data:`` lines carry, read into ``state``
     until ``[DONE]`` or the stream's end (``state.done`` says which)."""
     async for line in lines:

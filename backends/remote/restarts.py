@@ -48,7 +48,11 @@ class Restarts:
 
     _session: Session
     _transport: Transport
-    name: str
+
+    if TYPE_CHECKING:  # the backend's own read-only property
+
+        @property
+        def name(self) -> str: ...
 
     def __init__(self) -> None:
         self._closed = False

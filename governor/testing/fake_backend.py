@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 
 import tiktoken
@@ -305,7 +305,7 @@ class FakeBackend(ThreadedAsyncBookkeeping):
                     return chunk.result
         raise AssertionError("a stream always ends with a chunk that has the result")
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    async def astream(self, request: GenerationRequest) -> AsyncGenerator[GenerationChunk, None]:
         """A chunk per token, then one with only the ``result``; a consumer that stops
         early returns the call's blocks at once."""
         prompt_ids, num_prompt, script = self._prepare(request)

@@ -304,7 +304,7 @@ def summary(label: str, n: int, fields: dict[str, Field]) -> str:
             text, telling = described
             stats.append((telling, len(f.route), order, text))
     room = _MAX_SUMMARY - sum(len(part) + 2 for part in parts)
-    chosen = []
+    chosen: list[tuple[int, int, int, str]] = []
     for stat in sorted(stats):
         if len(chosen) == _MAX_STATS:
             break

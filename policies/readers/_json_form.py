@@ -232,8 +232,8 @@ class ShortForms:
             # What a kept value in a list item needs to be read: the item's name or type.
             for i in range(first, len(out)):
                 leaf = out[i]
-                key = leaf[2][-1]  # the item's own keys, not its objects'
-                if leaf[0] and len(leaf[2]) == len(path) + 1 and _ITEM_NAME.search(str(key)):
+                item_key = leaf[2][-1]  # the item's own keys, not its objects'
+                if leaf[0] and len(leaf[2]) == len(path) + 1 and _ITEM_NAME.search(str(item_key)):
                     out[i] = (0, *leaf[1:])
 
     def _rank(self, route: Route, key: str, parent: str, value: Any) -> int:

@@ -77,7 +77,7 @@ def read_diff(text: str, query: Query) -> Reading | None:
             subject = message[:_SUBJECT_LINES]
             rank: tuple[float, ...] = (Tier.SHAPE, 2, i) if i in subject else (Tier.CONTEXT, 3, i)
         elif i in asked:
-            rank: tuple[float, ...] = (Tier.ASKED, -asked[i], i)
+            rank = (Tier.ASKED, -asked[i], i)
         elif i in needed:
             rank = (Tier.ASKED, *needed[i])
         elif kind == "file":

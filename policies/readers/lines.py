@@ -158,7 +158,7 @@ def _numbers(line: str) -> list[int]:
     return [int(digits) for digits in _DIGITS.findall(line)]
 
 
-def _rank(kind: _Kind, position: int, n: int) -> tuple[int, int, int]:
+def _rank(kind: _Kind, position: int, n: int) -> tuple[int, ...]:
     from_end = n - 1 - position
     if kind is _Kind.MENTION:
         return (Tier.ASKED, 0, position)

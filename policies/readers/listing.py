@@ -51,7 +51,8 @@ def read_listing(text: str, query: Query) -> Reading | None:
     if parsed is None:
         return None
     form, paths, place, sizes = parsed
-    entries = [i for i, path in enumerate(paths) if path is not None]
+    named = {i: path for i, path in enumerate(paths) if path is not None}
+    entries = list(named)
     globs = [
         token.strip("'\"")
         for value in _argument_strings(query)
@@ -59,7 +60,7 @@ def read_listing(text: str, query: Query) -> Reading | None:
         if any(c in token for c in "*?[")
     ]
     # A hit under an rg heading is read with its file's name.
-    texts = {i: lines[i] if paths[i] in lines[i] else f"{paths[i]} {lines[i]}" for i in entries}
+    texts = {i: lines[i] if named[i] in lines[i] else f"{named[i]} {lines[i]}" for i in entries}
     relevance = Relevance(query.words, list(texts.values()))
     mentions = {entries[k] for k in query.picks_in([lines[i] for i in entries])}
     defines = _definition(query.names) if form == "matches" else None

@@ -20,7 +20,8 @@ __all__ = ["generate"]
 
 
 def _repo_paths(rng: random.Random, chars: int) -> list[str]:
-    project, paths, size = rng.choice(PROJECTS), [], 0
+    paths: list[str] = []
+    project, size = rng.choice(PROJECTS), 0
     while size < chars:
         root = rng.choice(("src", "tests", "docs", "node_modules", ".git/objects", "data"))
         if root == ".git/objects":

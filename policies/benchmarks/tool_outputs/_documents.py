@@ -10,6 +10,7 @@ other options' values, so that only the answer holds the option and its value to
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from policies.benchmarks.tool_outputs._common import NOUNS, plant
@@ -179,7 +180,7 @@ def write(
     raise AssertionError("unreachable")
 
 
-def _cycle(headings: list[str]):
+def _cycle(headings: list[str]) -> Iterator[str]:
     n = 0
     while True:
         base = headings[n % len(headings)]

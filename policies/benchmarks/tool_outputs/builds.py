@@ -9,6 +9,7 @@ end). A fact is an error's location and its code or message.
 from __future__ import annotations
 
 import random
+from functools import partial
 
 from policies.benchmarks.tool_outputs._code import code_line, source_path
 from policies.benchmarks.tool_outputs._common import (
@@ -353,7 +354,7 @@ def _maven(rng: random.Random, size: int) -> tuple:
         path = java_path(module)
         line, col = _loc(rng)
         name = path.rsplit("/", 1)[1]
-        where = locations(lambda name=name, line=line, col=col: f"{name}:[{line},{col}]")
+        where = locations(partial(str, f"{name}:[{line},{col}]"))  # one value, drawn once
         symbol = f"{camel(rng.choice(('total', 'find', 'to')), rng.choice(NOUNS))}()"
         errors.append((module, f"{path}:[{line},{col}] cannot find symbol", where, symbol))
     lines = [

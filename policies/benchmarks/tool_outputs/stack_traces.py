@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from datetime import datetime
 
 from policies.benchmarks.tool_outputs._common import (
     NOUNS,
@@ -40,7 +41,7 @@ def build(rng: random.Random) -> Case:
     service = rng.choice(SERVICES)
     clock = Clock(rng, step_s=(0.0, 1.5))
     routine, trace = _BUILDERS[fmt]
-    lines: list[str | list[str]] = fill(lambda: routine(rng, service), size, len)  # type: ignore[arg-type]
+    lines: list[str | list[str]] = fill(lambda: routine(rng, service), size, len)
     block, exception, frame, what = trace(rng, service)
     plant(rng, lines, [block])
     out: list[str] = []
@@ -78,7 +79,7 @@ def build(rng: random.Random) -> Case:
     return Case("stack_trace", fmt, "shell", arguments, question, "\n".join(out) + "\n", facts)
 
 
-def _stamp(fmt: str, t) -> str:
+def _stamp(fmt: str, t: datetime) -> str:
     if fmt == "python":
         return log_ms(t)
     if fmt == "java":

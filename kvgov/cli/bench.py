@@ -1,8 +1,9 @@
 """``kvgov bench NAME``: run a benchmark (or ``all``) and print each figure against its
 target, as a table or as JSON lines, with the host's load beside it.
 
-The registry is read as ``kvgov.cli.BENCHMARKS`` when the command runs, so whoever
-replaces that name (a test with fake benchmarks) is heard; the help lists the real one.
+The registry is read as ``kvgov.cli.benchmarks.BENCHMARKS`` when the command runs, so
+whoever replaces that name (a test with fake benchmarks) is heard; the help lists the
+real one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from kvgov.cli import benchmarks
 from kvgov.cli.benchmarks import BENCHMARKS, benchmark_runs, measurements, taking
 from kvgov.cli.output import fail, host_figures, measurement_table
 from kvgov.tables import print_table
@@ -57,9 +59,7 @@ def bench(
     ] = None,
 ) -> None:
     """Run a benchmark and report each figure against its target."""
-    import kvgov.cli
-
-    registry = kvgov.cli.BENCHMARKS
+    registry = benchmarks.BENCHMARKS
     if name != "all" and name not in registry:
         choices = ", ".join([*registry, "all"])
         typer.echo(f"Error: unknown benchmark {name!r}; choose one of: {choices}.", err=True)

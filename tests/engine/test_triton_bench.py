@@ -47,7 +47,7 @@ def benches(monkeypatch: pytest.MonkeyPatch) -> DeviceBench:
     device_bench = DeviceBench()
     monkeypatch.setitem(sys.modules, "device_bench", device_bench)
     monkeypatch.setitem(sys.modules, "host_bench", HostBench())
-    monkeypatch.setattr(cli, "BENCHMARKS", {"dev": "device_bench", "host": "host_bench"})
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", {"dev": "device_bench", "host": "host_bench"})
     return device_bench
 
 

@@ -41,7 +41,7 @@ class FakeBench(ModuleType):
 def fake_bench(monkeypatch: pytest.MonkeyPatch) -> FakeBench:
     module = FakeBench()
     monkeypatch.setitem(sys.modules, "fake_bench", module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"fake": "fake_bench"})
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", {"fake": "fake_bench"})
     return module
 
 
@@ -107,7 +107,7 @@ def test_the_table_is_whole_at_80_columns_and_piped(
         ]
     )  # fmt: skip
     monkeypatch.setitem(sys.modules, "fake_wide_bench", module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"wide": "fake_wide_bench"})
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", {"wide": "fake_wide_bench"})
     result = runner.invoke(cli.app, ["bench", "wide"], env={"COLUMNS": columns})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -158,7 +158,7 @@ def test_a_skipped_figure_prints_as_null_json_and_a_dash(monkeypatch: pytest.Mon
         [Measurement(bench="x", metric="m", value=float("nan"), unit="x", target=3.0)]
     )
     monkeypatch.setitem(sys.modules, "fake_skip_bench", module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"x": "fake_skip_bench"})
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", {"x": "fake_skip_bench"})
     runner = CliRunner()
     line = runner.invoke(cli.app, ["bench", "x", "--json"]).stdout.strip()
     assert json.loads(line)["value"] is None and json.loads(line)["met"] is None
@@ -174,7 +174,7 @@ def fake_benchmarks(monkeypatch: pytest.MonkeyPatch, modules: dict[str, str]) ->
             [{"bench": name, "metric": "m", "value": 1.0, "unit": "x"}]
         )
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(cli, "BENCHMARKS", modules)
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", modules)
 
 
 def test_all_runs_every_benchmark_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

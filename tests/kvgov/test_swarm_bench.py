@@ -219,7 +219,7 @@ def test_kvgov_bench_passes_model_and_device_to_the_benchmarks_that_take_them(
         module = ModuleType(name)
         module.run = fn  # type: ignore[attr-defined]
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(cli, "BENCHMARKS", {"modelled": "modelled", "plain": "plain"})
+    monkeypatch.setattr(cli.benchmarks, "BENCHMARKS", {"modelled": "modelled", "plain": "plain"})
     runner = CliRunner()
     result = runner.invoke(cli.app, ["bench", "modelled", "--model", "llama-8b-random", "--json"])
     assert result.exit_code == 0, result.output

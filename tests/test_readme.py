@@ -66,6 +66,56 @@ def _python_blocks() -> list[tuple[str, str]]:
     ]
 
 
+# Every fenced block of the README and docs/ says what it is; only Python runs here.
+# docs/readers.md is generated (docs/readers/render.py) and checked by tests/test_docs_readers.py:
+# its blocks are captured tool outputs.
+NOT_RUN = {
+    "bash": "commands that install packages, start servers or need a GPU machine: the set-up "
+    "commands are CI's own (checked above), the others are run by hand where they say",
+    "text": "output, a diagram or a layout: nothing to run",
+    "py": "a Python fragment for a server on another machine or with parts left out "
+    "(KEY, agents=[...]): its imports are run, by the test below",
+}
+GENERATED = {"docs/readers.md"}
+
+
+def _fenced_blocks() -> list[tuple[str, str, str]]:
+    """(document, language, body) of every fenced block, indented ones included."""
+    found = []
+    for path in _documents():
+        where = str(path.relative_to(ROOT))
+        if where in GENERATED:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", text, re.DOTALL | re.MULTILINE):
+            found.append((where, match.group(2), match.group(3)))
+    return found
+
+
+def test_every_fenced_block_is_run_or_says_why_not() -> None:
+    blocks = _fenced_blocks()
+    assert len(blocks) > 20  # the pattern above still finds the blocks
+    unknown = [(where, language) for where, language, _ in blocks if language != "python"]
+    unknown = [(where, language) for where, language in unknown if language not in NOT_RUN]
+    assert not unknown, f"blocks neither python nor one of {sorted(NOT_RUN)}: {unknown}"
+    python = [body for _where, language, body in blocks if language == "python"]
+    assert sorted(python) == sorted(block for _where, block in _python_blocks())
+
+
+def test_fragments_imports_work() -> None:
+    """A ``py`` fragment cannot run here, but every name it imports must import."""
+    fragments = [(w, b) for w, language, b in _fenced_blocks() if language == "py"]
+    imports = [
+        (where, line.strip())
+        for where, body in fragments
+        for line in body.splitlines()
+        if re.match(r"\s*(from \S+ import |import )", line)
+    ]
+    assert len(fragments) >= 5 and len(imports) >= 4
+    for where, line in imports:
+        exec(compile(line, where, "exec"), {})
+
+
 def _run_block(where: str, block: str) -> tuple[dict[str, Any], str]:
     """Runs one block as written; its namespace and what it printed."""
     namespace: dict[str, Any] = {}

@@ -47,7 +47,7 @@ def plan_simulate(
     from integrations.jsonl import SpanFileError
     from integrations.report import ReportError
     from kvgov.simulate import Scenario, ScenarioError, simulate, simulation_table
-    from kvgov.simulate_trace import read_trace
+    from kvgov.simulate.trace import read_trace
     from kvgov.twin import profile_named
 
     try:

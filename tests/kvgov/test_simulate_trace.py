@@ -1,5 +1,5 @@
 """``kvgov plan --simulate --trace``: a recorded run replayed on the twin of a card
-(``kvgov.simulate_trace`` reads it, ``kvgov._trace_replay`` replays it).
+(``kvgov.simulate.trace`` reads it, ``kvgov.simulate._replay`` replays it).
 
 The trace is recorded here, for real: the demo's LangGraph swarm (a planner node that
 fans out to ReAct workers with tool calls, then a node that merges their reports) under a
@@ -34,10 +34,10 @@ from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, Governo
 from integrations.jsonl import JsonLinesSpanExporter, SpanFileError
 from integrations.otel import instrument
 from integrations.report import ReportError
-from kvgov._trace_prompts import PromptBook
 from kvgov.demo.swarm import SYSTEM_PROMPT, SwarmSpec, build_swarm
 from kvgov.simulate import Scenario, Simulation, simulate
-from kvgov.simulate_trace import TraceError, TraceWorkload, read_trace
+from kvgov.simulate._prompts import PromptBook
+from kvgov.simulate.trace import TraceError, TraceWorkload, read_trace
 from policies import ExtractiveSummarizer
 
 CARD = get_profile("rx9070xt")

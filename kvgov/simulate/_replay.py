@@ -43,11 +43,11 @@ from engine.twin.event_loop import run_virtual
 from engine.twin.twin_engine import attach_twin
 from engine.twin.twin_loop import TwinEngineLoop
 from governor import AgentSpec, GenerationRequest, GenerationResult, Governor, Lease
-from kvgov._trace_prompts import PromptBook
 from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG
 from kvgov.benchmarks.swarm.result import EngineCounters, EngineTap, RunResult
 from kvgov.benchmarks.swarm.runner import SwarmTimeout
-from kvgov.simulate_trace import Phase, TracedAgent, TraceWorkload
+from kvgov.simulate._prompts import PromptBook
+from kvgov.simulate.trace import Phase, TracedAgent, TraceWorkload
 
 __all__ = ["AgentReplay", "Replay", "replay"]
 

@@ -31,7 +31,7 @@ Errors, each with what to do::
     ValueError
     ├── SpanFileError (integrations.jsonl)   a line that is not a span
     ├── ReportError (integrations.report)    no kvgov agent span in the file
-    └── ScenarioError (kvgov.simulate)
+    └── ScenarioError (kvgov.simulate.errors)
         └── TraceError   a file that cannot be read, a token count that is not one, no
                          model call with its token counts, or an agent count that is
                          not whole runs of the trace
@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from integrations.jsonl import SpanRecord, read_spans
 from integrations.otel import names as n
 from integrations.report import ReportError
-from kvgov.simulate import ScenarioError
+from kvgov.simulate.errors import ScenarioError
 
 __all__ = [
     "Phase",

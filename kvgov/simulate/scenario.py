@@ -21,8 +21,8 @@ space ``host_bytes``. The workload is the swarm benchmark's (teams of a planner 
 workers; tool outputs from its corpus, tool latencies lognormal), scaled by the
 scenario: ``tool_scale`` times its latencies, ``turns`` tool calls a worker,
 ``reply_tokens`` a call. Or it is a recorded run's (``Scenario.trace``, read by
-``kvgov.simulate_trace``): every scheme replays the trace's agents, calls, contexts, tool
-times and fan-outs as recorded (``kvgov._trace_replay``). Every figure is modelled.
+``kvgov.simulate.trace``): every scheme replays the trace's agents, calls, contexts, tool
+times and fan-outs as recorded (``kvgov.simulate._replay``). Every figure is modelled.
 
 Bad input raises ``ScenarioError`` (a card too small for the weights, a count that is
 not one) before anything runs.
@@ -45,13 +45,14 @@ from engine.twin import DeviceProfile
 from engine.twin.targets import TargetModel
 from kvgov.benchmarks.swarm.result import percentile
 from kvgov.benchmarks.swarm.workload import SwarmWorkload
+from kvgov.simulate.errors import ScenarioError
 
 if TYPE_CHECKING:
     from engine import Engine
-    from kvgov._trace_prompts import PromptBook
-    from kvgov._trace_replay import AgentReplay, Replay
     from kvgov.benchmarks.swarm.twin import TwinRun
-    from kvgov.simulate_trace import TraceWorkload
+    from kvgov.simulate._prompts import PromptBook
+    from kvgov.simulate._replay import AgentReplay, Replay
+    from kvgov.simulate.trace import TraceWorkload
 
 __all__ = [
     "SCHEMES",
@@ -77,10 +78,6 @@ VALIDATION = (
     "run refits them"
 )
 _DEADLINE_S = 6 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot run; the message says what to change."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -482,13 +479,13 @@ def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:
 def _prompt_book(trace: TraceWorkload) -> PromptBook:
     from engine.presets import PRESETS
     from engine.tokenizer import load_tokenizer
-    from kvgov._trace_prompts import PromptBook
+    from kvgov.simulate._prompts import PromptBook
 
     return PromptBook.of(trace, load_tokenizer(PRESETS[_STANDIN].tokenizer))
 
 
 def _replay(scenario: Scenario, scheme: str, book: PromptBook) -> SchemeRun:
-    from kvgov._trace_replay import replay
+    from kvgov.simulate._replay import replay
 
     assert scenario.trace is not None
     engine, slots = _engine(scenario, scheme)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvgov.simulate_trace import TracedAgent, TraceWorkload
+from kvgov.simulate.trace import TracedAgent, TraceWorkload
 
 __all__ = ["PromptBook"]
 

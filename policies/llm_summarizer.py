@@ -1,42 +1,12 @@
 """Model-backed reduction of a tool output to a token budget, with an extractive fallback.
 
-``LLMSummarizer`` asks a model to summarize a tool result that is over its budget: a
-governor ``Backend`` (``agenerate`` with ``max_tokens`` set to the budget, temperature 0)
-or a LangChain chat model (``ainvoke``, else ``invoke`` on a worker thread; duck-typed,
-so policies/ never imports LangChain). The system prompt asks for errors, numbers and the
-identifiers the call's arguments mention; the user message carries the tool's name, its
-arguments and its output.
-
-The model's answer is counted with the summarizer's own ``TokenCounter``, the unit the
-budget is in. An answer that is empty or over budget, a model that fails (unavailable,
-overloaded, refusing the request), or one that does not answer within ``timeout_s``
-hands the original text to the fallback (``ExtractiveSummarizer`` by default). Each
-fallback is counted by reason (``stats()``), logged at WARNING, and said in the
-record's ``detail``, which the governor's ``summarized`` event carries. So the result
-never exceeds the budget, and a deterministic model gives a deterministic result. A
-failure that no fallback should hide propagates (``policies._model_replies``): refused
-credentials (a 401/403, an ``AuthenticationError``), a ``ConfigError``, and programming
-errors (``TypeError``, ``AttributeError``, ``NameError``, ``LookupError``, ...).
-
-A call through a ``Backend`` runs inside an engine budget of its own, opened for it
-(named ``kvgov-summary-...``, sized to the prompt plus the answer) and closed after,
-so the engine holds it to the blocks it was sized for; the governor's leases do not
-see it, so keep summaries small against the pool (``max_input_tokens``).
-
-The prompt is kept to a size the model can take: output over ``max_input_tokens`` (8x
-the budget by default) is cut extractively first, and for a ``Backend`` the prompt plus
-the answer must also fit what it can hold (its ``max_model_len``, and the tokens its
-unpinned KV blocks hold), measured with the backend's own ``count_messages``.
-
-The timeout stops the work. ``areduce`` runs the call under ``asyncio.wait_for``: a
-cancelled ``agenerate`` aborts its request, whose blocks return, and a cancelled
-``ainvoke`` cancels the model's own call. ``reduce`` is ``areduce`` on a private event
-loop, run on the calling thread, or on a worker thread when the caller's thread already
-runs a loop (which the call then blocks, as any sync call would). ``areduce`` never waits
-on the engine on its event loop: sizing the prompt (the backend's capacity, counting,
-cutting), opening and closing the budget and the fallback run on worker threads. A
-sync-only chat model cannot be interrupted: its thread runs on after a timeout,
-unawaited, while the fallback answers.
+``LLMSummarizer`` asks a governor ``Backend`` or a LangChain chat model (duck-typed, so
+policies/ never imports LangChain) to summarize a tool result over its budget. The result
+never exceeds the budget: an empty, over-budget, failed or late answer goes to the
+fallback, counted by reason in ``stats()``. Failures no fallback should hide (refused
+credentials, ``ConfigError``, programming errors) propagate, and ``areduce`` never waits on
+the engine on its event loop. The prompt, the engine budget of its own, the sizing and the
+timeout: docs/design/summarizers.md.
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
 """Compaction by summary: fold the oldest turns into one running-summary message.
 
-``SummarizeOldest`` keeps every system message, the first user message and as many of
-the latest turns as fit, and replaces the turns before them with one message::
-
-    {"role": "user", "content": "[Summary of N earlier messages]\\n<summary>"}
-
-It is a user message rather than a system one because many chat templates accept a
-system message only at the start. ``N`` counts the original messages it stands for.
-
-The summary keeps its room: the latest turns kept are the most that leave it
-``summary_tokens`` (or what the folded turns hold, where less), and only where none do
-does it take what is left. It holds what the user and the model said in the span, one
-``role: content`` line per message, then each tool call with its result, one
-``name(arguments) -> result`` entry per call. Where they do not all fit:
-
-- what the user said stays whole (instructions and decisions, which no tool can give
-  back), the latest lines first where not even they fit;
-- the model's own words keep a share of the room left in proportion to their part of
-  what is folded, its latest lines whole;
-- each result keeps its gist (``ExtractiveSummarizer.gist``: the lines its reader ranks
-  first, told the call's tool and arguments) in an equal share of the rest, the shorter
-  ones whole; the oldest entries go first where a share would leave a result fewer than
-  ``_LEAST_RESULT_TOKENS``. A summarizer without ``gist`` reduces the entries at once.
-
-So an agent loop that narrates at length still keeps what each tool found. A running
-summary from an earlier compaction is folded into the next one: its count carried over,
-its said lines kept as said, and its entries read back and cut to their first lines (a
-gist is written most telling first), never read again. An assistant message that calls
-tools and its results are summarized or kept together; when no whole turn can be kept
-(an agent loop answering one user message), the loop's rounds are folded from the oldest
-instead. When even the head, a summary and the last turn do not fit it raises
-``CeilingExceeded``.
-
-``compact_to`` is how far under the ceiling a compaction goes: the result fits that
-share of the room (the ceiling less the reply's reserve), its summary that share of
-``summary_tokens`` (the summary keeps its part of what the compaction leaves), or the
-whole room and ``summary_tokens`` where it cannot. At 1 a history past the ceiling is
-compacted to the brim, so every later call folds one more turn and rewrites the summary:
-the engine's prefix cache holds nothing of the prompt past the head, and the whole
-history is computed again at every call. Below 1 the next calls append to a prompt the
-engine has cached, and compaction runs once in a few calls.
+``SummarizeOldest`` keeps every system message, the first user message and as many of the
+latest turns as fit, and replaces the turns before them with one user message,
+``[Summary of N earlier messages]``. What the user said has the first claim on the
+summary's room; an assistant message that calls tools and its results are summarized or
+kept together; when even the head, a summary and the last turn do not fit it raises
+``CeilingExceeded``. What the summary keeps, how it shares its room, and ``compact_to``:
+docs/design/summarizers.md.
 """
 
 from __future__ import annotations

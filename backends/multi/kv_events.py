@@ -1,50 +1,17 @@
 """``KVEventIndex``: which replica holds which prefix, from vLLM's KV-cache events.
 
-vLLM started with ``--kv-events-config '{"enable_kv_cache_events": true, "publisher":
-"zmq", "endpoint": "tcp://*:5557"}'`` publishes every block it caches and evicts, over a
-ZeroMQ PUB socket, as multipart messages ``(topic, sequence as 8 big-endian bytes,
-payload)``; the payload is a ``KVEventBatch`` encoded by msgspec's msgpack encoder
-(``vllm/distributed/kv_events.py``): ``{"ts", "events", "data_parallel_rank"}`` whose
-events are tagged structs, ``{"type": "BlockStored", "block_hashes", "parent_block_hash",
-"token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", ...}``,
-``{"type": "BlockRemoved", "block_hashes", "medium"}`` and ``{"type": "AllBlocksCleared"}``.
-Releases that encoded them as arrays (``["BlockStored", block_hashes, parent_block_hash,
-token_ids, ...]``, the batch ``[ts, events, data_parallel_rank]``) are read too; events of
-other types are skipped.
-
-Keys. vLLM's block hashes cannot be computed here (they hash with a per-process seed), so
-the index keys each stored block by its own chain: BLAKE2b of its parent's key, its token
-ids and its extra keys (vLLM's ``extra_keys``, one entry per block: the first block's
-carries the request's ``cache_salt``, a LoRA's blocks its name), kept beside vLLM's hash
-for the parent and removal lookups. ``matched_tokens(replica, token_ids, cache_salt=...)``
-is how many leading tokens of a prompt that replica holds in full blocks, stored under
-that salt: a tenant's prompt never matches another tenant's blocks, nor a LoRA's. (Events
-without ``extra_keys``, from releases before it, say no salt: their blocks are taken as
-unsalted, so a salted prompt never matches them; blocks of a LoRA there are skipped.)
-
-Bounds. Each replica's index keeps at most ``max_blocks`` blocks (``DEFAULT_MAX_BLOCKS``,
-131,072: 2M tokens in blocks of 16, more than one GPU's prefix cache holds; about 270
-bytes each, so about 35 MiB per replica when full), the oldest stored dropped first.
-
-Sequence. Each message's sequence number must follow the last one from its publisher
-(per replica and data-parallel rank). A gap means messages were missed (a SUB socket drops
-them past its high-water mark; a publisher that started again counts from 0), removals
-among them perhaps, so that replica's index is cleared, stale rather than wrong, and the
-gap counted (``num_gaps``); it fills again from the next events. (vLLM's own subscriber
-asks its replay socket for the missed ones; replay is left to the caller.)
-
-Errors. A frame or payload that is not a KV event batch raises ``KVEventError``, and only
-it, so a feed loop catches that one and goes on. A batch is checked whole before any of it
-is applied; a malformed one clears that replica's index, as a gap does (its events are
-lost).
+Feed it the frames your own SUB socket receives (``feed(replica, frames)``; pyzmq is yours
+to install); ``matched_tokens(replica, token_ids, cache_salt=...)`` is how many leading
+tokens of a prompt that replica holds in full blocks, stored under that salt. A tenant's
+prompt never matches another tenant's blocks, nor a LoRA's; each replica's index keeps at
+most ``max_blocks`` blocks; a batch is checked whole before any of it is applied, and a
+sequence gap or a malformed batch clears that replica's index (stale rather than wrong).
+Needs ``msgpack`` (``pip install 'kvgov[kv-events]'``). Thread-safe; ``_lock`` is a leaf.
+The format, the keys, the bounds and the sequence rule: docs/guides/replicas.md.
 
     BackendError
     └── KVEventError   a malformed message from a replica's publisher (``replica``,
                        ``problem``); not retriable: the same bytes fail again
-
-Feed it the frames your own SUB socket receives (``feed(replica, frames)``; pyzmq is yours
-to install). Needs ``msgpack`` (``pip install 'kvgov[kv-events]'``). Thread-safe; ``_lock``
-is a leaf.
 """
 
 from __future__ import annotations

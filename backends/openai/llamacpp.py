@@ -1,41 +1,11 @@
 """``LlamaCppBackend``: ``OpenAICompatibleBackend`` for llama.cpp's ``llama-server``.
 
-What it reads (``backends.openai._llamacpp_probe``): ``/props`` (``total_slots``, a slot's
-``n_ctx``), ``/slots`` (each slot's context and last task), ``/metrics`` with
-``--metrics`` (requests processing and deferred, prompt tokens evaluated and reused;
-this llama-server has no KV usage gauge, so blocks in use are what this client's calls
-in flight reserved).
-
-What a ceiling means depends on the server's KV layout, which it does not report:
-- split per slot (``-np N`` without ``--kv-unified``, the default here): each slot owns
-  ``n_ctx`` tokens and the capacity is their sum in whole blocks per slot; no lease may
-  pass one slot's ``n_ctx`` (``max_model_len``), and a ceiling is also a slot's share.
-- unified (``--kv-unified``; pass ``kv_unified=True``): every slot may grow to ``n_ctx``,
-  all in one pool of ``n_ctx`` tokens; the capacity is that pool, and leases' ceilings
-  add up within it as they do on the bundled engine.
-
-Its levers:
-- ``id_slot`` and ``cache_prompt``: each budget (an agent's lease) keeps the slot that
-  holds its prompt (``backends.openai._llamacpp_slots``), so its next turn reuses it and
-  tenants are kept apart by slot: llama-server has no cache salt (and no priority), so
-  two tenants on one slot could share a cached prefix; the first call of a budget on a
-  slot that held another tenant's KV (another ``cache_salt``) is sent with
-  ``cache_prompt`` off, so it is evaluated whole and overwrites that KV.
-- ``retain``: the budget keeps its slot (no other budget is given it) until its next
-  call; returns the tokens it holds there.
-- ``offload``/``restore``: slot save and restore (``POST /slots/{id}?action=save`` then
-  ``erase``, later ``action=restore`` into a free slot), for a server started with
-  ``--slot-save-path``; without it the server refuses and the governor keeps the KV
-  where it is. Each budget's file is named by a digest of this backend, the budget's
-  cache salt and its name (``_llamacpp_slots.slot_filename``): no other backend, tenant
-  or budget writes it, so a restore never loads another's KV.
-- The ``exceed_context_size_error`` 400 raises ``CeilingExceededError`` (``needed`` =
-  its ``n_prompt_tokens``, ``available`` = its ``n_ctx``), never retried.
-
-Counting is the server's: ``/apply-template`` then ``/tokenize`` with special tokens, the
-prompt llama-server will evaluate. Restarts: llama-server has no start time; its
-counters starting again from 0 (``/metrics``) or ``/health`` failing mark one, and the
-slot assignments and saved slots are forgotten.
+It reads capacity and pressure from ``/props``, ``/slots`` and ``/metrics``. A ceiling is a
+slot's share of the context (split per slot, the default) or a share of one pool
+(``kv_unified=True``); each budget keeps the slot that holds its prompt (``id_slot``),
+which also keeps tenants apart (llama-server has no cache salt); offload and restore are
+slot save and restore, to files no other backend, tenant or budget writes. What it reads,
+the two KV layouts, the levers, counting and restarts: docs/guides/external-engines.md.
 """
 
 from __future__ import annotations

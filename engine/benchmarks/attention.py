@@ -1,57 +1,11 @@
 """``kvgov bench attention``: paged decode attention against SDPA on contiguous K/V.
 
 One decode step of one layer for 8 sequences of 4,096 tokens with the tiny-random head
-sizes (8 query heads, 2 KV heads, head_dim 32, float32, 16-token blocks; 16 MiB of K/V
-per layer), the new tokens' K/V write included:
-
-- ``paged_over_contiguous``: the fast backend (``PagedAttention``) over torch SDPA on
-  the same K/V stored contiguously as ``[8, 2, 4096, 32]`` (target <= 1.15). The blocks
-  are laid out by the engine's own ``BlockManager``: each prompt prefilled in one piece
-  (one contiguous run), then 512 tokens decoded round-robin, which interleaves the
-  sequences' later blocks as continuous batching does.
-- ``fragmented_over_contiguous``: the same with every block id shuffled (no runs).
-- ``naive_gather_over_contiguous``: gather every sequence's blocks into a fresh
-  contiguous copy each step, then SDPA (``GatherAttention``, the GPU path). On CPU its
-  cost is mostly the copy's page faults when glibc maps fresh memory for it, which it
-  does in some runs and not others.
-
-The baseline is the fastest way SDPA does this on contiguous K/V: grouped-query heads
-folded into the query axis, as the paged backend does, so a ratio prices paging alone
-(``sdpa_enable_gqa_ms`` shows plain ``enable_gqa=True`` SDPA beside it). Each ratio is
-measured as a pair, baseline and candidate interleaved call by call, and is the median
-of the per-repeat ratios; pairs run apart because the naive path's fresh allocations
-(page faults, unmaps) slow whatever runs next to it. ``prepare`` (the plan, once per
-step for all layers) is timed apart.
-
-Each timed call runs every layer in turn, and there are enough layers for each side's
-K/V to be twice the CPU's last-level cache as the OS reports it (at least 4 layers):
-every layer then reads cold memory, as in a real model whose KV is GBs. With fewer
-layers the K/V stays in a large L3 (300 MiB on some 2-core cloud machines) and the
-figures price cache bandwidth instead, which favours whatever reads the least.
-Threads: torch's default (``torch.get_num_threads()``), reported in the notes.
-
-Where ``paged_over_contiguous`` stops (2-core x86, 300 MiB L3). The block pool starts a
-blocked sequence's new run mid-way through the largest gap of empty blocks
-(``BlockPool.run_start``), so each sequence has 2 runs, both read in place. The prompts'
-runs lie back to back and the decoded runs evenly spaced (one gap apart), and each set is
-one strided view cut in 512-token chunks (``decode_views``): 2 kernel calls per layer
-(9 before), 64 partials merged 8 per row. One thread, busy host (load 3-4), ``--quick``,
-runs alternated with the code before: 1.35 and 1.27 before, 1.24 and 1.23 after (1.14 in
-an earlier run); in one process, 42 interleaved repeats: 1.22 to 1.18.
-
-What is left is fixed cost per layer, not reading: the same 64 chunks on a contiguous
-copy in one kernel call read 1.015-1.019x SDPA, token-major or head-major alike (so the
-cache's layout and the chunking cost nothing); cut in two calls, 1.04-1.06x; in place
-in the cache, 1.10x; the whole backend 1.21x. Per layer (one thread, busy host, SDPA
-2.3-4 ms): the K/V write 22-29 us, the merge 116-160 us (a grid gathered, a softmax and a
-weighted sum), about 15 other small ops 121-163 us. On this host each small op costs tens
-of microseconds after a layer's stream through memory has evicted the caches. The two
-kernel calls cannot be one (their chunks are spaced differently, which one strided view
-cannot express), so the floor here is about 1.1x on a quiet layer of 3-4 ms and 1.2x on a
-2.5 ms one; only a fused kernel that reads the runs and merges in one call (no such CPU
-op in torch) would reach 1.15 reliably. With 2 threads on a host shared with other
-processes, each OpenMP parallel region waits for a descheduled thread (about two 4 ms
-ticks): SDPA opens 1 per layer, the paged path 2 (9 before): 1.9-2.0x there.
+sizes, the new tokens' K/V write included. Each ratio (``paged_over_contiguous``,
+``fragmented_over_contiguous``, ``naive_gather_over_contiguous``) is measured as a pair
+against the fastest SDPA on contiguous K/V, interleaved call by call, over enough layers
+that every layer reads cold memory. What each figure measures, the baseline, and where
+``paged_over_contiguous`` stops on this CPU: docs/benchmarks.md (``kvgov bench attention``).
 """
 
 from __future__ import annotations

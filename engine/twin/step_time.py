@@ -1,46 +1,10 @@
 """The step-time model: how long one engine step takes on a device, from its batch, and the
 fit of the model's efficiency factors to a measured step-time grid.
 
-A step is a roofline over two kernels' worth of work, plus fixed costs and a prefill's
-re-reads of its cache that a CPU's kernel does not hide::
-
-    t = c0 + c1 * num_sequences + c2 * num_tokens
-        + max(dense_flops / (e_c * P), weight_bytes / (e_m * W))
-        + max(attention_flops / P, kv_bytes / W) / e_a
-        + n_p * prefill_context_bytes / W
-
-    P  the device's dense peak for the activations' width (DeviceProfile.flops_s); the
-       engine's quantization is weight-only, so its matmuls run at the activations' width
-    W  the device's memory bandwidth
-    weight_bytes     every weight read once: projections at weight_bits (plus one
-                     activation-width scale per group of 128), the rest at activation_bits
-    dense_flops      2 x projection weights x new tokens, plus the lm_head on one position
-                     per sequence (2 x vocab x hidden)
-    attention_flops  4 x layers x heads x head_dim x new tokens x attended tokens, causal
-                     within the new chunk: per sequence new * context + new * (new + 1) / 2
-    kv_bytes         K and V of every layer: context + new tokens read, new tokens written
-    prefill_context_bytes
-                     the K and V of every prefill chunk's cached context, once per query
-                     head (heads / kv_heads times over): a decode folds the query heads that
-                     share a KV head into one kernel call's rows, so kv_bytes reads each KV
-                     head once; a prefill chunk's kernel (torch's CPU flash attention) streams
-                     its KV head's cache for each query head, and a chunk of a few rows does
-                     too little arithmetic per key to hide that read. On this CPU (one
-                     thread) a 16-token chunk on 3,072 cached tokens cost 2.6 times a decode
-                     per cached token, and without the term such a chunk was predicted
-                     17-35% fast in each of the four grids that hold one: the swarm's
-                     shape, a tool's output appended to a long context
-    c0, c1           step_overhead_s, sequence_overhead_s: scheduling, sampling, Python
-    c2               token_overhead_s: the elementwise work beside the matmuls (embedding,
-                     norms, rotary, activations, residuals), which scales with the tokens;
-                     on a CPU it is a tenth of a step (without it prefills fit ~10% fast)
-    e_c, e_m, e_a    compute_efficiency, memory_efficiency, attention_efficiency
-    n_p              prefill_context_passes: those reads, counted in passes at the full
-                     bandwidth beyond the roofline; 0 on a GPU, whose kernels hide them
-
-``fit`` finds c0, c1, c2, e_c, e_m, e_a and n_p minimizing the squared relative error over
-the samples: for a fixed ratio e_m / e_c the model is linear in (c0, c1, c2, 1/e_m, 1/e_a,
-n_p), solved as non-negative least squares; the ratio is searched on a log grid and refined.
+A step is a roofline over its dense and attention work, plus fixed costs per step,
+sequence and token and a prefill's re-reads of its cache that a CPU's kernel does not
+hide; ``fit`` finds the non-negative coefficients that minimize the squared relative
+error over the samples. The formula, each term and the fit: docs/design/twin.md.
 
 Errors (caller input)::
 

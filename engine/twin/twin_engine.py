@@ -2,48 +2,12 @@
 own (its model computes them, the tiny-random one on this CPU); only time is the twin's.
 
 ``attach_twin(engine, profile=..., model_shape=..., clock=...)`` wraps one engine instance
-(the classes are untouched) until ``detach()``:
-
-- each ``engine.step()`` advances the virtual clock by ``StepTimeModel(profile).seconds(
-  model_shape, batch)``, for the batch the model runner computed in that step (read from
-  ``engine.runner.execute``, as ``engine.twin.measure`` reads it), where ``model_shape`` is
-  the *target* model's (the one the profile's device would run), not the engine's, times
-  ``noise``'s next factor where one is given (``engine.twin.noise``); a step that computes
-  nothing costs nothing;
-- each KV copy between device and host (``kv_cache.swap_out``/``swap_in``: offloads and
-  restores, preemption swaps, retained contexts moved out and back) is charged to the
-  ``HostLink`` at the target model's size: blocks x block size x the target's
-  ``kv_bytes_per_token``. Without ``copies_overlap_compute`` the step waits for its copies
-  and then computes; with it, copies run beside the compute and delay the step only by
-  what they take beyond it. A copy issued between steps (``engine.offload``) starts then,
-  and the next step waits for the link as above;
-- a prefill outside a step (``engine.runner.forward``: ``pin_prefix`` computing a shared
-  prefix) is charged as a step of its own, at the target's size, after the step in
-  progress (``prefill``), and with ``forward=False`` it is not computed either;
-- each request's virtual arrival (``add_request``), first token and finish (the end of
-  the step that produced them, or the time of an ``abort``) are recorded by request id,
-  and where its time went in between (``ledger``: queued, prefill, recompute, swap
-  stall, decode; ``engine.twin.time_ledger``);
-- the engine reads the virtual clock (``Engine.clock``): its requests' arrival, finish
-  and default order times are virtual seconds.
-
-Who moves the clock: with ``advance=True`` (the default, for a caller that steps the
-engine itself) each step moves it to the step's end. With ``advance=False`` a driver on a
-virtual-time event loop (``engine.twin.twin_loop``) does: a step computes at once and
-sets ``busy_until``, and the driver sleeps until then before handing out the outputs, so
-whatever else happens meanwhile (a tool returning, a timer firing) happens during the
-step, at its own time. A copy asked for while a step is in progress starts when it ends.
-
-``forward=False`` skips the model's forward pass: every chunk that completes its
-request's tokens samples one fixed token (never end-of-sequence), so a modelled run at a
-large model's scale (16k-token prompts, thousands of blocks) costs the host only the
-engine's bookkeeping. Decisions stay the engine's; only the tokens are no model's. Its
-driver may also say when the next event falls (``fold_until``: a virtual-time loop's
-next timer, the swarm runner's next tool return or policy deadline): the engine's
-decode-only steps that end before it are then taken in one pass (``engine.decode_run``),
-each charged as a step of its own (``steps_ended``), the engine left as after the same
-steps one by one. Not with ``noise``: finding how many steps end before the event
-would draw factors for a step then taken alone.
+(the classes are untouched) until ``detach()``: each step, each KV copy between device and
+host and each prefill outside a step is charged on the virtual clock at the target model's
+size. One twin per engine; with ``forward=False`` the tokens are no model's, the decisions
+still the engine's, and steps folded by ``fold_until`` leave the engine as the same steps
+taken one by one. What is charged, who moves the clock, ``forward=False`` and
+``fold_until``: docs/design/twin.md.
 
 Errors (caller input)::
 

@@ -69,12 +69,12 @@ __all__ = [
 SCHEMES = ("reserve", "paged", "kvgov")
 TITLES = {"reserve": "reserve-for-max", "paged": "paged engine alone", "kvgov": "kvgov"}
 _STANDIN = "tiny-random"  # the engine whose decisions the twin times at the target's size
-# What the twin's figures have been checked against (``kvgov twin check``, README).
+# What the twin's figures have been checked against (``kvgov twin check``, docs/twin.md).
 VALIDATION = (
     "the twin against the real engine on a 2-core CPU (`kvgov twin check`, 2026-12-06, "
     "two full checks, real medians of 5 rounds against twin medians of 20): mean job time "
     "within 10% for all four policies (0.075 and 0.094 at worst), prefill tokens within 2%, "
-    "offloads within one (README); the GPU profiles' efficiencies are assumed until a GPU "
+    "offloads within one (docs/twin.md); the GPU profiles' efficiencies are assumed until a GPU "
     "run refits them"
 )
 _DEADLINE_S = 6 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm

@@ -4,7 +4,7 @@ round of each.
 
 The full check (five real rounds, the benchmark's workload, every policy) is measured
 against the issue's tolerances (job time within 10%, prefill tokens within 5%; its figures
-are in the README). One real round on a shared runner varies more than that by itself (the
+are in docs/twin.md). One real round on a shared runner varies more than that by itself (the
 rounds' spread there is 10-25%), so here job time is held to 25% beyond the in-place step
 error (how far the machine strayed, during the real round, from the one its grid
 measured). Under kvgov (team prompts pinned, contexts held) the engine computes the same
@@ -62,7 +62,7 @@ def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: Twi
 def test_the_step_time_model_is_held_to_the_steps_the_real_rounds_took(short: TwinCheck) -> None:
     # Every real step was timed and predicted: a timer that missed the steps, or a
     # prediction at another model's shape, would be far off (the bound is loose for a
-    # shared runner; the full check's figures are in the README).
+    # shared runner; the full check's figures are in docs/twin.md).
     for check in short.checks:
         assert check.measured_step_s > 0.2 * check.real[0].makespan_s, check.policy
         assert abs(check.step_error) < 0.5, (check.policy, check.step_error)

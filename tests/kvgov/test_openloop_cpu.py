@@ -23,8 +23,9 @@ from kvgov.benchmarks.openloop import cpu, stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.agreement import Agreement, AgreementError
 from kvgov.benchmarks.openloop.cpu import CpuPanelError, CpuPanelRuns, ProfileNotFittedError
-from kvgov.benchmarks.openloop.panel import Cell, PanelRuns, WorkloadSetup
+from kvgov.benchmarks.openloop.panel import Cell, PanelRuns
 from kvgov.benchmarks.openloop.tuned import TUNED
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 
 SEEDS = (1, 2)
 # A path of each kind through the runs: paged through the runner unpriced, ttl-pin priced

@@ -12,7 +12,8 @@ import pytest
 
 from engine.twin.event_loop import VirtualTimeLoop
 from kvgov.benchmarks.openloop import workload as openloop
-from kvgov.benchmarks.openloop.panel import WorkloadSetup, _run
+from kvgov.benchmarks.openloop.panel import _run
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.twin import TwinDevice, _TwinClock, measure_twin_costs
 from kvgov.simulate import stand_in_engine
 from tests.kvgov.test_openloop_panel import small_card

@@ -13,7 +13,8 @@ import pytest
 
 from kvgov.benchmarks.openloop import bench, system
 from kvgov.benchmarks.openloop import workload as openloop
-from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs, choose, tune
+from kvgov.benchmarks.openloop.context_tuning import tune_editing as tune
+from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs, choose
 from kvgov.benchmarks.openloop.handled import counter
 from kvgov.benchmarks.openloop.langchain_context import CONTEXT_EDITING, handle
 from kvgov.benchmarks.openloop.system import System

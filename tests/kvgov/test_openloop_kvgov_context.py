@@ -13,12 +13,13 @@ import pytest
 
 from kvgov.benchmarks.context import SUMMARY_SHARE
 from kvgov.benchmarks.openloop import bench, system
+from kvgov.benchmarks.openloop.context_tuning import tune_kvgov_context as tune
 from kvgov.benchmarks.openloop.editing_knobs import choose
 from kvgov.benchmarks.openloop.handled import KVGOV, prepare
-from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, choose_keeping, tune
+from kvgov.benchmarks.openloop.kvgov_context import KvgovContext, choose_keeping
 from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
-from kvgov.benchmarks.openloop.panel import longest_call
 from kvgov.benchmarks.openloop.system import SeedRuns, System
+from kvgov.benchmarks.openloop.workload_setup import longest_call
 from tests.kvgov.test_openloop_system import EDITING, RATE, TINY, WINDOW_TOKENS, WINDOWS_S
 
 TIGHT = KvgovContext(ceiling_tokens=1_000, tool_output_tokens=100)

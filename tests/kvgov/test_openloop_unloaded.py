@@ -11,8 +11,9 @@ import pytest
 from kvgov.benchmarks.openloop import unloaded as unloaded_module
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.figures import PanelFigures
-from kvgov.benchmarks.openloop.panel import PanelRuns, WorkloadSetup, run_panel
+from kvgov.benchmarks.openloop.panel import PanelRuns, run_panel
 from kvgov.benchmarks.openloop.unloaded import UnloadedRunError, UnloadedTimes
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.twin import TwinDevice
 from tests.kvgov.test_openloop_panel import small_card
 

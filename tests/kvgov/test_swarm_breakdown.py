@@ -12,7 +12,7 @@ import pytest
 
 from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import workload as openloop
-from kvgov.benchmarks.openloop.panel import WorkloadSetup
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.breakdown import PARTS, JobTime
 from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
 from kvgov.simulate import stand_in_engine

@@ -13,9 +13,10 @@ run of its own (``figures``). Every figure is modelled: decisions are the real e
 governor's and policies'; times and bytes are the twin's (its validation against the real
 engine: README, ``kvgov twin check``).
 
-Seeds: ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure reported here
-comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each policy runs with
-its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one rule for all).
+Seeds (``sweep``): ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure
+reported here comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each
+policy runs with its knobs as tuned there (``tuned.TUNED``, chosen by ``tuning``'s one
+rule for all).
 
 After the memory-policy panel, in this order:
 
@@ -39,7 +40,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from engine.benchmarks import Measurement
-from kvgov.benchmarks.baselines import BASELINES
 from kvgov.benchmarks.openloop import cpu, system
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.budgets import SHARES, BudgetFigures, run_budgets
@@ -47,28 +47,22 @@ from kvgov.benchmarks.openloop.figures import PanelFigures
 from kvgov.benchmarks.openloop.kvgov_context import KVGOV_CONTEXT, KVGOV_FASTEST
 from kvgov.benchmarks.openloop.panel import reference_card, run_panel
 from kvgov.benchmarks.openloop.processes import default_processes
+from kvgov.benchmarks.openloop.sweep import (
+    EVALUATION_SEEDS,
+    POLICIES,
+    RATES,
+    TEAMS_PER_WINDOW,
+    TUNING_SEED,
+    windows,
+)
 from kvgov.benchmarks.openloop.tuned import TUNED
 
 __all__ = ["EVALUATION_SEEDS", "POLICIES", "RATES", "TUNING_SEED", "run"]
 
-TUNING_SEED = 0
-EVALUATION_SEEDS = tuple(range(1, 11))
-# Teams a minute: the paged engine saturates near 0.25 on the reference card (each
-# run reports it: saturation_paged), so the sweep runs from below it (0.1, and 0.2 at
-# 0.8 of it) to four times past it.
-RATES = (0.1, 0.2, 0.4, 1.0)
-TEAMS_PER_WINDOW = 6.0  # teams expected to arrive in a run's window, at every rate
-POLICIES = (*BASELINES, "kvgov")
 _QUICK_SEEDS = (1, 2)
 _QUICK_RATES = (0.5,)
 _QUICK_TEAMS = 1.5
 _QUICK_SHARES = (0.5, 1.0)
-
-
-def windows(rates: Sequence[float], teams: float = TEAMS_PER_WINDOW) -> dict[float, float]:
-    """Each rate's arrival window, seconds: long enough for ``teams`` teams to arrive
-    on average, so a low rate is measured over as many jobs as a high one."""
-    return {rate: 60.0 * teams / rate for rate in rates}
 
 
 def run(*, quick: bool = False, plot: Path | None = None) -> Iterator[Measurement]:

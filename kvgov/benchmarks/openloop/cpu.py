@@ -41,12 +41,17 @@ from typing import TYPE_CHECKING, Any
 from engine.benchmarks import Direction, Measurement
 from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
-from kvgov.benchmarks.openloop.panel import Panel, PanelRuns
+from kvgov.benchmarks.openloop.agreement import Agreement
+from kvgov.benchmarks.openloop.figures import PanelFigures
+from kvgov.benchmarks.openloop.panel import Panel, PanelRuns, run_panel
+from kvgov.benchmarks.openloop.real import DEADLINE_S, run_real
+from kvgov.benchmarks.openloop.sweep import POLICIES, TUNING_SEED
+from kvgov.benchmarks.openloop.tuned import TUNED
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 
 if TYPE_CHECKING:
     from engine.twin import DeviceProfile
     from engine.twin.targets import TargetModel
-    from kvgov.benchmarks.openloop.figures import PanelFigures
 
 __all__ = [
     "BLOCK_SIZE",
@@ -224,9 +229,6 @@ def run_cpu_panel(
     """Every policy on every workload on the twin of ``panel`` (``run_panel``), then on
     the real engine (``real.run_real``); the real runs' goodput SLOs are the twin's
     unloaded times (a team run alone on the real engine would cost as much again)."""
-    from kvgov.benchmarks.openloop.panel import WorkloadSetup, run_panel
-    from kvgov.benchmarks.openloop.real import DEADLINE_S, run_real
-
     twin = run_panel(panel, workloads, policies, knobs=knobs, progress=progress)
     setups = [WorkloadSetup.of(w, block_size=panel.scenario.block_size) for w in workloads]
     real = run_real(
@@ -252,9 +254,6 @@ def cpu_figures(
 ) -> Iterator[Measurement]:
     """The CPU panel's figures (see the module docstring); the headline ratios at the
     highest rate of ``rates``."""
-    from kvgov.benchmarks.openloop.agreement import Agreement
-    from kvgov.benchmarks.openloop.figures import PanelFigures
-
     real = PanelFigures(
         runs.real, rates, seeds, policies, window_s, "cpu", what=what, label=_MEASURED
     )
@@ -375,8 +374,6 @@ def measure(
     writes it), or fitted now with ``fit_now`` (``kvgov twin fit``, written to that path:
     a profile fitted minutes before the real runs predicts them best). The real runs are
     timed on the wall clock: run nothing else beside them."""
-    from kvgov.benchmarks.openloop.bench import POLICIES, TUNING_SEED
-    from kvgov.benchmarks.openloop.tuned import TUNED
     from kvgov.twin import default_profile_path
 
     progress = progress or _progress

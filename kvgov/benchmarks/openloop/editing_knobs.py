@@ -6,26 +6,23 @@ seed.
 passes ``trigger`` tokens (LangChain's default trigger, 100,000, is past Qwen3-8B's
 32,768-token window, so a user must set one; its default ``keep`` is 3). kvgov's context
 is tuned on two knobs (``kvgov_context``), so context editing is tuned on its two as well:
-on ``bench.TUNING_SEED`` only, every point of ``TRIGGERS`` x ``KEEPS`` runs each baseline
+on ``sweep.TUNING_SEED`` only, every point of ``TRIGGERS`` x ``KEEPS`` runs each baseline
 with context editing at the tuning rates; the point with the least geometric mean over
 those runs of the mean job time is chosen, and a point within 1% of the least goes to the
 greatest such (``EditingKnobs`` order: the later trigger, then the more results kept, so
-its agents keep more). ``EDITING_KNOBS`` is what the rule chose (``tune`` reruns it).
+its agents keep more). ``EDITING_KNOBS`` is what the rule chose
+(``context_tuning.tune_editing`` reruns it).
 """
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kvgov.benchmarks.openloop import stats
-from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.langchain_context import CONTEXT_EDITING, ContextHandling
 
-__all__ = ["EDITING_KNOBS", "KEEPS", "TRIGGERS", "EditingKnobs", "choose", "tune"]
+__all__ = ["EDITING_KNOBS", "KEEPS", "TRIGGERS", "EditingKnobs", "choose"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -98,67 +95,3 @@ def choose(objective: Mapping[K, float]) -> K:
     chooses kvgov's context (``kvgov_context``), its points ordered by what they keep."""
     least = min(objective.values())
     return max(t for t, v in objective.items() if v <= least * (1 + _TIE))
-
-
-def tune(
-    rates: Sequence[float],
-    *,
-    window_s: Mapping[float, float],
-    policies: Sequence[str],
-    triggers: Sequence[int] = TRIGGERS,
-    keeps: Sequence[int] = KEEPS,
-    base: openloop.OpenLoopWorkload = openloop.TWIN,
-    window_tokens: int | None = None,
-    processes: int = 1,
-    progress: Callable[[str], None] = lambda line: None,
-) -> tuple[EditingKnobs, dict[EditingKnobs, dict[str, float]]]:
-    """The chosen point, and each point's mean job time by ``policy@rate``, all on the
-    tuning seed; ``processes`` points at once, each in a process of its own. ``base``
-    and ``window_tokens`` as ``system.run_seed`` takes them."""
-    from kvgov.benchmarks.openloop.processes import in_processes
-
-    points = [EditingKnobs(trigger, keep) for trigger in triggers for keep in keeps]
-    began = time.perf_counter()
-    jobs = [
-        functools.partial(
-            _jct_by_run, point, tuple(rates), dict(window_s), tuple(policies), base, window_tokens
-        )
-        for point in points
-    ]
-
-    def done(index: int, row: dict[str, float]) -> None:
-        progress(f"{points[index].describe()}: {row} ({time.perf_counter() - began:.0f} s)")
-
-    rows = in_processes(jobs, processes=processes, done=done)
-    table = dict(zip(points, rows, strict=True))
-    objective = {p: stats.tuning_objective(row.values()) for p, row in table.items()}
-    return choose(objective), table
-
-
-def _jct_by_run(
-    point: EditingKnobs,
-    rates: tuple[float, ...],
-    window_s: dict[float, float],
-    policies: tuple[str, ...],
-    base: openloop.OpenLoopWorkload,
-    window_tokens: int | None,
-) -> dict[str, float]:
-    """Each baseline's mean job time with context editing so, by ``policy@rate``, on the
-    tuning seed."""
-    from kvgov.benchmarks.openloop import bench
-    from kvgov.benchmarks.openloop.system import System, run_seed
-
-    runs = run_seed(
-        bench.TUNING_SEED,
-        rates,
-        window_s=window_s,
-        policies=policies,
-        editing=point,
-        only=[System(p, CONTEXT_EDITING) for p in policies],
-        base=base,
-        window_tokens=window_tokens,
-    )
-    return {
-        f"{name.rsplit('+', 1)[0]}@{rate:g}": result.jct_mean_s
-        for (name, rate), result in runs.results.items()
-    }

@@ -28,13 +28,13 @@ from kvgov.benchmarks.openloop.langchain_context import (
     ContextHandling,
     handle,
 )
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup, longest_call
 from kvgov.benchmarks.swarm.workload import AgentScript
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
     from governor import TokenCounter
     from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
-    from kvgov.benchmarks.openloop.panel import WorkloadSetup
 
 __all__ = ["KVGOV", "HandledWorkloadError", "Prepared", "counter", "prepare", "prepare_kvgov"]
 
@@ -47,7 +47,7 @@ class HandledWorkloadError(ValueError):
 
 @dataclass(slots=True)
 class Prepared:
-    """One workload as each handling sends it: its ``panel.WorkloadSetup`` by handling
+    """One workload as each handling sends it: its ``WorkloadSetup`` by handling
     (``KVGOV`` and each of ``HANDLINGS``), every worker's planted facts, and the calls
     context editing left over the window."""
 
@@ -171,9 +171,8 @@ def _setup(
     block_size: int,
     window_tokens: int,
 ) -> WorkloadSetup:
-    """``panel.WorkloadSetup`` of scripts made here (``WorkloadSetup.of`` builds its own),
+    """``WorkloadSetup`` of scripts made here (``WorkloadSetup.of`` builds its own),
     every call checked to fit the model's window with its reply."""
-    from kvgov.benchmarks.openloop.panel import WorkloadSetup, longest_call
 
     prompts = openloop.prompts(scripts, tokenizer)
     for script in scripts:

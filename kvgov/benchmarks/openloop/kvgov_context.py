@@ -4,7 +4,7 @@ under it a compaction goes, and the budget each tool output is reduced to, chose
 tuning seed, never on a reported seed.
 
 Context editing's trigger and keep are tuned for its users' stack, and kvgov's own
-handling with the same effort: on ``bench.TUNING_SEED`` only, kvgov runs with every point
+handling with the same effort: on ``sweep.TUNING_SEED`` only, kvgov runs with every point
 of ``CEILINGS`` x ``TOOL_OUTPUTS`` x ``SUMMARY_SHARES`` x ``COMPACT_TOS`` at the rates
 context editing was tuned at. The rule (``choose_keeping``) is context editing's
 (``editing_knobs.choose``: the least geometric mean over the rates of the mean job time,
@@ -14,24 +14,18 @@ the same seed: the comparison asks for kvgov's speed with no fewer facts kept. W
 point keeps as many, the one that keeps most is chosen. Facts kept are reported beside
 job time for every system.
 
-``KVGOV_CONTEXT`` is what the rule chose (``tune`` reruns it).
+``KVGOV_CONTEXT`` is what the rule chose (``context_tuning.tune_kvgov_context`` reruns it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvgov.benchmarks.context import SUMMARY_SHARE
-from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
-
-if TYPE_CHECKING:
-    from kvgov.benchmarks.openloop.editing_knobs import EditingKnobs
+from kvgov.benchmarks.openloop.editing_knobs import choose
 
 __all__ = [
     "CEILINGS",
@@ -41,9 +35,7 @@ __all__ = [
     "SUMMARY_SHARES",
     "TOOL_OUTPUTS",
     "KvgovContext",
-    "PointRun",
     "choose_keeping",
-    "tune",
 ]
 
 
@@ -155,16 +147,6 @@ KVGOV_CONTEXT = KvgovContext(
 KVGOV_FASTEST = KvgovContext(ceiling_tokens=8_000, tool_output_tokens=2_048, compact_to=0.6)
 
 
-@dataclass(frozen=True, slots=True)
-class PointRun:
-    """One point of the grid on the tuning seed: kvgov's mean job time by rate, the
-    facts its agents keep, and the most any LangChain handling keeps (percent)."""
-
-    jct_mean_s: dict[float, float]
-    facts_kept_pct: float
-    facts_floor_pct: float
-
-
 def choose_keeping(
     objective: Mapping[KvgovContext, float],
     facts_kept_pct: Mapping[KvgovContext, float],
@@ -173,92 +155,7 @@ def choose_keeping(
     """The point ``editing_knobs.choose`` picks among those that keep at least
     ``floor`` percent of the facts; where none does, the one that keeps most (the one
     that keeps more context on a tie)."""
-    from kvgov.benchmarks.openloop.editing_knobs import choose
-
     enough = {p: v for p, v in objective.items() if facts_kept_pct[p] >= floor}
     if not enough:
         return max(facts_kept_pct, key=lambda p: (facts_kept_pct[p], p))
     return choose(enough)
-
-
-def tune(
-    rates: Sequence[float],
-    *,
-    window_s: Mapping[float, float],
-    ceilings: Sequence[int] = CEILINGS,
-    tool_outputs: Sequence[int] = TOOL_OUTPUTS,
-    summary_shares: Sequence[float] = SUMMARY_SHARES,
-    compact_tos: Sequence[float] = COMPACT_TOS,
-    base: openloop.OpenLoopWorkload = openloop.TWIN,
-    window_tokens: int | None = None,
-    editing: EditingKnobs | None = None,
-    processes: int = 1,
-    progress: Callable[[str], None] = lambda line: None,
-) -> tuple[KvgovContext, dict[KvgovContext, PointRun]]:
-    """The chosen point, and each point's run, all on the tuning seed; ``processes``
-    points at once, each in a process of its own. ``base``, ``window_tokens`` and
-    ``editing`` (None: context editing's knobs as tuned) as ``system.run_seed`` takes
-    them: every handling is built for the jobs' SLOs."""
-    from kvgov.benchmarks.openloop.processes import in_processes
-
-    points = [
-        KvgovContext(c, t, share, to)
-        for c in ceilings
-        for t in tool_outputs
-        for share in summary_shares
-        for to in compact_tos
-    ]
-    began = time.perf_counter()
-    jobs = [
-        functools.partial(
-            _jct_by_rate, point, tuple(rates), dict(window_s), base, window_tokens, editing
-        )
-        for point in points
-    ]
-
-    def done(index: int, run: PointRun) -> None:
-        progress(
-            f"{points[index].describe()}: {run.jct_mean_s}, facts kept "
-            f"{run.facts_kept_pct:.1f}% ({time.perf_counter() - began:.0f} s)"
-        )
-
-    rows = in_processes(jobs, processes=processes, done=done)
-    table = dict(zip(points, rows, strict=True))
-    objective = {p: stats.tuning_objective(run.jct_mean_s.values()) for p, run in table.items()}
-    facts = {p: run.facts_kept_pct for p, run in table.items()}
-    floor = max(run.facts_floor_pct for run in table.values())
-    return choose_keeping(objective, facts, floor), table
-
-
-def _jct_by_rate(
-    point: KvgovContext,
-    rates: tuple[float, ...],
-    window_s: dict[float, float],
-    base: openloop.OpenLoopWorkload,
-    window_tokens: int | None,
-    editing: EditingKnobs | None,
-) -> PointRun:
-    """kvgov's run on the tuning seed with its context so: its mean job time at each
-    rate, and the facts kept by it and by the best LangChain handling."""
-    from kvgov.benchmarks.openloop import bench
-    from kvgov.benchmarks.openloop.editing_knobs import EDITING_KNOBS
-    from kvgov.benchmarks.openloop.handled import KVGOV
-    from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
-    from kvgov.benchmarks.openloop.system import System, run_seed
-
-    runs = run_seed(
-        bench.TUNING_SEED,
-        rates,
-        window_s=window_s,
-        only=[System(KVGOV, KVGOV)],
-        base=base,
-        window_tokens=window_tokens,
-        editing=EDITING_KNOBS if editing is None else editing,
-        kvgov_context=point,
-    )
-    rate = rates[0]  # facts kept are a handling's, the same at every rate
-    return PointRun(
-        {rate: result.jct_mean_s for (_, rate), result in runs.results.items()},
-        runs.facts[(KVGOV, rate)].pct,
-        max(runs.facts[(handling, rate)].pct for handling in HANDLINGS),
-    )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from kvgov.benchmarks.openloop.processes import in_processes
 from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.result import RunResult
-from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload
 from kvgov.simulate import Scenario, stand_in_engine
 
 if TYPE_CHECKING:
@@ -46,15 +45,12 @@ __all__ = [
     "Cell",
     "Panel",
     "PanelRuns",
-    "WorkloadSetup",
     "check_knobs",
-    "longest_call",
     "policy_knobs",
     "reference_card",
     "run_panel",
 ]
 
-_STANDIN = "tiny-random"  # the stand-in engine's model (stand_in_engine): its tokenizer
 _DEADLINE_S = 24 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
 
 
@@ -88,59 +84,6 @@ def reference_card(*, host_ratio: float = 3.0) -> Panel:
     host = int(host_ratio * sized.kv_bytes)
     return Panel(
         name="twin-rx9070xt", scenario=Scenario(profile=profile, target=target, host_bytes=host)
-    )
-
-
-@dataclass(slots=True)
-class WorkloadSetup:
-    """One (rate, seed)'s workload: its scripts and every call's prompt ids, shared by
-    every policy, and the blocks every agent's peak context takes at once."""
-
-    workload: OpenLoopWorkload
-    scripts: tuple[AgentScript, ...]
-    prompts: dict[tuple[str, int], list[int]]
-    peak_blocks: int
-
-    @classmethod
-    def of(cls, workload: OpenLoopWorkload, *, block_size: int) -> WorkloadSetup:
-        from engine.presets import PRESETS
-        from engine.tokenizer import load_tokenizer
-        from kvgov.benchmarks.openloop import workload as openloop
-
-        tokenizer = load_tokenizer(PRESETS[_STANDIN].tokenizer)
-        scripts = openloop.build(workload, openloop.counter_for(tokenizer))
-        return cls.of_scripts(workload, scripts, openloop.prompts(scripts, tokenizer), block_size)
-
-    @classmethod
-    def of_scripts(
-        cls,
-        workload: OpenLoopWorkload,
-        scripts: tuple[AgentScript, ...],
-        prompts: dict[tuple[str, int], list[int]],
-        block_size: int,
-    ) -> WorkloadSetup:
-        """The setup of scripts built elsewhere (the whole system's handlings)."""
-        peak = sum(math.ceil(longest_call(script, prompts) / block_size) for script in scripts)
-        return cls(workload, scripts, prompts, peak)
-
-    @property
-    def swarm_workload(self) -> SwarmWorkload:
-        """What the kvgov program reads of a workload: its reducer, its ceiling, and a
-        reply length for calls that name none (every open-loop turn names its own)."""
-        w = self.workload
-        return SwarmWorkload(
-            reply_tokens=w.reply_tokens[1],
-            tool_output_tokens=w.tool_output_tokens,
-            ceiling_tokens=w.ceiling_tokens,
-            seed=w.seed,
-        )
-
-
-def longest_call(script: AgentScript, prompts: Mapping[tuple[str, int], list[int]]) -> int:
-    """The tokens of ``script``'s longest call: its prompt and its reply."""
-    return max(
-        len(prompts[(script.name, i)]) + (turn.reply_tokens or 0)
-        for i, turn in enumerate(script.turns)
     )
 
 

@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvgov.benchmarks.openloop.panel import Cell, Panel, PanelRuns, WorkloadSetup, check_knobs
+from kvgov.benchmarks.openloop.panel import Cell, Panel, PanelRuns, check_knobs
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.result import RunResult
 
 if TYPE_CHECKING:

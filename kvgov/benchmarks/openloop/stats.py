@@ -295,7 +295,7 @@ def run_goodput_per_min(
 
 
 def tuning_objective(jct_mean_s: Iterable[float]) -> float:
-    """What every knob is tuned by (``tuning``, ``editing_knobs``, ``kvgov_context``):
+    """What every knob is tuned by (``tuning``, ``context_tuning``):
     the geometric mean of a point's mean job times over the rates, so every rate weighs
     the same whatever its scale. Each time must be above 0."""
     return statistics.geometric_mean(jct_mean_s)

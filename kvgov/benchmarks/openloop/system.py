@@ -30,8 +30,8 @@ then paired seed by seed (``stats.paired_ratio``). Every figure is modelled (the
 the reference card, ``panel.reference_card``). No unconstrained runs: no figure here needs
 one.
 
-Each handling's workload is built by ``handled``, the figures made by
-``system_figures``.
+Each handling's workload is built by ``handled``, the systems and a seed's runs of them
+are ``system_runs``'s, the figures made by ``system_figures``.
 
 Errors: ``SystemComparisonError`` (a ``ValueError``) when the tuning seed is among the
 seeds to report; ``handled.HandledWorkloadError`` for a workload the comparison cannot
@@ -44,21 +44,29 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvgov.benchmarks.baselines import BASELINES
-from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.editing_knobs import EDITING_KNOBS, EditingKnobs
 from kvgov.benchmarks.openloop.facts import FactsKept, kept
 from kvgov.benchmarks.openloop.handled import KVGOV, Prepared, counter, prepare, prepare_kvgov
 from kvgov.benchmarks.openloop.kvgov_context import KVGOV_CONTEXT, KvgovContext
-from kvgov.benchmarks.openloop.langchain_context import HANDLINGS
+from kvgov.benchmarks.openloop.panel import check_knobs, reference_card
+from kvgov.benchmarks.openloop.processes import in_processes
+from kvgov.benchmarks.openloop.system_figures import figures
+from kvgov.benchmarks.openloop.system_runs import (
+    POLICIES,
+    SeedRuns,
+    System,
+    SystemComparisonError,
+    check_seeds,
+    systems,
+)
+from kvgov.benchmarks.openloop.tuned import TUNED
+from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
 
 if TYPE_CHECKING:
     from engine.benchmarks import Measurement
-    from kvgov.benchmarks.swarm.result import RunResult
 
 __all__ = [
     "KVGOV",
@@ -72,71 +80,7 @@ __all__ = [
     "systems",
 ]
 
-POLICIES = BASELINES  # the baselines run with each LangChain handling
 _DEADLINE_S = 24 * 3600.0  # virtual: a run past it is a livelock, not a slow swarm
-
-
-class SystemComparisonError(ValueError):
-    """A whole-system comparison that cannot give a sound figure."""
-
-
-@dataclass(frozen=True, slots=True)
-class System:
-    """A memory policy and the context handling its users run it with."""
-
-    policy: str
-    # KVGOV, another of kvgov's contexts (``KvgovContext.system``), or one of
-    # langchain_context.HANDLINGS
-    handling: str
-
-    @property
-    def name(self) -> str:
-        return self.handling if self.policy == KVGOV else f"{self.policy}+{self.handling}"
-
-
-def systems(
-    policies: Sequence[str] = POLICIES, also: Sequence[KvgovContext] = ()
-) -> tuple[System, ...]:
-    """kvgov, kvgov with each context of ``also``, then each of ``policies`` with each
-    LangChain handling."""
-    return (
-        System(KVGOV, KVGOV),
-        *(System(KVGOV, context.system) for context in also),
-        *(System(p, h) for p in policies for h in HANDLINGS),
-    )
-
-
-@dataclass(slots=True)
-class SeedRuns:
-    """One evaluation seed's runs of every system at every rate (the same teams at every
-    rate when each rate's window holds the same expected number of teams)."""
-
-    seed: int
-    results: dict[tuple[str, float], RunResult] = field(default_factory=dict)  # system, rate
-    # (handling, rate) -> each job -> its unloaded time with that handling's prompts, s
-    unloaded_s: dict[tuple[str, float], dict[str, float]] = field(default_factory=dict)
-    facts: dict[tuple[str, float], FactsKept] = field(default_factory=dict)  # handling, rate
-    window_s: dict[float, float] = field(default_factory=dict)
-    num_trimmed_after_edit: int = 0  # calls context editing left over the window
-    window_tokens: int = 0  # the model's context window
-    editing: EditingKnobs = EDITING_KNOBS  # context editing's trigger and keep
-    kvgov_context: KvgovContext | None = None  # kvgov's ceiling and tool-output budget
-    also: tuple[KvgovContext, ...] = ()  # kvgov's other contexts run beside it
-    wall_s: float = 0.0  # host seconds
-
-    def slo_s(self, system: str, rate: float) -> dict[str, float]:
-        """Each job's SLO at ``rate``: ``stats.SLO_FACTOR`` times the least of its
-        unloaded times over the handlings. The job's, whichever ``system`` runs it."""
-        by_handling = [t for (_, r), t in self.unloaded_s.items() if r == rate]
-        least = {job: min(t[job] for t in by_handling) for job in by_handling[0]}
-        return stats.slo_s_by_job(least)
-
-    def goodput(self, system: str, rate: float) -> float:
-        """``system``'s jobs a minute within their SLO at ``rate``."""
-        result = self.results[(system, rate)]
-        return stats.goodput_per_min(
-            result.jct_s, len(result.failed), self.window_s[rate], self.slo_s(system, rate)
-        )
 
 
 def run_seed(
@@ -164,9 +108,6 @@ def run_seed(
     ``kvgov_context``: kvgov's ceiling and tool-output budget (None: ``base``'s own);
     ``also``: kvgov's other contexts, each run as a system of its own (``KvgovContext.
     system``) on the same jobs and SLOs (the SLOs are the three handlings')."""
-    from kvgov.benchmarks.openloop.panel import check_knobs, reference_card
-    from kvgov.benchmarks.openloop.tuned import TUNED
-    from kvgov.benchmarks.openloop.unloaded import UnloadedTimes
     from kvgov.benchmarks.swarm.twin import TwinDevice, measure_twin_costs, run_twin_policy
     from kvgov.simulate import stand_in_engine
 
@@ -269,9 +210,6 @@ def measure(
     (``run_seed``), ``processes`` of them at once in processes of their own; context
     editing and kvgov's context each as tuned on the tuning seed unless given; ``also``:
     kvgov's other contexts, each reported as a system of its own."""
-    from kvgov.benchmarks.openloop.processes import in_processes
-    from kvgov.benchmarks.openloop.system_figures import figures
-
     check_seeds(seeds)
     began = time.perf_counter()
     cell = functools.partial(
@@ -297,15 +235,3 @@ def measure(
         f"{time.perf_counter() - began:.0f} s"
     )
     yield from figures(runs, rates, policies=policies)
-
-
-def check_seeds(seeds: Sequence[int]) -> None:
-    """Refuses the tuning seed among ``seeds``: no reported figure comes from it."""
-    from kvgov.benchmarks.openloop.bench import TUNING_SEED
-
-    if TUNING_SEED in seeds:
-        raise SystemComparisonError(
-            f"seed {TUNING_SEED} is the tuning seed (context editing's knobs and every "
-            "policy's knobs are chosen on it): no reported figure comes from it; evaluate "
-            "on other seeds"
-        )

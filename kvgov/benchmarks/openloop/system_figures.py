@@ -29,7 +29,14 @@ from kvgov.benchmarks.openloop.langchain_context import (
     TRIM,
     ContextHandling,
 )
-from kvgov.benchmarks.openloop.system import POLICIES, SeedRuns, System, check_seeds, systems
+from kvgov.benchmarks.openloop.panel import reference_card
+from kvgov.benchmarks.openloop.system_runs import (
+    POLICIES,
+    SeedRuns,
+    System,
+    check_seeds,
+    systems,
+)
 
 __all__ = ["figures"]
 
@@ -49,8 +56,6 @@ def figures(
 ) -> Iterator[Measurement]:
     """The figures of ``runs`` (one per evaluation seed, from ``run_seed``), every
     system of ``systems(policies)`` at every one of ``rates``."""
-    from kvgov.benchmarks.openloop.panel import reference_card
-
     check_seeds([r.seed for r in runs])
     every = systems(policies, runs[0].also)
     baselines = [s.name for s in every if s.policy != KVGOV]

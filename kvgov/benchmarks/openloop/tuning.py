@@ -8,8 +8,8 @@ has one point, and its grid says why. kvgov has no more points than the baseline
 the most.
 
 The rule, the same for every policy: on ``TUNING_SEED`` (0) only, on the reference card
-(``panel.reference_card``), at the benchmark's rates and arrival windows (``bench.RATES``,
-``bench.windows``), each grid point runs on the card's KV (constrained). A point's
+(``panel.reference_card``), at the benchmark's rates and arrival windows (``sweep.RATES``,
+``sweep.windows``), each grid point runs on the card's KV (constrained). A point's
 objective is the geometric mean over the rates of the policy's mean job time, so every
 rate weighs the same whatever its scale. The chosen point has the least objective, but a
 point within 1% of the default's objective does not displace it (ties go to the paper);
@@ -44,16 +44,20 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.benchmarks import Direction, Measurement
-from kvgov.benchmarks.openloop import bench, stats
+from kvgov.benchmarks.baselines import BASELINES
+from kvgov.benchmarks.openloop import stats
 from kvgov.benchmarks.openloop import workload as openloop
+from kvgov.benchmarks.openloop.context_tuning import tune_editing, tune_kvgov_context
 from kvgov.benchmarks.openloop.panel import (
     Panel,
-    WorkloadSetup,
     _run,
     check_knobs,
     reference_card,
 )
+from kvgov.benchmarks.openloop.processes import default_processes
+from kvgov.benchmarks.openloop.sweep import RATES, TEAMS_PER_WINDOW, TUNING_SEED, windows
 from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
 from kvgov.benchmarks.swarm.kvgov import KVGOV_CONFIG
 
 __all__ = [
@@ -83,9 +87,9 @@ class TuningSeedError(ValueError):
     def __init__(self, seed: int) -> None:
         self.seed = seed
         super().__init__(
-            f"knobs are tuned on seed {bench.TUNING_SEED} only, got a workload on seed "
+            f"knobs are tuned on seed {TUNING_SEED} only, got a workload on seed "
             f"{seed}: tuning on an evaluation seed would report figures from the data the "
-            f"knobs were chosen on; build the tuning workloads with seed={bench.TUNING_SEED}"
+            f"knobs were chosen on; build the tuning workloads with seed={TUNING_SEED}"
         )
 
 
@@ -222,7 +226,7 @@ class Tuning:
         """Each grid point's objective (NaN where it was not run or disqualified), its
         note giving the mean job time at each rate and whether it was chosen."""
         where = (
-            f"tuning seed {bench.TUNING_SEED} only; {self.panel.title}; modelled; "
+            f"tuning seed {TUNING_SEED} only; {self.panel.title}; modelled; "
             f"constrained runs at {_rates(self.rates)} teams/min over {_rates(self.window_s)} s; "
             "objective: geometric mean over rates of the mean job time"
         )
@@ -265,7 +269,7 @@ class Tuning:
             'tuning seed by ``tuning``\'s rule. Written by that run (below), not by hand."""',
             "",
             f"# Produced by `{command}`, started at commit {commit}, {date},",
-            f"# in {self.wall_s:,.0f} s of host time. Tuning seed {bench.TUNING_SEED}; "
+            f"# in {self.wall_s:,.0f} s of host time. Tuning seed {TUNING_SEED}; "
             f"{self.panel.name};",
             f"# constrained runs at {_rates(self.rates)} teams/min over {_rates(self.window_s)} s. "
             "Objective: the",
@@ -319,7 +323,7 @@ def tune(
     from kvgov.simulate import stand_in_engine
 
     for workload in workloads:
-        if workload.seed != bench.TUNING_SEED:
+        if workload.seed != TUNING_SEED:
             raise TuningSeedError(workload.seed)
     for policy, grid in grids.items():
         grid.check(policy)
@@ -364,11 +368,11 @@ def run(*, quick: bool = False) -> Iterator[Measurement]:
     """``kvgov bench openloop-tune``: the grids on the tuning seed at the benchmark's
     rates and windows (``--quick``: one rate, two teams), each point's objective, and
     the ``tuned.py`` it chose printed to stderr to commit."""
-    rates = _QUICK_RATES if quick else bench.RATES
-    window = bench.windows(rates, _QUICK_TEAMS if quick else bench.TEAMS_PER_WINDOW)
+    rates = _QUICK_RATES if quick else RATES
+    window = windows(rates, _QUICK_TEAMS if quick else TEAMS_PER_WINDOW)
     workloads = [
         dataclasses.replace(
-            openloop.TWIN, rate_per_min=rate, duration_s=window[rate], seed=bench.TUNING_SEED
+            openloop.TWIN, rate_per_min=rate, duration_s=window[rate], seed=TUNING_SEED
         )
         for rate in rates
     ]
@@ -386,22 +390,18 @@ def run(*, quick: bool = False) -> Iterator[Measurement]:
 
 def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
     """The whole-system comparison's context knobs, each on the tuning seed by the rule
-    ``editing_knobs`` states: context editing's trigger and keep (``editing_knobs.tune``,
-    the baselines with context editing), then kvgov's ceiling and tool-output budget
-    (``kvgov_context.tune``, among the points that keep as many facts as the best
+    ``editing_knobs`` states: context editing's trigger and keep (``tune_editing``, the
+    baselines with context editing), then kvgov's ceiling and tool-output budget
+    (``tune_kvgov_context``, among the points that keep as many facts as the best
     LangChain handling); each point's objective, the chosen one marked, to commit as
     ``EDITING_KNOBS`` and ``KVGOV_CONTEXT``."""
-    from kvgov.benchmarks.baselines import BASELINES
-    from kvgov.benchmarks.openloop import editing_knobs, kvgov_context
-    from kvgov.benchmarks.openloop.processes import default_processes
-
-    window = bench.windows(rates, teams)
+    window = windows(rates, teams)
     where = (
-        f"tuning seed {bench.TUNING_SEED} only; whole system; modelled; at {_rates(rates)} "
+        f"tuning seed {TUNING_SEED} only; whole system; modelled; at {_rates(rates)} "
         f"teams/min over {_rates(list(window.values()))} s; objective: geometric mean over "
         "rates of the mean job time"
     )
-    editing, by_editing = editing_knobs.tune(
+    editing, by_editing = tune_editing(
         rates,
         window_s=window,
         policies=BASELINES,
@@ -413,7 +413,7 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
             f"context_editing {point.trigger_tokens} {point.keep}", row, point == editing, where
         )
     # kvgov's floor is the best LangChain handling's facts: context editing's as chosen.
-    context, by_context = kvgov_context.tune(
+    context, by_context = tune_kvgov_context(
         rates,
         window_s=window,
         editing=editing,

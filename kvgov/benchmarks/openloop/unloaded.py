@@ -33,8 +33,8 @@ from kvgov.benchmarks.swarm.workload import AgentScript, Turn
 
 if TYPE_CHECKING:
     from engine import Engine
-    from kvgov.benchmarks.openloop.panel import WorkloadSetup
     from kvgov.benchmarks.openloop.workload import OpenLoopWorkload
+    from kvgov.benchmarks.openloop.workload_setup import WorkloadSetup
     from kvgov.benchmarks.swarm.twin import TwinDevice
     from kvgov.simulate import Scenario
 

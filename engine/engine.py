@@ -92,7 +92,8 @@ class Engine:
         if unknown:
             valid = ", ".join(f.name for f in fields(EngineConfig))
             raise InvalidRequestError(f"unknown engine settings {unknown}; valid ones: {valid}")
-        return cls(replace(EngineConfig(), model=path_or_preset, **overrides))  # type: ignore[arg-type]
+        config = replace(EngineConfig(), model=path_or_preset, **overrides)  # type: ignore[arg-type]  # names checked above
+        return cls(config)
 
     # -- requests -------------------------------------------------------------------
     def add_request(
@@ -311,23 +312,25 @@ class Engine:
         request.stop_text = result.stop_string
         sampling = request.sampling
         reason = FinishReason.STOP if result.stopped else None
+        ceiling = request.ceiling_tokens  # add_request sets one (the model's length at most)
         if reason is None:
             if request.num_output_tokens >= sampling.max_tokens:
                 reason = FinishReason.LENGTH
-            elif request.num_tokens >= request.ceiling_tokens:  # type: ignore[operator]
+            elif ceiling is not None and request.num_tokens >= ceiling:
                 reason = FinishReason.CEILING
         if reason is None:
             return RequestOutput(request.request_id, (token,), new_text, False, None)
         self.scheduler.finish(request, reason)
         request.finish_time = self.clock()
         if request.retain:
-            self._record(request)
-            self.retained.retain(request.budget)  # type: ignore[arg-type]
+            assert request.budget is not None  # add_request refuses retain without one
+            self._record(request, request.budget)
+            self.retained.retain(request.budget)
         return self._final_output(request, (token,), new_text)
 
-    def _record(self, r: Request) -> None:  # the budget's latest context: what retain holds
+    def _record(self, r: Request, budget: str) -> None:  # its latest context: what retain holds
         self.retained.record(
-            r.budget,  # type: ignore[arg-type]
+            budget,
             r.token_ids,
             r.cache_salt,
             r.num_shared_blocks,
@@ -368,8 +371,12 @@ class Engine:
         del self._requests[request_id]
         del self._stops[request_id]
         self.prefill.forget(request_id)
-        if request.budget is not None:
-            self._record(request)
+        budget = request.budget
+        if budget is not None:
+            self._record(request, budget)
+        assert request.finish_reason is not None  # set when it finished
+        # 0 where the hold gave way already (``reclaim``)
+        retained = self.retained.num_tokens(budget) if request.retain and budget is not None else 0
         ttft = None
         if request.first_token_time is not None:
             ttft = request.first_token_time - request.arrival_time
@@ -378,14 +385,13 @@ class Engine:
             prompt_token_ids=tuple(request.token_ids[: request.num_prompt_tokens]),
             token_ids=tuple(request.output_token_ids),
             text=request.output_text,
-            finish_reason=request.finish_reason,  # type: ignore[arg-type]
+            finish_reason=request.finish_reason,
             stop_string=request.stop_text,
             num_cached_tokens=request.num_cached_tokens,
             num_preemptions=request.num_preemptions,
             time_to_first_token_s=ttft,
             latency_s=(request.finish_time or self.clock()) - request.arrival_time,
-            # 0 where the hold gave way already (``reclaim``)
-            num_retained_tokens=self.retained.num_tokens(request.budget) if request.retain else 0,  # type: ignore[arg-type]
+            num_retained_tokens=retained,
         )
 
     def _request(self, request_id: str) -> Request:
@@ -495,11 +501,11 @@ class Engine:
             self.retained.restore(budget)
 
     def _targets(self, request_id: str | None, budget: str | None) -> list[Request]:
-        if (request_id is None) == (budget is None):
-            raise InvalidRequestError("name exactly one of request_id and budget")
-        if request_id is not None:
+        if request_id is not None and budget is None:
             return [self._request(request_id)]
-        self.block_manager.budgets.get(budget)  # type: ignore[arg-type]
+        if request_id is not None or budget is None:
+            raise InvalidRequestError("name exactly one of request_id and budget")
+        self.block_manager.budgets.get(budget)
         return [r for r in self._requests.values() if r.budget == budget and not r.is_finished]
 
     # -- introspection (engine.introspection; read-only, between two steps) -------------

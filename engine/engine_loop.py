@@ -110,14 +110,18 @@ class RequestStream:
     def _push(self, item: RequestOutput) -> None:
         self._sink(item)
 
-    def _finish(self, completion: Completion | None, error: BaseException | None) -> None:
-        if error is not None:
-            self._completion.set_exception(error)
-        else:
-            self._completion.set_result(completion)  # type: ignore[arg-type]
+    def _finish(self, completion: Completion) -> None:
+        self._completion.set_result(completion)
+        self._end(STREAM_END)
+
+    def _fail(self, error: BaseException) -> None:
+        self._completion.set_exception(error)
+        self._end(error)
+
+    def _end(self, last: object) -> None:
         # Runs on the engine thread: a consumer's broken sink must not end that thread.
         with contextlib.suppress(Exception):
-            self._sink(STREAM_END if error is None else error)
+            self._sink(last)
 
     def __iter__(self) -> Iterator[RequestOutput]:
         while True:
@@ -126,7 +130,8 @@ class RequestStream:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            assert isinstance(item, RequestOutput)  # a sink hears outputs, then the end
+            yield item
 
     def result(self, timeout: float | None = None) -> Completion:
         return self._completion.result(timeout)
@@ -316,7 +321,8 @@ class EngineLoop:
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                yield item  # type: ignore[misc]
+                assert isinstance(item, RequestOutput)  # a sink hears outputs, then the end
+                yield item
         finally:
             if not finished:  # the consumer went away: free its blocks now
                 self.cancel(submission)
@@ -424,7 +430,7 @@ class EngineLoop:
 
     def _complete(self, request_id: str) -> None:
         stream = self._streams.pop(request_id)
-        stream._finish(self.engine.pop_completion(request_id), None)
+        stream._finish(self.engine.pop_completion(request_id))
 
     def _abort(self, request_id: str) -> None:
         if request_id in self._streams:
@@ -442,4 +448,7 @@ class EngineLoop:
         for request_id in list(self._streams):
             stream = self._streams.pop(request_id)
             completion = self.engine.pop_completion(request_id)
-            stream._finish(None if error else completion, error)
+            if error is None:
+                stream._finish(completion)
+            else:
+                stream._fail(error)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 
@@ -265,12 +266,12 @@ def _host_to(
     return stage_values(values, dtype=dtype, device=device)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_int(field: str, value: object, allowed: str, *, minimum: int) -> None:
-    if not _is_int(value) or value < minimum:  # type: ignore[operator]
+    if not _is_int(value) or value < minimum:
         raise SamplingParamsError(field, value, allowed)
 
 

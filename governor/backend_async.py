@@ -13,37 +13,38 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from governor.backend import BackendCapacity, BackendMetrics
+    from governor.backend import Backend, BackendCapacity, BackendMetrics
 
 __all__ = ["ThreadedAsyncBookkeeping"]
 
 
 class ThreadedAsyncBookkeeping:
-    """Mixed into a ``Backend``: its sync bookkeeping, each call on a worker thread."""
+    """Mixed into a ``Backend``: its sync bookkeeping, each call on a worker thread (``self``
+    is typed ``Backend``, so the checker holds each host class to the sync calls)."""
 
-    async def acapacity(self) -> BackendCapacity:
-        return await asyncio.to_thread(self.capacity)  # type: ignore[attr-defined]
+    async def acapacity(self: Backend) -> BackendCapacity:
+        return await asyncio.to_thread(self.capacity)
 
-    async def aopen_budget(self, name: str, *, max_blocks: int) -> None:
-        await asyncio.to_thread(self.open_budget, name, max_blocks=max_blocks)  # type: ignore[attr-defined]
+    async def aopen_budget(self: Backend, name: str, *, max_blocks: int) -> None:
+        await asyncio.to_thread(self.open_budget, name, max_blocks=max_blocks)
 
-    async def aresize_budget(self, name: str, *, max_blocks: int) -> None:
-        await asyncio.to_thread(self.resize_budget, name, max_blocks=max_blocks)  # type: ignore[attr-defined]
+    async def aresize_budget(self: Backend, name: str, *, max_blocks: int) -> None:
+        await asyncio.to_thread(self.resize_budget, name, max_blocks=max_blocks)
 
-    async def aclose_budget(self, name: str) -> None:
-        await asyncio.to_thread(self.close_budget, name)  # type: ignore[attr-defined]
+    async def aclose_budget(self: Backend, name: str) -> None:
+        await asyncio.to_thread(self.close_budget, name)
 
-    async def aretain(self, *, budget: str) -> int:
-        return await asyncio.to_thread(self.retain, budget=budget)  # type: ignore[attr-defined]
+    async def aretain(self: Backend, *, budget: str) -> int:
+        return await asyncio.to_thread(self.retain, budget=budget)
 
-    async def arelease_retained(self, *, budget: str) -> None:
-        await asyncio.to_thread(self.release_retained, budget=budget)  # type: ignore[attr-defined]
+    async def arelease_retained(self: Backend, *, budget: str) -> None:
+        await asyncio.to_thread(self.release_retained, budget=budget)
 
-    async def aoffload(self, *, budget: str) -> None:
-        await asyncio.to_thread(self.offload, budget=budget)  # type: ignore[attr-defined]
+    async def aoffload(self: Backend, *, budget: str) -> None:
+        await asyncio.to_thread(self.offload, budget=budget)
 
-    async def arestore(self, *, budget: str) -> None:
-        await asyncio.to_thread(self.restore, budget=budget)  # type: ignore[attr-defined]
+    async def arestore(self: Backend, *, budget: str) -> None:
+        await asyncio.to_thread(self.restore, budget=budget)
 
-    async def ametrics(self) -> BackendMetrics:
-        return await asyncio.to_thread(self.metrics)  # type: ignore[attr-defined]
+    async def ametrics(self: Backend) -> BackendMetrics:
+        return await asyncio.to_thread(self.metrics)

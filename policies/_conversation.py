@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from governor import CompactionEvent, ConfigError, TokenCounter
 
@@ -83,11 +83,11 @@ def check_limits(ceiling_tokens: int, reserve_tokens: int) -> None:
 
 
 def check_setting(name: str, value: object, minimum: int) -> None:
-    if not _whole(value) or value < minimum:  # type: ignore[operator]
+    if not _whole(value) or value < minimum:
         raise ConfigError.below_minimum(name, value, minimum)
 
 
-def _whole(value: object) -> bool:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

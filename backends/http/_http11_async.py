@@ -186,7 +186,7 @@ class _Connection(Answer, asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a TCP stream's: a Transport
 
     def data_received(self, data: bytes) -> None:
         try:

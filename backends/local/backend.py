@@ -229,7 +229,7 @@ class LocalBackend(ThreadedAsyncBookkeeping):
                 self._tokenizer.encode_chat, list(prefix), add_generation_prompt=False
             )
         else:
-            token_ids = self._encode(prefix)  # type: ignore[arg-type]
+            token_ids = self._encode(prefix)  # type: ignore[arg-type]  # not messages: text or ids
         pinned = self._call(
             self._engine.pin_prefix, token_ids, cache_salt=cache_salt, shared=shared
         )
@@ -440,9 +440,11 @@ class LocalBackend(ThreadedAsyncBookkeeping):
         """The request's prompt ids (engine errors untranslated: callers translate)."""
         if request.messages is not None:
             return self._tokenizer.encode_chat(request.messages)
-        if isinstance(request.prompt, str):
-            return self._tokenizer.encode(request.prompt)
-        return list(request.prompt)  # type: ignore[arg-type]
+        prompt = request.prompt
+        assert prompt is not None  # GenerationRequest holds messages or a prompt
+        if isinstance(prompt, str):
+            return self._tokenizer.encode(prompt)
+        return list(prompt)
 
     def _sampling_and_options(self, request: GenerationRequest) -> tuple[SamplingParams, _Options]:
         from engine.sampling import SamplingParams

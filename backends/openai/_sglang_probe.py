@@ -220,10 +220,13 @@ def _loads(http: ProbeHTTP) -> dict[str, Mapping[str, Any]]:
 
 
 def _field(loads: Mapping[str, Mapping[str, Any]], name: str) -> dict[str, float]:
-    values = {rank: finite_or_none(load.get(name)) for rank, load in loads.items()}
-    if not values or any(value is None for value in values.values()):
-        return {}
-    return values  # type: ignore[return-value]
+    values: dict[str, float] = {}
+    for rank, load in loads.items():
+        value = finite_or_none(load.get(name))
+        if value is None:
+            return {}
+        values[rank] = value
+    return values
 
 
 def _prefer(loads: dict[str, float], metrics: dict[str, float]) -> dict[str, float]:

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
@@ -46,6 +47,8 @@ from engine.engine import Engine
 from engine.sampling import SamplingParams
 
 __all__ = ["ColdRun", "run", "time_cold", "versus_transformers"]
+
+T = TypeVar("T")
 
 _BENCH = "engine"
 _VOCAB_HIGH = 100_000  # stay below cl100k's special and unused ids
@@ -152,13 +155,14 @@ def _run_batch(
     return [c.token_ids for c in engine.generate(prompts, sampling)]
 
 
-def _timed(fn, repeats: int):  # type: ignore[no-untyped-def]
-    times, result = [], None
+def _timed(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
+    times: list[float] = []
+    results: list[T] = []
     for _ in range(repeats):
         start = time.perf_counter()
-        result = fn()
+        results.append(fn())
         times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    return statistics.median(times), results[-1]
 
 
 def _decode_rate(engine: Engine, prompts: list[list[int]], sampling: SamplingParams) -> float:
@@ -280,7 +284,7 @@ def versus_transformers(
 _LOGITS_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
-def _logits_parity(engine: Engine, hf, prompts: list[list[int]]) -> Measurement:  # type: ignore[no-untyped-def]
+def _logits_parity(engine: Engine, hf: Any, prompts: list[list[int]]) -> Measurement:
     """Prefill logits of every prompt, ours against transformers' on the same device:
     the largest difference over the largest logit (a relative max error)."""
     worst = 0.0
@@ -315,7 +319,9 @@ def _prefix_ttft(engine: Engine, g: torch.Generator, repeats: int) -> Measuremen
     one = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
 
     def ttft(prompt: list[int]) -> float:
-        return engine.generate(prompt, one)[0].time_to_first_token_s  # type: ignore[return-value]
+        seconds = engine.generate(prompt, one)[0].time_to_first_token_s
+        assert seconds is not None  # it produced its one token
+        return seconds
 
     cold, warm = [], []
     for _ in range(repeats):

@@ -127,7 +127,7 @@ class WindowStreamDecoder:
 def check_token_id(token_id: object) -> int:
     """``token_id`` as an int (numpy and 0-d torch integers too), or a typed error."""
     try:
-        value = operator.index(token_id)  # type: ignore[arg-type]
+        value = operator.index(token_id)  # type: ignore[arg-type]  # a non-index raises TypeError
     except TypeError:
         value = -1
     if isinstance(token_id, bool) or value < 0:

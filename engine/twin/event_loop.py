@@ -38,7 +38,11 @@ import math
 import selectors
 from collections import deque
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from functools import partial
 from typing import Any, TypeVar
+
+from typing_extensions import TypeVarTuple, Unpack
 
 from engine.errors import InvalidRequestError
 from engine.twin.clock import VirtualClock
@@ -46,6 +50,7 @@ from engine.twin.clock import VirtualClock
 __all__ = ["WALL_EPOCH_S", "ThreadClock", "TwinStalledError", "VirtualTimeLoop", "run_virtual"]
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class TwinStalledError(InvalidRequestError):
@@ -109,9 +114,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def next_event_at(self) -> float:
         """When the loop next runs anything besides its caller: now when a callback is
         ready, else its earliest timer (infinity with none)."""
-        if self._ready:  # type: ignore[attr-defined]
+        if self._ready:  # type: ignore[attr-defined]  # BaseEventLoop's, not in typeshed
             return self.time()
-        timers = self._scheduled  # type: ignore[attr-defined]
+        timers = self._scheduled  # type: ignore[attr-defined]  # BaseEventLoop's, not in typeshed
         return min((t.when() for t in timers if not t.cancelled()), default=math.inf)
 
     def replying_at(self) -> float | None:
@@ -127,8 +132,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         if self._reply_at is not None:
             self._reply_at = max(self._reply_at, at)
 
-    def run_in_executor(  # type: ignore[override]
-        self, executor: object, func: Callable[..., T], *args: Any
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]
     ) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self.create_future()
         self.run_as_thread(future, func, *args)
@@ -146,23 +151,19 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # handed to the awaiting task, as a thread's would be
-            self._settle_at(at, future, None, exc)
+            self._settle_at(at, future, partial(future.set_exception, exc))
         else:
-            self._settle_at(at, future, result, None)
+            self._settle_at(at, future, partial(future.set_result, result))
         if outer is not None:  # a nested call: the outer one hears back no earlier
             self.reply_at(at)
         return at
 
     def _settle_at(
-        self, at: float, future: asyncio.Future[T], result: T | None, error: BaseException | None
+        self, at: float, future: asyncio.Future[T], set_outcome: Callable[[], None]
     ) -> None:
         def settle() -> None:
-            if future.cancelled():
-                return
-            if error is None:
-                future.set_result(result)  # type: ignore[arg-type]
-            else:
-                future.set_exception(error)
+            if not future.cancelled():
+                set_outcome()
 
         if at > self.time():
             self.call_at(at, settle)

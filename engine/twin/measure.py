@@ -514,14 +514,14 @@ class _Recording:
                 return [_SET_UP_TOKEN if chunk.completes else None for chunk in chunks]
             return self.execute(chunks)
 
-        self.runner.execute = execute  # type: ignore[method-assign]
+        self.runner.execute = execute  # type: ignore[method-assign]  # shadows it while open
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.previous is None:
             del self.runner.execute
         else:
-            self.runner.execute = self.previous  # type: ignore[method-assign]
+            self.runner.execute = self.previous  # type: ignore[method-assign]  # as it was
         self.run.forget()
 
 

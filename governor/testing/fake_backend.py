@@ -187,11 +187,11 @@ class FakeBackend(ThreadedAsyncBookkeeping):
         elif prefix and isinstance(prefix[0], Mapping):
             # No chat template here: pin a rendering of the right length (chat calls never
             # hit pins on this backend, but the blocks are accounted for).
-            messages: Sequence[Message] = prefix  # type: ignore[assignment]
+            messages: Sequence[Message] = prefix  # type: ignore[assignment]  # mappings: messages
             token_ids = self._encode(" ".join(str(m.get("content", "")) for m in messages))
             token_ids += [0] * max(0, self._counter.count_messages(messages) - len(token_ids))
         else:
-            token_ids = list(prefix)  # type: ignore[arg-type]
+            token_ids = list(prefix)  # type: ignore[arg-type]  # neither text nor messages: ids
         block_size = self._pool.block_size
         keys = block_keys(token_ids, block_size, cache_salt)
         if not keys:
@@ -338,7 +338,8 @@ class FakeBackend(ThreadedAsyncBookkeeping):
             prompt_ids, num_prompt = None, self._counter.count_messages(request.messages)
         else:
             prompt = request.prompt
-            prompt_ids = self._encode(prompt) if isinstance(prompt, str) else list(prompt)  # type: ignore[arg-type]
+            assert prompt is not None  # GenerationRequest holds messages or a prompt
+            prompt_ids = self._encode(prompt) if isinstance(prompt, str) else list(prompt)
             num_prompt = len(prompt_ids)
         if self._responder is None:
             script = [self._filler_id] * request.max_tokens

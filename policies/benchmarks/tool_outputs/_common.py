@@ -85,14 +85,14 @@ def num_chars(rng: random.Random, chars_per_token: float) -> int:
     return int(tokens * chars_per_token)
 
 
-def fill(make: Callable[[], T], num_chars: int, size: Callable[[T], int] | None = None) -> list[T]:
-    """Items from ``make`` until their sizes (``len`` + 1 for a newline) reach ``num_chars``."""
+def fill(make: Callable[[], T], num_chars: int, size: Callable[[T], int]) -> list[T]:
+    """Items from ``make`` until their sizes (``size`` + 1 for a newline) reach ``num_chars``."""
     items: list[T] = []
     total = 0
     while total < num_chars:
         item = make()
         items.append(item)
-        total += (size(item) if size is not None else len(item)) + 1  # type: ignore[arg-type]
+        total += size(item) + 1
     return items
 
 

@@ -313,7 +313,7 @@ def _ps_aux(rng: random.Random, size: int) -> tuple:
             user, command, rng.uniform(0, 9), rng.uniform(0, 4.5), rng.choice(("Ss", "Sl", "S"))
         )
 
-    lines = fill(routine, size)
+    lines = fill(routine, size, len)
     if rng.random() < 0.5:
         words, command, needle = rng.choice(_WANTED)
         target = row("app", command, rng.uniform(20, 99), rng.uniform(0.5, 6), "R")

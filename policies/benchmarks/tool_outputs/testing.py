@@ -56,12 +56,10 @@ def build(rng: random.Random) -> Case:
     ]
 
     def test(failing: bool = False) -> _Test:
-        words = tuple(
-            names(
-                lambda: f"{rng.choice(VERBS)} {rng.choice(NOUNS)} {rng.choice(QUALIFIERS)}"
-            ).split()
-        )
-        failure = None
+        verb, noun, qualifier = names(
+            lambda: f"{rng.choice(VERBS)} {rng.choice(NOUNS)} {rng.choice(QUALIFIERS)}"
+        ).split()
+        failure: tuple[int, int, str] | None = None
         if failing:
             actual, expected = (int(values(lambda: str(rng.randint(100, 99_999)))) for _ in "ab")
             failure = (
@@ -69,7 +67,7 @@ def build(rng: random.Random) -> Case:
                 expected,
                 rng.choice(("eq", "count")) if fmt != "junit_xml" else "eq",
             )
-        return _Test(rng.choice(modules), words, failure)  # type: ignore[arg-type]
+        return _Test(rng.choice(modules), (verb, noun, qualifier), failure)
 
     tests = fill(test, size, lambda t: _CHARS_PER_TEST[fmt])
     failing = [test(failing=True) for _ in range(rng.choice((1, 1, 2, 3)))]
@@ -157,7 +155,8 @@ def _pytest(rng: random.Random, tests: list[_Test]) -> tuple[str, str, dict]:
     failing = [t for t in tests if t.failure]
     lines += ["", "=" * 35 + " FAILURES " + "=" * 35]
     for t in failing:
-        actual, expected, what = t.failure  # type: ignore[misc]
+        assert t.failure is not None  # failing: tests that fail
+        actual, expected, what = t.failure
         name, noun = _name("pytest", t), t.words[1]
         lineno = rng.randint(20, 400)
         lines += [
@@ -227,7 +226,8 @@ def _unittest(rng: random.Random, tests: list[_Test]) -> tuple[str, str, dict]:
         if rng.random() < 0.04:  # what the code under test logs to stderr meanwhile
             lines.append(f"WARNING:{svc}.client:retrying {t.words[1]} fetch (attempt 2 of 3)")
     for t in (t for t in tests if t.failure):
-        actual, expected, what = t.failure  # type: ignore[misc]
+        assert t.failure is not None  # failing: tests that fail
+        actual, expected, what = t.failure
         svc, mod = t.module.split("/")
         dotted = f"tests.{svc}.{mod if mod.startswith('test_') else 'test_' + mod}"
         name = _name("unittest", t)
@@ -297,7 +297,8 @@ def _cargo_test(rng: random.Random, tests: list[_Test]) -> tuple[str, str, dict]
     failing = [t for t in tests if t.failure]
     lines += ["", "failures:", ""]
     for t in failing:
-        actual, expected, what = t.failure  # type: ignore[misc]
+        assert t.failure is not None  # failing: tests that fail
+        actual, expected, what = t.failure
         name = _name("cargo_test", t)
         where = f"src/{t.module.split('/')[0]}.rs:{rng.randint(20, 600)}:{rng.randint(5, 40)}"
         lines += [f"---- {name} stdout ----", f"thread '{name}' panicked at {where}:"]

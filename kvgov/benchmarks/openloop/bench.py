@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from engine.benchmarks import Measurement
-from kvgov.benchmarks.openloop import cpu, system
+from kvgov.benchmarks.openloop import cpu, plots, system
 from kvgov.benchmarks.openloop import workload as openloop
 from kvgov.benchmarks.openloop.budgets import SHARES, BudgetFigures, run_budgets
 from kvgov.benchmarks.openloop.figures import PanelFigures
@@ -129,9 +129,7 @@ def measure(
     yield from figures.measurements()
     note = f"modelled; {runs.panel.title}; {figures.what}"
     if plot is not None:
-        from kvgov.benchmarks.openloop.plots import plot as draw
-
-        for path in draw(figures, plot, note=note):
+        for path in plots.plot(figures, plot, note=note):
             _progress(f"wrote {path}")
     rate = figures.rate_near(0.8)
     if rate is None:
@@ -150,9 +148,7 @@ def measure(
     budgets = BudgetFigures(budget_runs, rate, seeds, policies, window[rate], "twin", what=what)
     yield from budgets.measurements()
     if plot is not None:
-        from kvgov.benchmarks.openloop.plots import plot_budgets
-
-        for path in plot_budgets(budgets, plot, note=note):
+        for path in plots.plot_budgets(budgets, plot, note=note):
             _progress(f"wrote {path}")
 
 

@@ -11,7 +11,7 @@ int4 with host memory for KV at three times the card's (``panel.reference_card``
 policy runs on the card's KV and with room for every context, and is divided by that
 run of its own (``figures``). Every figure is modelled: decisions are the real engine's,
 governor's and policies'; times and bytes are the twin's (its validation against the real
-engine: README, ``kvgov twin check``).
+engine: docs/twin.md, ``kvgov twin check``).
 
 Seeds (``sweep``): ``TUNING_SEED`` (0) is the seed every knob is tuned on, and no figure
 reported here comes from it; the figures are medians over ``EVALUATION_SEEDS``. Each

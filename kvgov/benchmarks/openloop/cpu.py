@@ -78,7 +78,7 @@ _MODEL = "tiny-random"
 HOST_RATIO = 3.0  # host memory for KV over device KV (the issue asks 2-4x)
 BLOCK_SIZE = 16
 # Five: the real engine's mean job moves a few percent from run to run on a shared host,
-# and on seeds 1-3 alone that read as kvgov 6% behind; on 1-5, parity (README).
+# and on seeds 1-3 alone that read as kvgov 6% behind; on 1-5, parity (docs/benchmarks.md).
 SEEDS = (1, 2, 3, 4, 5)
 QUICK_SEEDS = (1, 2)
 # The short form: the CPU workload's four teams expected (three tenants, 6-10 tool calls

@@ -39,7 +39,7 @@ import contextlib
 import contextvars
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from typing import Annotated, Any
 
 from langchain_core.callbacks import (
@@ -206,7 +206,7 @@ class GovernedChatModel(BaseChatModel):
         kwargs: dict[str, Any],
         *,
         bound: Lease | None = None,
-    ) -> AsyncIterator[ChatGenerationChunk]:
+    ) -> AsyncGenerator[ChatGenerationChunk, None]:
         chats, options = to_chats(messages), self._options(stop, kwargs)
         async with (
             self._lease(bound) as lease,
@@ -295,7 +295,7 @@ _DONE = object()
 
 
 def _drive(
-    stream: Callable[[], AsyncIterator[ChatGenerationChunk]],
+    stream: Callable[[], AsyncGenerator[ChatGenerationChunk, None]],
 ) -> Iterator[ChatGenerationChunk]:
     """Iterate an async stream from sync code: it runs on an event loop of its own in a
     helper thread (with a copy of this context), handing items over a queue. Closing

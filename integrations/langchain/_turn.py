@@ -75,7 +75,8 @@ class Turns:
             turn.tokens = event.tokens_after
             if compacted is not None:
                 kept = [m for m in compacted if m is not system]
-                turn.request = request.override(messages=kept)
+                # The request's own messages or from_chat's: each one of AnyMessage's types.
+                turn.request = request.override(messages=kept)  # type: ignore[arg-type]
                 turn.compacted = kept
                 turn.update["kvgov_compactions"] = 1
                 turn.update["kvgov_tokens_compacted"] = event.tokens_saved

@@ -134,7 +134,7 @@ class GovernorMiddleware(AgentMiddleware[GovernorState[ResponseT], ContextT, Res
     (their cache salt, and their per-tenant admission limits).
     """
 
-    state_schema = GovernorState  # type: ignore[assignment]
+    state_schema = GovernorState  # type: ignore[assignment]  # the generic class: no ResponseT here
 
     def __init__(
         self,

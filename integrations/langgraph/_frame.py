@@ -125,7 +125,7 @@ def open_frame(
     # keeps it in a context variable, which LangGraph merges in. So look there too.
     ambient = var_child_runnable_config.get() or {}
     explicit = config or {}
-    outer = frame_of(explicit) or frame_of(ambient)  # type: ignore[arg-type]
+    outer = frame_of(explicit) or frame_of(ambient)
     metadata = explicit.get("metadata") or ambient.get("metadata") or {}
     governor = governance.governor
     if outer is not None and outer.scope.governor is governor:
@@ -392,7 +392,9 @@ def _started(turn: Turn) -> None:
 
 def _pushed(metadata: Mapping[str, Any]) -> bool:
     triggers = metadata.get("langgraph_triggers")
-    return bool(triggers) and triggers[0] == _PUSH  # type: ignore[index]
+    if not triggers:
+        return False
+    return bool(triggers[0] == _PUSH)
 
 
 def _usable(lease: Lease | None) -> Lease | None:

@@ -310,7 +310,7 @@ def _merge(
         if appended is not None:
             return appended
     try:
-        merged = reducer(left, list(added))  # type: ignore[operator]
+        merged = reducer(left, list(added))  # type: ignore[operator]  # a channel's reducer: callable
     except (ValueError, TypeError):  # a removal of a message this node did not see
         merged = None
     if not isinstance(merged, list):

@@ -89,8 +89,10 @@ def place(
             first, second = index.find(planner), index.find(worker)
             if first is None or second is None or (len(first) == 1 and len(second) == 1):
                 # a name that is no node stays as written: the check says it is not governed
-                pair = (planner, worker) if first is None or second is None else (*first, *second)
-                placement.topology.append((*pair, num_workers))
+                if first is None or second is None:
+                    placement.topology.append((planner, worker, num_workers))
+                else:  # both nodes of this graph: one name each
+                    placement.topology.append((first[0], second[0], num_workers))
             elif len(first) > 1 and len(second) > 1 and first[0] == second[0]:
                 pair = (SEP.join(first[1:]), SEP.join(second[1:]))
                 placement.nested_topology.setdefault(first[0], []).append((*pair, num_workers))

@@ -5,7 +5,7 @@ inside ``governor.run`` and carries it to the nodes in the config."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -73,14 +73,14 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         with _Invocation(self, config) as config:
             return await super().ainvoke(input, config, **kwargs)
 
-    def stream(  # type: ignore[override]
+    def stream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
         if _Invocation.take(self, config):
             return super().stream(input, config, **kwargs)
         return self._stream(input, config, **kwargs)
 
-    def astream(  # type: ignore[override]
+    def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         if _Invocation.take(self, config):
@@ -98,8 +98,10 @@ class GovernedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             # A consumer that stops early closes this generator: close LangGraph's too,
             # now (``async for`` alone leaves it to the garbage collector), so that its
             # running tasks are cancelled before the invocation releases their leases.
-            async with contextlib.aclosing(super().astream(input, config, **kwargs)) as stream:
-                async for chunk in stream:
+            stream = super().astream(input, config, **kwargs)
+            assert isinstance(stream, AsyncGenerator)  # Pregel.astream is an async generator
+            async with contextlib.aclosing(stream) as chunks:
+                async for chunk in chunks:
                     yield chunk
 
 

@@ -128,9 +128,11 @@ def govern(
     # own (integrations.langgraph._subgraphs): the same caps, parking and ceilings.
     subgraphs = {}
     for name in dict.fromkeys([*placement.nested, *placement.nested_topology]):
+        subgraph = graph.nodes[name].bound
+        assert isinstance(subgraph, CompiledStateGraph)  # place() names no other subgraph
         try:
             subgraphs[name] = govern(
-                graph.nodes[name].bound,
+                subgraph,
                 governor,
                 placement.nested.get(name, {}),
                 topology=placement.nested_topology.get(name),

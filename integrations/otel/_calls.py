@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AnyValue
 
 from governor import CompactionEvent, GovernorEvent, ToolOutputReduction
 from integrations.otel import names as n
@@ -159,7 +160,10 @@ class CallEvents:
             span = state.calls.popleft() if state is not None and state.calls else None
         if state is None:
             return
-        attributes = {n.ERROR_TYPE: error, n.ELAPSED_S: float(event.attributes.get("elapsed_s", 0))}
+        attributes: dict[str, AnyValue] = {
+            n.ERROR_TYPE: error,
+            n.ELAPSED_S: float(event.attributes.get("elapsed_s", 0)),
+        }
         if span is None:
             if not self.model_spans:
                 state.add_event(n.EVENT_CALL, attributes, event.at)
@@ -243,7 +247,7 @@ class CallEvents:
             state.num_summarizations += 1
             state.summarize_saved += record.tokens_saved
             open_tool = next((span for name, span in state.tools if name == tool), None)
-        attributes = {
+        attributes: dict[str, AnyValue] = {
             n.METHOD: record.method,
             n.TOKENS_BEFORE: record.tokens_before,
             n.TOKENS_AFTER: record.tokens_after,

@@ -150,7 +150,11 @@ def _agent(
     context = Spread.of(deepest)
     block_size = 16 if budget is None else budget.block_size
     events = [e for lease in leases for e in lease.events]
-    budgets = {lease.attributes.get(n.TOOL_OUTPUT_TOKENS) for lease in leases} - {None}
+    budgets = [
+        budget
+        for lease in leases
+        if (budget := lease.attributes.get(n.TOOL_OUTPUT_TOKENS)) is not None
+    ]
     return AgentFigures(
         agent=name,
         num_leases=len(leases),

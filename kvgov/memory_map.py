@@ -128,22 +128,25 @@ def from_plan(plan: Plan) -> MemoryMap:
 
 def from_record(record: Mapping[str, Any] | str | Path) -> MemoryMap:
     """A map from ``MemoryMap.to_json()`` output (a mapping, or a JSON file's path)."""
-    if not isinstance(record, Mapping):
+    data: Mapping[str, Any]
+    if isinstance(record, Mapping):
+        data = record
+    else:
         try:
-            record = json.loads(Path(record).read_text())
+            data = json.loads(Path(record).read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read a memory record from {record}: {exc}") from None
     try:
-        agents = tuple(AgentMemory(**a) for a in record["agents"])
+        agents = tuple(AgentMemory(**a) for a in data["agents"])
         return MemoryMap(
-            title=str(record["title"]),
-            card_bytes=int(record["card_bytes"]),
-            weights_bytes=int(record["weights_bytes"]),
-            overhead_bytes=int(record["overhead_bytes"]),
+            title=str(data["title"]),
+            card_bytes=int(data["card_bytes"]),
+            weights_bytes=int(data["weights_bytes"]),
+            overhead_bytes=int(data["overhead_bytes"]),
             agents=agents,
-            shared_bytes=int(record.get("shared_bytes", 0)),
-            paged_alone=tuple(AgentMemory(**a) for a in record.get("paged_alone", ())),
-            paged_alone_shared_bytes=int(record.get("paged_alone_shared_bytes", 0)),
+            shared_bytes=int(data.get("shared_bytes", 0)),
+            paged_alone=tuple(AgentMemory(**a) for a in data.get("paged_alone", ())),
+            paged_alone_shared_bytes=int(data.get("paged_alone_shared_bytes", 0)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(
@@ -258,7 +261,8 @@ def _draw(ax: Any, memory: MemoryMap, patch: Any) -> None:
     offloaded = sum(a.offloaded_bytes for a in memory.agents)
     alone = bool(memory.paged_alone)
     top = 2.0 if alone else 1.0
-    rows = (top, 0.0, 1.0) if alone else (top, 0.0)  # contiguous, kvgov, paged alone
+    # contiguous, kvgov, paged alone
+    rows: tuple[float, ...] = (top, 0.0, 1.0) if alone else (top, 0.0)
     for y in rows:
         ax.barh(y, memory.weights_bytes / gb, color=_WEIGHTS, height=0.6)
         ax.barh(

@@ -78,7 +78,7 @@ def _blocks(table: Table) -> list[tuple[object, Table]]:
     """Per row, its first cell (a title) and a two-column table: each other column's
     header and the row's value, which wraps."""
     first, *rest = table.columns
-    blocks = []
+    blocks: list[tuple[object, Table]] = []
     for i, title in enumerate(first.cells):
         block = Table.grid(padding=(0, 2))
         block.add_column(style="dim", no_wrap=True)

@@ -421,8 +421,9 @@ class _StepTimer:
                 self.steps.append((self._batch, seconds))
             return outputs
 
-        engine.step = timed  # type: ignore[method-assign]
-        runner.execute = recorded  # type: ignore[method-assign]
+        # Instance attributes shadow the methods until __exit__ puts them back.
+        engine.step = timed  # type: ignore[method-assign]  # see above
+        runner.execute = recorded  # type: ignore[method-assign]  # see above
         return self
 
     def __exit__(self, *exc: object) -> None:

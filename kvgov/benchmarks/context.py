@@ -220,7 +220,7 @@ def context_editing(
             model=GenericFakeChatModel(messages=iter(())), messages=rest, system_message=system
         )
         seen: list[Any] = []
-        middleware.wrap_model_call(request, seen.append)  # type: ignore[arg-type]
+        middleware.wrap_model_call(request, seen.append)  # type: ignore[arg-type]  # reply unread
         sent = from_langchain([seen[0].system_message, *seen[0].messages])
         if counter.count_messages(sent) <= budget:
             return sent
@@ -259,7 +259,7 @@ def trim(
         token_counter=_lc_counter(counter),
         strategy="last",
         include_system=True,
-        start_on=start_on,  # type: ignore[arg-type]
+        start_on=start_on,
         allow_partial=allow_partial,
     )
     return from_langchain(kept)

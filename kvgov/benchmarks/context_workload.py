@@ -151,10 +151,10 @@ def _conversation(rng: random.Random, seed: int, cases: Sequence[Case]) -> Conve
         }
     )
     everything = context_text(messages)
-    for fact in facts:
-        if not fact.needles:
-            count = everything.count(fact.text)
-            assert count == 1, f"fact {fact.text!r} occurs {count} times"
+    for kept in facts:  # not ``fact``: the cases' facts above are another type
+        if not kept.needles:
+            count = everything.count(kept.text)
+            assert count == 1, f"fact {kept.text!r} occurs {count} times"
     return Conversation(f"seed-{seed:02d}", tuple(messages), tuple(facts))
 
 

@@ -206,7 +206,7 @@ def _queued_lease(*, num_waiting: int, num_active: int) -> Mapping[str, object]:
         # Room for num_active of them, under the default safety factor of 0.9.
         backend = FakeBackend(num_blocks=math.ceil(num_active * 100 / 0.9) + 1)
         governor = Governor(backend, agents=[agent])
-        governor.admission.policy = policy  # type: ignore[assignment]
+        governor.admission.policy = policy
         assert governor.admission.max_concurrent(1_600) == num_active
         per_lease_us[name] = _per_lease_us(governor, num_waiting + num_active)
     return {

@@ -346,7 +346,7 @@ def _stream_ratio(
         )
         for i in range(_CLIENTS)
     ]
-    backends = {"local": local, "remote": remote}
+    backends: dict[str, LocalBackend | RemoteBackend] = {"local": local, "remote": remote}
     totals: dict[str, list[int]] = {"local": [], "remote": []}
     rates: dict[str, list[float]] = {"local": [], "remote": []}
 

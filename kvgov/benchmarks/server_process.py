@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+from typing_extensions import Self
 
 __all__ = ["ServerProcess", "ServerStartError"]
 
@@ -131,7 +132,7 @@ class ServerProcess:
         self._log.seek(0)
         return self._log.read().decode("utf-8", "replace")
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         """Spawns the server; ``wait_ready`` before the first call."""
         try:
             self.spawn()

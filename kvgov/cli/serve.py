@@ -31,6 +31,7 @@ from kvgov.cli.output import fail
 
 if TYPE_CHECKING:
     import uvicorn
+    from starlette.types import ASGIApp
 
     from engine.host_swap import HostSwap
     from governor.backend import BackendCapacity
@@ -200,7 +201,7 @@ def serve(
 
 
 def uvicorn_config(
-    app: object, *, host: str, port: int, settings: ServeSettings | None = None
+    app: ASGIApp, *, host: str, port: int, settings: ServeSettings | None = None
 ) -> uvicorn.Config:
     """How ``kvgov serve`` runs uvicorn; ``kvgov bench serve`` serves its engine the same
     way, so its figures are this server's. ``settings`` gives the connection limits
@@ -231,14 +232,15 @@ def uvicorn_config(
         "propagate": False,
     }
     return uvicorn.Config(
-        app,  # type: ignore[arg-type]
+        app,
         host=host,
         port=port,
         log_level="info",
         log_config=log_config,
         access_log=False,
         timeout_graceful_shutdown=5,
-        http=functools.partial(LimitedHttpProtocol, limits=limits),  # type: ignore[arg-type]
+        # uvicorn makes each connection's protocol by calling this, as it would the class.
+        http=functools.partial(LimitedHttpProtocol, limits=limits),  # type: ignore[arg-type]  # see above
         limit_concurrency=settings.max_connections,
     )
 

@@ -34,6 +34,7 @@ engine alone's at its own peak.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -155,7 +156,7 @@ def run_demo(options: DemoOptions, *, console: Console | None = None) -> DemoRes
             task = progress.add_task(f"{label}: model calls", total=calls)
             trace = options.out / f"trace-{scheme}.jsonl"
             stats, geometry, maps[scheme] = _run(
-                scheme, options, trace, lambda t=task: progress.advance(t)
+                scheme, options, trace, functools.partial(progress.advance, task)
             )
             progress.update(task, completed=calls)
             runs[scheme], traces[scheme] = stats, trace

@@ -122,7 +122,7 @@ def build_swarm(
 
     async def worker(state: Mapping[str, Any]) -> dict[str, Any]:
         index = int(state["index"])
-        first = [
+        first: list[BaseMessage] = [
             HumanMessage(f"Task {index}: {scripts[index][0].tool_name} findings, then report.")
         ]
         if spec.system_in_messages:
@@ -144,7 +144,7 @@ def build_swarm(
 
     builder = StateGraph(SwarmState)
     builder.add_node("planner", plan)
-    builder.add_node("worker", worker)
+    builder.add_node("worker", worker)  # type: ignore[type-var]  # takes a Send payload, no schema
     builder.add_node("synthesize", synthesize)
     builder.add_edge(START, "planner")
     builder.add_conditional_edges("planner", fan_out, ["worker"])
@@ -206,7 +206,9 @@ def _scripts(num_workers: int, turns: int) -> tuple[list[list[Any]], list[BaseTo
     outputs: dict[str, dict[str, str]] = {}
     for document in corpus:
         outputs.setdefault(document.tool_name, {})[_key(document.arguments)] = document.text
-    tools = [_ScriptedTool(name=name, outputs=texts) for name, texts in sorted(outputs.items())]
+    tools: list[BaseTool] = [
+        _ScriptedTool(name=name, outputs=texts) for name, texts in sorted(outputs.items())
+    ]
     return scripts, tools
 
 

@@ -10,6 +10,8 @@ governance (``kvgov.simulate``; the same as ``kvgov plan --simulate``).
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from rich.console import Console
 
 from engine.twin import get_profile
@@ -19,19 +21,29 @@ from kvgov.tables import print_table
 
 __all__ = ["SECOND_ACT", "second_act"]
 
+
+class _Case(TypedDict):
+    device: str
+    model: str
+    quantize: str
+    agents: int
+    ceiling: int
+    turns: int
+
+
 # The reference user's case (issue 33's seed): what `kvgov plan --simulate` takes too.
-SECOND_ACT = dict(
+SECOND_ACT: _Case = dict(
     device="rx9070xt", model="qwen3-8b", quantize="int4", agents=8, ceiling=16_000, turns=6
 )
 
 
 def second_act(console: Console) -> Simulation:
     scenario = Scenario(
-        profile=get_profile(str(SECOND_ACT["device"])),
-        target=target_model(str(SECOND_ACT["model"]), quantize=str(SECOND_ACT["quantize"])),
-        num_agents=int(SECOND_ACT["agents"]),  # type: ignore[call-overload]
-        ceiling_tokens=int(SECOND_ACT["ceiling"]),  # type: ignore[call-overload]
-        turns=int(SECOND_ACT["turns"]),  # type: ignore[call-overload]
+        profile=get_profile(SECOND_ACT["device"]),
+        target=target_model(SECOND_ACT["model"], quantize=SECOND_ACT["quantize"]),
+        num_agents=SECOND_ACT["agents"],
+        ceiling_tokens=SECOND_ACT["ceiling"],
+        turns=SECOND_ACT["turns"],
     )
     console.print()
     console.print(

@@ -15,8 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import uvicorn
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 __all__ = ["running_server", "serving"]
 
@@ -25,7 +29,7 @@ _START_TIMEOUT_S = 30.0
 
 @contextmanager
 def serving(
-    app: object,
+    app: ASGIApp,
     *,
     host: str = "127.0.0.1",
     config: Callable[..., uvicorn.Config] | None = None,
@@ -39,7 +43,7 @@ def serving(
 
 @contextmanager
 def running_server(
-    app: object,
+    app: ASGIApp,
     *,
     host: str = "127.0.0.1",
     config: Callable[..., uvicorn.Config] | None = None,
@@ -56,7 +60,7 @@ def running_server(
     port = sock.getsockname()[1]
     if config is None:
         settings = uvicorn.Config(
-            app,  # type: ignore[arg-type]
+            app,
             log_level="warning",
             access_log=False,
             ws="none",

@@ -57,7 +57,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._num_head_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's own
         super().connection_made(transport)
         self._arm("head")
 

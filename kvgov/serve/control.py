@@ -246,8 +246,8 @@ def _token_ids(state: ServerState, prefix: _Prefix) -> list[int]:
     if isinstance(prefix, str):
         return tokenizer.encode(prefix)
     if prefix and isinstance(prefix[0], Mapping):
-        return tokenizer.encode_chat(prefix, add_generation_prompt=False)  # type: ignore[arg-type]
-    return list(prefix)  # type: ignore[arg-type]
+        return tokenizer.encode_chat(prefix, add_generation_prompt=False)
+    return list(prefix)  # type: ignore[arg-type]  # neither text nor messages: token ids
 
 
 def _check_may_pin_shared(state: ServerState, tenant: str, pin: wire.PinRequest) -> None:

@@ -74,7 +74,7 @@ def memory_map(snapshot: EngineSnapshot, *, weights_bytes: int, tenant: str = ""
         {"kind": "empty", "label": "empty", "blocks": m.num_blocks_free - m.num_blocks_cached},
     ]
     assert sum(s["blocks"] for s in segments) == m.num_blocks, segments
-    host = [
+    host: list[dict[str, Any]] = [
         {"kind": "budget", "label": name, "blocks": held.num_host_blocks}
         for name, held in sorted(own.items())
         if held.num_host_blocks

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import Request
 
@@ -100,26 +100,30 @@ class ModelCall:
             priority = min(priority, settings.tenant_max_priority)
             if order_age_s is not None:
                 order_age_s = min(order_age_s, settings.tenant_max_order_age_s)
-        common = {
+        prompt: str | list[int] | None = self.prompt_ids  # tokenized already: the engine takes them
+        messages: list[dict[str, Any]] | None = None
+        if prompt is None:
+            if isinstance(body, ChatCompletionRequest):
+                messages = body.message_dicts()
+            else:
+                prompt = body.one_prompt()
+        return GenerationRequest(
+            messages=messages,
+            prompt=prompt,
             # Without a limit the call may use the rest of the context: the engine ends it
             # at the ceiling (finish "length"), as vLLM does with no max_tokens.
-            "max_tokens": body.output_limit or self.api.max_model_len,
-            "temperature": body.temperature,
-            "top_p": body.top_p,
-            "seed": body.seed,
-            "stop": body.stop_strings,
-            "ceiling_tokens": body.ceiling_tokens,
-            "budget": budget,
-            "cache_salt": tenancy.cache_salt_for(self.tenant, body.cache_salt),
-            "priority": priority,
-            "order_time": None if order_age_s is None else time.monotonic() - order_age_s,
-            "retain": body.retain,
-        }
-        if self.prompt_ids is not None:  # tokenized already: the engine takes the ids
-            return GenerationRequest(prompt=self.prompt_ids, **common)
-        if isinstance(body, ChatCompletionRequest):
-            return GenerationRequest(messages=body.message_dicts(), **common)
-        return GenerationRequest(prompt=body.one_prompt(), **common)
+            max_tokens=body.output_limit or self.api.max_model_len,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=body.stop_strings,
+            ceiling_tokens=body.ceiling_tokens,
+            budget=budget,
+            cache_salt=tenancy.cache_salt_for(self.tenant, body.cache_salt),
+            priority=priority,
+            order_time=None if order_age_s is None else time.monotonic() - order_age_s,
+            retain=body.retain,
+        )
 
     async def prompt_token_ids(self) -> list[int]:
         """The prompt's ids, as the engine tokenizes it (for ``return_token_ids``). The
@@ -149,7 +153,7 @@ class ModelCall:
             self._finish(result)
             return result
 
-    async def stream(self) -> AsyncIterator[GenerationChunk]:
+    async def stream(self) -> AsyncGenerator[GenerationChunk, None]:
         """The backend's chunks, inside the gate, events and error mapping."""
         async with (
             self._running() as generation,

@@ -25,7 +25,7 @@ Bodies and events are compact UTF-8 JSON, written by pydantic-core (``to_json``)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -119,7 +119,7 @@ def _chunk_choice(call: ModelCall, text: str, *, first: bool) -> dict[str, Any]:
 async def event_stream(
     call: ModelCall,
     first: GenerationChunk,
-    rest: AsyncIterator[GenerationChunk],
+    rest: AsyncGenerator[GenerationChunk, None],
     prompt_ids: list[int] | None,
 ) -> AsyncIterator[bytes]:
     """SSE ``data:`` lines for the call's chunks (``first`` already taken), then

@@ -217,8 +217,8 @@ class CompletionRequest(_Sampling):
             return prompt
         first = prompt[0]
         if isinstance(first, (str, list)):
-            return first  # type: ignore[return-value]
-        return prompt  # type: ignore[return-value]
+            return first
+        return prompt  # type: ignore[return-value]  # its first item is an int: a list[int]
 
 
 class TokenizeRequest(_Body):

@@ -34,7 +34,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -48,6 +48,8 @@ from kvgov.benchmarks.swarm.workload import SwarmWorkload
 from kvgov.simulate.errors import ScenarioError
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from engine import Engine
     from kvgov.benchmarks.swarm.twin import TwinRun
     from kvgov.simulate._prompts import PromptBook
@@ -314,7 +316,7 @@ class Simulation:
 def simulation_table(simulation: Simulation) -> Table:
     """One row per scheme: what the user sees first."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("scheme", "left"),
         ("agents failed", "right"),
         ("job p50", "right"),
@@ -323,8 +325,9 @@ def simulation_table(simulation: Simulation) -> Table:
         ("peak KV", "right"),
         ("host link", "right"),
         ("where it gives", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=name != "where it gives")  # type: ignore[arg-type]
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=name != "where it gives")
     block_bytes = simulation.scenario.block_bytes
     for run in simulation.runs:
         done = sorted(run.jct_s)
@@ -439,19 +442,19 @@ def scenario_engine(
     target runs here (the CPU panel's real engine)."""
     from engine import Engine, EngineConfig, PreemptionMode
 
-    return Engine(
-        EngineConfig(
-            model=model,
-            device="cpu",
-            num_blocks=scenario.kv_blocks if num_blocks is None else num_blocks,
-            block_size=scenario.block_size,
-            swap_space_blocks=scenario.host_blocks if host_blocks is None else host_blocks,
-            preemption_mode=PreemptionMode.RECOMPUTE,
-            max_model_len=scenario.target.context_tokens,
-            adapt_cpu_threads=adapt_cpu_threads,
-            **({} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}),
-        )
+    config = EngineConfig(
+        model=model,
+        device="cpu",
+        num_blocks=scenario.kv_blocks if num_blocks is None else num_blocks,
+        block_size=scenario.block_size,
+        swap_space_blocks=scenario.host_blocks if host_blocks is None else host_blocks,
+        preemption_mode=PreemptionMode.RECOMPUTE,
+        max_model_len=scenario.target.context_tokens,
+        adapt_cpu_threads=adapt_cpu_threads,
     )
+    if max_num_seqs is not None:  # else EngineConfig's default
+        config = replace(config, max_num_seqs=max_num_seqs)
+    return Engine(config)
 
 
 def _run(scenario: Scenario, scheme: str, setup: object) -> SchemeRun:

@@ -136,7 +136,7 @@ class TraceWorkload:
             units.setdefault(agent.unit, []).append(agent)
         order = list(units.values())
         agents: list[TracedAgent] = []
-        counts = []  # the agent counts that end on a whole run
+        counts: list[int] = []  # the agent counts that end on a whole run
         while len(agents) < num_agents:
             unit = order[len(counts) % len(order)]
             agents += [_copied(a, len(counts) // len(order), len(counts)) for a in unit]

@@ -125,9 +125,15 @@ class _Agent:
         self.primer = 2 * counter.count_messages([probe]) - counter.count_messages([probe] * 2)
 
     def read(self, messages: Sequence[Message]) -> list[Any]:
-        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+        from langchain_core.messages import (
+            AIMessage,
+            BaseMessage,
+            HumanMessage,
+            SystemMessage,
+            ToolMessage,
+        )
 
-        out = []
+        out: list[BaseMessage] = []
         for index, message in enumerate(messages):
             known = self.lc.get(id(message))
             if known is None:
@@ -138,13 +144,20 @@ class _Agent:
                 elif role == "assistant":
                     calls = [] if call is None else [{**call, "id": key, "type": "tool_call"}]
                     known = AIMessage(content, id=key, tool_calls=calls)
-                elif content.startswith(_RESULT) and out and getattr(out[-1], "tool_calls", ()):
+                elif (
+                    content.startswith(_RESULT)
+                    and out
+                    and isinstance(out[-1], AIMessage)  # the only kind that calls tools
+                    and out[-1].tool_calls
+                ):
                     asked = out[-1].tool_calls[0]["id"]
                     known = ToolMessage(content[len(_RESULT) :], id=key, tool_call_id=asked)
                 else:
                     known = HumanMessage(content, id=key)
                 self.lc[id(message)] = known
-                self.original[key] = (message, known.content)
+                text = known.content
+                assert isinstance(text, str)  # made from text just above
+                self.original[key] = (message, text)
             assert index or known.type == "system", "a history starts with its system prompt"
             out.append(known)
         return out
@@ -214,5 +227,5 @@ def _edited(
         model=GenericFakeChatModel(messages=iter(())), messages=rest, system_message=system
     )
     seen: list[Any] = []
-    middleware.wrap_model_call(request, seen.append)  # type: ignore[arg-type]
+    middleware.wrap_model_call(request, seen.append)  # type: ignore[arg-type]  # reply unread
     return [system, *seen[0].messages]

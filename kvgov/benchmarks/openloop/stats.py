@@ -60,7 +60,7 @@ class StatsInputError(ValueError):
 
 
 class SeedMismatchError(StatsInputError):
-    def __init__(self, *, what: str, only_left: Sequence[int], only_right: Sequence[int]) -> None:
+    def __init__(self, *, what: str, only_left: Iterable[int], only_right: Iterable[int]) -> None:
         self.what = what
         self.only_left = sorted(only_left)
         self.only_right = sorted(only_right)
@@ -332,7 +332,7 @@ def _bootstrap(
         raise StatsSettingError(name="level", value=level, expected="between 0 and 1, as 0.95")
     num_seeds = len(columns[0])
     rng = random.Random(seed)
-    draws = [[] for _ in columns]
+    draws: list[list[float]] = [[] for _ in columns]
     rows = range(num_seeds)
     for _ in range(resamples):
         picked = rng.choices(rows, k=num_seeds)

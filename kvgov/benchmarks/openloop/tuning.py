@@ -420,17 +420,17 @@ def _contexts(rates: Sequence[float], teams: float) -> Iterator[Measurement]:
         processes=default_processes(),
         progress=_progress,
     )
-    for point, run in by_context.items():
+    for knobs, run in by_context.items():
         row = {f"{rate:g}/min": jct for rate, jct in run.jct_mean_s.items()}
         kept = (
             f"facts kept {run.facts_kept_pct:.1f}% (the best LangChain handling "
             f"{run.facts_floor_pct:.1f}%)"
         )
         yield _context_point(
-            f"kvgov_context {point.ceiling_tokens} {point.tool_output_tokens} "
-            f"{point.summary_share:g} {point.compact_to:g}",
+            f"kvgov_context {knobs.ceiling_tokens} {knobs.tool_output_tokens} "
+            f"{knobs.summary_share:g} {knobs.compact_to:g}",
             row,
-            point == context,
+            knobs == context,
             f"{kept}; {where}",
         )
     _progress(f"chosen: EDITING_KNOBS = {editing!r}, KVGOV_CONTEXT = {context!r}")

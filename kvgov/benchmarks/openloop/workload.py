@@ -659,7 +659,8 @@ class _Team:
                 chat_text.as_calls(history),
                 ceiling_tokens=ceiling,
                 reserve_tokens=reply_tokens,
-                counter=chat_text.TextCounter(self.counter),  # type: ignore[arg-type]
+                # A TokenCounter in all the policy calls, over the calls' chat text.
+                counter=chat_text.TextCounter(self.counter),  # type: ignore[arg-type]  # see above
             )
         except CeilingExceeded as exc:
             raise OpenLoopWorkloadError(

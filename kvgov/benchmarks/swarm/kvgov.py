@@ -34,7 +34,7 @@ from backends import LocalBackend
 from engine import Engine
 from engine.engine_loop import EngineLoop
 from governor import AdmissionMode, AgentSpec, Governor, GovernorConfig, Lease, Policies
-from governor.clock import Clock
+from governor.clock import SYSTEM_CLOCK, Clock
 from kvgov.benchmarks.swarm.result import EngineTap, RunResult
 from kvgov.benchmarks.swarm.runner import SwarmTimeout
 from kvgov.benchmarks.swarm.workload import AgentScript, SwarmWorkload
@@ -112,11 +112,11 @@ async def kvgov_program(
         # agent swarm under memory pressure is served by (policies.program_order).
         admission=ProgramOrder(aging_s=config.aging_s),
     )
-    extra = {} if clock is None else {"clock": clock}
-    governor = Governor(backend, config=config, policies=policies, **extra)
+    clock = SYSTEM_CLOCK if clock is None else clock
+    governor = Governor(backend, config=config, policies=policies, clock=clock)
     for team in sorted({s.team for s in scripts}):
-        planner = next(s for s in scripts if s.planner and s.team == team)
-        governor.register_prefix(f"team-{team}", [planner.system])
+        lead = next(s for s in scripts if s.planner and s.team == team)
+        governor.register_prefix(f"team-{team}", [lead.system])
         for kind, fanout in (("planner", _MAX_FANOUT), ("worker", 1)):
             peers = [s for s in scripts if s.team == team and s.planner == (kind == "planner")]
             governor.register_agent(

@@ -8,9 +8,12 @@ import statistics
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvgov.benchmarks.swarm.result import RunResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["COLORS", "footnote", "plot", "save_figure"]
 
@@ -50,9 +53,9 @@ def plot(results: Sequence[RunResult], out: Path, *, fraction: float, note: str)
         ax.set_xscale("log")
         # Each budget's blocks under its fraction: a floor (twice the largest agent's
         # peak) can make two fractions nearly the same budget.
-        blocks = {r.fraction: r.num_blocks for r in results}
-        fractions = sorted(blocks)
-        ax.set_xticks(fractions, [f"{f:g}\n{blocks[f]:,} blocks" for f in fractions])
+        budget_blocks = {r.fraction: r.num_blocks for r in results}
+        fractions = sorted(budget_blocks)
+        ax.set_xticks(fractions, [f"{f:g}\n{budget_blocks[f]:,} blocks" for f in fractions])
         ax.minorticks_off()
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -104,8 +107,8 @@ def footnote(fig: Any, note: str) -> float:
     return (lines * 6.5 * 1.3 / 72 + 0.1) / fig.get_figheight()
 
 
-def save_figure(fig: object, base: Path) -> list[Path]:
+def save_figure(fig: Figure, base: Path) -> list[Path]:
     paths = [base.with_suffix(".svg"), base.with_suffix(".png")]
     for path in paths:
-        fig.savefig(path)  # type: ignore[attr-defined]
+        fig.savefig(path)
     return paths

@@ -138,8 +138,9 @@ class EngineTap:
         self._lock = threading.Lock()
         self._turns: dict[str, int] = {}
         self._t0 = engine.clock()  # the engine's clock: virtual on a twin
-        engine.add_request = self._add_request  # type: ignore[method-assign]
-        engine.step = self._stepped  # type: ignore[method-assign]
+        # Instance attributes shadow the methods until close puts them back.
+        engine.add_request = self._add_request  # type: ignore[method-assign]  # see above
+        engine.step = self._stepped  # type: ignore[method-assign]  # see above
 
     def _add_request(self, prompt: Any, *args: Any, **kwargs: Any) -> str:
         # What the engine will queue (it checks them, and refuses bad ones before any is

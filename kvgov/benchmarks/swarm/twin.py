@@ -114,12 +114,12 @@ def _attach(
 def measure_twin_costs(engine: Engine, device: TwinDevice) -> Costs:
     """``measure_costs`` on the twin: a prefill's and a swap's modelled seconds."""
     twin = _attach(engine, device, advance=True)
+
+    def wait_for_copies(_: Engine) -> None:
+        twin.clock.advance_to(twin.link.free_at)
+
     try:
-        return measure_costs(
-            engine,
-            now=twin.clock.now,
-            wait_for_copies=lambda _: twin.clock.advance_to(twin.link.free_at),
-        )
+        return measure_costs(engine, now=twin.clock.now, wait_for_copies=wait_for_copies)
     finally:
         twin.detach()
 

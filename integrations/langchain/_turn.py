@@ -76,7 +76,7 @@ class Turns:
             if compacted is not None:
                 kept = [m for m in compacted if m is not system]
                 # The request's own messages or from_chat's: each one of AnyMessage's types.
-                turn.request = request.override(messages=kept)  # type: ignore[arg-type]
+                turn.request = request.override(messages=kept)  # type: ignore[arg-type]  # see above
                 turn.compacted = kept
                 turn.update["kvgov_compactions"] = 1
                 turn.update["kvgov_tokens_compacted"] = event.tokens_saved

@@ -236,7 +236,7 @@ class BlockPool:
 
     def _evict(self, block: KVCacheBlock) -> None:
         # Called on a block just taken out of the free queue.
-        del self.cached[block.block_hash]  # type: ignore[arg-type]
+        del self.cached[block.block_hash]  # type: ignore[arg-type]  # callers check it is set
         block.block_hash = None
         self.num_cached -= 1
 

@@ -355,7 +355,7 @@ class Engine:
         """Run a batch of prompts to completion, continuously batched with whatever else
         is queued; completions come back in prompt order."""
         batch = [prompts] if _is_single_prompt(prompts) else list(prompts)
-        ids = [self.add_request(prompt, sampling, **options) for prompt in batch]  # type: ignore[arg-type]
+        ids = [self.add_request(prompt, sampling, **options) for prompt in batch]  # type: ignore[arg-type]  # each a prompt, as split above
         pending = set(ids)
         while pending:
             for output in self.step():

@@ -9,16 +9,27 @@
   prefix or by vLLM's KV events (``KVEventIndex``).
 - backends.http: the pooled HTTP/1.1 transport and the probes the HTTP backends share.
 
-Backends use the public API of governor/; nothing below them imports them.
+Backends use the public API of governor/; nothing below them imports them. Each name is
+imported from its subpackage when first used, so ``from backends import LocalBackend``
+needs neither httpx's transport nor pydantic (the GPU machine's image has no httptools).
 """
 
 from __future__ import annotations
 
-from backends.http import EngineProbe, EngineReading, InvalidNameError
-from backends.local import LocalBackend
-from backends.multi import KVEventError, KVEventIndex, MultiBackend, Routing
-from backends.openai import LlamaCppBackend, OpenAICompatibleBackend, SGLangBackend, VLLMBackend
-from backends.remote import RemoteBackend
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backends.http import EngineProbe, EngineReading, InvalidNameError
+    from backends.local import LocalBackend
+    from backends.multi import KVEventError, KVEventIndex, MultiBackend, Routing
+    from backends.openai import (
+        LlamaCppBackend,
+        OpenAICompatibleBackend,
+        SGLangBackend,
+        VLLMBackend,
+    )
+    from backends.remote import RemoteBackend
 
 __all__ = [
     "EngineProbe",
@@ -35,3 +46,32 @@ __all__ = [
     "SGLangBackend",
     "VLLMBackend",
 ]
+
+_SUBPACKAGE = {
+    "EngineProbe": "backends.http",
+    "EngineReading": "backends.http",
+    "InvalidNameError": "backends.http",
+    "KVEventError": "backends.multi",
+    "KVEventIndex": "backends.multi",
+    "LlamaCppBackend": "backends.openai",
+    "LocalBackend": "backends.local",
+    "MultiBackend": "backends.multi",
+    "OpenAICompatibleBackend": "backends.openai",
+    "RemoteBackend": "backends.remote",
+    "Routing": "backends.multi",
+    "SGLangBackend": "backends.openai",
+    "VLLMBackend": "backends.openai",
+}
+
+
+def __getattr__(name: str) -> Any:
+    subpackage = _SUBPACKAGE.get(name)
+    if subpackage is None:
+        raise AttributeError(f"module 'backends' has no attribute {name!r}")
+    value = getattr(importlib.import_module(subpackage), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,27 +1,36 @@
-"""Child processes started as the test run begins, on the core the serial suite leaves idle.
+"""Child processes run as the test run goes, one at a time, on the core the serial suite
+leaves idle.
 
 pytest runs one test at a time: on the 2-core machines CI uses, one core waits. A few
 tests only wait for a child process of their own: Triton's interpreter running a kernel
 test file again (``triton_interpreter``), ``tests/gpu_run.sh`` in a venv like the GPU
-machine's. Started when they are reached, their minutes add to the run; started when
-collection ends, they run beside the rest of the suite.
+machine's, mypy, the docs site's strict build. Started when they are reached, their
+minutes add to the run; queued when collection ends, they run beside the rest of the
+suite, in the order their tests were collected, one after another, so that each has the
+spare core to itself (the GPU script's steps run under timeouts).
 
 A test module offers its child with ``background_child() -> Child | None`` (``None``
 where this process has no child to run, e.g. inside the interpreter's own run) and marks
-the test that reads it ``@pytest.mark.background``; ``tests/conftest.py`` starts the
+the test that reads it ``@pytest.mark.background``; ``tests/conftest.py`` queues the
 children of the modules whose marked tests were collected, and stops any still running
 when the session ends. The test calls ``finished(__name__, background_child)``: the
-child started for it, or, where none was (the test run alone, ``-p no:...``), the same
-child run there and then. Outputs go to files, not pipes, so a child never blocks on a
-full pipe while nobody reads it.
+child queued for it (started there and then if its turn has not come: the suite waits on
+it, so the core is free), or, where none was queued (the test run alone,
+``-p no:...``), the same child run there and then. Outputs go to files, not pipes, so a
+child never blocks on a full pipe while nobody reads it.
+
+Threads: the pump thread and the test thread share ``_RUNNING`` and ``_QUEUE`` under
+``_LOCK``; a child is started under it, so each is started once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,13 +59,41 @@ class _Running:
 
 
 _RUNNING: dict[str, _Running] = {}
+_QUEUE: dict[str, Child] = {}  # in the order queued; a child leaves it as it starts
 _LOGS: list[Path] = []  # the folder of the children's outputs, made at the first start
+_LOCK = threading.Lock()
+_PUMP: list[threading.Thread] = []
+_STOPPED = threading.Event()
 
 
 def start(key: str, child: Child) -> None:
-    """Start ``child`` for the module ``key`` (once)."""
-    if key in _RUNNING:
-        return
+    """Queue ``child`` for the module ``key`` (once); the queue runs one child at a time."""
+    with _LOCK:
+        if key in _RUNNING or key in _QUEUE:
+            return
+        _QUEUE[key] = child
+        if not _PUMP:
+            _STOPPED.clear()
+            pump = threading.Thread(target=_pump, name="background-children", daemon=True)
+            _PUMP.append(pump)
+            pump.start()
+
+
+def _pump() -> None:
+    while not _STOPPED.is_set():
+        with _LOCK:
+            if not _QUEUE:
+                _PUMP.clear()
+                return
+            key = next(iter(_QUEUE))
+            running = _launch(key, _QUEUE.pop(key))
+        # One past its time is left to finished(), which kills it when its test reads it.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running.process.wait(timeout=running.child.timeout_s)
+
+
+def _launch(key: str, child: Child) -> _Running:
+    """Start ``child`` now (under ``_LOCK``)."""
     if not _LOGS:
         _LOGS.append(Path(tempfile.mkdtemp(prefix="kvgov-tests-background-")))
     stdout, stderr = _LOGS[0] / f"{key}.out", _LOGS[0] / f"{key}.err"
@@ -64,18 +101,23 @@ def start(key: str, child: Child) -> None:
         process = subprocess.Popen(
             [str(a) for a in child.argv], env=dict(child.env), cwd=child.cwd, stdout=out, stderr=err
         )
-    _RUNNING[key] = _Running(child, process, stdout, stderr, time.monotonic())
+    running = _RUNNING[key] = _Running(child, process, stdout, stderr, time.monotonic())
+    return running
 
 
 def finished(
     key: str, make: Callable[[], Child | None]
 ) -> tuple[subprocess.CompletedProcess[str], Child]:
     """The child started for ``key``, waited for; or ``make()``'s child, run now."""
-    if key not in _RUNNING:
-        child = make()
-        assert child is not None, f"{key} has no child to run in this process"
-        start(key, child)
-    running = _RUNNING[key]
+    with _LOCK:
+        if key in _QUEUE:  # its turn has not come: the suite waits on it, so run it now
+            running = _launch(key, _QUEUE.pop(key))
+        elif key in _RUNNING:
+            running = _RUNNING[key]
+        else:
+            child = make()
+            assert child is not None, f"{key} has no child to run in this process"
+            running = _launch(key, child)
     left = running.child.timeout_s - (time.monotonic() - running.began)
     try:
         running.process.wait(timeout=max(left, 1.0))
@@ -96,10 +138,18 @@ def finished(
 def stop_all() -> None:
     """Kill the children still running (their tests deselected or the run stopped
     early) and remove every child's scratch folders and the logs."""
-    for running in _RUNNING.values():
+    _STOPPED.set()
+    with _LOCK:
+        _QUEUE.clear()
+        running_now = list(_RUNNING.values())
+    for running in running_now:
         if running.process.poll() is None:
             running.process.kill()
             running.process.wait()
+    for pump in list(_PUMP):
+        pump.join()  # its child is gone: it returns at once
+    _PUMP.clear()
+    for running in _RUNNING.values():
         for folder in running.child.scratch:
             shutil.rmtree(folder, ignore_errors=True)
     _RUNNING.clear()

@@ -1,6 +1,7 @@
-"""Skip tests marked ``gpu`` unless torch sees a CUDA or ROCm device; start the child
-processes of ``background`` tests when collection ends (``tests/background.py``);
-``kvgov_server``, a real ``kvgov serve`` process for the remote backend's tests."""
+"""Skip tests marked ``gpu`` unless torch sees a CUDA or ROCm device; queue the child
+processes of ``background`` tests when collection ends, run one at a time
+(``tests/background.py``); ``kvgov_server``, a real ``kvgov serve`` process for the
+remote backend's tests."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the children of the modules whose ``background`` tests were collected
-    (``tests/background.py``): they run on the core the serial suite leaves idle."""
+    """Queue the children of the modules whose ``background`` tests were collected
+    (``tests/background.py``): they run one at a time on the core the serial suite
+    leaves idle."""
     for item in session.items:
         module = getattr(item, "module", None)
         if item.get_closest_marker("background") is None or module is None:

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Child", "finished", "start", "stop_all"]
+__all__ = ["Child", "call", "finished", "returned", "start", "stop_all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +158,41 @@ def stop_all() -> None:
     for folder in _LOGS:
         shutil.rmtree(folder, ignore_errors=True)
     _LOGS.clear()
+
+
+_CALL = """
+import importlib, pickle, sys
+module, _, name = sys.argv[1].rpartition(".")
+with open(sys.argv[2], "rb") as f:
+    args, kwargs = pickle.load(f)
+value = getattr(importlib.import_module(module), name)(*args, **kwargs)
+with open(sys.argv[3], "wb") as f:
+    pickle.dump(value, f)
+"""
+
+
+def call(target: str, *args: object, timeout_s: float = 600.0, **kwargs: object) -> Child:
+    """A child that calls ``target`` (``package.module.function``) with these arguments
+    and pickles what it returns, for a test's fixture to read with ``returned``."""
+    folder = Path(tempfile.mkdtemp(prefix="kvgov-tests-call-"))
+    given, result = folder / "arguments.pickle", folder / "result.pickle"
+    given.write_bytes(pickle.dumps((args, kwargs)))
+    return Child(
+        [sys.executable, "-c", _CALL, target, given, result],
+        dict(os.environ),
+        Path(__file__).resolve().parent.parent,
+        timeout_s=timeout_s,
+        data={"target": target, "result": result},
+        scratch=(folder,),
+    )
+
+
+def returned(key: str, make: Callable[[], Child | None]) -> object:
+    """What the ``call`` child of ``key`` returned; its output where it failed."""
+    done, child = finished(key, make)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{child.data['target']} failed in its child process (exit {done.returncode}):\n"
+            f"{(done.stdout + done.stderr)[-6000:]}"
+        )
+    return pickle.loads(Path(str(child.data["result"])).read_bytes())

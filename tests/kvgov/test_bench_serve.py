@@ -14,18 +14,28 @@ import re
 import pytest
 
 from engine.benchmarks import Direction
-from kvgov.benchmarks.serve import ServeFacts, ServeSizes, measure
+from kvgov.benchmarks.serve import ServeFacts, ServeSizes
 from kvgov.benchmarks.server_process import ServerProcess
 from kvgov.cli import BENCHMARKS
+from tests import background
 
 _SIZES = ServeSizes.of(quick=True)
 
 
+def background_child() -> background.Child:
+    """The quick measurement in a child process, run beside the suite
+    (``tests/background.py``)."""
+    return background.call("kvgov.benchmarks.serve.measure", quick=True)
+
+
 @pytest.fixture(scope="module")
 def facts() -> ServeFacts:
-    return measure(quick=True)
+    measured = background.returned(__name__, background_child)
+    assert isinstance(measured, ServeFacts)
+    return measured
 
 
+@pytest.mark.background
 def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
     figures = {m.metric: m for m in facts.measurements}
     assert list(figures) == [
@@ -64,12 +74,14 @@ def test_three_figures_with_their_targets(facts: ServeFacts) -> None:
     assert BENCHMARKS["serve"] == "kvgov.benchmarks.serve"
 
 
+@pytest.mark.background
 def test_every_overhead_call_made_exactly_16_tokens(facts: ServeFacts) -> None:
     # Warm-ups and timed pairs, on both sides: a shorter answer on one side would make
     # the difference measure the engine, not HTTP.
     assert facts.completion_tokens == [16] * (2 * (_SIZES.warmups + _SIZES.pairs))
 
 
+@pytest.mark.background
 def test_the_overheads_sides_ran_on_one_engine_and_gave_one_answer(facts: ServeFacts) -> None:
     """The in-process calls ran on the engine the HTTP calls reached (one instance id for
     both), and every timed call on either side gave the same greedy answer with the same
@@ -106,6 +118,7 @@ def test_sides_that_are_not_comparable_give_no_figure() -> None:
     assert "made 8 tokens" in why_not_comparable(short, one_engine, tokens=16)
 
 
+@pytest.mark.background
 def test_both_sides_streamed_the_same_tokens(facts: ServeFacts) -> None:
     local, remote = facts.stream_totals["local"], facts.stream_totals["remote"]
     assert len(local) == len(remote) == _SIZES.stream_pairs
@@ -115,6 +128,7 @@ def test_both_sides_streamed_the_same_tokens(facts: ServeFacts) -> None:
     assert f"{local[0]:,} tokens per run" in note
 
 
+@pytest.mark.background
 def test_nothing_is_left_in_the_server_or_the_governors(facts: ServeFacts) -> None:
     after = facts.server_after
     assert after is not None
@@ -124,6 +138,7 @@ def test_nothing_is_left_in_the_server_or_the_governors(facts: ServeFacts) -> No
     assert not facts.leases_held
 
 
+@pytest.mark.background
 def test_the_server_process_is_gone_after_the_run(facts: ServeFacts) -> None:
     assert facts.server_pid is not None
     with pytest.raises(ProcessLookupError):  # reaped: no such process any more
@@ -198,6 +213,7 @@ def test_an_engine_slowed_by_serving_leaves_no_figure() -> None:
     assert math.isnan(split.overhead_s) and "without the engine's time" in split.invalid
 
 
+@pytest.mark.background
 def test_every_overhead_call_reports_an_engine_time_within_the_call(facts: ServeFacts) -> None:
     """The engine's own time comes with every call on both sides (usage.kvgov_engine_ms
     over HTTP) and is part of the call: positive and shorter than the whole call."""

@@ -22,17 +22,26 @@ from typer.testing import CliRunner
 
 import kvgov.twin_check
 from kvgov.cli import app
-from kvgov.twin_check import FIGURES, CheckOptions, TwinCheck, TwinCheckError, check_twin
+from kvgov.twin_check import FIGURES, CheckOptions, TwinCheck, TwinCheckError
+from tests import background
 
 runner = CliRunner()
 SHORT = CheckOptions(quick=True, rounds=1, policies=("paged", "kvgov"))
 
 
+def background_child() -> background.Child:
+    """The short check in a child process, run beside the suite (``tests/background.py``)."""
+    return background.call("kvgov.twin_check.check_twin", SHORT)
+
+
 @pytest.fixture(scope="module")
 def short() -> TwinCheck:
-    return check_twin(SHORT)
+    check = background.returned(__name__, background_child)
+    assert isinstance(check, TwinCheck)
+    return check
 
 
+@pytest.mark.background
 def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: TwinCheck) -> None:
     assert [c.policy for c in short.checks] == ["paged", "kvgov"]
     for check in short.checks:
@@ -59,6 +68,7 @@ def test_the_twin_replays_the_real_runs_within_the_short_forms_bounds(short: Twi
     assert "fitted here" in figures["twin_jct_error_max"].note
 
 
+@pytest.mark.background
 def test_the_step_time_model_is_held_to_the_steps_the_real_rounds_took(short: TwinCheck) -> None:
     # Every real step was timed and predicted: a timer that missed the steps, or a
     # prediction at another model's shape, would be far off (the bound is loose for a
@@ -71,6 +81,7 @@ def test_the_step_time_model_is_held_to_the_steps_the_real_rounds_took(short: Tw
     assert figures["twin_step_error_max"].value == pytest.approx(worst)
 
 
+@pytest.mark.background
 def test_the_twins_rounds_scatter_as_the_real_steps_did(short: TwinCheck) -> None:
     # The twin's steps are scattered by the step-to-step noise measured from the real
     # steps: a shared host's is a few percent to a few tens of percent, never none.
@@ -97,6 +108,7 @@ def test_the_step_timer_gives_the_engine_back_as_it_was() -> None:
     assert "step" not in engine.__dict__ and "execute" not in engine.runner.__dict__
 
 
+@pytest.mark.background
 def test_the_twin_is_not_the_tools_alone(short: TwinCheck) -> None:
     # A twin that charged no compute would still wait out every tool: its jobs would be
     # the tools' latencies. The real jobs, and the twin's, spend a share on the engine.
@@ -111,6 +123,7 @@ def _scripts():  # type: ignore[no-untyped-def]
     return Setup.of(QUICK).scripts
 
 
+@pytest.mark.background
 def test_the_cli_prints_the_figures_as_json_lines(
     short: TwinCheck, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -402,7 +402,7 @@ def test_without_the_binary_these_tests_skip_but_fail_under_ci(
     # every test but this one, which would run itself again.)
     command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"]
     command += ["-k", "not fail_under_ci and not named_apart", "-rfEs"]
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     ran = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 1, ran.stdout[-2000:]
     summary = ran.stdout.strip().splitlines()[-1]

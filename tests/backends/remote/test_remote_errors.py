@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from backends.http import errors as _remote_errors
 from backends.http.errors import error_from_response, remote_error_class
 from governor import BackendError, BackendUnavailable
-from backends.http import errors as _remote_errors
 
 
 def _body(error_class: str, fields: dict[str, Any], retriable: bool | None = None) -> bytes:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Child", "call", "finished", "returned", "start", "stop_all"]
+__all__ = ["Child", "call", "finished", "returned", "start", "stop_all", "summary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,9 @@ class _Running:
     stdout: Path
     stderr: Path
     began: float
+    by_test: bool = False  # started by its test, its turn not come
+    ended: float | None = None  # when its test first saw it end
+    waited_s: float = 0.0  # what its tests waited for it
 
 
 _RUNNING: dict[str, _Running] = {}
@@ -92,6 +95,7 @@ def _pump() -> None:
         # One past its time is left to finished(), which kills it when its test reads it.
         with contextlib.suppress(subprocess.TimeoutExpired):
             running.process.wait(timeout=running.child.timeout_s)
+            running.ended = time.monotonic()
 
 
 def _launch(key: str, child: Child) -> _Running:
@@ -99,9 +103,12 @@ def _launch(key: str, child: Child) -> _Running:
     if not _LOGS:
         _LOGS.append(Path(tempfile.mkdtemp(prefix="kvgov-tests-background-")))
     stdout, stderr = _LOGS[0] / f"{key}.out", _LOGS[0] / f"{key}.err"
+    # One thread each, unless the child says otherwise: the suite's own torch runs two,
+    # and OpenMP threads oversubscribed on 2 cores spin against each other.
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **child.env}
     with stdout.open("wb") as out, stderr.open("wb") as err:
         process = subprocess.Popen(
-            [str(a) for a in child.argv], env=dict(child.env), cwd=child.cwd, stdout=out, stderr=err
+            [str(a) for a in child.argv], env=env, cwd=child.cwd, stdout=out, stderr=err
         )
     running = _RUNNING[key] = _Running(child, process, stdout, stderr, time.monotonic())
     return running
@@ -111,9 +118,11 @@ def finished(
     key: str, make: Callable[[], Child | None]
 ) -> tuple[subprocess.CompletedProcess[str], Child]:
     """The child started for ``key``, waited for; or ``make()``'s child, run now."""
+    asked = time.monotonic()
     with _LOCK:
         if key in _QUEUE:  # its turn has not come: the suite waits on it, so run it now
             running = _launch(key, _QUEUE.pop(key))
+            running.by_test = True
         elif key in _RUNNING:
             running = _RUNNING[key]
         else:
@@ -126,6 +135,10 @@ def finished(
     except subprocess.TimeoutExpired:
         running.process.kill()
         running.process.wait()
+    now = time.monotonic()
+    running.waited_s += now - asked
+    if running.ended is None:
+        running.ended = now
     return (
         subprocess.CompletedProcess(
             running.process.args,
@@ -137,9 +150,28 @@ def finished(
     )
 
 
+_SUMMARY: list[str] = []  # summary() as stop_all left it (the session's end comes first)
+
+
+def summary() -> list[str]:
+    """A line a child: how long it ran, whether its turn had come, what the suite waited."""
+    if not _RUNNING:
+        return list(_SUMMARY)
+    lines = []
+    with _LOCK:
+        for key, running in _RUNNING.items():
+            ran = (running.ended or time.monotonic()) - running.began
+            how = "started by its test" if running.by_test else "queued"
+            lines.append(
+                f"{key}: ran {ran:.0f} s, {how}, the suite waited {running.waited_s:.0f} s"
+            )
+    return lines
+
+
 def stop_all() -> None:
     """Kill the children still running (their tests deselected or the run stopped
     early) and remove every child's scratch folders and the logs."""
+    _SUMMARY[:] = summary()
     _STOPPED.set()
     with _LOCK:
         _QUEUE.clear()

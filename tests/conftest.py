@@ -39,6 +39,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             background.start(module.__name__, child)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = background.summary()
+    if lines:
+        terminalreporter.section("background children")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background.stop_all()
 

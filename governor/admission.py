@@ -15,13 +15,13 @@ The modes, a pass over the queue, placement on replicas: docs/design/admission.m
 from __future__ import annotations
 
 import bisect
-import math
 import reprlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from governor.admission_base import AdmissionBase
 from governor.admission_policy import (
     AdmissionPolicy,
     PriorityWithAging,
@@ -33,8 +33,7 @@ from governor.clock import SYSTEM_CLOCK, Clock
 from governor.config import AdmissionMode, GovernorConfig
 from governor.errors import AdmissionRejected
 from governor.lease import Lease, LeaseState
-from governor.placement import Placement
-from governor.sizing import blocks_per_seq, max_ceiling_tokens, max_concurrent
+from governor.sizing import blocks_per_seq
 from governor.wakeup import Waiter
 
 __all__ = ["AdmissionController", "Waiter"]
@@ -48,7 +47,7 @@ class _Queued:
     previous: LeaseState = LeaseState.WAITING  # its state before it queued
 
 
-class AdmissionController:
+class AdmissionController(AdmissionBase):
     """``policy`` orders the waiting leases; None is ``PriorityWithAging`` at the
     config's ``aging_s`` (another policy ignores ``aging_s`` unless it takes it).
     ``clock``: the governor's (``governor.clock``), read for ``queued_at``,
@@ -63,9 +62,7 @@ class AdmissionController:
         policy: AdmissionPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.config = config
-        self.available_blocks = available_blocks
-        self.block_size = block_size
+        super().__init__(config=config, available_blocks=available_blocks, block_size=block_size)
         self._policy = PriorityWithAging(aging_s=config.aging_s) if policy is None else policy
         check_policy(self._policy)
         self._key = _static_key(self._policy)
@@ -81,9 +78,6 @@ class AdmissionController:
         # active lease's hold is inside its own reservation).
         self._held: dict[Lease, int] = {}
         self._held_idle = 0
-        # make_room(num_blocks): move that many held blocks of leases not active out of
-        # the way; it must not wait (it schedules), and answers with room_made().
-        self.make_room: Callable[[int], None] | None = None
         self._room_asked: int | None = None  # _held_idle when asked, until room_made
         self._room_not_made: int | None = None  # _held_idle after a make_room that moved none
         # Where a cap is set, the leases per agent name (per tenant), kept likewise: the
@@ -97,9 +91,6 @@ class AdmissionController:
         self._waiting_agents: dict[str, int] = {}
         self._waiting_tenants: dict[str | None, int] = {}
         self._peak_active = 0
-        # A backend of several replicas: where a lease fits (guaranteed mode only; see
-        # governor.placement). Set before the first lease is queued.
-        self.placement: Placement | None = None
         self._clock = clock
 
     @property
@@ -126,50 +117,6 @@ class AdmissionController:
                 for queued, rank in zip(self._queue, ranks, strict=True):
                     queued.rank = rank
                 raise
-
-    # -- limits ---------------------------------------------------------------------
-    @property
-    def limit_blocks(self) -> int:
-        return math.floor(self.available_blocks * self.config.safety_factor)
-
-    def max_concurrent(self, ceiling_tokens: int, prefix_blocks: int = 0) -> int:
-        """How many leases of this ceiling guaranteed mode runs at once, each starting
-        with a shared prefix of ``prefix_blocks`` pinned blocks (counted once, in the pins)."""
-        fit = max_concurrent(
-            self.available_blocks,
-            ceiling_tokens,
-            self.block_size,
-            self.config.safety_factor,
-            prefix_blocks,
-        )
-        cap = self.config.max_concurrent
-        return fit if cap is None else min(fit, cap)
-
-    def check_can_ever_fit(self, lease: Lease) -> None:
-        if lease.own_blocks_reserved > self._most_blocks():
-            raise AdmissionRejected(
-                lease.ceiling_tokens, self._most_tokens(lease), agent=lease.agent.name
-            )
-
-    def _most_blocks(self) -> int:
-        """The most blocks one lease can ever be admitted with: within the limit, and
-        within one replica's where the backend is several (``placement``)."""
-        placement = self._placement()
-        if placement is None:
-            return self.limit_blocks
-        return min(self.limit_blocks, placement.max_blocks())
-
-    def _most_tokens(self, lease: Lease) -> int:
-        """The largest ceiling the lease could be admitted with (its shared prefix's
-        pinned blocks on top: they are not in the limit)."""
-        possible = max_ceiling_tokens(
-            self.available_blocks, self.block_size, self.config.safety_factor
-        )
-        most = min(possible, self._most_blocks() * self.block_size)
-        return most + lease.prefix_blocks * self.block_size
-
-    def _placement(self) -> Placement | None:
-        return self.placement if self.config.mode is AdmissionMode.GUARANTEED else None
 
     def set_available_blocks(self, available_blocks: int) -> None:
         """The backend's capacity changed (a prefix pinned or unpinned)."""

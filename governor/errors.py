@@ -10,10 +10,12 @@ governor's own invariants.
     ├── CeilingExceeded        an agent's context would pass its token ceiling
     ├── LeaseError             a lease used wrongly
     │   ├── LeaseNotFound      no lease with that id
-    │   └── LeaseReleased      the lease was already released
+    │   ├── LeaseReleased      the lease was already released
+    │   └── LeaseExpired       the lease's process stopped heartbeating; its room went to others
     ├── TopologyError          a planner/worker topology that does not fit the budget
     ├── BackendError           the backend (engine, server) failed
     │   └── BackendUnavailable the backend cannot be reached or restarted; retriable
+    ├── StoreUnavailable       the shared state store (Redis) cannot be reached; retriable
     └── ConfigError            invalid configuration; also a ValueError
 """
 
@@ -31,8 +33,10 @@ __all__ = [
     "ConfigError",
     "GovernorError",
     "LeaseError",
+    "LeaseExpired",
     "LeaseNotFound",
     "LeaseReleased",
+    "StoreUnavailable",
     "TopologyError",
 ]
 
@@ -121,6 +125,25 @@ class LeaseReleased(LeaseError):
         )
 
 
+class LeaseExpired(LeaseError):
+    """The lease's process stopped heartbeating to the shared store for longer than
+    ``ttl_s`` (paused, or cut off from it): another process returned its blocks, closed
+    its engine budget and gave its room to other agents. The lease cannot be used again."""
+
+    def __init__(self, lease_id: object, *, agent: str | None = None, ttl_s: float) -> None:
+        self.lease_id = lease_id
+        self.agent = agent
+        self.ttl_s = ttl_s
+        who = "" if agent is None else f" of agent {agent!r}"
+        super().__init__(
+            f"lease {lease_id!r}{who} expired: its process sent the state store no heartbeat "
+            f"for more than its lease TTL ({ttl_s:g} s), so its blocks and engine budget went "
+            "back to the other agents; open a new lease with governor.lease() and start the "
+            "agent's turn again, or raise RedisStore(lease_ttl_s=...) where pauses this long "
+            "are normal"
+        )
+
+
 class TopologyError(GovernorError):
     """A topology that cannot run: ``reason`` says why, ``suggestion`` what would fit."""
 
@@ -156,6 +179,23 @@ class BackendUnavailable(BackendError):
             backend=backend,
         )
         self.problem = problem
+
+
+class StoreUnavailable(GovernorError):
+    """The state store that governors of several processes share (``RedisStore``) could
+    not be reached. New admissions fail fast with it; leases already admitted keep running
+    their calls, and what they return is handed to the store once it is back. Retriable."""
+
+    retriable = True
+
+    def __init__(self, store: str, problem: str) -> None:
+        self.store = store
+        self.problem = problem
+        super().__init__(
+            f"the state store {store} cannot be reached ({problem}); no lease is admitted "
+            "while it is down (admitted leases keep running): retry once it is back, or "
+            "check that redis-server is running at that address"
+        )
 
 
 class ConfigError(GovernorError, ValueError):

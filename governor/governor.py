@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from governor.admission import AdmissionController
 from governor.agent import AgentSpec
 from governor.backend import (
     Backend,
@@ -40,6 +39,7 @@ from governor.policy_set import Policies
 from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
 from governor.runs import Run
+from governor.store import LocalStore, StateStore
 from governor.tool_calls import ToolCall, ToolCalls, ToolDurations
 from governor.tool_output import ToolOutputReduction
 from governor.topology import TopologyReport, check_topology
@@ -58,11 +58,15 @@ class Governor:
         agents: Iterable[AgentSpec] = (),
         policies: Policies | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        store: StateStore | None = None,
     ) -> None:
         """``policies``: the tool-output, ceiling, admission and pressure decisions
         (``governor.Policies``); each left unset is the governor's default, given this
         governor's clock. ``clock``: where every time it reads and every deadline it arms
-        come from (``governor.clock``); real time by default."""
+        come from (``governor.clock``); real time by default. ``store``: where the
+        admission ledger lives; this process (``LocalStore``) by default, or a
+        ``RedisStore`` that governors in other processes share, so they keep one budget
+        (``close()`` the governor when done with it)."""
         if policies is not None and not isinstance(policies, Policies):
             raise ConfigError(
                 f"policies must be a governor.Policies(tool_output=..., ceiling=..., "
@@ -84,8 +88,15 @@ class Governor:
         self.agents: dict[str, AgentSpec] = {}
         for spec in agents:
             self.register_agent(spec)
+        if store is not None and not isinstance(store, StateStore):
+            raise ConfigError(
+                f"store must be a governor.store.LocalStore() or RedisStore(url), got "
+                f"{type(store).__name__}",
+                setting="store",
+            )
+        self.store = store or LocalStore()
         capacity = backend.capacity()
-        self.admission = AdmissionController(
+        self.admission = self.store.admission(
             config=self.config,
             available_blocks=capacity.num_available_blocks,
             block_size=capacity.block_size,
@@ -114,7 +125,11 @@ class Governor:
         # A backend of several replicas says where a lease fits (governor.placement).
         placement = getattr(backend, "placement", None)
         if callable(placement):
-            self.admission.placement = placement(safety_factor=self.config.safety_factor)
+            try:
+                self.admission.placement = placement(safety_factor=self.config.safety_factor)
+            except BaseException:
+                self.admission.close()
+                raise
         self.prefixes = PrefixRegistry(backend)
         self._lifecycle = LeaseLifecycle(
             backend=backend,
@@ -126,6 +141,7 @@ class Governor:
             clock=clock,
         )
         self.fanout_limiter = self._lifecycle.fanout
+        self.reaped_budgets = self._lifecycle.reaped  # others' budgets this one closes
         self._model_calls = ModelCalls(
             lifecycle=self._lifecycle,
             backend=backend,
@@ -153,6 +169,18 @@ class Governor:
             on_lost(self._backend_lost)
         elif callable(on_restart):
             on_restart(self._backend_restarted)
+
+    def close(self) -> None:
+        """Stop what the governor's store runs beside it (a ``RedisStore``'s heartbeat
+        and subscriber); its leases should be released first, or they expire after the
+        store's TTL. Nothing to do for the in-process store."""
+        self.admission.close()
+
+    def __enter__(self) -> Governor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def run(self, name: str = "run") -> Run:
         """``with`` / ``async with``: one workflow invocation; the leases requested inside

@@ -21,18 +21,26 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from governor.admission import AdmissionController, Waiter
+from governor.admission_base import AdmissionBase
 from governor.agent import AgentSpec
 from governor.backend import Backend
 from governor.clock import Clock
 from governor.config import GovernorConfig
-from governor.errors import AdmissionTimeout, ConfigError, LeaseReleased
+from governor.errors import (
+    AdmissionTimeout,
+    ConfigError,
+    LeaseExpired,
+    LeaseReleased,
+    StoreUnavailable,
+)
 from governor.events import LeaseEvents, error_name
 from governor.fanout import FanoutLimiter, FanoutSlot
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseOwner, LeaseState
+from governor.store.reaped import ReapedBudgets
 from governor.runs import current_run_id
 from governor.unwaited import UnwaitedErrors, close_budget_unwaited
+from governor.wakeup import Waiter
 
 __all__ = ["LeaseLifecycle"]
 
@@ -43,7 +51,7 @@ class LeaseLifecycle:
         *,
         backend: Backend,
         config: GovernorConfig,
-        admission: AdmissionController,
+        admission: AdmissionBase,
         idle: IdleKeeper,
         events: LeaseEvents,
         unwaited: UnwaitedErrors,
@@ -61,6 +69,9 @@ class LeaseLifecycle:
         self._lock = threading.Lock()  # the two below and release marks (lock order: 4)
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
+        # Budgets of leases another process lost, for this one to close (a shared store's)
+        self.reaped = ReapedBudgets(backend, unwaited)
+        admission.on_reaped = self.reaped.close_later
 
     # -- request ----------------------------------------------------------------------
     def request(
@@ -84,7 +95,7 @@ class LeaseLifecycle:
             raise ConfigError.below_minimum("ceiling_tokens", ceiling_tokens, 1)
         number = next(self._ids)
         lease = Lease(
-            lease_id=str(number),
+            lease_id=self.admission.lease_id(number),
             agent=spec,
             ceiling_tokens=ceiling_tokens,
             priority=priority,
@@ -134,7 +145,12 @@ class LeaseLifecycle:
         """Wait (blocking this thread) until the lease is ACTIVE."""
         waiter = Waiter()
         started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
-        self.admission.enqueue(lease, waiter)
+        try:
+            self.admission.enqueue(lease, waiter)
+        except (StoreUnavailable, LeaseExpired) as exc:
+            if not resumed:  # never admitted: it ends here, as one that timed out
+                self.release(lease, error=exc)
+            raise
         if not waiter.wait(self.config.admission_timeout_s) and self.admission.cancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
         self._admitted(lease, started, resumed)
@@ -143,20 +159,32 @@ class LeaseLifecycle:
     async def aacquire(self, lease: Lease) -> Lease:
         waiter = Waiter(loop=asyncio.get_running_loop())
         started, resumed = self.clock.now(), lease.state is LeaseState.PARKED
-        self.admission.enqueue(lease, waiter)
+        try:
+            await self.admission.aenqueue(lease, waiter)
+        except (StoreUnavailable, LeaseExpired) as exc:
+            if not resumed:  # never admitted: it ends here, as one that timed out
+                await self.arelease(lease, error=exc)
+            raise
+        except asyncio.CancelledError:  # queued or not: a cancel after it finds out
+            await self._cancelled(lease, started, resumed)
+            raise
         try:
             admitted = await waiter.await_(self.config.admission_timeout_s)
         except asyncio.CancelledError:
-            if not self.admission.cancel(lease):  # admitted as we were cancelled:
-                self._publish_admitted(lease, started, resumed)  # its span says both
-                await self.arelease(lease, error=asyncio.CancelledError())
+            await self._cancelled(lease, started, resumed)
             raise
-        if not admitted and self.admission.cancel(lease):
+        if not admitted and await self.admission.acancel(lease):
             raise AdmissionTimeout(lease.agent.name, self.config.admission_timeout_s)
         self._admitted(lease, started, resumed)
         return lease
 
+    async def _cancelled(self, lease: Lease, started: float, resumed: bool) -> None:
+        if not await self.admission.acancel(lease):  # admitted as we were cancelled:
+            self._publish_admitted(lease, started, resumed)  # its span says both
+            await self.arelease(lease, error=asyncio.CancelledError())
+
     def _admitted(self, lease: Lease, started: float, resumed: bool) -> None:
+        self.admission.raise_if_expired(lease)  # woken because its room was given away
         if lease.state is LeaseState.RELEASED:  # released by another thread as it waited
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
         self._publish_admitted(lease, started, resumed)
@@ -184,7 +212,10 @@ class LeaseLifecycle:
         if not self._mark_released(lease):
             return
         try:
-            self._release_admission(lease)
+            try:
+                await self.admission.arelease(lease)  # a failing admission policy raises...
+            finally:  # ...and the lease's hold is forgotten all the same
+                self.idle.forget(lease)
         finally:
             if self.budget_is_open(lease):  # closing it waits on the engine
                 await _to_thread_to_the_end(self._release_budget, lease, error)
@@ -210,6 +241,8 @@ class LeaseLifecycle:
         with self._lock:
             budget_open = lease.budget in self._budgets_open
             self._budgets_open.discard(lease.budget)
+        if self.admission.expired(lease):  # its budget was closed by whoever reaped it
+            budget_open = False
         try:
             if budget_open:
                 with self.idle.backend_lock:  # never in the middle of an offload of it
@@ -267,30 +300,34 @@ class LeaseLifecycle:
         """Raise the lease's ceiling by ``tokens``: at once when admission has room for
         the larger reservation, else parked at the larger size and queued again (this
         thread waits); the engine budget is resized after either."""
-        if not self._grow_now(lease, tokens):
+        ceiling = self._larger_ceiling(lease, tokens)
+        if not self.admission.try_grow(lease, ceiling):
+            self._park_to_grow(lease, ceiling)
             self.acquire(lease)
         if self.budget_is_open(lease):
             self.backend.resize_budget(lease.budget, max_blocks=lease.blocks_reserved)
 
     async def agrow(self, lease: Lease, tokens: int) -> None:
-        if not self._grow_now(lease, tokens):
+        ceiling = self._larger_ceiling(lease, tokens)
+        if not await self.admission.atry_grow(lease, ceiling):
+            self._park_to_grow(lease, ceiling)
             await self.aacquire(lease)
         if self.budget_is_open(lease):
             await self.backend.aresize_budget(lease.budget, max_blocks=lease.blocks_reserved)
 
-    def _grow_now(self, lease: Lease, tokens: int) -> bool:
-        """Grown at once (True), or parked at the larger size to queue for it (False)."""
+    @staticmethod
+    def _larger_ceiling(lease: Lease, tokens: int) -> int:
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise ConfigError.below_minimum("tokens", tokens, 1)
         if lease.state is LeaseState.RELEASED:
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
-        ceiling = lease.ceiling_tokens + tokens
-        if self.admission.try_grow(lease, ceiling):
-            return True
-        # Parked at the larger size in one step (under the admission lock), then queued.
+        return lease.ceiling_tokens + tokens
+
+    def _park_to_grow(self, lease: Lease, ceiling: int) -> None:
+        """Not grown at once: parked at the larger size in one step (under the admission
+        lock), to queue for it."""
         if self.admission.park(lease, ceiling_tokens=ceiling):
             self.events.publish("parked", lease, reason="grow")
-        return False
 
     # -- before a model call: the budget open, held KV back ----------------------------
     @property
@@ -310,8 +347,11 @@ class LeaseLifecycle:
 
     def before_call(self, lease: Lease) -> None:
         """Open the lease's budget at its first call and bring its held KV back (it may
-        wait on the engine: a worker thread's work on an event loop)."""
+        wait on the engine: a worker thread's work on an event loop). ``LeaseExpired``
+        when its room was given away (a shared store's lease whose process paused)."""
+        self.admission.check_live(lease)
         if not self.budget_is_open(lease):
+            self.admission.opening_budget(lease)
             self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
             if not self._budget_opened(lease):
                 self.backend.close_budget(lease.budget)
@@ -321,6 +361,7 @@ class LeaseLifecycle:
 
     async def abefore_call(self, lease: Lease) -> None:
         """``before_call`` for an event loop: the budget opens with ``aopen_budget``."""
+        await self.admission.acheck_live(lease)
         if not self.budget_is_open(lease):
             # Shielded: a caller cancelled while the budget opens must still have it
             # marked open (and closed at release), or closed here when released meanwhile.
@@ -331,6 +372,7 @@ class LeaseLifecycle:
             await asyncio.to_thread(self.idle.before_call, lease)
 
     async def _aopen_budget(self, lease: Lease) -> None:
+        await self.admission.aopening_budget(lease)
         await self.backend.aopen_budget(lease.budget, max_blocks=lease.blocks_reserved)
         if not self._budget_opened(lease):
             await self.backend.aclose_budget(lease.budget)

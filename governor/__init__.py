@@ -36,8 +36,10 @@ from governor.errors import (
     ConfigError,
     GovernorError,
     LeaseError,
+    LeaseExpired,
     LeaseNotFound,
     LeaseReleased,
+    StoreUnavailable,
     TopologyError,
 )
 from governor.events import GovernorEvent
@@ -61,6 +63,7 @@ from governor.sizing import (
     max_ceiling_tokens,
     max_concurrent,
 )
+from governor.store import LocalStore, RedisStore, StateStore
 from governor.testing import FakeBackend
 from governor.tokens import DEFAULT_ENCODING, TokenCounter, Tokenizes
 from governor.tool_calls import ToolCall
@@ -112,9 +115,11 @@ __all__ = [
     "Lease",
     "LeaseContext",
     "LeaseError",
+    "LeaseExpired",
     "LeaseNotFound",
     "LeaseReleased",
     "LeaseState",
+    "LocalStore",
     "Message",
     "Placement",
     "Policies",
@@ -124,10 +129,13 @@ __all__ = [
     "PressurePolicy",
     "PriorityWithAging",
     "RaiseAtCeiling",
+    "RedisStore",
     "Run",
     "Scheme",
     "SchemeComparison",
     "SchemeSizing",
+    "StateStore",
+    "StoreUnavailable",
     "SystemClock",
     "ThreadedAsyncBookkeeping",
     "Timer",

@@ -175,5 +175,8 @@ class AdmissionBase:
     async def aopening_budget(self, lease: Lease) -> None:
         self.opening_budget(lease)
 
+    def budget_closed(self, budget: str) -> None:
+        """An engine budget ``on_reaped`` handed over is closed: its room may return."""
+
     def close(self) -> None:
         """Stop what the ledger runs beside the governor (a store's threads)."""

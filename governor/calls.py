@@ -27,7 +27,7 @@ from governor.backend import (
 from governor.ceiling import CeilingPolicy, CompactionEvent, RaiseAtCeiling
 from governor.clock import Clock
 from governor.config import GovernorConfig
-from governor.errors import CeilingExceeded, ConfigError, LeaseReleased
+from governor.errors import BackendError, CeilingExceeded, ConfigError, LeaseReleased
 from governor.events import LeaseEvents, error_name
 from governor.lease import Lease, LeaseState
 from governor.lifecycle import LeaseLifecycle
@@ -71,6 +71,8 @@ class ModelCalls:
             result = self.backend.generate(request)
         except BaseException as exc:
             self._call_failed(lease, started, exc)
+            if isinstance(exc, BackendError):  # its budget may have gone with its lease
+                self.lifecycle.raise_if_expired(lease, exc)
             raise
         return self._record(lease, result, started)
 
@@ -84,6 +86,8 @@ class ModelCalls:
             result = await self.backend.agenerate(request)
         except BaseException as exc:
             self._call_failed(lease, started, exc)
+            if isinstance(exc, BackendError):
+                await self.lifecycle.araise_if_expired(lease, exc)
             raise
         return self._record(lease, result, started)
 
@@ -107,6 +111,8 @@ class ModelCalls:
         except BaseException as exc:
             if not finished:
                 self._call_failed(lease, started, exc)
+                if isinstance(exc, BackendError):
+                    await self.lifecycle.araise_if_expired(lease, exc)
             raise
         if not finished:  # pragma: no cover - a backend whose stream ends without a result
             self._call_failed(lease, started, None)

@@ -13,6 +13,7 @@ module's ``_lock`` is fourth in it and nothing is called under it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -28,6 +29,7 @@ from governor.clock import Clock
 from governor.config import GovernorConfig
 from governor.errors import (
     AdmissionTimeout,
+    BackendError,
     ConfigError,
     LeaseExpired,
     LeaseReleased,
@@ -37,8 +39,8 @@ from governor.events import LeaseEvents, error_name
 from governor.fanout import FanoutLimiter, FanoutSlot
 from governor.idle import IdleKeeper
 from governor.lease import Lease, LeaseOwner, LeaseState
-from governor.store.reaped import ReapedBudgets
 from governor.runs import current_run_id
+from governor.store.reaped import ReapedBudgets
 from governor.unwaited import UnwaitedErrors, close_budget_unwaited
 from governor.wakeup import Waiter
 
@@ -70,7 +72,7 @@ class LeaseLifecycle:
         self._budgets_open: set[str] = set()
         self._parents: dict[str, Lease] = {}  # lease id -> lease, while it has children
         # Budgets of leases another process lost, for this one to close (a shared store's)
-        self.reaped = ReapedBudgets(backend, unwaited)
+        self.reaped = ReapedBudgets(backend, unwaited, on_closed=admission.budget_closed)
         admission.on_reaped = self.reaped.close_later
 
     # -- request ----------------------------------------------------------------------
@@ -198,13 +200,19 @@ class LeaseLifecycle:
     # -- release ----------------------------------------------------------------------
     def release(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """Return the lease's context, held KV and engine budget, once (a second call
-        does nothing). Blocks on the engine: ``arelease`` on a loop."""
+        does nothing). The engine budget closes before the room returns, so no engine
+        ever holds a budget beside the one admitted into its room. Blocks on the engine:
+        ``arelease`` on a loop."""
         if not self._mark_released(lease):
             return
         try:
-            self._release_admission(lease)
-        finally:
-            self._release_budget(lease, error)
+            self.idle.forget(lease)
+            self._close_budget(lease)
+        finally:  # its room returns even where the engine failed to close its budget
+            try:
+                self.admission.release(lease)  # a failing admission policy raises here
+            finally:
+                self._publish_released(lease, error)
 
     async def arelease(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """``release`` for an event loop: the budget closes on a worker thread, and is
@@ -212,15 +220,16 @@ class LeaseLifecycle:
         if not self._mark_released(lease):
             return
         try:
-            try:
-                await self.admission.arelease(lease)  # a failing admission policy raises...
-            finally:  # ...and the lease's hold is forgotten all the same
-                self.idle.forget(lease)
-        finally:
+            self.idle.forget(lease)
             if self.budget_is_open(lease):  # closing it waits on the engine
-                await _to_thread_to_the_end(self._release_budget, lease, error)
+                await _to_thread_to_the_end(self._close_budget, lease)
             else:
-                self._release_budget(lease, error)
+                self._close_budget(lease)
+        finally:
+            try:
+                await self.admission.arelease(lease)
+            finally:
+                self._publish_released(lease, error)
 
     def _mark_released(self, lease: Lease) -> bool:
         """True for the one caller that releases the lease (a lease is released once)."""
@@ -231,31 +240,23 @@ class LeaseLifecycle:
             self._parents.pop(lease.lease_id, None)
             return True
 
-    def _release_admission(self, lease: Lease) -> None:
-        try:
-            self.admission.release(lease)  # a failing admission policy raises here...
-        finally:  # ...and the lease's hold is forgotten all the same
-            self.idle.forget(lease)
-
-    def _release_budget(self, lease: Lease, error: BaseException | None) -> None:
+    def _close_budget(self, lease: Lease) -> None:
         with self._lock:
             budget_open = lease.budget in self._budgets_open
             self._budgets_open.discard(lease.budget)
-        if self.admission.expired(lease):  # its budget was closed by whoever reaped it
-            budget_open = False
-        try:
-            if budget_open:
-                with self.idle.backend_lock:  # never in the middle of an offload of it
-                    # Not waited for where the backend allows (governor.unwaited).
-                    close_budget_unwaited(self.backend, lease.budget, self.unwaited)
-        finally:  # the lease has ended, even where the engine failed to close its budget
-            self.events.publish(
-                "released",
-                lease,
-                tokens_in_context=lease.tokens_in_context,
-                num_calls=lease.num_calls,
-                error=error_name(error),
-            )
+        if budget_open and not self.admission.expired(lease):  # else closed by its reaper
+            with self.idle.backend_lock:  # never in the middle of an offload of it
+                # Not waited for where the backend allows (governor.unwaited).
+                close_budget_unwaited(self.backend, lease.budget, self.unwaited)
+
+    def _publish_released(self, lease: Lease, error: BaseException | None) -> None:
+        self.events.publish(
+            "released",
+            lease,
+            tokens_in_context=lease.tokens_in_context,
+            num_calls=lease.num_calls,
+            error=error_name(error),
+        )
 
     # -- waits: parked, resumed -------------------------------------------------------
     def park(self, lease: Lease, *, reason: str = "manual") -> None:
@@ -353,6 +354,12 @@ class LeaseLifecycle:
         if not self.budget_is_open(lease):
             self.admission.opening_budget(lease)
             self.backend.open_budget(lease.budget, max_blocks=lease.blocks_reserved)
+            try:  # paused between the record and the open, past its TTL: closed again
+                self.admission.check_live(lease)
+            except LeaseExpired:
+                with contextlib.suppress(BackendError):  # or its reaper closed it first
+                    self.backend.close_budget(lease.budget)
+                raise
             if not self._budget_opened(lease):
                 self.backend.close_budget(lease.budget)
                 raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
@@ -374,9 +381,33 @@ class LeaseLifecycle:
     async def _aopen_budget(self, lease: Lease) -> None:
         await self.admission.aopening_budget(lease)
         await self.backend.aopen_budget(lease.budget, max_blocks=lease.blocks_reserved)
+        try:  # paused between the record and the open, past its TTL: closed again
+            await self.admission.acheck_live(lease)
+        except LeaseExpired:
+            with contextlib.suppress(BackendError):  # or its reaper closed it first
+                await self.backend.aclose_budget(lease.budget)
+            raise
         if not self._budget_opened(lease):
             await self.backend.aclose_budget(lease.budget)
             raise LeaseReleased(lease.lease_id, agent=lease.agent.name)
+
+    def raise_if_expired(self, lease: Lease, error: BaseException) -> None:
+        """After a failed call: ``LeaseExpired`` (from ``error``) when the lease's room was
+        given away meanwhile, so its budget went too (a process paused mid-call)."""
+        try:
+            self.admission.check_live(lease)
+        except LeaseExpired as expired:
+            raise expired from error
+        except StoreUnavailable:  # cannot tell: the call's own error says what happened
+            return
+
+    async def araise_if_expired(self, lease: Lease, error: BaseException) -> None:
+        try:
+            await self.admission.acheck_live(lease)
+        except LeaseExpired as expired:
+            raise expired from error
+        except StoreUnavailable:
+            return
 
     def _budget_opened(self, lease: Lease) -> bool:
         """Mark the lease's new budget open; False when the lease was released meanwhile

@@ -188,12 +188,14 @@ class StoreLink:
             tuple(_text(i) for i in admitted),
             _value(value),
         )
-        self.last_ok = time.monotonic()
+        answered = time.monotonic()
         first = not self.epoch
         self.epoch = reply.epoch
         if reply.restarted and not first:
             log.warning("the state store %s restarted empty: re-registering", self.where)
         self._on_reply(name, reply)  # may call eval_inline (restore, register)
+        # after what it said is applied: a caller that finds the link fresh finds that too
+        self.last_ok = answered
         return reply
 
     def eval_inline(self, name: str, *args: Arg) -> Reply:

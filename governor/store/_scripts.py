@@ -19,6 +19,9 @@ machine. The layout of the keys, under the store's prefix ``P`` (``kvgov:{ns}:``
   ``tenant``, ``parent``, ``proc``, ``again`` (admitted before), ``budget`` (its engine
   budget may be open).
 - ``P agents``, ``P tenants`` (hashes): active leases per agent name and tenant.
+- ``P closing`` (sorted set): reaped leases whose engine budget the reaper is closing, by
+  the deadline after which their room returns even unconfirmed; until then it stays
+  counted, so no lease is admitted into blocks an engine budget still holds.
 - channels ``P admitted`` (space-separated ids) and ``P expired`` (a process id).
 
 The reply: ``{status, epoch, restarted, closing ids, admitted ids, value}``.
@@ -101,15 +104,34 @@ local function drop(id)
   return f
 end
 
--- reap the processes whose heartbeat deadline passed
+-- reap the processes whose heartbeat deadline passed: a lease without an engine budget
+-- goes at once; one with a budget keeps its room until the caller, handed the budget to
+-- close, says it closed it ('closed'), or until a deadline long past any close
+local CL = P .. 'closing'
+local reaped = {}
 for _, p in ipairs(redis.call('ZRANGEBYSCORE', PR, '-inf', now, 'LIMIT', 0, 32)) do
+  reaped[#reaped + 1] = p
   for _, id in ipairs(redis.call('SMEMBERS', P .. 'proc:' .. p)) do
-    local f = drop(id)
-    if f and f.budget == '1' then closing[#closing + 1] = id end
+    local f = fields(id)
+    if f and f.budget == '1' then
+      if f.state == 'w' then
+        redis.call('ZREM', Q, id)
+        redis.call('HSET', lkey(id), 'state', 'p')
+      end
+      redis.call('ZADD', CL, now + 20 * ttl_store, id)
+      closing[#closing + 1] = id
+    else
+      drop(id)
+    end
   end
   redis.call('DEL', P .. 'proc:' .. p)
   redis.call('ZREM', PR, p)
   redis.call('PUBLISH', P .. 'expired', p)
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', CL, '-inf', now, 'LIMIT', 0, 32)) do
+  drop(id)  -- nobody said it closed: its room returns all the same
+  redis.call('ZREM', CL, id)
+  reaped[#reaped + 1] = id
 end
 
 local function verdict(f, limit)
@@ -145,6 +167,7 @@ local function pump()
   end
   if #admitted > 0 then redis.call('PUBLISH', P .. 'admitted', table.concat(admitted, ' ')) end
 end
+if #reaped > 0 then pump() end  -- the room of the reaped leases goes to the queue
 local function reply(status, value)
   return {status, epoch, restarted, closing, admitted, value or 0}
 end
@@ -170,6 +193,14 @@ if op == 'ledger' then
   end
   local v = redis.call('HMGET', M, 'reserved', 'held_idle')
   return reply('ok', {n(v[1]), reserved, n(v[2]), held})
+end
+if op == 'closed' then
+  -- the engine budgets of reaped leases, closed by the caller: their room returns
+  for i = 6, #ARGV do
+    if redis.call('ZREM', CL, ARGV[i]) == 1 then drop(ARGV[i]) end
+  end
+  pump()
+  return reply('ok')
 end
 if op == 'capacity' then
   redis.call('HSET', M, 'limit', ARGV[6])

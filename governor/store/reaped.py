@@ -5,17 +5,20 @@ is handed their engine budgets, once, and closes them here on a thread of its ow
 never on the store's thread, an event loop or under a lock. A budget still in use (the
 dead process's last request still runs in the engine: a paused process's HTTP call goes
 on) is tried again, for up to ``patience_s``; one the engine does not know (the lease
-was reaped between recording its budget and opening it) is done. What still fails is
+was reaped between recording its budget and opening it) is done. Each one done is
+told back (``on_closed``): the store keeps a reaped lease's room counted until then, so
+no lease is admitted into blocks an engine budget still holds. What still fails is
 counted with the other writes nobody waited for (``governor.unwaited``). Its retries are
 paced in real time, as the store's heartbeats are: a store shares no virtual clock.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from governor.backend import Backend
 from governor.errors import BackendError
@@ -23,14 +26,22 @@ from governor.unwaited import UnwaitedErrors
 
 __all__ = ["ReapedBudgets"]
 
+_log = logging.getLogger(__name__)
+
 _UNKNOWN = "UnknownBudgetError"
 
 
 class ReapedBudgets:
     def __init__(
-        self, backend: Backend, unwaited: UnwaitedErrors, *, patience_s: float = 60.0
+        self,
+        backend: Backend,
+        unwaited: UnwaitedErrors,
+        *,
+        on_closed: Callable[[str], None] = lambda name: None,
+        patience_s: float = 60.0,
     ) -> None:
         self.backend = backend
+        self.on_closed = on_closed
         self.unwaited = unwaited
         self.patience_s = patience_s
         self.num_closed = 0  # budgets this process closed for others
@@ -59,26 +70,47 @@ class ReapedBudgets:
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
+        """Rounds over every budget not closed yet, so one still in use delays no other;
+        a budget is tried again after a pause that doubles up to half a second."""
+        pending: dict[str, tuple[float, float, float]] = {}  # name -> (next try, pause, deadline)
         while True:
-            name = self._todo.get()
-            self._close(name)
-            if self._todo.empty():
+            now = time.monotonic()
+            wait = None if not pending else max(0.0, min(t for t, _, _ in pending.values()) - now)
+            try:
+                name = self._todo.get(timeout=wait)
+                pending.setdefault(name, (0.0, 0.05, time.monotonic() + self.patience_s))
+                continue  # take every name queued before trying any
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            for name, (at, pause, deadline) in list(pending.items()):
+                if at > now:
+                    continue
+                done = self._try(name, last=now + pause > deadline)
+                if done is None:
+                    pending[name] = (now + pause, min(pause * 2, 0.5), deadline)
+                    continue
+                del pending[name]
+                if done:
+                    try:
+                        self.on_closed(name)
+                    except Exception as exc:  # the store's deadline returns the room then
+                        self.unwaited.record(f"telling the store {name!r} closed", exc)
+            if not pending and self._todo.empty():
                 self._idle.set()
 
-    def _close(self, name: str) -> None:
-        deadline = time.monotonic() + self.patience_s
-        pause = 0.1
-        while True:
-            try:
-                self.backend.close_budget(name)
-            except BackendError as exc:
-                if type(exc).__name__ == _UNKNOWN or getattr(exc, "error_class", None) == _UNKNOWN:
-                    return  # never opened, or closed already
-                if time.monotonic() + pause > deadline:
-                    self.unwaited.record(f"close_budget({name!r}) of a reaped lease", exc)
-                    return
-                time.sleep(pause)  # in use: its last request still runs
-                pause = min(pause * 2, 2.0)
-            else:
-                self.num_closed += 1
-                return
+    def _try(self, name: str, *, last: bool) -> bool | None:
+        """Closed, or the engine does not know it (True); still in use (None, unless
+        ``last``); given up (False)."""
+        try:
+            self.backend.close_budget(name)
+        except BackendError as exc:
+            _log.debug("close_budget(%r) of a reaped lease: %s: %s", name, type(exc).__name__, exc)
+            if type(exc).__name__ == _UNKNOWN or getattr(exc, "error_class", None) == _UNKNOWN:
+                return True  # never opened, or closed already
+            if last:
+                self.unwaited.record(f"close_budget({name!r}) of a reaped lease", exc)
+                return False
+            return None  # in use: its last request still runs
+        self.num_closed += 1
+        return True

@@ -433,14 +433,26 @@ class SharedAdmission(AdmissionBase):
             raise LeaseExpired(lease.lease_id, agent=lease.agent.name, ttl_s=self.store.lease_ttl_s)
 
     def opening_budget(self, lease: Lease) -> None:
+        """Record on the store that the lease's engine budget opens (its reaper closes
+        it then); ``LeaseExpired`` when the store no longer has the lease. A store that
+        is down keeps the record to send later, and the budget opens all the same."""
         self.check_live(lease)
         self._budgets.add(lease.lease_id)
-        _result(self.link.post("budget", lease.lease_id, keep=True))
+        self._recorded(lease, _result(self.link.post("budget", lease.lease_id, keep=True)))
 
     async def aopening_budget(self, lease: Lease) -> None:
         await self.acheck_live(lease)
         self._budgets.add(lease.lease_id)
-        await _aresult(self.link.post("budget", lease.lease_id, keep=True))
+        outcome = await _aresult(self.link.post("budget", lease.lease_id, keep=True))
+        self._recorded(lease, outcome)
+
+    def _recorded(self, lease: Lease, outcome: Reply | BaseException) -> None:
+        if isinstance(outcome, Reply) and outcome.status in ("gone", "expired"):
+            self._expire([lease.lease_id])
+            self.raise_if_expired(lease)
+
+    def budget_closed(self, budget: str) -> None:
+        self.link.post("closed", budget.removeprefix("lease-"), keep=True)
 
     # -- reading the store ------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:

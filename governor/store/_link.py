@@ -196,6 +196,8 @@ class StoreLink:
         self._on_reply(name, reply)  # may call eval_inline (restore, register)
         # after what it said is applied: a caller that finds the link fresh finds that too
         self.last_ok = answered
+        if reply.restarted and not first and reply.status != "ok":
+            return self._eval(name, args)  # asked of the emptied store: again, restored
         return reply
 
     def eval_inline(self, name: str, *args: Arg) -> Reply:

@@ -217,6 +217,7 @@ if op == 'heartbeat' then
     local f = fields(ARGV[i])
     if f and f.state == 'a' then active[#active + 1] = ARGV[i] end
   end
+  pump()  -- after a recovery window, or anything that made room without a pass
   return reply('ok', active)
 end
 if op == 'restore' then

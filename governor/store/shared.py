@@ -327,13 +327,13 @@ class SharedAdmission(AdmissionBase):
             self._admitted(reply.admitted)
         if reply.closing and self.on_reaped is not None:
             self.on_reaped([f"lease-{lease_id}" for lease_id in reply.closing])
-        if reply.status == "expired":  # this process was reaped: all its leases are gone
+        if reply.restarted:  # emptied: nobody was reaped, everybody registers again
+            self._restore()
+        elif reply.status == "expired":  # this process was reaped: its leases are gone
             with self._lock:
                 lost = list(self._leases)
             self._expire(lost)
             self.link.eval_inline("register", *self._caps())
-        elif reply.restarted:
-            self._restore()
         if name == "heartbeat" and reply.status == "ok" and reply.value:
             self._admitted(reply.value)  # admissions whose message was lost
 
@@ -409,24 +409,23 @@ class SharedAdmission(AdmissionBase):
         return lease.lease_id in self._expired
 
     def check_live(self, lease: Lease) -> None:
+        """``LeaseExpired`` when the lease's room was given away; asked of the store
+        first when it last answered over half a TTL ago. A store that is down cannot
+        say, and cannot have reaped anyone either (a store back from silence gives every
+        process a TTL to beat): the lease goes on."""
         if self._stale():
-            self._beat(_result(self.link.post("heartbeat", *self._waiting_ids())))
+            _result(self.link.post("heartbeat", *self._waiting_ids()))
         self.raise_if_expired(lease)
 
     async def acheck_live(self, lease: Lease) -> None:
         if self._stale():
-            self._beat(await _aresult(self.link.post("heartbeat", *self._waiting_ids())))
+            await _aresult(self.link.post("heartbeat", *self._waiting_ids()))
         self.raise_if_expired(lease)
 
     def _stale(self) -> bool:
         """The store last answered more than half a TTL ago: this process may have been
         paused past its TTL, and must ask before it uses a lease."""
         return time.monotonic() - self.link.last_ok > self.store.lease_ttl_s / 2
-
-    @staticmethod
-    def _beat(outcome: Reply | BaseException) -> None:
-        if isinstance(outcome, BaseException):
-            raise outcome
 
     def raise_if_expired(self, lease: Lease) -> None:
         if lease.lease_id in self._expired:

@@ -62,6 +62,7 @@ def main() -> None:
     def agent(number: int) -> None:
         deadline = time.monotonic() + args.retry_s
         while True:
+            asked = time.monotonic()
             try:
                 with governor.lease("worker") as lease:
                     say(agent=number, event="admitted", lease=lease.lease_id)
@@ -77,6 +78,7 @@ def main() -> None:
                 say(agent=number, event="expired", lease=str(exc.lease_id))
                 return
             except StoreUnavailable as exc:
+                say(agent=number, event="refused", after_s=time.monotonic() - asked)
                 if time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from backends.local.backend import LocalBackend
+from kvgov.serve.background import running_server
+from tests.kvgov.serve.api_support import served_app
 from tests.redis_server import RedisServer
+
+NUM_BLOCKS = 64  # the engine's KV: the agents' ceilings are sized from it
 
 _names = itertools.count()
 
@@ -19,6 +24,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def serve() -> Iterator[tuple[str, LocalBackend]]:
+    """kvgov serve on the tiny-random engine, in this process (whose engine the tests
+    read directly), for the agent processes to call."""
+    with served_app(num_blocks=NUM_BLOCKS) as (app, backend), running_server(app) as (url, _):
+        yield url, backend
 
 
 @pytest.fixture

@@ -8,12 +8,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack
 
 import pytest
 
-from governor import AgentSpec, Governor, GovernorConfig, LeaseState
+from governor import (
+    AdmissionMode,
+    AgentSpec,
+    Governor,
+    GovernorConfig,
+    Lease,
+    LeaseState,
+    Policies,
+)
 from governor.errors import AdmissionTimeout, ConfigError, LeaseExpired
 from governor.store import RedisStore
 from governor.testing import FakeBackend
@@ -132,8 +140,18 @@ def test_a_paused_process_loses_its_lease_and_is_told(governors: list[Governor])
 
 def test_shared_store_refuses_what_it_cannot_share(redis_server: RedisServer) -> None:
     store = RedisStore(redis_server.url, namespace="refusals")
-    with pytest.raises(ConfigError, match="guaranteed"):
-        Governor(backend(), config=GovernorConfig(mode="overcommit"), store=store)
+    overcommit = GovernorConfig(mode=AdmissionMode.OVERCOMMIT)
+    with pytest.raises(ConfigError, match="overcommit's live use is one process's view"):
+        Governor(backend(), config=overcommit, store=store)
+
+    class NewestFirst:  # a policy of this process's own: the store cannot run it
+        def order(
+            self, waiting: Sequence[Lease], *, active: Collection[Lease], now: float
+        ) -> list[Lease]:
+            return sorted(waiting, key=lambda lease: -lease.arrival)
+
+    with pytest.raises(ConfigError, match="PriorityWithAging"):
+        Governor(backend(), policies=Policies(admission=NewestFirst()), store=store)
     with pytest.raises(ConfigError, match="redis://"):
         RedisStore("http://127.0.0.1:6379")
     with pytest.raises(ConfigError, match="lease_ttl_s"):

@@ -12,9 +12,12 @@ finishes; nothing is held at the end.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
+
+import pytest
 
 from backends.local.backend import LocalBackend
 from tests.kvgov.serve.api_support import idle_metrics
@@ -27,6 +30,12 @@ from tests.store.support import (
     spawned,
     store_dump,
     store_keys,
+)
+
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("KVGOV_STORE_CHILD"),
+    reason="run in a background child by tests/store/test_multiprocess.py "
+    "(KVGOV_STORE_CHILD=1 runs them here)",
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from governor.admission_policy import AdmissionPolicy
 from governor.config import AdmissionMode, GovernorConfig
@@ -22,6 +23,9 @@ from governor.lease import Lease
 from governor.placement import Placement
 from governor.sizing import max_ceiling_tokens, max_concurrent
 from governor.wakeup import Waiter
+
+if TYPE_CHECKING:
+    from governor.tool_durations import ToolDurations
 
 __all__ = ["AdmissionBase"]
 
@@ -177,6 +181,10 @@ class AdmissionBase:
 
     def budget_closed(self, budget: str) -> None:
         """An engine budget ``on_reaped`` handed over is closed: its room may return."""
+
+    def share_tool_durations(self, durations: ToolDurations) -> None:
+        """Keep ``durations`` with other governors' where the ledger is shared; in
+        process it is this governor's alone."""
 
     def close(self) -> None:
         """Stop what the ledger runs beside the governor (a store's threads)."""

@@ -40,7 +40,8 @@ from governor.prefixes import PrefixRegistry
 from governor.pressure import PressureOrder
 from governor.runs import Run
 from governor.store import LocalStore, StateStore
-from governor.tool_calls import ToolCall, ToolCalls, ToolDurations
+from governor.tool_calls import ToolCall, ToolCalls
+from governor.tool_durations import ToolDurations
 from governor.tool_output import ToolOutputReduction
 from governor.topology import TopologyReport, check_topology
 from governor.truncate import HeadTailTruncation
@@ -110,6 +111,7 @@ class Governor:
         lease_events = LeaseEvents(self.events, clock)
         self.unwaited = UnwaitedErrors()  # errors of writes nobody waited for
         self.tool_durations = ToolDurations()  # each tool's history, where expected_s is unset
+        self.admission.share_tool_durations(self.tool_durations)  # with a shared store's
         self.idle = IdleKeeper(
             backend=backend,
             config=self.config,

@@ -23,9 +23,6 @@ call made without ``expected_s``:
 from __future__ import annotations
 
 import asyncio
-import statistics
-import threading
-from collections import deque
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -37,42 +34,10 @@ from governor.events import LeaseEvents, error_name
 from governor.lease import Lease, LeaseState
 from governor.lifecycle import LeaseLifecycle
 from governor.tokens import TokenCounter
+from governor.tool_durations import ToolDurations
 from governor.tool_output import ToolOutputPolicy, ToolOutputReduction, reduce_output
 
-__all__ = ["ToolCall", "ToolCalls", "ToolDurations"]
-
-
-class ToolDurations:
-    """The durations of each tool's calls that ended without an error, by tool name: the
-    mean of all of them, and the median of the last ``window``. Its lock is a leaf:
-    nothing is called under it."""
-
-    def __init__(self, window: int = 64) -> None:
-        self._lock = threading.Lock()
-        self._window = window
-        self._seen: dict[str, tuple[int, float]] = {}  # tool -> (calls, mean seconds)
-        self._recent: dict[str, deque[float]] = {}  # tool -> the last calls' seconds
-
-    def __repr__(self) -> str:
-        return f"<ToolDurations of {len(self._seen)} tools>"
-
-    def record(self, tool: str, elapsed_s: float) -> None:
-        with self._lock:
-            count, mean = self._seen.get(tool, (0, 0.0))
-            self._seen[tool] = (count + 1, mean + (elapsed_s - mean) / (count + 1))
-            self._recent.setdefault(tool, deque(maxlen=self._window)).append(elapsed_s)
-
-    def mean(self, tool: str) -> float | None:
-        """Seconds a call of ``tool`` took on average; None before one has ended."""
-        with self._lock:
-            seen = self._seen.get(tool)
-        return None if seen is None else seen[1]
-
-    def median(self, tool: str) -> float | None:
-        """The median seconds of ``tool``'s last calls; None before one has ended."""
-        with self._lock:
-            recent = tuple(self._recent.get(tool, ()))
-        return statistics.median(recent) if recent else None
+__all__ = ["ToolCall", "ToolCalls"]
 
 
 class ToolCalls:

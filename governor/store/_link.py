@@ -78,6 +78,7 @@ class StoreLink:
         on_reply: Callable[[str, Reply], None],
         on_message: Callable[[str, str], None],
         waiting_ids: Callable[[], list[str]],
+        after_beat: Callable[[], None] = lambda: None,
     ) -> None:
         self.prefix = prefix
         self.proc = proc
@@ -90,6 +91,7 @@ class StoreLink:
         self._on_reply = on_reply
         self._on_message = on_message
         self._waiting_ids = waiting_ids
+        self._after_beat = after_beat
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._pending: collections.deque[_Op] = collections.deque()
         self._lock = threading.Lock()
@@ -211,6 +213,7 @@ class StoreLink:
             future = self.post("heartbeat", *self._waiting_ids(), keep=False)
             try:
                 future.result()
+                self._after_beat()
             except StoreUnavailable as exc:  # the next beat sends what was kept first
                 log.warning("kvgov: %s", exc)
             except Exception:
@@ -250,8 +253,8 @@ def _text(value: Any) -> str:
 
 def _value(value: Any) -> Any:
     if isinstance(value, list):
-        return [_text(v) if isinstance(v, bytes) else v for v in value]
-    return value
+        return [_value(v) for v in value]
+    return _text(value) if isinstance(value, bytes) else value
 
 
 def _problem(exc: BaseException) -> str:

@@ -22,6 +22,8 @@ machine. The layout of the keys, under the store's prefix ``P`` (``kvgov:{ns}:``
 - ``P closing`` (sorted set): reaped leases whose engine budget the reaper is closing, by
   the deadline after which their room returns even unconfirmed; until then it stays
   counted, so no lease is admitted into blocks an engine budget still holds.
+- ``P tools`` (set), ``P tool:<name>`` (hash: ``n``, ``mean``) and ``P tool:<name>:recent``
+  (list, newest first): each tool's call durations, of every process.
 - channels ``P admitted`` (space-separated ids) and ``P expired`` (a process id).
 
 The reply: ``{status, epoch, restarted, closing ids, admitted ids, value}``.
@@ -201,6 +203,28 @@ if op == 'closed' then
   end
   pump()
   return reply('ok')
+end
+if op == 'tool' then
+  -- a tool call's seconds, into every process's history of that tool
+  local name, seconds, window = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+  local key = P .. 'tool:' .. name
+  local calls = redis.call('HINCRBY', key, 'n', 1)
+  local mean = n(redis.call('HGET', key, 'mean'))
+  redis.call('HSET', key, 'mean', tostring(mean + (seconds - mean) / calls))
+  redis.call('LPUSH', key .. ':recent', ARGV[7])
+  redis.call('LTRIM', key .. ':recent', 0, window - 1)
+  redis.call('SADD', P .. 'tools', name)
+  return reply('ok')
+end
+if op == 'tools' then
+  local out = {}
+  for _, name in ipairs(redis.call('SMEMBERS', P .. 'tools')) do
+    local key = P .. 'tool:' .. name
+    local v = redis.call('HMGET', key, 'n', 'mean')
+    out[#out + 1] = {name, v[1] or '0', v[2] or '0', redis.call('LRANGE', key .. ':recent', 0, -1)}
+    if #out >= 256 then break end
+  end
+  return reply('ok', out)
 end
 if op == 'capacity' then
   redis.call('HSET', M, 'limit', ARGV[6])

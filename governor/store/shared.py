@@ -42,6 +42,7 @@ from governor.wakeup import Waiter
 
 if TYPE_CHECKING:
     from governor.clock import Clock
+    from governor.tool_durations import ToolDurations
 
 __all__ = ["SharedAdmission", "SharedStore"]
 
@@ -97,7 +98,9 @@ class SharedAdmission(AdmissionBase):
             on_reply=self._on_reply,
             on_message=self._on_message,
             waiting_ids=self._waiting_ids,
+            after_beat=self._ask_tools,
         )
+        self._durations: ToolDurations | None = None
         self.link.start()
         try:
             cap = config.max_concurrent or 0
@@ -321,6 +324,29 @@ class SharedAdmission(AdmissionBase):
         """Room is made across processes by the holds' own deadlines (``retain_s``):
         a store asks no process to move another's holds."""
 
+    # -- the tools' durations, of every process ---------------------------------------------
+    def share_tool_durations(self, durations: ToolDurations) -> None:
+        """Send each tool call this governor records to the store, and bring every
+        process's history of each tool back after each heartbeat."""
+        self._durations = durations
+        window = durations.window
+
+        def sent(tool: str, elapsed_s: float) -> None:
+            self.link.post("tool", tool, elapsed_s, window, keep=True)
+
+        durations.on_record = sent
+
+    def _ask_tools(self) -> None:
+        if self._durations is not None:
+            self.link.post("tools")
+
+    def _shared_tools(self, tools: list[Any]) -> None:
+        durations = self._durations
+        if durations is None:
+            return
+        for name, calls, mean, recent in tools:
+            durations.share(str(name), int(calls), float(mean), [float(s) for s in recent])
+
     # -- what the store tells -------------------------------------------------------------
     def _on_reply(self, name: str, reply: Reply) -> None:
         if reply.admitted:
@@ -336,6 +362,8 @@ class SharedAdmission(AdmissionBase):
             self.link.eval_inline("register", *self._caps())
         if name == "heartbeat" and reply.status == "ok" and reply.value:
             self._admitted(reply.value)  # admissions whose message was lost
+        if name == "tools" and reply.status == "ok" and reply.value:
+            self._shared_tools(reply.value)
 
     def _on_message(self, kind: str, data: str) -> None:
         if kind == "admitted":

@@ -138,6 +138,24 @@ def test_a_paused_process_loses_its_lease_and_is_told(governors: list[Governor])
     assert not a.backend._pool._budgets  # the engine has no budget left open
 
 
+def test_tool_durations_are_every_process_s(governors: list[Governor]) -> None:
+    """A tool's calls in one governor become the history another's retention reads."""
+    a, b, _ = governors
+    with a.lease("worker") as lease:
+        for _ in range(3):
+            with a.tool_call(lease, "search"):
+                time.sleep(0.02)
+    deadline = time.monotonic() + 5
+    while b.tool_durations.mean("search") is None:  # brought back after b's heartbeat
+        assert time.monotonic() < deadline, "b never heard of a's tool calls"
+        time.sleep(0.02)
+    mean, median = b.tool_durations.mean("search"), b.tool_durations.median("search")
+    assert mean is not None and median is not None
+    assert 0.02 <= mean < 0.5 and 0.02 <= median < 0.5
+    own = a.tool_durations.mean("search")
+    assert own is not None and abs(mean - own) < 1e-6
+
+
 def test_shared_store_refuses_what_it_cannot_share(redis_server: RedisServer) -> None:
     store = RedisStore(redis_server.url, namespace="refusals")
     overcommit = GovernorConfig(mode=AdmissionMode.OVERCOMMIT)

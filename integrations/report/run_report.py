@@ -79,8 +79,13 @@ class RunReport:
     levers: tuple[Lever, ...]
 
     @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str]) -> RunReport:
-        return cls.from_spans(read_spans(path), source=os.fspath(path))
+    def from_jsonl(cls, path: str | os.PathLike[str], *more: str | os.PathLike[str]) -> RunReport:
+        """The run recorded in ``path``; with ``more``, one run recorded by several
+        processes (each its own file, e.g. governors sharing a ``RedisStore``), read as
+        one: their spans together, peaks counted across them on the spans' own times."""
+        paths = (path, *more)
+        spans = [span for each in paths for span in read_spans(each)]
+        return cls.from_spans(spans, source=", ".join(os.fspath(p) for p in paths))
 
     @classmethod
     def from_spans(cls, spans: Sequence[SpanRecord], *, source: str = "") -> RunReport:

@@ -207,6 +207,24 @@ def test_report_main_prints_the_report(recorded: Recorded, capsys: pytest.Captur
     assert "tool_output_tokens=" in out
 
 
+def test_several_processes_files_are_one_run(recorded: Recorded, tmp_path: Path) -> None:
+    """``kvgov report a.jsonl b.jsonl``: the traces of one run's processes read as one."""
+    other = Recorded(tmp_path / "other.jsonl")
+    one, two = RunReport.from_jsonl(recorded.path), RunReport.from_jsonl(other.path)
+    both = RunReport.from_jsonl(recorded.path, other.path)
+    assert both.num_leases == one.num_leases + two.num_leases
+    for merged, first, second in zip(both.agents, one.agents, two.agents, strict=True):
+        assert merged.agent == first.agent == second.agent
+        assert merged.num_leases == first.num_leases + second.num_leases
+        assert merged.num_calls == first.num_calls + second.num_calls
+        assert merged.context_tokens.max == max(first.context_tokens.max, second.context_tokens.max)
+    # the runs did not overlap in time: the peak is either's, not their sum
+    assert both.peak_active_leases == max(one.peak_active_leases, two.peak_active_leases)
+    assert str(recorded.path) in both.source and str(other.path) in both.source
+    assert report_main(recorded.path, other.path) == 0
+    assert report_main(recorded.path, tmp_path / "missing.jsonl") == 2
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from governor.store.local import LocalStore
 from governor.store.redis_store import RedisStore
+from governor.store.shared import lease_process
 
 if TYPE_CHECKING:
     from governor.admission_base import AdmissionBase
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from governor.clock import Clock
     from governor.config import GovernorConfig
 
-__all__ = ["LocalStore", "RedisStore", "StateStore"]
+__all__ = ["LocalStore", "RedisStore", "StateStore", "lease_process"]
 
 
 @runtime_checkable

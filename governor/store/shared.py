@@ -44,7 +44,20 @@ if TYPE_CHECKING:
     from governor.clock import Clock
     from governor.tool_durations import ToolDurations
 
-__all__ = ["SharedAdmission", "SharedStore"]
+__all__ = ["SharedAdmission", "SharedStore", "lease_process"]
+
+_PROC_HEX = 12  # a process's id on the store: secrets.token_hex(6)
+
+
+def lease_process(budget: str) -> str | None:
+    """The store id of the process whose lease owns engine budget ``budget``
+    (``lease-<process>.<n>``), or None for a budget of an in-process ledger or no lease."""
+    lease_id = budget.removeprefix("lease-")
+    proc, dot, number = lease_id.partition(".")
+    hexdigits = "0123456789abcdef"
+    if lease_id == budget or not dot or not number.isdigit() or len(proc) != _PROC_HEX:
+        return None
+    return proc if all(c in hexdigits for c in proc) else None
 
 
 class SharedStore(Protocol):
@@ -79,7 +92,7 @@ class SharedAdmission(AdmissionBase):
         self._policy = self._checked(policy)
         self._clock = clock
         self.store = store
-        self.proc = secrets.token_hex(6)  # this governor's id on the store
+        self.proc = secrets.token_hex(_PROC_HEX // 2)  # this governor's id on the store
         self._lock = threading.Lock()
         self._leases: dict[str, Lease] = {}  # the leases of this governor the store knows
         self._waiters: dict[str, Waiter] = {}  # by lease id, while queued

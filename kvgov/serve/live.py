@@ -18,14 +18,19 @@ segments that never overlap:
 - ``other``: blocks in use by requests outside any budget;
 - ``cached``: free blocks that still serve prefix-cache hits (evictable);
 - ``empty``: free blocks with nothing in them.
+
+Budgets of leases of governors that share a store (``lease-<process>.<n>``) are also
+summed by process (``processes``): which agent process holds what.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from governor.store import lease_process
 from kvgov.serve.events import EventLog
 from kvgov.serve.metrics import families, samples
 from kvgov.serve.tenancy import own_budgets, owns_salt, unscoped_budget
@@ -106,7 +111,27 @@ def memory_map(snapshot: EngineSnapshot, *, weights_bytes: int, tenant: str = ""
             }
             for name, held in sorted(own.items())
         ],
+        "processes": _processes(own),
     }
+
+
+def _processes(own: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The budgets of governors that share a store (``governor.store``), by the process
+    whose lease owns each: how many, the device blocks they hold, the blocks they may."""
+    by_process: dict[str, list[Any]] = {}
+    for name, held in own.items():
+        process = lease_process(name)
+        if process is not None:
+            by_process.setdefault(process, []).append(held)
+    return [
+        {
+            "process": process,
+            "leases": len(helds),
+            "device_blocks": sum(len(held.device_block_ids) for held in helds),
+            "max_blocks": sum(held.max_blocks for held in helds),
+        }
+        for process, helds in sorted(by_process.items())
+    ]
 
 
 def own_requests(snapshot: EngineSnapshot, tenant: str) -> list[dict[str, Any]]:

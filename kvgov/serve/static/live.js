@@ -132,6 +132,13 @@
     $("budgets").tBodies[0].replaceChildren(...rows);
   }
 
+  function renderProcesses(processes) {
+    const rows = processes.map((p) => el("tr", {}, el("td", {}, p.process),
+      el("td", {}, String(p.leases)), el("td", {}, String(p.device_blocks)),
+      el("td", {}, String(p.max_blocks))));
+    $("processes").tBodies[0].replaceChildren(...rows);
+  }
+
   // With API keys the server lists only this key's requests and counts the others.
   function renderRequests(requests, notListed) {
     const rows = requests.map((r) => el("tr", { "data-request": r.request_id, "data-state": r.state },
@@ -164,6 +171,7 @@
     renderSummary(byKey);
     renderMemory(view.memory);
     renderBudgets(view.memory.budgets);
+    renderProcesses(view.memory.processes);
     renderRequests(view.requests, view.num_requests_not_listed);
     renderEvents(view.events);
     renderMetrics(view.metrics);

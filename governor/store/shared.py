@@ -272,10 +272,15 @@ class SharedAdmission(AdmissionBase):
         with self._lock:
             known = self._leases.pop(lease_id, None) is not None
             waiter = self._waiters.pop(lease_id, None)
+            self._holds.pop(lease_id, None)
+            self._budgets.discard(lease_id)
+            self._previous.pop(lease_id, None)
             lease.state = LeaseState.RELEASED
             if waiter is not None:
                 waiter.wake()
-        if not known or lease_id in self._expired:
+            expired = lease_id in self._expired
+            self._expired.discard(lease_id)  # told already: nothing asks after it again
+        if not known or expired:
             return None
         return self.link.post("release", lease_id, keep=True)
 

@@ -6,10 +6,13 @@ on the store); here several run in one test process, which the multi-process tes
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,7 @@ from governor.store import RedisStore
 from governor.testing import FakeBackend
 from tests.redis_server import RedisServer
 
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16
 # 40 blocks at safety 1.0: two leases of 20 blocks (320 tokens) at once
 WORKER = AgentSpec(name="worker", ceiling_tokens=20 * BLOCK)
@@ -154,6 +158,19 @@ def test_tool_durations_are_every_process_s(governors: list[Governor]) -> None:
     assert 0.02 <= mean < 0.5 and 0.02 <= median < 0.5
     own = a.tool_durations.mean("search")
     assert own is not None and abs(mean - own) < 1e-6
+
+
+def test_the_governor_imports_and_runs_without_redis() -> None:
+    """redis-py is the kvgov[redis] extra: ``import governor`` (and a governor on the
+    in-process store) never imports it."""
+    code = (
+        "import sys; from governor import AgentSpec, Governor, RedisStore;"
+        "from governor.testing import FakeBackend;"
+        "g = Governor(FakeBackend(), agents=[AgentSpec(name='a', ceiling_tokens=64)]);"
+        "lease = g.lease('a').__enter__(); g.release(lease);"
+        "assert 'redis' not in sys.modules, 'redis was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
 
 def test_shared_store_refuses_what_it_cannot_share(redis_server: RedisServer) -> None:

@@ -33,6 +33,7 @@ BENCHMARKS: Mapping[str, str] = MappingProxyType(
         "integrations": "integrations.benchmarks.integrations",
         "serve": "kvgov.benchmarks.serve",
         "replicas": "kvgov.benchmarks.replicas",
+        "processes": "kvgov.benchmarks.processes",
         "context": "kvgov.benchmarks.context",
         "reduce": "kvgov.benchmarks.reduce",
         "swarm": "kvgov.benchmarks.swarm.bench",

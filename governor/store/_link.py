@@ -6,8 +6,8 @@ governor made them, and nobody waits on the network while holding a lock or on a
 loop: callers wait on a ``concurrent.futures.Future`` (a thread) or await it wrapped (a
 loop). Two more threads: the heartbeat, which keeps this process's deadline ahead of the
 store's clock every third of the TTL (and asks after waiting leases, in case a message
-was lost while the subscriber reconnected), and the subscriber, which hears admissions
-and expiries published by every process.
+was lost while the subscriber reconnected), and the subscriber, which hears this process's
+leases admitted by other processes' operations, and every process's expiry.
 
 Operations whose caller needs no answer (release, park, holds, capacity) are kept while
 the store is down and sent, in order, before anything else once it answers again;
@@ -220,7 +220,7 @@ class StoreLink:
                 log.exception("kvgov: the store heartbeat failed")
 
     def _run_messages(self) -> None:
-        admitted, expired = self.prefix + "admitted", self.prefix + "expired"
+        admitted, expired = f"{self.prefix}admitted:{self.proc}", self.prefix + "expired"
         backoff = 0.05
         while not self._stop.is_set():
             pubsub = None

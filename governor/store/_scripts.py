@@ -24,7 +24,8 @@ machine. The layout of the keys, under the store's prefix ``P`` (``kvgov:{ns}:``
   counted, so no lease is admitted into blocks an engine budget still holds.
 - ``P tools`` (set), ``P tool:<name>`` (hash: ``n``, ``mean``) and ``P tool:<name>:recent``
   (list, newest first): each tool's call durations, of every process.
-- channels ``P admitted`` (space-separated ids) and ``P expired`` (a process id).
+- channels ``P admitted:<process>`` (the space-separated ids of its leases another
+  process's operation admitted) and ``P expired`` (a process id).
 
 The reply: ``{status, epoch, restarted, closing ids, admitted ids, value}``.
 """
@@ -167,7 +168,18 @@ local function pump()
       end
     end
   end
-  if #admitted > 0 then redis.call('PUBLISH', P .. 'admitted', table.concat(admitted, ' ')) end
+  -- each process hears its own admissions on its own channel; the caller's are in its reply
+  local by_proc = {}
+  for _, id in ipairs(admitted) do
+    local owner = redis.call('HGET', lkey(id), 'proc')
+    if owner and owner ~= proc then
+      by_proc[owner] = by_proc[owner] or {}
+      table.insert(by_proc[owner], id)
+    end
+  end
+  for owner, ids in pairs(by_proc) do
+    redis.call('PUBLISH', P .. 'admitted:' .. owner, table.concat(ids, ' '))
+  end
 end
 if #reaped > 0 then pump() end  -- the room of the reaped leases goes to the queue
 local function reply(status, value)

@@ -6,7 +6,7 @@ so governors in many processes admit against one budget with no lost update and 
 double count. This object keeps the local side: the leases of this governor that the
 store knows, their waiters, and which of them expired. A lease's local state follows the
 store's: WAITING when queued, ACTIVE when the store admits it (this governor's own
-operation, or another process's, heard on the ``admitted`` channel), PARKED and RELEASED
+operation, or another process's, heard on its process's ``admitted`` channel), PARKED and RELEASED
 as its owner says.
 
 A lease expires when its process stops heartbeating for the store's TTL: whichever

@@ -41,10 +41,14 @@ def backend() -> FakeBackend:
 
 
 @pytest.fixture
-def governors(redis_server: RedisServer, namespace: str) -> Iterator[list[Governor]]:
+def governors(
+    redis_server: RedisServer, namespace: str, request: pytest.FixtureRequest
+) -> Iterator[list[Governor]]:
     """Three governors on one store and namespace, as three processes driving one engine
-    would be."""
-    store = RedisStore(redis_server.url, namespace=namespace, lease_ttl_s=1.0)
+    would be; a TTL of 1 s unless the test is marked ``ttl(seconds)``."""
+    mark = request.node.get_closest_marker("ttl")
+    ttl_s = 1.0 if mark is None else float(mark.args[0])
+    store = RedisStore(redis_server.url, namespace=namespace, lease_ttl_s=ttl_s)
     config = GovernorConfig(safety_factor=1.0, admission_timeout_s=10)
     engine = backend()
     with ExitStack() as stack:
@@ -55,6 +59,7 @@ def governors(redis_server: RedisServer, namespace: str) -> Iterator[list[Govern
         yield made
 
 
+@pytest.mark.ttl(60.0)  # heartbeats 20 s apart: a wake-up within 1 s is the message's
 def test_governors_on_one_store_admit_against_one_budget(governors: list[Governor]) -> None:
     a, b, c = governors
     first, second = a.lease("worker"), b.lease("worker")

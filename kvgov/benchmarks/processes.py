@@ -31,19 +31,16 @@ the children's exits, the keys left), for the benchmark's test.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import secrets
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -58,22 +55,18 @@ from integrations.benchmarks.integrations import (
     _graphs,  # the same graph built around a governor of our own (agent_run builds one)
 )
 from kvgov.benchmarks.processes_child import CEILING_TOKENS, NUM_BLOCKS, WARMUP_LEASES
-from kvgov.cli.output import fail
+from kvgov.benchmarks.redis_server import delete_keys, redis_server
 
 __all__ = [
-    "ENV_URL",
     "NUM_PROCESSES",
     "ProcessesFacts",
     "ProcessesSizes",
-    "RedisAt",
     "Window",
     "measure",
     "percentile",
-    "redis_server",
     "run",
 ]
 
-ENV_URL = "KVGOV_REDIS_URL"
 NUM_PROCESSES = 4
 _STORES = ("redis", "local")
 _BENCH = "processes"
@@ -151,7 +144,7 @@ def measure(*, quick: bool) -> ProcessesFacts:
             _leases_per_s(server.url, f"{run_id}-leases", facts)
             _governed(server.url, f"{run_id}-graph", facts)
         finally:
-            facts.keys_deleted, facts.keys_left = _delete_keys(server.url, run_id)
+            facts.keys_deleted, facts.keys_left = delete_keys(server.url, run_id)
     facts.measurements = list(_figures(facts))
     return facts
 
@@ -425,94 +418,3 @@ def _governed(url: str, namespace: str, facts: ProcessesFacts) -> None:
     finally:
         for governor in governors.values():
             governor.close()
-
-
-# -- the server --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class RedisAt:
-    url: str
-    label: str  # what it is, for the notes
-    process: subprocess.Popen[bytes] | None  # the temporary server; None for KVGOV_REDIS_URL
-
-
-@contextmanager
-def redis_server() -> Iterator[RedisAt]:
-    """``KVGOV_REDIS_URL``'s server, or a temporary ``redis-server`` on a free loopback port
-    (no persistence), stopped on the way out."""
-    if importlib.util.find_spec("redis") is None:
-        fail("kvgov bench processes needs redis-py: pip install 'kvgov[redis]'")
-    url = os.environ.get(ENV_URL)
-    if url:
-        where = RedisStore(url).where
-        yield RedisAt(url, f"Redis {_version(url)} at {where} ({ENV_URL})", None)
-        return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        fail(
-            "kvgov bench processes starts a redis-server, and none is on PATH: install "
-            "Redis 7 (Debian and Ubuntu: apt-get install redis-server; macOS: brew install "
-            f"redis), or set {ENV_URL}=redis://host:port/db to use a running server"
-        )
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryFile() as log:
-        args = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder,
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-        ]  # fmt: skip
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            _wait_for_ping(process, port, log)
-            url = f"redis://127.0.0.1:{port}/0"
-            label = f"a temporary redis-server {_version(url)} on loopback, no persistence"
-            yield RedisAt(url, label, process)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=_STOP_TIMEOUT_S)
-
-
-def _wait_for_ping(process: subprocess.Popen[bytes], port: int, log: IO[bytes]) -> None:
-    deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"redis-server exited at start:\n{log.read().decode()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(16).startswith(b"+PONG"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise TimeoutError(f"redis-server did not answer PING on port {port} within 10 s")
-
-
-def _version(url: str) -> str:
-    client = RedisStore(url).client()
-    try:
-        return str(client.info("server")["redis_version"])
-    finally:
-        client.close()
-
-
-def _delete_keys(url: str, run_id: str) -> tuple[int, int]:
-    """Delete the keys of this run's namespaces: how many, and how many are left."""
-    client = RedisStore(url).client()
-    pattern = f"kvgov:{{{run_id}-*"
-    try:
-        keys = list(client.scan_iter(match=pattern, count=1_000))
-        if keys:
-            client.delete(*keys)
-        return len(keys), sum(1 for _ in client.scan_iter(match=pattern, count=1_000))
-    finally:
-        client.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -21,13 +21,8 @@ from typer.testing import CliRunner
 from engine.benchmarks import Direction, Measurement
 from kvgov import cli
 from kvgov.benchmarks import processes
-from kvgov.benchmarks.processes import (
-    ENV_URL,
-    NUM_PROCESSES,
-    ProcessesFacts,
-    ProcessesSizes,
-    redis_server,
-)
+from kvgov.benchmarks.processes import NUM_PROCESSES, ProcessesFacts, ProcessesSizes
+from kvgov.benchmarks.redis_server import ENV_URL, redis_server
 from kvgov.cli import BENCHMARKS
 from kvgov.cli.output import format_number
 from tests import background

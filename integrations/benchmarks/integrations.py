@@ -50,7 +50,7 @@ from typing_extensions import TypedDict
 from governor import AgentSpec, Backend, FakeBackend, Governor
 from integrations.langgraph import govern
 
-__all__ = ["MODEL_LATENCY_S", "NUM_AGENTS", "AgentRun", "agent_run", "run"]
+__all__ = ["MODEL_LATENCY_S", "NUM_AGENTS", "AgentRun", "agent_run", "governed_run", "run"]
 
 NUM_AGENTS = 20
 MODEL_LATENCY_S = 0.05  # a fast model call; a 9B model's real turns take seconds
@@ -167,7 +167,12 @@ class AgentRun:
 def agent_run(backend: Backend | None) -> AgentRun:
     """The run, plain (``None``) or governed by a ``Governor`` on ``backend``: the same
     graph for every backend (``kvgov bench serve`` runs it on a local and a remote one)."""
-    governor = None if backend is None else Governor(backend)
+    return AgentRun(_graphs(None), None) if backend is None else governed_run(Governor(backend))
+
+
+def governed_run(governor: Governor) -> AgentRun:
+    """The run governed by ``governor``, however it was built (``kvgov bench processes``
+    gives it one on each store)."""
     return AgentRun(_graphs(governor), governor)
 
 

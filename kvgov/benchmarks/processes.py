@@ -51,8 +51,7 @@ from governor.store import StateStore
 from integrations.benchmarks.integrations import (
     MODEL_LATENCY_S,
     NUM_AGENTS,
-    AgentRun,
-    _graphs,  # the same graph built around a governor of our own (agent_run builds one)
+    governed_run,
 )
 from kvgov.benchmarks.processes_child import CEILING_TOKENS, NUM_BLOCKS, WARMUP_LEASES
 from kvgov.benchmarks.redis_server import delete_keys, redis_server
@@ -395,9 +394,7 @@ def _governed(url: str, namespace: str, facts: ProcessesFacts) -> None:
             FakeBackend(num_blocks=_GRAPH_BLOCKS), store=RedisStore(url, namespace=namespace)
         )
         governors["local"] = Governor(FakeBackend(num_blocks=_GRAPH_BLOCKS))
-        runs = {
-            store: AgentRun(_graphs(governor), governor) for store, governor in governors.items()
-        }
+        runs = {store: governed_run(governor) for store, governor in governors.items()}
         times: dict[str, list[float]] = {store: [] for store in _STORES}
         cpu: dict[str, list[float]] = {store: [] for store in _STORES}
 

@@ -173,17 +173,14 @@ class SharedAdmission(AdmissionBase):
     def enqueue(self, lease: Lease, waiter: Waiter) -> None:
         """Queue the lease on the store; its waiter wakes once the store admits it (maybe
         at once). ``StoreUnavailable`` when the store cannot be reached."""
-        future = self._queue(lease, waiter)
-        self._queued(lease, _result(future))
+        self._queued(lease, _result(self._queue(lease, waiter)))
 
     async def aenqueue(self, lease: Lease, waiter: Waiter) -> None:
-        future = self._queue(lease, waiter)
-        self._queued(lease, await _aresult(future))
+        self._queued(lease, await _aresult(self._queue(lease, waiter)))
 
     def _queue(self, lease: Lease, waiter: Waiter) -> concurrent.futures.Future[Reply | None]:
         self.check_live(lease)
         lease_id = lease.lease_id
-        again = lease.admitted_at is not None
         with self._lock:  # before the post: an admission heard first finds the waiter
             previous = lease.state
             lease.queued_at = self._clock.now()
@@ -191,10 +188,14 @@ class SharedAdmission(AdmissionBase):
             self._leases[lease_id] = lease
             self._waiters[lease_id] = waiter
             self._previous[lease_id] = previous
+        return self._post_enqueue(lease)
+
+    def _post_enqueue(self, lease: Lease) -> concurrent.futures.Future[Reply | None]:
+        again = lease.admitted_at is not None
         aging_s = self.policy_aging_s()
         return self.link.post(
             "enqueue",
-            lease_id,
+            lease.lease_id,
             lease.own_blocks_reserved,
             self._held_blocks(lease),
             lease.agent.name,
@@ -218,6 +219,8 @@ class SharedAdmission(AdmissionBase):
             raise outcome
         with self._lock:
             self._previous.pop(lease_id, None)
+        if outcome.status == "expired" and lease.admitted_at is None:
+            return  # this process was reaped as it asked: queued again (_on_reply)
         if outcome.status in ("gone", "expired"):
             self._expire([lease_id])
             self.check_live(lease)
@@ -239,8 +242,9 @@ class SharedAdmission(AdmissionBase):
         if isinstance(outcome, BaseException):  # the store is down: not admitted here
             with self._lock:
                 self._waiters.pop(lease_id, None)
+                self._leases.pop(lease_id, None)
+                lease.state = LeaseState.RELEASED
             self.link.post("release", lease_id, keep=True)
-            lease.state = LeaseState.RELEASED
             return True
         if outcome.status == "ok" and outcome.value == 2:  # admitted meanwhile
             self._admitted([lease_id])
@@ -375,9 +379,12 @@ class SharedAdmission(AdmissionBase):
             self._restore()
         elif reply.status == "expired":  # this process was reaped: its leases are gone
             with self._lock:
-                lost = list(self._leases)
+                lost = [i for i, lease in self._leases.items() if lease.admitted_at is not None]
+                waiting = [lease for lease in self._leases.values() if lease.admitted_at is None]
             self._expire(lost)
             self.link.eval_inline("register", *self._caps())
+            for lease in waiting:  # never admitted, so nothing to lose: queued again
+                self._post_enqueue(lease)
         if name == "heartbeat" and reply.status == "ok" and reply.value:
             self._admitted(reply.value)  # admissions whose message was lost
         if name == "tools" and reply.status == "ok" and reply.value:

@@ -141,6 +141,9 @@ def test_a_paused_process_loses_its_lease_and_is_told(governors: list[Governor])
         with pytest.raises(LeaseExpired) as caught:
             a.complete(lease, [{"role": "user", "content": "again"}], max_tokens=2)
         assert caught.value.lease_id == lease.lease_id and caught.value.ttl_s == 1.0
+        with a.lease("worker") as fresh:  # registered again: a new lease is admitted
+            assert fresh.state is LeaseState.ACTIVE
+            a.complete(fresh, [{"role": "user", "content": "anew"}], max_tokens=2)
     # the budget of the lease that made a call was closed by whoever reaped it, once
     assert b.reaped_budgets.wait_idle(5)
     assert b.reaped_budgets.num_closed == 1 and a.reaped_budgets.num_closed == 0

@@ -31,6 +31,10 @@ __all__ = ["AdmissionBase"]
 
 
 class AdmissionBase:
+    # Whether a released lease's engine budget closes before its room returns: on a
+    # shared store, where another process may be admitted into the room at once.
+    budget_before_room = False
+
     def __init__(self, *, config: GovernorConfig, available_blocks: int, block_size: int) -> None:
         self.config = config
         self.available_blocks = available_blocks

@@ -200,36 +200,65 @@ class LeaseLifecycle:
     # -- release ----------------------------------------------------------------------
     def release(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """Return the lease's context, held KV and engine budget, once (a second call
-        does nothing). The engine budget closes before the room returns, so no engine
-        ever holds a budget beside the one admitted into its room. Blocks on the engine:
-        ``arelease`` on a loop."""
+        does nothing). On a shared store the engine budget closes before the room
+        returns (``budget_before_room``): another process's lease admitted into that
+        room must not find the engine holding both. Blocks on the engine: ``arelease``
+        on a loop."""
         if not self._mark_released(lease):
             return
-        try:
-            self.idle.forget(lease)
-            self._close_budget(lease)
-        finally:  # its room returns even where the engine failed to close its budget
+        if self.admission.budget_before_room:
             try:
-                self.admission.release(lease)  # a failing admission policy raises here
-            finally:
+                self.idle.forget(lease)
+                self._close_budget(lease)
+            finally:  # its room returns even where the engine failed to close its budget
+                try:
+                    self.admission.release(lease)
+                finally:
+                    self._publish_released(lease, error)
+            return
+        try:
+            try:
+                self.admission.release(lease)  # a failing admission policy raises here...
+            finally:  # ...and the lease's hold is forgotten all the same
+                self.idle.forget(lease)
+        finally:
+            try:
+                self._close_budget(lease)
+            finally:  # the lease has ended, even where the engine failed to close it
                 self._publish_released(lease, error)
 
     async def arelease(self, lease: Lease, *, error: BaseException | None = None) -> None:
         """``release`` for an event loop: the budget closes on a worker thread, and is
-        closed even when this task is cancelled meanwhile."""
+        closed even when this task is cancelled meanwhile. In process the room returns
+        before the first wait, so a caller that stops waiting still finds it returned."""
         if not self._mark_released(lease):
             return
+        if self.admission.budget_before_room:
+            try:
+                self.idle.forget(lease)
+                await self._aclose_budget(lease)
+            finally:
+                try:
+                    await self.admission.arelease(lease)
+                finally:
+                    self._publish_released(lease, error)
+            return
         try:
-            self.idle.forget(lease)
-            if self.budget_is_open(lease):  # closing it waits on the engine
-                await _to_thread_to_the_end(self._close_budget, lease)
-            else:
-                self._close_budget(lease)
+            try:
+                await self.admission.arelease(lease)  # in process: no wait in it
+            finally:
+                self.idle.forget(lease)
         finally:
             try:
-                await self.admission.arelease(lease)
+                await self._aclose_budget(lease)
             finally:
                 self._publish_released(lease, error)
+
+    async def _aclose_budget(self, lease: Lease) -> None:
+        if self.budget_is_open(lease):  # closing it waits on the engine
+            await _to_thread_to_the_end(self._close_budget, lease)
+        else:
+            self._close_budget(lease)
 
     def _mark_released(self, lease: Lease) -> bool:
         """True for the one caller that releases the lease (a lease is released once)."""

@@ -78,6 +78,8 @@ class SharedStore(Protocol):
 
 
 class SharedAdmission(AdmissionBase):
+    budget_before_room = True  # another process may be admitted into the room at once
+
     def __init__(
         self,
         store: SharedStore,

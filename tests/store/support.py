@@ -106,12 +106,19 @@ def spawn(serve: str, redis_url: str, namespace: str, ceiling: int, **options: A
 
 
 class EngineWatch:
-    """Samples the engine every few milliseconds: the blocks its open budgets reserve,
-    its running requests, and its preemptions."""
+    """Samples the engine every few milliseconds: the blocks reserved by its budgets in
+    use (holding KV: a request runs in them, or their context is retained), its running
+    requests, and its preemptions.
+
+    A budget that holds nothing is left out of the reservations: a process paused in
+    the instant between recording its budget on the store and opening it on the engine,
+    and reaped meanwhile, opens it as it resumes and closes it as soon as it finds its
+    lease expired, before any request runs in it (``max_empty_reserved`` counts it)."""
 
     def __init__(self, backend: LocalBackend) -> None:
         self.backend = backend
         self.max_reserved = 0
+        self.max_empty_reserved = 0  # the same counting every open budget, empty or not
         self.max_running = 0
         self.num_samples = 0
         self._stop = threading.Event()
@@ -128,7 +135,11 @@ class EngineWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.005):
             snap = self.backend.kv_snapshot()
-            reserved = sum(budget.max_blocks for budget in snap.budgets.values())
+            budgets = snap.budgets.values()
+            reserved = sum(b.max_blocks for b in budgets if b.device_block_ids)
+            self.max_empty_reserved = max(
+                self.max_empty_reserved, sum(b.max_blocks for b in budgets)
+            )
             running = self.backend.metrics().num_requests_running
             self.max_reserved = max(self.max_reserved, reserved)
             self.max_running = max(self.max_running, running)

@@ -115,4 +115,8 @@ def test_four_processes_one_killed_one_paused_keep_one_budget(
     assert store_keys(redis_server, namespace) == []
     assert backend.kv_snapshot().budgets == {}
     assert idle_metrics(backend).num_blocks_in_use == 0
-    print(f"killed process's leases gone in {gone_s:.2f} s (TTL {TTL_S} s)")
+    print(
+        f"killed process's leases gone in {gone_s:.2f} s (TTL {TTL_S} s); "
+        f"most reserved by budgets in use {watch.max_reserved}, by all open "
+        f"{watch.max_empty_reserved} (limit {limit})"
+    )

@@ -174,8 +174,8 @@ class Governor:
 
     def close(self) -> None:
         """Stop what the governor's store runs beside it (a ``RedisStore``'s heartbeat
-        and subscriber); its leases should be released first, or they expire after the
-        store's TTL. Nothing to do for the in-process store."""
+        and subscriber) and leave the store: leases still held are then reaped by another
+        process's next operation. Nothing to do for the in-process store."""
         self.admission.close()
 
     def __enter__(self) -> Governor:

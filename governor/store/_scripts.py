@@ -246,6 +246,12 @@ end
 if not redis.call('ZSCORE', PR, proc) then
   return reply('expired')  -- this process was reaped: its leases are gone
 end
+if op == 'leave' then
+  -- this process closes: its deadline is now, so the next operation of any process reaps
+  -- what it still holds (and closes those budgets) without waiting out its TTL
+  redis.call('ZADD', PR, now - 1, proc)
+  return reply('ok')
+end
 if op == 'heartbeat' then
   redis.call('ZADD', PR, now + ttl, proc)
   local active = {}

@@ -525,10 +525,12 @@ class SharedAdmission(AdmissionBase):
         return int(value[3]) + int(value[4])
 
     def close(self) -> None:
-        """Stop the link's threads. The leases of this governor still on the store
-        expire after the TTL unless they were released first."""
+        """Leave the store and stop the link's threads. Leases of this governor still
+        held are reaped by the next operation of any other process (their budgets closed
+        by it), not after the TTL; a store that cannot be reached lets them expire."""
         if not self._closed:
             self._closed = True
+            _result(self.link.post("leave"))
             self.link.close()
 
 

@@ -150,6 +150,25 @@ def test_a_paused_process_loses_its_lease_and_is_told(governors: list[Governor])
     assert not a.backend._pool._budgets  # the engine has no budget left open
 
 
+@pytest.mark.ttl(60.0)
+def test_a_governor_closed_with_leases_held_leaves_them_to_the_others_at_once(
+    governors: list[Governor],
+) -> None:
+    """A process that closes its governor without releasing (an agent runtime shutting
+    down) gives its room back at the next operation of another, not a TTL later."""
+    a, b, _ = governors
+    first, second = a.lease("worker").__enter__(), a.lease("worker").__enter__()
+    a.complete(first, [{"role": "user", "content": "hi"}], max_tokens=2)  # a budget open
+    assert (first.state, second.state) == (LeaseState.ACTIVE, LeaseState.ACTIVE)
+    started = time.monotonic()
+    a.close()
+    with b.lease("worker") as lease:  # reaped on the way in: room for it
+        assert lease.state is LeaseState.ACTIVE
+    assert time.monotonic() - started < 5  # the TTL is 60 s
+    assert b.reaped_budgets.wait_idle(5) and b.reaped_budgets.num_closed == 1
+    assert b.admission.ledger() == (0, 0, 0, 0)
+
+
 def test_tool_durations_are_every_process_s(governors: list[Governor]) -> None:
     """A tool's calls in one governor become the history another's retention reads."""
     a, b, _ = governors

@@ -13,6 +13,7 @@ room (a store's, whose process stopped heartbeating); in process none can.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["AdmissionBase"]
 
 
-class AdmissionBase:
+class AdmissionBase(ABC):
     # Whether a released lease's engine budget closes before its room returns: on a
     # shared store, where another process may be admitted into the room at once.
     budget_before_room = False
@@ -108,46 +109,47 @@ class AdmissionBase:
         return str(number)
 
     @property
-    def policy(self) -> AdmissionPolicy:
-        raise NotImplementedError
+    @abstractmethod
+    def policy(self) -> AdmissionPolicy: ...
 
     @policy.setter
-    def policy(self, policy: AdmissionPolicy) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def policy(self, policy: AdmissionPolicy) -> None: ...
 
-    def set_available_blocks(self, available_blocks: int) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def set_available_blocks(self, available_blocks: int) -> None: ...
 
-    def enqueue(self, lease: Lease, waiter: Waiter) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def enqueue(self, lease: Lease, waiter: Waiter) -> None: ...
 
-    def park(self, lease: Lease, *, ceiling_tokens: int | None = None) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def park(self, lease: Lease, *, ceiling_tokens: int | None = None) -> bool: ...
 
-    def set_held(self, lease: Lease, num_blocks: int) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def set_held(self, lease: Lease, num_blocks: int) -> None: ...
 
-    def room_made(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def room_made(self) -> None: ...
 
+    @abstractmethod
     def counts(self) -> tuple[int, int, int]:
         """Active leases, waiting leases, peak active so far."""
-        raise NotImplementedError
+        ...
 
-    def ledger(self) -> tuple[int, int, int, int]:
-        raise NotImplementedError
+    @abstractmethod
+    def ledger(self) -> tuple[int, int, int, int]: ...
 
-    def blocks_committed(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def blocks_committed(self) -> int: ...
 
-    def cancel(self, lease: Lease) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def cancel(self, lease: Lease) -> bool: ...
 
-    def release(self, lease: Lease) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def release(self, lease: Lease) -> None: ...
 
-    def try_grow(self, lease: Lease, ceiling_tokens: int) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def try_grow(self, lease: Lease, ceiling_tokens: int) -> bool: ...
 
     async def aenqueue(self, lease: Lease, waiter: Waiter) -> None:
         self.enqueue(lease, waiter)
@@ -162,7 +164,7 @@ class AdmissionBase:
         return self.try_grow(lease, ceiling_tokens)
 
     # -- leases that outlive their room (a store's) -------------------------------------
-    def check_live(self, lease: Lease) -> None:
+    def check_live(self, lease: Lease) -> None:  # noqa: B027 - a hook; in process, nothing
         """Raise ``LeaseExpired`` when the lease's room was given away; in process a
         lease's room lasts until it is released."""
 
@@ -173,22 +175,22 @@ class AdmissionBase:
         """Whether the lease expired (its engine budget closed by whoever reaped it)."""
         return False
 
-    def raise_if_expired(self, lease: Lease) -> None:
+    def raise_if_expired(self, lease: Lease) -> None:  # noqa: B027 - a hook; in process, nothing
         """``LeaseExpired`` when this ledger already knows the lease expired (no I/O)."""
 
-    def opening_budget(self, lease: Lease) -> None:
+    def opening_budget(self, lease: Lease) -> None:  # noqa: B027 - a hook; in process, nothing
         """The lease's engine budget is about to open: a store records it first, so the
         process that reaps the lease knows to close it."""
 
     async def aopening_budget(self, lease: Lease) -> None:
         self.opening_budget(lease)
 
-    def budget_closed(self, budget: str) -> None:
+    def budget_closed(self, budget: str) -> None:  # noqa: B027 - a hook; in process, nothing
         """An engine budget ``on_reaped`` handed over is closed: its room may return."""
 
-    def share_tool_durations(self, durations: ToolDurations) -> None:
+    def share_tool_durations(self, durations: ToolDurations) -> None:  # noqa: B027 - a hook; in process, nothing
         """Keep ``durations`` with other governors' where the ledger is shared; in
         process it is this governor's alone."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook; in process, nothing
         """Stop what the ledger runs beside the governor (a store's threads)."""

@@ -57,14 +57,21 @@ class RedisServer:
         assert self.process is None, "already running"
         args = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.workdir),
-            "--save", "3600 1" if self.save else "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            "--loglevel", "warning",
-        ]  # fmt: skip
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "3600 1" if self.save else "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ]
         if not self.save:
             (self.workdir / "dump.rdb").unlink(missing_ok=True)
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

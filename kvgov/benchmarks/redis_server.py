@@ -52,9 +52,22 @@ def redis_server() -> Iterator[RedisAt]:
     port = _free_port()
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryFile() as log:
         args = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", folder,
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-        ]  # fmt: skip
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            folder,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ]
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
         try:
             _wait_for_ping(process, port, log)

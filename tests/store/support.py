@@ -90,10 +90,22 @@ def spawned(count: int, *args: Any, **options: Any) -> Iterator[list[Process]]:
 
 def spawn(serve: str, redis_url: str, namespace: str, ceiling: int, **options: Any) -> Process:
     args = [
-        sys.executable, "-m", "tests.store.agent_process",
-        "--serve", serve, "--redis", redis_url, "--namespace", namespace,
-        "--ttl", str(TTL_S), "--ceiling", str(ceiling), "--agents", str(AGENTS),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tests.store.agent_process",
+        "--serve",
+        serve,
+        "--redis",
+        redis_url,
+        "--namespace",
+        namespace,
+        "--ttl",
+        str(TTL_S),
+        "--ceiling",
+        str(ceiling),
+        "--agents",
+        str(AGENTS),
+    ]
     for name, value in options.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

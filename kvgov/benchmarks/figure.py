@@ -1,10 +1,18 @@
-"""One benchmark figure as ``kvgov bench`` prints it: a row of its table, a line of ``--json``."""
+"""One benchmark figure as ``kvgov bench`` prints it: a row of its table, a line of ``--json``;
+and the spread its note gives."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 
-__all__ = ["figure"]
+__all__ = ["figure", "spread"]
+
+
+def spread(values: Sequence[float]) -> float:
+    """How far one sample (a paired run's ratio) scatters: the standard deviation, 0 for
+    fewer than two."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def figure(

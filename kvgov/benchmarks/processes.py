@@ -53,6 +53,7 @@ from integrations.benchmarks.integrations import (
     NUM_AGENTS,
     governed_run,
 )
+from kvgov.benchmarks.figure import spread
 from kvgov.benchmarks.processes_child import CEILING_TOKENS, NUM_BLOCKS, WARMUP_LEASES
 from kvgov.benchmarks.redis_server import delete_keys, redis_server
 
@@ -217,7 +218,7 @@ def _figures(facts: ProcessesFacts) -> Iterator[Measurement]:
         direction=Direction.LOWER_IS_BETTER,
         note=(
             f"median of {sizes.pairs} alternating pairs (one pair's ratio scatters by "
-            f"{_spread(ratios) * 100:.1f}%, standard deviation): the integrations benchmark's "
+            f"{spread(ratios) * 100:.1f}%, standard deviation): the integrations benchmark's "
             f"run (planner + {NUM_AGENTS} ReAct workers, a fake model sleeping "
             f"{MODEL_LATENCY_S * 1e3:g} ms per call) governed on a FakeBackend with "
             f"RedisStore vs with LocalStore; runs of {wall_ms['redis']:.1f} ms vs "
@@ -230,10 +231,6 @@ def _figures(facts: ProcessesFacts) -> Iterator[Measurement]:
 
 def _listed(rates: list[float]) -> str:
     return ", ".join(f"{rate:,.0f}" for rate in rates)
-
-
-def _spread(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 # -- admission_rtt_ms ----------------------------------------------------------------------

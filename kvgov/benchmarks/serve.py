@@ -79,6 +79,7 @@ from backends import LocalBackend, RemoteBackend
 from engine.benchmarks import Direction, Measurement
 from governor import BackendMetrics, GenerationRequest, GenerationResult
 from integrations.benchmarks.integrations import MODEL_LATENCY_S, NUM_AGENTS, agent_run
+from kvgov.benchmarks.figure import spread
 from kvgov.benchmarks.serve_child import ServeChild
 
 __all__ = [
@@ -389,7 +390,7 @@ def _stream_ratio(
         note=(
             f"HTTP over in-process streamed tokens/s, median of {sizes.stream_pairs} ratios of "
             f"adjacent runs (local, HTTP, HTTP, local, ...; one ratio scatters by "
-            f"{_spread(ratios) * 100:.0f}%, standard deviation): {_CLIENTS} concurrent clients, "
+            f"{spread(ratios) * 100:.0f}%, standard deviation): {_CLIENTS} concurrent clients, "
             f"{sizes.stream_tokens} max tokens each, {every.pop():,} tokens per run counted "
             f"from the chunks (equal in every run); {statistics.median(rates['remote']):,.0f} "
             f"tok/s over HTTP (RemoteBackend.astream, SSE) vs "
@@ -427,7 +428,7 @@ def _governed_ratio(
         direction=Direction.LOWER_IS_BETTER,
         note=(
             f"median of {sizes.governed_pairs} alternating pairs (one pair's ratio scatters by "
-            f"{_spread(ratios) * 100:.0f}%, standard deviation): the integrations benchmark's "
+            f"{spread(ratios) * 100:.0f}%, standard deviation): the integrations benchmark's "
             f"run (planner + {NUM_AGENTS} ReAct workers, a fake model sleeping "
             f"{MODEL_LATENCY_S * 1e3:g} ms per call) governed on RemoteBackend vs on "
             f"LocalBackend; runs of {statistics.median(times['remote']) * 1e3:.1f} ms vs "
@@ -460,8 +461,4 @@ def _round_trip_s(base_url: str, repeats: int) -> float:
 
 def _median_error(values: list[float]) -> float:
     """The standard error of the median of ``values`` (about 1.25 times the mean's)."""
-    return 1.2533 * _spread(values) / math.sqrt(len(values))
-
-
-def _spread(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
+    return 1.2533 * spread(values) / math.sqrt(len(values))
